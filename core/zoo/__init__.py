@@ -1,0 +1,24 @@
+"""Models: one loader for registered names, local folders and hub ids; cards; packaged conversions.
+
+Public API: :func:`load_model`, :func:`list_cards`, :func:`card_of`, :func:`prepare_model`,
+:class:`ModelCard`, :class:`LoadedModel`, :func:`module_fingerprint`.
+"""
+from core.zoo.card import ModelCard
+from core.zoo.loading import LoadedModel, clear_loaded, load_model, module_fingerprint, resolve
+from core.zoo.registry import PACKAGED, card_of, list_cards, registered_names
+
+
+def prepare_model(name: str, progress=None, force: bool = False):
+    """Make a packaged model ready (download + convert into the user cache); returns its folder."""
+    from core.errors import BadInputError
+
+    if name not in PACKAGED:
+        raise BadInputError(f"{name!r} is not a packaged model.", fix=f"choose one of: {', '.join(PACKAGED)}.")
+    if name == "smollm2-135m":
+        from core.zoo.packaged import prepare_smollm2
+        return prepare_smollm2(progress=progress, force=force)
+    return PACKAGED[name].prepare(progress)
+
+
+__all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
+           "clear_loaded", "module_fingerprint", "resolve", "PACKAGED"]
