@@ -8,14 +8,22 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import json
 import sys
+from pathlib import Path
 from typing import Callable
 
 from core.errors import LayerwiseError
 
-PAPER_PACKAGES = ("core.lrp", "core.mathneuro", "core.mixln", "core.neuzip")
+# Each paper package may add a command group in ``core/<group>/cli.py`` with ``register(groups)``.
+# Only the group being run is imported (the packages pull in torch and transformers), so the one-line
+# help of each group is written here.
+PAPER_GROUPS = {
+    "lrp": "MambaLRP: relevance heatmaps for Mamba models",
+    "mathneuro": "MathNeuro: math-specific parameters",
+    "mixln": "Mix-LN: norm placement, training and layer diagnostics",
+    "neuzip": "NeuZip: lossless and lossy bf16 weight compression",
+}
 
 
 class CommandGroups:
@@ -138,12 +146,17 @@ def _register_builtin(reg: CommandGroups) -> None:
         _emit(args, ResultsCache().clear(), lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)")
 
 
-def build_registry() -> CommandGroups:
+def build_registry(only_group: str | None = None) -> CommandGroups:
+    """All command groups; the paper groups other than ``only_group`` are listed but not imported."""
     reg = CommandGroups()
     _register_builtin(reg)
-    for pkg in PAPER_PACKAGES:
-        if importlib.util.find_spec(pkg) is not None and importlib.util.find_spec(f"{pkg}.cli") is not None:
-            importlib.import_module(f"{pkg}.cli").register(reg)
+    root = Path(__file__).resolve().parent
+    for group, help_text in PAPER_GROUPS.items():
+        if not (root / group / "cli.py").exists():
+            continue
+        reg.group(group, help_text)
+        if group == only_group:
+            importlib.import_module(f"core.{group}.cli").register(reg)
     return reg
 
 
@@ -180,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if "--online" in argv:
         from core.settings import configure
         configure(online=True)
-    args = build_parser().parse_args(argv)
+    group = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(build_registry(group)).parse_args(argv)
     try:
         args.run(args)
     except LayerwiseError as exc:

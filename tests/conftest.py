@@ -1,11 +1,62 @@
 """Shared test set-up.
 
 Triton kernels run on CPU only under its interpreter, which must be switched on before triton is
-imported anywhere, so it is set here, first. Tests never touch the user's own cache: they get a
-private LAYERWISE_HOME, except that prepared datasets and converted models are reused from the
-real cache (read-only) because preparing them is the job of `python -m core data prepare`.
+imported anywhere, so it is set here, first. Prepared datasets and converted models are read from
+the real user cache (preparing them is the job of `python -m core data prepare` / `models prepare`,
+which the test command runs first); tests that write use a private folder.
 """
 import os
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("LAYERWISE_ONLINE", "0")
+
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import urllib.request  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(os.environ.get("LAYERWISE_ARTIFACTS", REPO / "artifacts"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_http(url: str, timeout: float) -> float:
+    """Seconds until ``url`` answers 200, or raise."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return time.perf_counter() - t0
+        except OSError:
+            time.sleep(0.25)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+@pytest.fixture(scope="session")
+def app_url():
+    """The real app, launched once per test session as a user would (`python app.py`)."""
+    port = free_port()
+    log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / "app.log", "w")
+    proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO, stdout=log,
+                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_http(url, 120)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()

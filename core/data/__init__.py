@@ -5,10 +5,10 @@ Public API: :data:`DATASETS`, :func:`load`, :func:`status`, :func:`prepare`, :fu
 and the record types.
 """
 from core.data.records import (ImageLabel, MathProblem, MultipleChoice, Passage, TextLabel, TokenTask,
-                               record_to_row)
+                               canonical_number, record_to_row)
 from core.data.registry import (DATASETS, PREPARE_CMD, DatasetSpec, DatasetStatus, get_spec, load, prepare, register,
                                 split_sizes, status)
 
 __all__ = ["DATASETS", "PREPARE_CMD", "DatasetSpec", "DatasetStatus", "get_spec", "load", "prepare", "register",
            "split_sizes", "status", "ImageLabel", "MathProblem", "MultipleChoice", "Passage", "TextLabel",
-           "TokenTask", "record_to_row"]
+           "TokenTask", "canonical_number", "record_to_row"]

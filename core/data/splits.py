@@ -15,9 +15,10 @@ def split_seed(name: str) -> int:
 
 
 def split_indices(n: int, name: str, fractions=DEFAULT_FRACTIONS) -> dict[str, np.ndarray]:
-    """Partition ``range(n)`` into disjoint, sorted index arrays, one per split.
+    """Partition ``range(n)`` into disjoint index arrays, one per split, in shuffled order.
 
-    The permutation depends only on ``n`` and ``name``, so a split never changes between runs.
+    The permutation depends only on ``n`` and ``name``, so a split (and its order) never changes
+    between runs; shuffled order means the first page of a split sorted by label shows every class.
     """
     if abs(sum(fractions) - 1.0) > 1e-9:
         raise ValueError(f"split fractions must sum to 1, got {fractions}")
@@ -25,4 +26,4 @@ def split_indices(n: int, name: str, fractions=DEFAULT_FRACTIONS) -> dict[str, n
     n_train = int(round(n * fractions[0]))
     n_val = int(round(n * fractions[1]))
     parts = (perm[:n_train], perm[n_train:n_train + n_val], perm[n_train + n_val:])
-    return {split: np.sort(part) for split, part in zip(SPLITS, parts)}
+    return dict(zip(SPLITS, parts))

@@ -1,0 +1,42 @@
+"""Layerwise: builds the Gradio app from ui/ and launches it.
+
+    python app.py                 # http://127.0.0.1:7860, offline
+    python app.py --online        # allow model / dataset hub downloads
+    python app.py --host 0.0.0.0  # serve on the network (a Hugging Face Space does this by itself)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    on_space = bool(os.environ.get("SPACE_ID"))
+    p = argparse.ArgumentParser(description="Layerwise: an interactive lab for the layers of language models.")
+    p.add_argument("--host", default="0.0.0.0" if on_space else "127.0.0.1",
+                   help="address to bind (default 127.0.0.1; 0.0.0.0 on a Hugging Face Space)")
+    p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
+    p.add_argument("--online", action="store_true", help="allow model and dataset hub downloads (off by default)")
+    p.add_argument("--share", action="store_true", help="open a public gradio.live tunnel (off by default)")
+    p.add_argument("--concurrency", type=int, default=2,
+                   help="heavy events that run at once (default 2, one per core on a small machine)")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    from core.settings import configure
+
+    configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
+    from ui import CSS, build_app, projector_theme
+
+    demo = build_app()
+    demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
+    print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
+    demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
+                show_error=True, ssr_mode=False, footer_links=["api"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

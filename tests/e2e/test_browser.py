@@ -1,0 +1,72 @@
+"""End to end in headless Chromium: open the page, click every tab, check that something real rendered
+in each, and save screenshots to artifacts/ (kept by CI as test artifacts)."""
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import ARTIFACTS
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+# what must be visible once each tab is opened: tab title -> (element, text) that only real content produces
+EXPECTED = {
+    "Models & data": [("#models-table", "smollm2-135m"), ("#datasets-table", "movie-sentiment"),
+                      ("#dataset-info", "records, page 1 of"), ("#dataset-rows", "text")],
+}
+
+
+@pytest.fixture(scope="module")
+def page(app_url):
+    if CHROMIUM is None:
+        if os.environ.get("LAYERWISE_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium is not installed (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
+        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
+        pg.set_default_timeout(60_000)
+        pg.goto(app_url)
+        pg.get_by_role("tab").first.wait_for()
+        yield pg
+        browser.close()
+
+
+def test_every_tab_renders_real_content(page):
+    import importlib
+
+    from playwright.sync_api import expect
+
+    from ui import TABS
+
+    titles = [importlib.import_module(m).TITLE for m in TABS]
+    assert set(EXPECTED) == set(titles), "add the expectations of each new tab here"
+    for title in titles:
+        page.get_by_role("tab", name=title).click()
+        for where, text in EXPECTED[title]:
+            expect(page.locator(where)).to_be_visible()
+            expect(page.locator(where)).to_contain_text(text)
+        page.screenshot(path=str(ARTIFACTS / f"e2e-{title.lower().replace(' ', '-').replace('&', 'and')}.png"),
+                        full_page=True)
+
+
+def test_browsing_an_image_dataset_shows_a_grid(page):
+    page.get_by_role("tab", name="Models & data").click()
+    box = page.get_by_label("Dataset", exact=True)
+    box.click()
+    box.fill("mnist-5k")
+    page.get_by_role("option", name="mnist-5k").click()
+    from playwright.sync_api import expect
+
+    expect(page.locator("#dataset-info")).to_contain_text("MNIST, 5,000 digits")
+    grid = page.locator("#dataset-grid img")
+    grid.nth(11).wait_for(state="visible")
+    assert grid.count() >= 12
+    expect(page.locator("#dataset-grid")).to_contain_text("label")
+    page.screenshot(path=str(ARTIFACTS / "e2e-mnist-grid.png"), full_page=True)

@@ -1,0 +1,117 @@
+"""Tab "Models & data": every model and dataset, its status and card, and a browsable sample."""
+from __future__ import annotations
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+from PIL import Image
+
+from core.data import DATASETS, get_spec, load, record_to_row, split_sizes, status
+from core.data.records import ImageLabel
+from core.zoo import card_of, list_cards, registered_names
+from ui.errors import user_errors
+from ui.header import AppContext
+
+TITLE = "Models & data"
+PAGE_SIZE = 12
+DEFAULT_DATASET, DEFAULT_SPLIT = "movie-sentiment", "test"
+_TEXT_CHARS = 400
+
+
+def models_table() -> pd.DataFrame:
+    rows = []
+    for c in list_cards():
+        rows.append({"model": c.name, "kind": c.kind, "status": "ready" if c.ready else "missing",
+                     "parameters (M)": round(c.parameters / 1e6, 2) if c.parameters else None,
+                     "dtype": c.dtype or "", "size on disk (MB)": round(c.size_bytes / 1e6, 1) if c.size_bytes else None,
+                     "source": c.source, "held-out quality": c.quality_text(), "how to get it": c.fix})
+    return pd.DataFrame(rows)
+
+
+def datasets_table() -> pd.DataFrame:
+    rows = []
+    for name, spec in DATASETS.items():
+        st = status(name)
+        sizes = split_sizes(name) if st.ready else {}
+        rows.append({"dataset": name, "task": spec.task, "record": spec.record_type.__name__,
+                     "status": "ready" if st.ready else "missing", "records": st.detail,
+                     "train/val/test": "/".join(str(sizes[s]) for s in ("train", "validation", "test")) if sizes
+                     else "", "stands in for": spec.stands_in_for, "how to get it": st.fix, "source": spec.source,
+                     "license": spec.license})
+    return pd.DataFrame(rows)
+
+
+@user_errors
+def model_card(name: str) -> str:
+    if name not in registered_names():
+        return "Choose a listed model."
+    return card_of(name).markdown()
+
+
+def _short(value):
+    if isinstance(value, str) and len(value) > _TEXT_CHARS:
+        return value[:_TEXT_CHARS] + "…"
+    return value
+
+
+def _image_tile(record: ImageLabel, size: int = 112) -> Image.Image:
+    return Image.fromarray(np.asarray(record.image, dtype=np.uint8)).resize((size, size), Image.NEAREST)
+
+
+@user_errors
+def dataset_sample(name: str, split: str, page: float):
+    """One page of a dataset split: a table for text records, an image grid for images."""
+    spec = get_spec(name)
+    page = max(1, int(page or 1))
+    records = load(name, split)
+    n_pages = max(1, -(-len(records) // PAGE_SIZE))
+    page = min(page, n_pages)
+    chunk = records[(page - 1) * PAGE_SIZE: page * PAGE_SIZE]
+    info = (f"**{spec.title}** — {split}: {len(records)} records, page {page} of {n_pages}. "
+            f"Source: {spec.source} ({spec.license}).")
+    if spec.record_type is ImageLabel:
+        tiles = [(_image_tile(r), f"label {r.label}") for r in chunk]
+        return info, gr.update(value=None, visible=False), gr.update(value=tiles, visible=True)
+    table = pd.DataFrame([{k: _short(v) for k, v in record_to_row(r).items()} for r in chunk])
+    return info, gr.update(value=table, visible=True), gr.update(value=None, visible=False)
+
+
+def first_model_card() -> str:
+    return model_card((registered_names() or [""])[0])
+
+
+def first_sample():
+    return dataset_sample(DEFAULT_DATASET, DEFAULT_SPLIT, 1)
+
+
+def first_page(name: str, split: str):
+    """Jump to page 1 of a newly chosen dataset or split."""
+    return (1, *dataset_sample(name, split, 1))
+
+
+def build(ctx: AppContext) -> None:
+    gr.Markdown("Every model and dataset Layerwise knows, whether it is ready on this machine, and the command "
+                "that gets it when it is not. Pick a dataset to browse its fixed, seeded splits.")
+    refresh = gr.Button("Refresh status", size="sm")
+    gr.Markdown("### Models")
+    models = gr.Dataframe(value=models_table, interactive=False, wrap=True, elem_id="models-table")
+    with gr.Row():
+        which = gr.Dropdown(choices=registered_names(), value=(registered_names() or [None])[0], label="Model card")
+    card = gr.Markdown(value=first_model_card, elem_id="model-card")
+    gr.Markdown("### Datasets")
+    datasets = gr.Dataframe(value=datasets_table, interactive=False, wrap=True, elem_id="datasets-table")
+    with gr.Row():
+        name = gr.Dropdown(choices=list(DATASETS), value=DEFAULT_DATASET, label="Dataset")
+        split = gr.Radio(["train", "validation", "test"], value=DEFAULT_SPLIT, label="Split")
+        page = gr.Number(value=1, precision=0, minimum=1, label="Page")
+    info = gr.Markdown(value=lambda: first_sample()[0], elem_id="dataset-info")
+    rows = gr.Dataframe(value=lambda: first_sample()[1]["value"], interactive=False, wrap=True, visible=True,
+                        elem_id="dataset-rows")
+    grid = gr.Gallery(columns=6, height="auto", visible=False, label="Images", elem_id="dataset-grid")
+
+    refresh.click(lambda: (models_table(), datasets_table()), outputs=[models, datasets], api_name="list_status")
+    which.change(model_card, inputs=which, outputs=card, api_name="registered_model_card")
+    outputs = [info, rows, grid]
+    name.change(first_page, inputs=[name, split], outputs=[page, *outputs], api_name="dataset_first_page")
+    split.change(first_page, inputs=[name, split], outputs=[page, *outputs], api_name="dataset_split_first_page")
+    page.submit(dataset_sample, inputs=[name, split, page], outputs=outputs, api_name="dataset_sample")
