@@ -76,6 +76,28 @@ def dataset_sample(name: str, split: str, page: float):
     return info, gr.update(value=table, visible=True), gr.update(value=None, visible=False)
 
 
+@user_errors
+def prepare_missing(progress=gr.Progress()):
+    """What ``python -m core data prepare`` and ``models prepare`` do, with a progress bar (cancellable)."""
+    from core.data import prepare
+    from core.zoo import PACKAGED, prepare_model
+
+    todo = [n for n, s in DATASETS.items() if s.storage == "prepared" and not status(n).ready]
+    todo_models = [n for n in PACKAGED if not card_of(n).ready]
+    steps = len(todo) + len(todo_models)
+    done = []
+    for i, name in enumerate(todo):
+        progress(i / max(steps, 1), desc=f"preparing dataset {name}")
+        prepare([name])
+        done.append(name)
+    for j, name in enumerate(todo_models):
+        progress((len(todo) + j) / max(steps, 1), desc=f"converting model {name} (about a minute)")
+        prepare_model(name)
+        done.append(name)
+    log = f"Prepared: {', '.join(done)}." if done else "Everything was already ready."
+    return log, models_table(), datasets_table()
+
+
 def first_model_card() -> str:
     return model_card((registered_names() or [""])[0])
 
@@ -92,7 +114,11 @@ def first_page(name: str, split: str):
 def build(ctx: AppContext) -> None:
     gr.Markdown("Every model and dataset Layerwise knows, whether it is ready on this machine, and the command "
                 "that gets it when it is not. Pick a dataset to browse its fixed, seeded splits.")
-    refresh = gr.Button("Refresh status", size="sm")
+    with gr.Row():
+        refresh = gr.Button("Refresh status", size="sm")
+        prep = gr.Button("Prepare missing datasets and models", size="sm", variant="primary")
+        stop = gr.Button("Stop", size="sm", variant="stop")
+    prep_log = gr.Markdown(elem_id="prepare-log")
     gr.Markdown("### Models")
     models = gr.Dataframe(value=models_table, interactive=False, wrap=True, elem_id="models-table")
     with gr.Row():
@@ -110,6 +136,9 @@ def build(ctx: AppContext) -> None:
     grid = gr.Gallery(columns=6, height="auto", visible=False, label="Images", elem_id="dataset-grid")
 
     refresh.click(lambda: (models_table(), datasets_table()), outputs=[models, datasets], api_name="list_status")
+    running = prep.click(prepare_missing, outputs=[prep_log, models, datasets], api_name="prepare_missing",
+                         concurrency_limit=1)
+    stop.click(None, cancels=[running], api_name=False)
     which.change(model_card, inputs=which, outputs=card, api_name="registered_model_card")
     outputs = [info, rows, grid]
     name.change(first_page, inputs=[name, split], outputs=[page, *outputs], api_name="dataset_first_page")

@@ -117,6 +117,23 @@ def test_hub_id_offline_names_the_fix():
     assert "offline" in err.value.message and "--online" in err.value.fix
 
 
+def test_hub_id_online_goes_to_the_hub_loader(monkeypatch, folder):
+    path, original = folder
+    from core.zoo import loading
+
+    seen = {}
+
+    def fake_load_hf(location, kind, dtype, trust_remote_code, allow_pickle):
+        seen.update(location=location, trust=trust_remote_code, pickle=allow_pickle)
+        return original, None
+
+    monkeypatch.setenv("LAYERWISE_ONLINE", "1")
+    monkeypatch.setattr(loading, "_load_hf", fake_load_hf)
+    lm = load_model("some-org/some-model", use_cache=False)
+    assert seen == {"location": "some-org/some-model", "trust": False, "pickle": False}
+    assert lm.card.source == "hub" and lm.card.parameters > 0 and len(lm.fingerprint) == 24
+
+
 @pytest.mark.parametrize("ref", ["", "definitely not a model", "./missing-folder"])
 def test_unknown_references(ref):
     with pytest.raises(ModelLoadError):

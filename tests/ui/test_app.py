@@ -42,6 +42,12 @@ def test_api_lists_and_samples(client):
     assert "500 records" in info and len(grid["value"]) == 12
 
 
+def test_api_prepare_is_idempotent(client):
+    log, models, datasets = client.predict(api_name="/prepare_missing")
+    assert log == "Everything was already ready."
+    assert {"movie-sentiment", "mmlu"} <= {row[0] for row in datasets["data"]}
+
+
 def test_api_bad_input_is_a_message_and_the_app_keeps_serving(client):
     with pytest.raises(Exception) as err:
         client.predict("/no/such/model", api_name="/model_card")
