@@ -22,8 +22,8 @@ def models_table() -> pd.DataFrame:
     rows = []
     for c in list_cards():
         rows.append({"model": c.name, "kind": c.kind, "status": "ready" if c.ready else "missing",
-                     "parameters (M)": round(c.parameters / 1e6, 2) if c.parameters else None,
-                     "dtype": c.dtype or "", "size on disk (MB)": round(c.size_bytes / 1e6, 1) if c.size_bytes else None,
+                     "params (M)": round(c.parameters / 1e6, 2) if c.parameters else None,
+                     "dtype": c.dtype or "", "disk (MB)": round(c.size_bytes / 1e6, 1) if c.size_bytes else None,
                      "source": c.source, "held-out quality": c.quality_text(), "how to get it": c.fix})
     return pd.DataFrame(rows)
 
@@ -54,6 +54,13 @@ def _short(value):
     return value
 
 
+def _row_short_first(record) -> dict:
+    """A record as a table row with its short fields (label, answer, subject) before the long texts."""
+    row = {k: _short(v) for k, v in record_to_row(record).items()}
+    is_long = {k: isinstance(v, (str, list)) and len(str(v)) > 24 for k, v in row.items()}
+    return {k: row[k] for k in sorted(row, key=lambda k: is_long[k])}
+
+
 def _image_tile(record: ImageLabel, size: int = 112) -> Image.Image:
     return Image.fromarray(np.asarray(record.image, dtype=np.uint8)).resize((size, size), Image.NEAREST)
 
@@ -72,7 +79,7 @@ def dataset_sample(name: str, split: str, page: float):
     if spec.record_type is ImageLabel:
         tiles = [(_image_tile(r), f"label {r.label}") for r in chunk]
         return info, gr.update(value=None, visible=False), gr.update(value=tiles, visible=True)
-    table = pd.DataFrame([{k: _short(v) for k, v in record_to_row(r).items()} for r in chunk])
+    table = pd.DataFrame([_row_short_first(r) for r in chunk])
     return info, gr.update(value=table, visible=True), gr.update(value=None, visible=False)
 
 
