@@ -60,3 +60,17 @@ def app_url():
         except subprocess.TimeoutExpired:
             proc.kill()
         log.close()
+
+
+@pytest.fixture(scope="module")
+def single_thread():
+    """Run a module's tiny-tensor tests on one thread (faster on a small shared machine), then restore.
+
+    Use with ``pytestmark = pytest.mark.usefixtures("single_thread")``.
+    """
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
