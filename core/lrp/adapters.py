@@ -1,0 +1,145 @@
+"""One interface over the Mamba models MambaLRP explains: input embeddings in, explained logits out.
+
+========================  ==========  ============================================================
+model                     kind        explained output
+========================  ==========  ============================================================
+``MambaForCausalLM``      ``lm``      logit of the target token at the last position
+``MambaModel``            ``lm``      same, with the tied head ``h_last . embeddings[target]``
+``MambaSequenceClassifier`` ``classifier``  class logit (head on the last token)
+``VisionMamba``           ``vision``  class logit (head on the class token)
+========================  ==========  ============================================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from transformers import MambaForCausalLM, MambaModel
+
+from core.errors import BadInputError
+from core.lrp.models import MambaSequenceClassifier, VisionMamba
+
+
+@dataclass
+class ModelAdapter:
+    """How to embed inputs and read the explained logits of one supported model.
+
+    Attributes
+    ----------
+    model : the wrapped model (never modified).
+    kind : ``"lm"``, ``"classifier"`` or ``"vision"``.
+    """
+
+    model: nn.Module
+    kind: str
+
+    # ---- inputs ------------------------------------------------------------------------------
+    def embed(self, input_ids: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None
+              ) -> torch.Tensor:
+        """Validated inputs -> input embeddings ``(1, L, H)`` (detached)."""
+        with torch.no_grad():
+            if self.kind == "vision":
+                return self.model.embed(self._pixels(input_ids, pixel_values)).detach()
+            ids = self._ids(input_ids, pixel_values)
+            return self.embeddings()(ids).detach()
+
+    def embeddings(self) -> nn.Embedding:
+        if isinstance(self.model, MambaModel):
+            return self.model.embeddings
+        return self.model.get_input_embeddings()
+
+    def _ids(self, input_ids, pixel_values) -> torch.Tensor:
+        if pixel_values is not None:
+            raise BadInputError("This is a text model; it takes input_ids, not pixel_values.")
+        if input_ids is None:
+            raise BadInputError("No input: pass input_ids, a (1, L) tensor of token ids.")
+        ids = torch.as_tensor(input_ids)
+        if ids.dim() == 1:
+            ids = ids[None]
+        if ids.dim() != 2 or ids.shape[0] != 1:
+            raise BadInputError(f"input_ids must have shape (1, L), got {tuple(ids.shape)}.",
+                                fix="Explain one sequence at a time.")
+        if ids.shape[1] == 0:
+            raise BadInputError("The input is empty.", fix="Enter at least one token.")
+        if ids.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8):
+            raise BadInputError(f"input_ids must be integer token ids, got {ids.dtype}.")
+        vocab = self.embeddings().num_embeddings
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+            raise BadInputError(f"Token ids must lie in [0, {vocab}), got {int(ids.min())}..{int(ids.max())}.",
+                                fix="Tokenize with this model's tokenizer.")
+        return ids.long().to(self.embeddings().weight.device)
+
+    def _pixels(self, input_ids, pixel_values) -> torch.Tensor:
+        if input_ids is not None:
+            raise BadInputError("This is an image model; it takes pixel_values, not input_ids.")
+        if pixel_values is None:
+            raise BadInputError("No input: pass pixel_values, a (1, C, S, S) image tensor.")
+        px = torch.as_tensor(pixel_values)
+        if px.dim() == 3:
+            px = px[None]
+        cfg = self.model.config
+        want = (1, cfg.in_channels, cfg.image_size, cfg.image_size)
+        if tuple(px.shape) != want:
+            raise BadInputError(f"The image has shape {tuple(px.shape)}, the model expects {want}.",
+                                fix=f"Resize to {cfg.image_size}x{cfg.image_size} with {cfg.in_channels} channels.")
+        if px.numel() == 0:
+            raise BadInputError("The image is empty.")
+        w = self.model.patch_embed.weight
+        return px.to(device=w.device, dtype=w.dtype)
+
+    # ---- outputs -----------------------------------------------------------------------------
+    def logits(self, embeds: torch.Tensor) -> torch.Tensor:
+        """Input embeddings ``(B, L, H)`` -> explained logits ``(B, num_outputs)``."""
+        m = self.model
+        if isinstance(m, MambaForCausalLM):
+            return m(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].float()
+        if isinstance(m, MambaModel):
+            h = m(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
+            return (h @ m.embeddings.weight.T).float()
+        if isinstance(m, MambaSequenceClassifier):
+            return m(inputs_embeds=embeds).float()
+        return m.forward_embeddings(embeds).float()
+
+    @property
+    def num_outputs(self) -> int:
+        m = self.model
+        if isinstance(m, MambaForCausalLM):
+            return m.lm_head.out_features
+        if isinstance(m, MambaModel):
+            return m.embeddings.num_embeddings
+        if isinstance(m, MambaSequenceClassifier):
+            return m.num_labels
+        return m.config.num_classes
+
+    def explained_position(self, length: int) -> int:
+        """Sequence position whose state produces the explained logit."""
+        return self.model.config.cls_position if self.kind == "vision" else length - 1
+
+    def unit_positions(self, length: int) -> torch.Tensor:
+        """Sequence positions of the units a relevance map is shown over (tokens, or patches)."""
+        if self.kind != "vision":
+            return torch.arange(length)
+        c = self.model.config.cls_position
+        return torch.tensor([i for i in range(length) if i != c])
+
+    def to_map(self, sequence_relevance: torch.Tensor) -> torch.Tensor:
+        """``(L,)`` per-sequence-position values -> ``(L,)`` per token or ``(h, w)`` per patch."""
+        if self.kind != "vision":
+            return sequence_relevance
+        per_patch = sequence_relevance[self.unit_positions(sequence_relevance.shape[0])]
+        return per_patch.reshape(self.model.config.grid)
+
+
+def adapter_for(model) -> ModelAdapter:
+    """The adapter of a supported model, else :class:`BadInputError`."""
+    if isinstance(model, (MambaForCausalLM, MambaModel)):
+        return ModelAdapter(model, "lm")
+    if isinstance(model, MambaSequenceClassifier):
+        return ModelAdapter(model, "classifier")
+    if isinstance(model, VisionMamba):
+        return ModelAdapter(model, "vision")
+    raise BadInputError(
+        f"MambaLRP explains Mamba models; got {type(model).__name__}.",
+        fix="Use a transformers MambaForCausalLM / MambaModel, core.lrp.MambaSequenceClassifier "
+            "or core.lrp.VisionMamba.")

@@ -1,0 +1,133 @@
+"""Mamba mixer forwards with the MambaLRP rules wired in (values identical to the original forward).
+
+:func:`ssm_branch` is one selective-SSM branch (conv -> SiLU -> selective scan -> gate) written as a
+function of the branch's parameters; :func:`mamba_mixer_forward` runs transformers' ``MambaMixer`` with
+it (the same operations as ``MambaMixer.forward`` without a cache) and :func:`bimamba_mixer_forward`
+the project's bidirectional Vision Mamba mixer. ``rules=None`` reproduces the original network.
+
+With a ``record`` list, every branch appends a :class:`ScanRecord` (what the hidden attention needs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.lrp import rules as R
+from kernels.selective_scan import selective_scan_lrp, selective_scan_ref
+
+
+@dataclass
+class ScanRecord:
+    """One selective scan of one forward pass (batch first).
+
+    Attributes
+    ----------
+    layer : index of the mixer in the model (order of ``model.modules()``).
+    u : (B, D, L) scan input.
+    delta : (B, D, L) time steps after bias and softplus (detached).
+    A : (D, N) continuous state matrix (detached).
+    B, C : (B, N, L) input-dependent projections (detached).
+    D : (D,) skip weight (detached).
+    y : (B, D, L) scan output ``sum_s alpha[t, s] u_s + D u_t`` (in the autograd graph).
+    flipped : True for the backward branch of a bidirectional mixer (sequence order reversed).
+    """
+
+    layer: int
+    u: torch.Tensor
+    delta: torch.Tensor
+    A: torch.Tensor
+    B: torch.Tensor
+    C: torch.Tensor
+    D: torch.Tensor
+    y: torch.Tensor
+    flipped: bool = False
+
+
+def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.Tensor:
+    """Depthwise causal conv of ``x: (B, D, L)`` as in transformers' ``causal_conv1d_fn`` (no activation)."""
+    length, kernel = x.shape[-1], conv.weight.shape[-1]
+    channels = conv.weight.shape[0]
+    x = x.to(conv.weight.dtype)
+    z = F.conv1d(x, conv.weight, conv.bias, padding=kernel - 1, groups=channels)
+    if gamma:
+        # applied to the unsliced output so that the result keeps the original memory layout
+        # (CPU kernels downstream take a different, bitwise different, path for other layouts)
+        def bias_free(inp, w):
+            return F.conv1d(inp, w, None, padding=kernel - 1, groups=channels)
+
+        bias = None if conv.bias is None else conv.bias[:, None]
+        z = R.gamma_rule(z, bias, bias_free, x, conv.weight, gamma)
+    return z[..., :length]
+
+
+def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Linear, dt_proj: nn.Linear,
+               A_log: torch.Tensor, D: torch.Tensor, rules: R.LRPRules | None,
+               record: list | None = None, layer: int = 0, flipped: bool = False) -> torch.Tensor:
+    """One selective-SSM branch: ``gate(scan(silu(conv(x))), silu(z))``.
+
+    Parameters
+    ----------
+    x, z : (B, D, L) the two halves of ``in_proj``'s output (scan input before the conv, gate).
+    conv, x_proj, dt_proj, A_log, D : the branch's parameters (transformers' ``MambaMixer`` layout).
+    rules : the MambaLRP rules, or None for the original computation.
+
+    Returns
+    -------
+    (B, D, L) gated scan output, in the dtype of ``x``.
+    """
+    dtype = x.dtype
+    gamma = rules.gamma_conv if rules is not None else 0.0
+    u = R.silu(causal_conv(x, conv, gamma), rules).to(dtype)
+    state_size = A_log.shape[-1]
+    rank = dt_proj.weight.shape[1]
+    time_step, B, C = torch.split(x_proj(u.transpose(1, 2)), [rank, state_size, state_size], dim=-1)
+    time_step = dt_proj.weight @ time_step.transpose(1, 2)
+    dt_bias = dt_proj.bias.float() if dt_proj.bias is not None else None
+    A = -torch.exp(A_log.float())
+    B, C = B.transpose(1, 2), C.transpose(1, 2)
+    scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan_ref
+    y = scan(u, time_step, A, B, C, D.float(), dt_bias, True)
+    if record is not None:
+        delta = time_step.detach()
+        if dt_bias is not None:
+            delta = delta + dt_bias.detach()[..., None]
+        record.append(ScanRecord(layer=layer, u=u, delta=F.softplus(delta), A=A.detach(), B=B.detach(),
+                                 C=C.detach(), D=D.detach().float(), y=y, flipped=flipped))
+    if rules is None:
+        return y * F.silu(z)
+    return R.gate(y, R.silu(z, rules), rules)
+
+
+def mamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
+                        record: list | None = None, layer: int = 0) -> torch.Tensor:
+    """transformers' ``MambaMixer.forward`` (full sequence, no cache) with the rules; ``(B, L, H) -> (B, L, H)``."""
+    dtype = hidden_states.dtype
+    g_in = rules.gamma_in_proj if rules is not None else 0.0
+    g_out = rules.gamma_out_proj if rules is not None else 0.0
+    projected = R.linear(hidden_states, mixer.in_proj, g_in).transpose(1, 2)
+    x, z = projected.chunk(2, dim=1)
+    s = ssm_branch(x, z, mixer.conv1d, mixer.x_proj, mixer.dt_proj, mixer.A_log, mixer.D, rules,
+                   record, layer)
+    return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)
+
+
+def bimamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
+                          record: list | None = None, layer: int = 0) -> torch.Tensor:
+    """Bidirectional mixer (shared in_proj/out_proj, a forward and a flipped branch); ``(B, L, H) -> (B, L, H)``.
+
+    ``out = out_proj((branch_f(xz) + flip(branch_b(flip(xz)))) / 2)``.
+    """
+    dtype = hidden_states.dtype
+    g_in = rules.gamma_in_proj if rules is not None else 0.0
+    g_out = rules.gamma_out_proj if rules is not None else 0.0
+    projected = R.linear(hidden_states, mixer.in_proj, g_in).transpose(1, 2)
+    x, z = projected.chunk(2, dim=1)
+    fwd = ssm_branch(x, z, mixer.conv1d, mixer.x_proj, mixer.dt_proj, mixer.A_log, mixer.D, rules,
+                     record, layer)
+    bwd = ssm_branch(x.flip(-1), z.flip(-1), mixer.conv1d_b, mixer.x_proj_b, mixer.dt_proj_b,
+                     mixer.A_b_log, mixer.D_b, rules, record, layer, flipped=True).flip(-1)
+    s = (fwd + bwd) / 2
+    return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)

@@ -1,0 +1,154 @@
+"""The MambaLRP propagation rules, each as a forward whose value is unchanged but whose gradient is rewired.
+
+Gradient x input over a network built from these pieces is LRP: every piece is (locally) linear in its
+input with the values of the original network, so the relevances of the input embeddings sum to the
+explained logit (conservation) once constant-adding biases are removed.
+
+Every rule uses :func:`with_gradient_of`: the returned tensor has exactly the values of the original
+computation and the gradient of a surrogate. ``rules=None`` everywhere means "the original network".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class LRPRules:
+    """Which MambaLRP rules are on; each can be switched off for the ablation.
+
+    Attributes
+    ----------
+    silu : identity rule for SiLU, ``x * const(sigmoid(x))`` (after the conv and on the gate).
+    ssm : selective SSM with ``A_bar``, ``B_bar`` and ``C`` constant (no relevance to x_proj/dt_proj).
+    gate : half rule for ``y * silu(z)``: ``s/2 + const(s/2)``, half to ``y``, half to the gate.
+    norm : LN-rule for RMSNorm / LayerNorm: the normaliser is a constant.
+    gamma_in_proj, gamma_out_proj, gamma_conv : generalised LRP-gamma for that layer kind; 0 is LRP-0.
+    """
+
+    silu: bool = True
+    ssm: bool = True
+    gate: bool = True
+    norm: bool = True
+    gamma_in_proj: float = 0.0
+    gamma_out_proj: float = 0.0
+    gamma_conv: float = 0.0
+
+    @classmethod
+    def mambalrp(cls, gamma: float = 0.0) -> "LRPRules":
+        """All rules on; ``gamma`` (e.g. 0.25) applied to in_proj, out_proj and conv."""
+        return cls(gamma_in_proj=gamma, gamma_out_proj=gamma, gamma_conv=gamma)
+
+    @classmethod
+    def ln_only(cls) -> "LRPRules":
+        """Only the LN-rule (the "LRP (LN-rule)" baseline of the paper)."""
+        return cls(silu=False, ssm=False, gate=False, norm=True)
+
+    @classmethod
+    def none(cls) -> "LRPRules":
+        """No rule: gradient x input of the original network."""
+        return cls(silu=False, ssm=False, gate=False, norm=False)
+
+    def with_options(self, **options) -> "LRPRules":
+        """A copy with the given fields replaced (unknown names raise ``TypeError``)."""
+        return replace(self, **options)
+
+
+def with_gradient_of(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tensor:
+    """Exactly the values of ``value``, the gradient of ``surrogate`` (which must be close to ``value``)."""
+    return value.detach() + (surrogate - surrogate.detach())
+
+
+# ---------------------------------------------------------------------------------------------
+# Element-wise rules
+# ---------------------------------------------------------------------------------------------
+def silu(x: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
+    """SiLU; with ``rules.silu`` the identity rule ``x * const(sigmoid(x))``. Any shape."""
+    y = F.silu(x)
+    if rules is None or not rules.silu:
+        return y
+    return with_gradient_of(y, x * torch.sigmoid(x).detach())
+
+
+def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
+    """Product ``y * g``; with ``rules.gate`` the half rule ``s/2 + const(s/2)``.
+
+    The gradient is then ``g/2`` for ``y`` and ``y/2`` for ``g``, so each factor receives half of the
+    relevance ``s``.
+    """
+    s = y * g
+    if rules is None or not rules.gate:
+        return s
+    return with_gradient_of(s, 0.5 * (y * g.detach()) + 0.5 * (y.detach() * g))
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None) -> torch.Tensor:
+    """transformers' ``MambaRMSNorm`` (same operations); with ``rules.norm`` the LN-rule.
+
+    ``x: (..., H)``; the LN-rule makes ``rsqrt(mean(x^2) + eps)`` a constant, so the map is linear.
+    """
+    input_dtype = x.dtype
+    h = x.to(torch.float32)
+    variance = h.pow(2).mean(-1, keepdim=True)
+    scale = torch.rsqrt(variance + eps)
+    if rules is not None and rules.norm:
+        scale = scale.detach()
+    return weight * (h * scale).to(input_dtype)
+
+
+def layer_norm(x: torch.Tensor, module: torch.nn.LayerNorm, rules: LRPRules | None) -> torch.Tensor:
+    """``nn.LayerNorm``; with ``rules.norm`` the LN-rule (the standard deviation is a constant)."""
+    y = F.layer_norm(x, module.normalized_shape, module.weight, module.bias, module.eps)
+    if rules is None or not rules.norm:
+        return y
+    dims = tuple(range(-len(module.normalized_shape), 0))
+    centred = x - x.mean(dim=dims, keepdim=True)
+    std = torch.sqrt(x.var(dim=dims, unbiased=False, keepdim=True) + module.eps).detach()
+    surrogate = centred / std
+    if module.weight is not None:
+        surrogate = surrogate * module.weight
+    if module.bias is not None:
+        surrogate = surrogate + module.bias
+    return with_gradient_of(y, surrogate)
+
+
+# ---------------------------------------------------------------------------------------------
+# Linear layers: LRP-0 (plain gradient) or the generalised LRP-gamma
+# ---------------------------------------------------------------------------------------------
+def gamma_rule(z: torch.Tensor, bias: torch.Tensor | None, layer, x: torch.Tensor, weight: torch.Tensor,
+               gamma: float) -> torch.Tensor:
+    """Generalised LRP-gamma for a layer ``z = layer(x, weight) + bias`` bilinear in (x, weight).
+
+    ``bias`` must already broadcast against ``z`` (or be None); ``layer(x, weight)`` is the bias-free map.
+
+    For an output with ``z_j > 0`` the positive contributions ``(x_i w_ij)^+`` are boosted by
+    ``(1 + gamma)``, for ``z_j < 0`` the negative ones, so
+
+        R_i = sum_j (x_i w_ij + gamma (x_i w_ij)^{+/-}) / (z_j + gamma sum_i' (x_i' w_i'j)^{+/-}) R_j
+
+    which handles inputs of both signs. Implemented as ``z_mod * const(z / z_mod)``; ``|z_mod| >= |z|``
+    so the ratio lies in [0, 1]. ``z`` is returned with its exact values.
+    """
+    xp, xn = x.clamp(min=0), x.clamp(max=0)
+    weight = weight.detach()
+    wp, wn = weight.clamp(min=0), weight.clamp(max=0)
+    z0 = layer(x, weight)
+    pos = layer(xp, wp) + layer(xn, wn)  # sum of the positive products x_i w_ij
+    neg = layer(xp, wn) + layer(xn, wp)  # sum of the negative products
+    z_mod = z0 + gamma * torch.where(z > 0, pos, neg)
+    if bias is not None:
+        z_mod = z_mod + bias.detach()  # the bias keeps its own (unboosted) share
+    z_ref = z_mod.detach()
+    safe = torch.where(z_ref == 0, torch.ones_like(z_ref), z_ref)
+    ratio = torch.where(z_ref == 0, torch.zeros_like(z_ref), z.detach() / safe)
+    return with_gradient_of(z, z_mod * ratio)
+
+
+def linear(x: torch.Tensor, module: torch.nn.Linear, gamma: float = 0.0) -> torch.Tensor:
+    """``module(x)`` for ``x: (..., in)``; LRP-0 when ``gamma == 0``, else the generalised gamma rule."""
+    z = module(x)
+    if not gamma:
+        return z
+    return gamma_rule(z, module.bias, F.linear, x, module.weight, gamma)

@@ -1,0 +1,100 @@
+"""The Triton selective scan (MambaLRP treatment) against its PyTorch reference twin, under TRITON_INTERPRET=1."""
+import os
+
+import pytest
+import torch
+
+from kernels.dispatch import triton_available
+from kernels.selective_scan import (selective_scan_lrp, selective_scan_lrp_ref, selective_scan_lrp_triton,
+                                    selective_scan_ref)
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+needs_interpreter = pytest.mark.skipif(
+    not triton_available() or os.environ.get("TRITON_INTERPRET") != "1",
+    reason="Triton kernels run on CPU only under TRITON_INTERPRET=1")
+
+
+def _inputs(batch=2, channels=6, length=9, state=3, seed=0, with_d=True, with_bias=True):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(batch, channels, length, generator=g)
+    delta = torch.randn(batch, channels, length, generator=g) * 0.5
+    A = -(torch.rand(channels, state, generator=g) + 0.5)
+    B = torch.randn(batch, state, length, generator=g)
+    C = torch.randn(batch, state, length, generator=g)
+    D = torch.randn(channels, generator=g) if with_d else None
+    bias = torch.randn(channels, generator=g) * 0.1 if with_bias else None
+    return u, delta, A, B, C, D, bias
+
+
+@needs_interpreter
+@pytest.mark.parametrize("with_d,with_bias,softplus", [(True, True, True), (False, False, False), (True, False, True)])
+@pytest.mark.parametrize("shape", [(2, 6, 9, 3), (1, 5, 4, 16)])  # non-power-of-2 channels/state: masking
+def test_kernel_matches_reference_forward_and_gradient(with_d, with_bias, softplus, shape):
+    batch, channels, length, state = shape
+    u, delta, A, B, C, D, bias = _inputs(batch, channels, length, state, with_d=with_d, with_bias=with_bias)
+    u1 = u.clone().requires_grad_(True)
+    u2 = u.clone().requires_grad_(True)
+    y1 = selective_scan_lrp_triton(u1, delta, A, B, C, D, bias, softplus)
+    y2 = selective_scan_lrp_ref(u2, delta, A, B, C, D, bias, softplus)
+    torch.testing.assert_close(y1, y2, rtol=1e-5, atol=1e-5)
+    g = torch.randn_like(y1)
+    (g1,) = torch.autograd.grad(y1, u1, g)
+    (g2,) = torch.autograd.grad(y2, u2, g)
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5)
+
+
+@needs_interpreter
+def test_kernel_accepts_non_contiguous_inputs():
+    u, delta, A, B, C, D, bias = _inputs()
+    u_t = u.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
+    B_t = B.transpose(1, 2).contiguous().transpose(1, 2)
+    y1 = selective_scan_lrp_triton(u_t, delta, A, B_t, C, D, bias, True)
+    y2 = selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True)
+    torch.testing.assert_close(y1, y2, rtol=1e-5, atol=1e-5)
+
+
+def test_lrp_reference_has_the_values_of_the_full_scan_and_gradient_only_for_u():
+    u, delta, A, B, C, D, bias = _inputs()
+    u = u.requires_grad_(True)
+    delta, B, C = delta.requires_grad_(True), B.requires_grad_(True), C.requires_grad_(True)
+    y_lrp = selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True)
+    y_full = selective_scan_ref(u, delta, A, B, C, D, bias, True)
+    assert torch.equal(y_lrp, y_full)
+    grads = torch.autograd.grad(y_lrp.sum(), [u, delta, B, C], allow_unused=True)
+    assert grads[0] is not None and grads[1] is None and grads[2] is None and grads[3] is None
+    full = torch.autograd.grad(y_full.sum(), [delta, B, C])
+    assert all(g.abs().sum() > 0 for g in full)
+
+
+def test_scan_is_linear_in_u_so_gradient_times_input_conserves():
+    u, delta, A, B, C, D, bias = _inputs(batch=1)
+    u = u.requires_grad_(True)
+    y = selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True)
+    w = torch.randn_like(y)
+    (g,) = torch.autograd.grad((y * w).sum(), u)
+    torch.testing.assert_close((g * u).sum(), (y * w).sum(), rtol=1e-5, atol=1e-5)
+
+
+def test_dispatch_uses_the_reference_on_cpu():
+    u, delta, A, B, C, D, bias = _inputs()
+    assert torch.equal(selective_scan_lrp(u, delta, A, B, C, D, bias, True),
+                       selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True))
+
+
+@needs_interpreter
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.bfloat16, 3e-2)])
+def test_kernel_in_half_precision_matches_the_float32_reference(dtype, tol):
+    u, delta, A, B, C, D, bias = _inputs()
+    u, delta, B, C = (t.to(dtype) for t in (u, delta, B, C))  # the kernel keeps its state in float32
+    u_half = u.clone().requires_grad_(True)
+    u_ref = u.float().requires_grad_(True)
+    y = selective_scan_lrp_triton(u_half, delta, A, B, C, D, bias, True)
+    y_ref = selective_scan_lrp_ref(u_ref, delta.float(), A, B.float(), C.float(), D, bias, True)
+    assert y.dtype == dtype
+    scale = float(y_ref.detach().abs().max())
+    torch.testing.assert_close(y.float(), y_ref.detach(), rtol=tol, atol=tol * scale)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    (gu,) = torch.autograd.grad(y, u_half, g.to(dtype))
+    (gu_ref,) = torch.autograd.grad(y_ref, u_ref, g.to(dtype).float())
+    torch.testing.assert_close(gu.float(), gu_ref, rtol=tol, atol=tol * float(gu_ref.abs().max()))
