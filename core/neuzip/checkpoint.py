@@ -1,0 +1,154 @@
+"""Save and load NeuZip-compressed tensors as one safetensors file with codec metadata and a checksum.
+
+File layout
+-----------
+A safetensors file whose tensors are the stored arrays, named ``"{tensor name}::{part}"`` with
+``part`` in ``symbols, freqs, states, offsets, words, fields, scales`` (unsigned arrays are stored
+as the signed integer type of the same width, bit for bit), and whose string metadata holds
+
+- ``format``: ``"layerwise-neuzip"``, ``version``: ``"1"``;
+- ``codec``: JSON ``{tensor name: CompressedTensor.metadata()}``;
+- ``sha256``: hex digest over the codec JSON and every array (names sorted, raw bytes).
+
+Writes go to a temporary file in the target folder and are renamed into place, so a failed save
+leaves no half-written file. Any problem reading a file (truncated, tampered, not a NeuZip
+checkpoint) raises :class:`core.errors.BadInputError`.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from core.errors import BadInputError, LayerwiseError
+from core.neuzip import rans
+from core.neuzip.codec import CompressedTensor, check_params
+from kernels.neuzip_bits import packed_length
+
+__all__ = ["save_compressed", "load_compressed"]
+
+FORMAT = "layerwise-neuzip"
+VERSION = "1"
+_SIGNED = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32}
+_PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "states": np.uint32, "offsets": np.uint32,
+                "words": np.uint16, "fields": np.uint8, "scales": np.uint8}
+
+
+def _digest(codec_json: str, arrays: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256(codec_json.encode())
+    for name in sorted(arrays):
+        h.update(name.encode() + b"\0")
+        h.update(np.ascontiguousarray(arrays[name]).tobytes())
+    return h.hexdigest()
+
+
+def save_compressed(path: str | os.PathLike, tensors: dict[str, CompressedTensor] | CompressedTensor) -> Path:
+    """Write compressed tensors to ``path`` atomically.
+
+    Parameters
+    ----------
+    path : target file (its folder must exist)
+    tensors : ``{name: CompressedTensor}``, or one tensor (saved under the name ``"tensor"``)
+
+    Returns
+    -------
+    The path written.
+    """
+    if isinstance(tensors, CompressedTensor):
+        tensors = {"tensor": tensors}
+    if not tensors:
+        raise BadInputError("nothing to save: no compressed tensors given.")
+    for name in tensors:
+        if "::" in name:
+            raise BadInputError(f"tensor name {name!r} may not contain '::'.")
+    path = Path(path)
+    if not path.parent.is_dir():
+        raise BadInputError(f"folder {path.parent} does not exist.", fix="create it first")
+    arrays = {f"{name}::{part}": a for name, ct in tensors.items() for part, a in ct.arrays().items()}
+    codec_json = json.dumps({name: ct.metadata() for name, ct in tensors.items()}, sort_keys=True)
+    meta = {"format": FORMAT, "version": VERSION, "codec": codec_json, "sha256": _digest(codec_json, arrays)}
+    stored = {k: torch.from_numpy(np.ascontiguousarray(a).view(_SIGNED[a.dtype])) for k, a in arrays.items()}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(stored, tmp, metadata=meta)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return path
+
+
+def _corrupt(path: Path, why: str) -> BadInputError:
+    return BadInputError(f"{path} is not a valid NeuZip checkpoint: {why}.",
+                         fix="re-create it with save_compressed (the file is truncated, modified or of another kind)")
+
+
+def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
+    """Read a file written by :func:`save_compressed`, verifying its checksum and every stream.
+
+    Returns
+    -------
+    ``{name: CompressedTensor}``
+
+    Raises
+    ------
+    BadInputError
+        Missing, truncated or tampered file, or not a NeuZip checkpoint.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise BadInputError(f"{path} does not exist.", fix="check the path")
+    try:
+        with safe_open(str(path), framework="pt") as f:
+            meta = f.metadata() or {}
+            arrays = {k: f.get_tensor(k).numpy() for k in f.keys()}
+    except Exception as exc:  # safetensors raises several error types for bad headers
+        raise _corrupt(path, f"cannot read it as safetensors ({exc})") from None
+    if meta.get("format") != FORMAT:
+        raise _corrupt(path, "no NeuZip metadata")
+    if meta.get("version") != VERSION:
+        raise _corrupt(path, f"unsupported version {meta.get('version')!r}")
+    codec_json = meta.get("codec", "")
+    try:
+        arrays = {k: a.view(_PART_DTYPES[k.rsplit("::", 1)[1]]) for k, a in arrays.items()}
+    except (KeyError, IndexError, ValueError):
+        raise _corrupt(path, "unexpected tensors") from None
+    if _digest(codec_json, arrays) != meta.get("sha256"):
+        raise _corrupt(path, "checksum mismatch")
+    try:
+        codec = json.loads(codec_json)
+        return {name: _rebuild(name, m, arrays) for name, m in codec.items()}
+    except (KeyError, TypeError, ValueError, LayerwiseError) as exc:
+        raise _corrupt(path, f"inconsistent contents ({exc})") from None
+
+
+def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
+    def part(p: str) -> np.ndarray:
+        return arrays[f"{name}::{p}"]
+
+    table = rans.RansTable(part("symbols"), part("freqs"), int(m["precision"]))
+    stream = rans.RansStream(table, part("states"), part("offsets"), part("words"),
+                             int(m["numel"]), int(m["chunk_size"]))
+    scales = arrays.get(f"{name}::scales")
+    ct = CompressedTensor(tuple(m["shape"]), int(m["mantissa_bits"]), m["block_size"], stream,
+                          torch.from_numpy(part("fields").copy()),
+                          None if scales is None else torch.from_numpy(scales.copy()),
+                          m["source_dtype"], m["note"])
+    if int(np.prod(ct.shape, dtype=np.int64)) != ct.numel:
+        raise ValueError(f"{name}: shape does not match the element count")
+    check_params(ct.mantissa_bits, ct.block_size)
+    stream.validate()
+    if ct.fields.numel() != packed_length(ct.numel, ct.mantissa_bits):
+        raise ValueError(f"{name}: wrong number of packed fields")
+    if (ct.scales is None) != (ct.block_size is None) or (
+            ct.scales is not None and ct.scales.numel() != -(-ct.numel // ct.block_size)):
+        raise ValueError(f"{name}: wrong number of block scales")
+    return ct

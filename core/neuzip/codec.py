@@ -1,0 +1,278 @@
+"""The NeuZip bf16 codec: exponents entropy-coded with chunked rANS, sign + mantissa kept raw.
+
+``compress(tensor, mantissa_bits=7, block_size=None)`` returns a :class:`CompressedTensor`:
+
+- ``mantissa_bits = 7`` is lossless, bit for bit (NaN payloads, infinities, signed zeros and
+  subnormals included);
+- ``mantissa_bits in {0, 1, 3}`` keeps the top ``k`` mantissa bits, rounded to nearest (ties to
+  even) with the carry going into the exponent: ``|x_hat - x| <= 2**-(k+1) |x|`` for normal ``x``
+  (see :mod:`kernels.neuzip_bits`), optionally after a per-block normaliser
+  (:mod:`core.neuzip.normaliser`).
+
+Stored parts of a compressed tensor
+-----------------------------------
+- ``exponents``: a :class:`core.neuzip.rans.RansStream` (table, chunk states, offsets, words);
+- ``fields``: ``(ceil(N / P),) uint8``, the packed ``1 + k`` bit sign/mantissa fields;
+- ``scales``: ``(ceil(N / B),) uint8`` normaliser codes, or None;
+- metadata: shape, ``k``, ``B``, chunk size, table precision, source dtype and a note.
+
+Inputs that are not bf16 are converted (float32/float16 -> bf16 rounds the mantissa and is itself
+lossy), with a ``UserWarning`` and the reason kept in ``CompressedTensor.note``.
+"""
+from __future__ import annotations
+
+import json
+import math
+import numbers
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from core.errors import BadInputError
+from core.neuzip import rans
+from core.neuzip.normaliser import denormalise, normalise
+from kernels.neuzip_bits import MANTISSA_BITS, fields_per_byte, merge_bf16, packed_length, split_bf16
+from kernels.neuzip_rans import rans_decode
+
+__all__ = ["CompressedTensor", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
+           "decode_workspace_bytes"]
+
+BLOCK_SIZES = tuple(2**i for i in range(5, 11))  # 32 .. 1024
+DECODE_SLICE = 1 << 20  # values merged at a time on CPU
+# upper bound on the CPU temporaries per value of a slice: int32 intermediates of the bit merge,
+# float32 intermediates of the normaliser, the bf16 result (measured: about 16 lossless, 30 with a
+# normaliser)
+DECODE_WORKSPACE_PER_VALUE = 32
+
+
+def decode_workspace_bytes(numel: int) -> int:
+    """Upper bound on the CPU temporaries of ``decompress()`` for a tensor of ``numel`` values
+    (beyond the output): the decoded exponents (2 bytes per value at the peak) plus one slice."""
+    return 2 * numel + DECODE_WORKSPACE_PER_VALUE * min(numel, DECODE_SLICE)
+
+
+def check_params(mantissa_bits: int, block_size: int | None) -> None:
+    """Raise :class:`BadInputError` unless ``mantissa_bits`` and ``block_size`` are usable together."""
+    if isinstance(mantissa_bits, bool) or not isinstance(mantissa_bits, numbers.Integral) \
+            or int(mantissa_bits) not in MANTISSA_BITS:
+        raise BadInputError(f"mantissa_bits must be one of {MANTISSA_BITS}, got {mantissa_bits!r}.",
+                            fix="use 7 for lossless, or 3, 1 or 0 to truncate the mantissa")
+    if block_size is None:
+        return
+    if isinstance(block_size, bool) or not isinstance(block_size, numbers.Integral) \
+            or int(block_size) not in BLOCK_SIZES:
+        raise BadInputError(f"block_size must be a power of two from 32 to 1024, got {block_size!r}.",
+                            fix="pick one of " + ", ".join(map(str, BLOCK_SIZES)) + ", or None")
+    if mantissa_bits == 7:
+        raise BadInputError("the block normaliser only applies to lossy compression (mantissa_bits < 7).",
+                            fix="leave block_size=None for lossless compression")
+
+
+def to_bf16(tensor: torch.Tensor) -> tuple[torch.Tensor, str | None]:
+    """Flatten to ``(N,) bfloat16``; a conversion comes back with a note (and is never silent).
+
+    Raises
+    ------
+    BadInputError
+        For a non-tensor, an empty tensor or a non-floating dtype.
+    """
+    if not isinstance(tensor, torch.Tensor):
+        raise BadInputError(f"expected a torch.Tensor, got {type(tensor).__name__}.")
+    if tensor.numel() == 0:
+        raise BadInputError(f"cannot compress an empty tensor (shape {tuple(tensor.shape)}).",
+                            fix="pass a tensor with at least one element")
+    if not tensor.is_floating_point():
+        raise BadInputError(f"NeuZip compresses floating-point weights, got {tensor.dtype}.",
+                            fix="convert the tensor to bfloat16 first")
+    x = tensor.detach().contiguous().reshape(-1)
+    if x.dtype == torch.bfloat16:
+        return x, None
+    y = x.to(torch.bfloat16)
+    dtype = str(x.dtype).removeprefix("torch.")
+    if bf16_exact(x, y):
+        note = (f"converted from {dtype} to bfloat16 before compression; the conversion is lossy in "
+                "general, but every value here was already a bfloat16 value, so nothing was lost")
+    else:
+        note = (f"converted from {dtype} to bfloat16 before compression; this conversion rounds the "
+                "mantissa to 7 bits and is itself lossy (it changed some values)")
+    return y, note
+
+
+def bf16_exact(x: torch.Tensor, y: torch.Tensor | None = None) -> bool:
+    """True when every value of ``x`` survives conversion to bf16 (NaNs count as surviving)."""
+    y = x.to(torch.bfloat16) if y is None else y
+    back = y.to(x.dtype)
+    return bool(((back == x) | (torch.isnan(back) & torch.isnan(x))).all())
+
+
+@dataclass
+class CompressedTensor:
+    """A NeuZip-compressed bf16 tensor. ``decompress()`` gives back ``(*shape,) bfloat16``."""
+
+    shape: tuple[int, ...]
+    mantissa_bits: int
+    block_size: int | None
+    exponents: rans.RansStream
+    fields: torch.Tensor
+    scales: torch.Tensor | None = None
+    source_dtype: str = "bfloat16"
+    note: str | None = None
+    _meta_cache: str | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def numel(self) -> int:
+        """Number of weights."""
+        return self.exponents.n
+
+    @property
+    def lossless(self) -> bool:
+        """True when the bf16 values come back bit for bit."""
+        return self.mantissa_bits == 7
+
+    def metadata(self) -> dict:
+        """The JSON-able codec metadata (everything but the arrays)."""
+        t = self.exponents
+        return {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits,
+                "block_size": self.block_size, "chunk_size": t.chunk_size,
+                "precision": t.table.precision, "numel": t.n, "source_dtype": self.source_dtype,
+                "note": self.note}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """Every stored array by part name (exponent stream, fields, scales)."""
+        t = self.exponents
+        parts = {"symbols": t.table.symbols, "freqs": t.table.freqs, "states": t.states,
+                 "offsets": t.offsets, "words": t.words, "fields": self.fields.cpu().numpy()}
+        if self.scales is not None:
+            parts["scales"] = self.scales.cpu().numpy()
+        return parts
+
+    @property
+    def nbytes(self) -> int:
+        """Every stored byte: all arrays plus the JSON metadata."""
+        if self._meta_cache is None:
+            self._meta_cache = json.dumps(self.metadata(), separators=(",", ":"))
+        arrays = self.exponents.nbytes + self.fields.numel()
+        if self.scales is not None:
+            arrays += self.scales.numel()
+        return arrays + len(self._meta_cache.encode())
+
+    @property
+    def bits_per_weight(self) -> float:
+        """``8 * nbytes / numel``."""
+        return 8.0 * self.nbytes / self.numel
+
+    def decompress(self, out: torch.Tensor | None = None, device: torch.device | str | None = None
+                   ) -> torch.Tensor:
+        """Decode to bf16.
+
+        Parameters
+        ----------
+        out : optional bfloat16 tensor with ``numel`` elements (any shape) to write into and return
+            (a reused buffer); its device wins over ``device``
+        device : where the bit merge runs and the result lives (default: CPU)
+
+        Returns
+        -------
+        (*shape,) bfloat16, or ``out`` reshaped to ``shape``
+
+        Notes
+        -----
+        On CPU the exponents are decoded at once (all chunks as vector lanes; 2 bytes per value at
+        the peak, 1 after), then merged in slices of :data:`DECODE_SLICE` values, so the other
+        temporaries stay below ``DECODE_WORKSPACE_PER_VALUE * DECODE_SLICE`` bytes whatever the
+        tensor's size. On CUDA the whole tensor is decoded by one Triton launch.
+        """
+        if out is not None:
+            if out.dtype != torch.bfloat16 or out.numel() != self.numel:
+                raise ValueError(f"out must be bfloat16 with {self.numel} elements")
+            device = out.device
+        device = torch.device("cpu") if device is None else torch.device(device)
+        if out is None:
+            out = torch.empty(self.shape, dtype=torch.bfloat16, device=device)
+        flat = out.view(-1)
+        k, stream = self.mantissa_bits, self.exponents
+        if device.type == "cuda":
+            flat.copy_(self._decode_on_device(device))
+            return out.view(self.shape)
+        exponent = torch.from_numpy(rans.decode(stream))  # all lanes at once: fastest on CPU
+        n = stream.n
+        unit = math.lcm(fields_per_byte(k), self.block_size or 1)  # slices start on a byte and a block
+        step = unit * max(1, DECODE_SLICE // unit)
+        for start in range(0, n, step):
+            stop = min(n, start + step)
+            fields = self.fields[start // fields_per_byte(k):packed_length(stop, k)]
+            scales = None if self.scales is None else self.scales[start // self.block_size:-(-stop // self.block_size)]
+            flat[start:stop].copy_(self._finish(exponent[start:stop].to(device), fields.to(device), scales))
+        return out.view(self.shape)
+
+    def _decode_on_device(self, device: torch.device) -> torch.Tensor:
+        """Whole-tensor decode with the kernel ops (Triton rANS decode + bit merge on CUDA, their
+        PyTorch twins elsewhere): ``(N,) bfloat16`` on ``device``."""
+        exponent = rans_decode(*rans.kernel_args(self.exponents, device))
+        scales = None if self.scales is None else self.scales.to(device)
+        return self._finish(exponent, self.fields.to(device), scales)
+
+    def _finish(self, exponent: torch.Tensor, fields: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
+        """Merge decoded exponents with their fields and undo the normaliser: ``(m,) bfloat16``."""
+        x = merge_bf16(exponent, fields, self.mantissa_bits)
+        return x if scales is None else denormalise(x, scales, self.block_size)
+
+
+def split_fields(x: torch.Tensor, mantissa_bits: int, block_size: int | None
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Normalise (when ``block_size``) and split bf16 values: the codec before entropy coding.
+
+    Parameters
+    ----------
+    x : (N,) bfloat16
+
+    Returns
+    -------
+    exponent : (N,) uint8, the symbols the rANS coder sees
+    fields : (ceil(N / P),) uint8, packed sign/mantissa fields
+    scales : (ceil(N / B),) uint8 normaliser codes, or None
+    """
+    scales = None
+    if block_size is not None:
+        x, scales = normalise(x, block_size)
+    exponent, fields = split_bf16(x, mantissa_bits)
+    return exponent, fields, scales
+
+
+def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | None = None,
+             chunk_size: int | None = None) -> CompressedTensor:
+    """Compress a weight tensor with NeuZip.
+
+    Parameters
+    ----------
+    tensor : (...) floating tensor, non-empty; converted to bf16 with a warning when it is not bf16
+    mantissa_bits : 7 (lossless) or 3, 1, 0 (mantissa rounded to that many bits)
+    block_size : None, or a power of two in [32, 1024] for the per-block normaliser (k < 7 only)
+    chunk_size : symbols per independent rANS chunk; None picks one (1024..4096) for the size
+
+    Returns
+    -------
+    CompressedTensor, with ``.nbytes``, ``.shape`` and ``.decompress()``
+
+    Raises
+    ------
+    BadInputError
+        Empty tensor, bad ``mantissa_bits`` / ``block_size``, or NaNs with ``mantissa_bits=0``.
+    """
+    check_params(mantissa_bits, block_size)
+    mantissa_bits, block_size = int(mantissa_bits), None if block_size is None else int(block_size)
+    if chunk_size is not None and (not isinstance(chunk_size, int) or chunk_size < 1):
+        raise BadInputError(f"chunk_size must be a positive integer, got {chunk_size!r}.")
+    x, note = to_bf16(tensor)
+    if note:
+        warnings.warn(f"NeuZip: {note}.", UserWarning, stacklevel=2)
+    if mantissa_bits == 0 and bool(torch.isnan(x).any()):
+        raise BadInputError("mantissa_bits=0 cannot represent NaN (it would decode as infinity).",
+                            fix="use mantissa_bits >= 1 or remove the NaNs")
+    exponent, fields, scales = split_fields(x, mantissa_bits, block_size)
+    stream = rans.encode(exponent.cpu().numpy(), chunk_size=chunk_size)
+    return CompressedTensor(tuple(tensor.shape), mantissa_bits, block_size, stream,
+                            fields.cpu(), None if scales is None else scales.cpu(),
+                            str(tensor.dtype).removeprefix("torch."), note)

@@ -1,0 +1,245 @@
+"""Linear layers that keep only a NeuZip-compressed weight and decompress it at every forward.
+
+``compress_model(model)`` swaps each ``nn.Linear`` (except those whose qualified name contains a
+``skip`` substring) for a :class:`CompressedLinear`. All swapped layers of a model share one
+:class:`DecompressionBuffer`, sized for the largest weight: the forward pass decompresses layer by
+layer into it, so at most one decompressed weight exists at a time. With ``mantissa_bits=7`` the
+weights come back bit for bit, so a bf16 model gives identical outputs.
+
+Memory (:func:`memory_report`): resident bytes = the compressed weights (every stored byte) +
+the parameters and buffers left uncompressed; peak = resident + the shared decompression buffer +
+the decode workspace of the largest layer (the peak transient). The buffer is not thread-safe: run
+one forward at a time per model.
+
+The compressed arrays live on the CPU and are not part of ``state_dict()``; save them with
+``save_compressed(path, compressed_tensors(model))`` and restore with :func:`apply_compressed`.
+On CUDA inputs each forward copies the layer's compressed arrays to the GPU and decodes them
+there (Triton rANS decode and bit merge).
+"""
+from __future__ import annotations
+
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.errors import BadInputError
+from core.neuzip.codec import CompressedTensor, bf16_exact, check_params, compress, decode_workspace_bytes
+
+__all__ = ["CompressedLinear", "DecompressionBuffer", "compress_model", "apply_compressed", "decompress_model",
+           "memory_report", "compressed_tensors"]
+
+
+class DecompressionBuffer:
+    """One flat bf16 buffer shared by the compressed layers of a model (grown on demand)."""
+
+    def __init__(self) -> None:
+        self.tensor: torch.Tensor | None = None
+
+    def take(self, numel: int, device: torch.device) -> torch.Tensor:
+        """A ``(numel,) bfloat16`` view of the buffer on ``device``."""
+        t = self.tensor
+        if t is None or t.numel() < numel or t.device != device:
+            self.tensor = t = torch.empty(numel, dtype=torch.bfloat16, device=device)
+        return t[:numel]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes currently allocated."""
+        return 0 if self.tensor is None else self.tensor.numel() * 2
+
+
+class CompressedLinear(nn.Module):
+    """``y = x W^T + b`` with ``W`` stored NeuZip-compressed and decompressed on each call.
+
+    Parameters
+    ----------
+    weight : CompressedTensor of shape (out_features, in_features)
+    bias : (out_features,) tensor or None (kept uncompressed)
+    buffer : the shared :class:`DecompressionBuffer`
+    """
+
+    def __init__(self, weight: CompressedTensor, bias: torch.Tensor | None, buffer: DecompressionBuffer):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.weight_compressed = weight
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+        self._buffer = buffer
+
+    def decompressed_weight(self, device: torch.device | None = None) -> torch.Tensor:
+        """The weight, ``(out_features, in_features) bfloat16``, living in the shared buffer."""
+        device = torch.device("cpu") if device is None else device
+        out = self._buffer.take(self.weight_compressed.numel, device)
+        return self.weight_compressed.decompress(out=out)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (..., in_features) -> (..., out_features)."""
+        w = self.decompressed_weight(x.device)
+        if w.dtype != x.dtype:
+            w = w.to(x.dtype)
+        bias = None if self.bias is None else self.bias.to(x.dtype)
+        return F.linear(x, w, bias)
+
+    def extra_repr(self) -> str:
+        c = self.weight_compressed
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"mantissa_bits={c.mantissa_bits}, block_size={c.block_size}, "
+                f"bits_per_weight={c.bits_per_weight:.2f}")
+
+
+def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | None = None,
+                   skip: tuple[str, ...] = ("embed", "lm_head"),
+                   progress: Callable[[int, int, str], None] | None = None) -> nn.Module:
+    """Swap the model's linear layers for :class:`CompressedLinear`, in place.
+
+    Parameters
+    ----------
+    model : any ``nn.Module`` holding ``nn.Linear`` layers
+    mantissa_bits : 7 (lossless) or 3, 1, 0
+    block_size : per-block normaliser size (k < 7 only), or None
+    skip : layers whose qualified name contains any of these substrings stay uncompressed
+    progress : optional ``progress(done, total, layer name)``, called before each layer; raising
+        from it cancels and leaves the model untouched
+
+    Returns
+    -------
+    The same model object. Non-bf16 weights are converted with one warning (which says whether
+    the conversion changed any value).
+
+    Raises
+    ------
+    BadInputError
+        Bad parameters, or no linear layer left to compress.
+    """
+    check_params(mantissa_bits, block_size)
+    mantissa_bits, block_size = int(mantissa_bits), None if block_size is None else int(block_size)
+    if not isinstance(model, nn.Module):
+        raise BadInputError(f"expected a torch.nn.Module, got {type(model).__name__}.")
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise BadInputError("this model has no linear layers to compress.",
+                            fix="NeuZip compresses nn.Linear weights; pick a transformer-style model")
+    chosen = [(name, m) for name, m in linears if not any(s in name for s in skip)]
+    if not chosen:
+        raise BadInputError(f"all {len(linears)} linear layers match skip={tuple(skip)}.",
+                            fix="pass a narrower skip tuple")
+    converted = [m.weight for _, m in chosen if m.weight.dtype != torch.bfloat16]
+    if converted:
+        dtypes = ", ".join(sorted({str(w.dtype).removeprefix("torch.") for w in converted}))
+        if all(bf16_exact(w.detach()) for w in converted):
+            warnings.warn(f"NeuZip: converting {dtypes} linear weights to bfloat16; every value was already a "
+                          "bfloat16 value, so the weights are unchanged (activations now see bf16 weights).",
+                          UserWarning, stacklevel=2)
+        else:
+            warnings.warn(f"NeuZip: converting {dtypes} linear weights to bfloat16 (lossy in itself: some "
+                          "values change); outputs will differ from the original model.",
+                          UserWarning, stacklevel=2)
+    buffer = getattr(model, "_neuzip_buffer", None) or DecompressionBuffer()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # the conversion was reported once above
+        # compress everything first, so a failure (e.g. NaNs with k = 0) leaves the model untouched
+        swapped = []
+        for i, (name, linear) in enumerate(chosen):
+            if progress:
+                progress(i, len(chosen), name)
+            weight = compress(linear.weight.detach(), mantissa_bits, block_size)
+            swapped.append((name, CompressedLinear(weight, linear.bias, buffer)))
+    for name, layer in swapped:
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, layer)
+    model._neuzip_buffer = buffer
+    return model
+
+
+def apply_compressed(model: nn.Module, tensors: dict[str, CompressedTensor]) -> nn.Module:
+    """Swap the named ``nn.Linear`` layers for :class:`CompressedLinear` holding the given weights, in place.
+
+    The inverse of saving ``compressed_tensors(model)``: load the file with
+    :func:`core.neuzip.load_compressed` and apply it to a freshly built model (biases and all other
+    parameters come from that model).
+
+    Raises
+    ------
+    BadInputError
+        A name that is not a linear layer of ``model``, or a weight of the wrong shape.
+    """
+    modules = dict(model.named_modules())
+    for name, ct in tensors.items():
+        layer = modules.get(name)
+        if not isinstance(layer, nn.Linear):
+            raise BadInputError(f"{name!r} is not a linear layer of this model.",
+                                fix="apply the checkpoint to the architecture it was saved from")
+        if tuple(ct.shape) != tuple(layer.weight.shape):
+            raise BadInputError(f"{name}: compressed weight has shape {tuple(ct.shape)}, "
+                                f"the layer expects {tuple(layer.weight.shape)}.")
+    buffer = getattr(model, "_neuzip_buffer", None) or DecompressionBuffer()
+    for name, ct in tensors.items():
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer))
+    model._neuzip_buffer = buffer
+    return model
+
+
+def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
+    """Swap every :class:`CompressedLinear` back for an ``nn.Linear`` holding its decoded weight, in place.
+
+    The result computes exactly what the compressed model computes, without decoding at every
+    forward: use it for evaluations that run many forwards (e.g. perplexity of a lossy setting).
+
+    Parameters
+    ----------
+    model : a model that went through :func:`compress_model` or :func:`apply_compressed`
+    dtype : weight dtype of the new layers (default bf16, the decoded dtype)
+    """
+    for name, layer in [(n, m) for n, m in model.named_modules() if isinstance(m, CompressedLinear)]:
+        weight = layer.weight_compressed.decompress()
+        linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
+                           device="meta")
+        linear.weight = nn.Parameter(weight if dtype is None else weight.to(dtype), requires_grad=False)
+        if layer.bias is not None:
+            linear.bias = layer.bias
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, linear)
+    if hasattr(model, "_neuzip_buffer"):
+        del model._neuzip_buffer
+    return model
+
+
+def compressed_tensors(model: nn.Module) -> dict[str, CompressedTensor]:
+    """``{qualified layer name: CompressedTensor}`` of every :class:`CompressedLinear` (for saving)."""
+    return {name: m.weight_compressed for name, m in model.named_modules() if isinstance(m, CompressedLinear)}
+
+
+def memory_report(model: nn.Module) -> dict[str, int]:
+    """Weight memory of a (compressed or plain) model, in bytes.
+
+    Returns
+    -------
+    dict with ``compressed_weight_bytes`` (every stored byte of the compressed weights),
+    ``other_bytes`` (parameters and buffers stored as tensors, counted once even when shared),
+    ``resident_bytes`` (their sum), ``buffer_bytes`` (the shared bf16 decompression buffer: 2 bytes
+    times the largest compressed weight), ``decode_workspace_bytes`` (upper bound on the CPU decode
+    temporaries of that weight, :func:`core.neuzip.codec.decode_workspace_bytes`),
+    ``peak_transient_bytes`` (buffer + workspace) and ``peak_bytes`` (resident + transient).
+    Activations are not counted, nor the cast copy of the weight that a forward makes when the
+    inputs are not bf16.
+    """
+    seen, other = set(), 0
+    for t in list(model.parameters()) + list(model.buffers()):
+        if t.data_ptr() in seen:
+            continue
+        seen.add(t.data_ptr())
+        other += t.numel() * t.element_size()
+    comp = compressed_tensors(model)
+    compressed = sum(c.nbytes for c in comp.values())
+    largest = max((c.numel for c in comp.values()), default=0)
+    buffer = 2 * largest
+    workspace = decode_workspace_bytes(largest) if largest else 0
+    return {"compressed_weight_bytes": compressed, "other_bytes": other,
+            "resident_bytes": compressed + other, "buffer_bytes": buffer, "decode_workspace_bytes": workspace,
+            "peak_transient_bytes": buffer + workspace, "peak_bytes": compressed + other + buffer + workspace}

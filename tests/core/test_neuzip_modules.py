@@ -1,0 +1,170 @@
+"""Compressed modules: identical outputs for k = 7, the shared buffer, the memory report, bad input."""
+import pytest
+import torch
+from torch import nn
+
+from core.errors import BadInputError
+from core.neuzip import (
+    CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, load_compressed,
+    memory_report, save_compressed,
+)
+
+
+class TinyLM(nn.Module):
+    def __init__(self, vocab=50, dim=32, hidden=48):
+        super().__init__()
+        self.embed = nn.Embedding(vocab, dim)
+        self.blocks = nn.ModuleList(
+            nn.ModuleDict({"up": nn.Linear(dim, hidden), "down": nn.Linear(hidden, dim, bias=False)})
+            for _ in range(2))
+        self.lm_head = nn.Linear(dim, vocab, bias=False)
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        for b in self.blocks:
+            h = h + b["down"](torch.nn.functional.gelu(b["up"](h)))
+        return self.lm_head(h)
+
+
+def tiny(dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    return TinyLM().to(dtype).eval()
+
+
+IDS = torch.tensor([[1, 5, 9, 13, 2, 40]])
+
+
+def test_lossless_model_gives_identical_outputs():
+    model = tiny()
+    with torch.no_grad():
+        before = model(IDS)
+    compress_model(model)
+    swapped = [n for n, m in model.named_modules() if isinstance(m, CompressedLinear)]
+    assert swapped == ["blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down"]
+    assert isinstance(model.lm_head, nn.Linear) and not isinstance(model.lm_head, CompressedLinear)
+    with torch.no_grad():
+        after = model(IDS)
+        again = model(IDS)  # the reused buffer gives the same answer twice
+    assert torch.equal(before.view(torch.int16), after.view(torch.int16))
+    assert torch.equal(after.view(torch.int16), again.view(torch.int16))
+    # no plain weight left behind in the swapped layers
+    assert all("weight" not in n for n, _ in model.blocks.named_parameters())
+
+
+def test_decompress_model_computes_the_same():
+    model = compress_model(tiny(), mantissa_bits=1, block_size=32)
+    with torch.no_grad():
+        want = model(IDS)
+    decompress_model(model)
+    assert not any(isinstance(m, CompressedLinear) for m in model.modules())
+    assert isinstance(model.blocks[0]["up"], nn.Linear) and model.blocks[0]["up"].bias is not None
+    with torch.no_grad():
+        got = model(IDS)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_layers_share_one_buffer_sized_for_the_largest_weight():
+    model = compress_model(tiny())
+    with torch.no_grad():
+        model(IDS)
+    layers = [m for m in model.modules() if isinstance(m, CompressedLinear)]
+    assert len({id(m._buffer) for m in layers}) == 1
+    assert layers[0]._buffer.nbytes == 2 * 32 * 48
+
+
+def test_memory_report():
+    plain = tiny()
+    before = memory_report(plain)
+    assert before["compressed_weight_bytes"] == 0 and before["peak_transient_bytes"] == 0
+    model = compress_model(tiny())
+    rep = memory_report(model)
+    comp = compressed_tensors(model)
+    assert set(comp) == {"blocks.0.up", "blocks.0.down", "blocks.1.up", "blocks.1.down"}
+    assert rep["compressed_weight_bytes"] == sum(c.nbytes for c in comp.values())
+    linear_bytes = 4 * 32 * 48 * 2
+    assert rep["other_bytes"] == before["other_bytes"] - linear_bytes
+    assert rep["resident_bytes"] < before["resident_bytes"]
+    largest = 32 * 48
+    assert rep["buffer_bytes"] == 2 * largest
+    assert rep["decode_workspace_bytes"] == 2 * largest + 32 * largest
+    assert rep["peak_bytes"] == rep["resident_bytes"] + rep["buffer_bytes"] + rep["decode_workspace_bytes"]
+
+
+def test_lossy_model_close_and_float32_warns():
+    model = tiny(torch.float32)
+    with torch.no_grad():
+        before = model(IDS)
+    with pytest.warns(UserWarning, match="float32 linear weights to bfloat16 \\(lossy"):
+        compress_model(model, mantissa_bits=3, block_size=32)
+    with torch.no_grad():
+        after = model(IDS)
+    assert after.dtype == torch.float32
+    assert (after - before).abs().max() < 0.2 * before.abs().max()
+    assert not torch.equal(after, before)
+
+
+def test_checkpoint_into_a_fresh_model(tmp_path):
+    model = compress_model(tiny(), mantissa_bits=3, block_size=64)
+    with torch.no_grad():
+        want = model(IDS)
+    path = save_compressed(tmp_path / "tiny.nz", compressed_tensors(model))
+    fresh = apply_compressed(tiny(), load_compressed(path))
+    with torch.no_grad():
+        got = fresh(IDS)
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    with pytest.raises(BadInputError):
+        apply_compressed(tiny(), {"embed": compressed_tensors(model)["blocks.0.up"]})
+    with pytest.raises(BadInputError):
+        apply_compressed(tiny(), {"blocks.0.down": compressed_tensors(model)["blocks.0.up"]})
+
+
+def _with_nan():
+    model = tiny()
+    with torch.no_grad():
+        model.blocks[1].down.weight[0, 0] = float("nan")
+    return model
+
+
+@pytest.mark.parametrize("model,kwargs", [
+    (nn.Sequential(nn.Embedding(4, 4), nn.LayerNorm(4)), {}),
+    (tiny(), dict(skip=("blocks", "lm_head"))),
+    (tiny(), dict(mantissa_bits=5)),
+    (tiny(), dict(mantissa_bits=3, block_size=48)),
+    (_with_nan(), dict(mantissa_bits=0)),
+])
+def test_bad_input(model, kwargs):
+    with pytest.raises(BadInputError):
+        compress_model(model, **kwargs)
+    assert not any(isinstance(m, CompressedLinear) for m in model.modules())  # nothing half-done
+
+
+def test_progress_and_cancel():
+    seen = []
+    compress_model(tiny(), progress=lambda done, total, name: seen.append((done, total, name)))
+    assert seen == [(0, 4, "blocks.0.up"), (1, 4, "blocks.0.down"), (2, 4, "blocks.1.up"), (3, 4, "blocks.1.down")]
+
+    def cancel(done, total, name):
+        if done == 2:
+            raise KeyboardInterrupt
+
+    model = tiny()
+    with pytest.raises(KeyboardInterrupt):
+        compress_model(model, progress=cancel)
+    assert not any(isinstance(m, CompressedLinear) for m in model.modules())
+
+
+@pytest.mark.slow
+def test_transformers_llama_identical_logits():
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    ids = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    with torch.no_grad():
+        before = model(ids).logits
+    compress_model(model)
+    assert sum(isinstance(m, CompressedLinear) for m in model.modules()) == 2 * 7
+    with torch.no_grad():
+        after = model(ids).logits
+    assert torch.equal(before.view(torch.int16), after.view(torch.int16))
