@@ -1,0 +1,36 @@
+"""Mix-LN (Li, Yin, Liu, 2024): a LLaMA-style decoder with Pre-LN, Post-LN, Mix-LN, DeepNorm or
+Sandwich-LN norm placement, its training loop, and layer diagnostics that also work on transformers
+causal LMs.
+
+Public API (tabs and the CLI use only this):
+
+- :class:`MixLNConfig`, :class:`MixLNForCausalLM` (``save_pretrained`` / ``from_pretrained``), ``NORMS``
+- :class:`TrainConfig`, :func:`train_iter` (a generator of :class:`TrainEvent`), :func:`train`,
+  :class:`TrainHistory`, :func:`lr_at`, :func:`latest_checkpoint`
+- :func:`layer_gradient_norms`, :func:`angular_distance`, :func:`mean_angular_distance`,
+  :func:`angular_distance_heatmap`, :func:`layer_removal`, :func:`evaluate_loss`, :func:`skip_layer`,
+  :func:`hidden_states_of`, :func:`find_decoder_layers`
+- :data:`DIAGNOSTICS`: the registry of diagnostics by name
+- :func:`estimate_memory_bytes`, :func:`check_fits`
+"""
+from core.mixln.config import NORMS, MixLNConfig, available_memory_bytes, check_fits, estimate_memory_bytes
+from core.mixln.diagnostics import (AngularHeatmap, LayerGradNorms, LayerRemovalResult, angular_distance,
+                                    angular_distance_heatmap, evaluate_loss, find_decoder_layers, hidden_states_of,
+                                    layer_gradient_norms, layer_removal, mean_angular_distance, skip_layer)
+from core.mixln.model import CausalLMOutput, MixLNForCausalLM, causal_lm_loss
+from core.mixln.train import (TrainConfig, TrainEvent, TrainHistory, latest_checkpoint, lr_at, save_checkpoint,
+                              train, train_iter)
+
+# The diagnostics a view can list: name -> callable(model, tokens, ...).
+DIAGNOSTICS = {
+    "gradient-norms": layer_gradient_norms,
+    "angular-distance": mean_angular_distance,
+    "layer-removal": layer_removal,
+}
+
+__all__ = ["NORMS", "MixLNConfig", "MixLNForCausalLM", "CausalLMOutput", "causal_lm_loss", "TrainConfig",
+           "TrainEvent", "TrainHistory", "train", "train_iter", "lr_at", "save_checkpoint", "latest_checkpoint",
+           "layer_gradient_norms", "LayerGradNorms", "angular_distance", "mean_angular_distance",
+           "angular_distance_heatmap", "AngularHeatmap", "layer_removal", "LayerRemovalResult", "evaluate_loss",
+           "skip_layer", "hidden_states_of", "find_decoder_layers", "DIAGNOSTICS", "estimate_memory_bytes",
+           "check_fits", "available_memory_bytes"]

@@ -1,0 +1,321 @@
+"""The training loop as a library function that streams its progress.
+
+``train_iter(model, train_tokens, eval_tokens, config)`` is a generator of :class:`TrainEvent`; a UI
+iterates it (and stops by passing ``stop=`` or by closing the generator), the CLI and tests call
+:func:`train`, which drains it. Adam with linear warmup and cosine decay to ``min_lr_ratio * lr``;
+held-out perplexity every ``eval_every`` steps; per-layer gradient norms every ``grad_log_every`` steps
+(and at step 1, i.e. at initialisation); checkpoints every ``checkpoint_every`` steps and at the end,
+from which ``resume_from=`` continues exactly. A non-finite loss or gradient ends the run as
+``"diverged"`` with its curves kept: for Post-LN that is a result, not a crash.
+
+Tokens are a 1-D stream of ids (train and eval); each step draws ``batch_size`` windows of
+``seq_len`` tokens at offsets seeded by (seed, step), so a resumed run sees the same batches.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import torch
+import torch.nn as nn
+
+from core.errors import BadInputError
+from core.mixln.config import check_fits
+from core.mixln.diagnostics import find_decoder_layers, grad_norms_from_backward
+from core.mixln.model import MixLNForCausalLM, causal_lm_loss
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 1000
+    batch_size: int = 8
+    seq_len: int = 128
+    lr: float = 1e-3                  # peak learning rate
+    warmup_steps: int = 100           # linear warmup from 0
+    min_lr_ratio: float = 0.1         # cosine decay ends at lr * min_lr_ratio
+    betas: tuple[float, float] = (0.9, 0.95)
+    weight_decay: float = 0.0
+    grad_clip: float | None = 1.0     # None: no clipping (the norm is still measured)
+    eval_every: int = 100             # 0: evaluate only at the end
+    eval_batches: int = 4             # held-out batches per evaluation (contiguous windows, fixed)
+    grad_log_every: int = 50          # k: per-layer gradient norms every k steps (and at step 1)
+    checkpoint_every: int = 0         # 0: only at the end (when checkpoint_dir is set)
+    checkpoint_dir: str | None = None
+    keep_checkpoints: int = 2
+    seed: int = 0
+    device: str = "cpu"
+    bf16: bool = False                # autocast to bfloat16 (CUDA)
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "batch_size", "seq_len", "eval_batches"):
+            if getattr(self, name) < 1:
+                raise BadInputError(f"{name} must be at least 1 (got {getattr(self, name)}).", fix=f"set {name} >= 1.")
+        if not self.lr > 0 or not 0 <= self.min_lr_ratio <= 1:
+            raise BadInputError(f"learning rate {self.lr} / min_lr_ratio {self.min_lr_ratio} out of range.",
+                                fix="use lr > 0 and min_lr_ratio in [0, 1].")
+        self.betas = tuple(self.betas)
+
+
+def lr_at(step: int, config: TrainConfig) -> float:
+    """Learning rate of (1-based) ``step``: linear warmup, then cosine from lr to lr * min_lr_ratio."""
+    if config.warmup_steps > 0 and step <= config.warmup_steps:
+        return config.lr * step / config.warmup_steps
+    span = max(1, config.steps - config.warmup_steps)
+    progress = min(1.0, (step - config.warmup_steps) / span)
+    floor = config.lr * config.min_lr_ratio
+    return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass
+class TrainHistory:
+    """Curves so far. status: running | finished | stopped | diverged."""
+
+    status: str = "running"
+    step: int = 0
+    train: list[dict] = field(default_factory=list)        # {step, loss, lr, grad_norm}
+    eval: list[dict] = field(default_factory=list)         # {step, loss, perplexity}
+    grad_norms: list[dict] = field(default_factory=list)   # {step, param: [L], input: [L]}
+    diverged_at: int | None = None
+    message: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainHistory":
+        return cls(**data)
+
+
+@dataclass
+class TrainEvent:
+    """kind: step | eval | grad_norms | checkpoint | diverged | stopped | done; ``data`` is that record;
+    ``step / total_steps`` is the progress; ``history`` the curves so far (the same object throughout)."""
+
+    kind: str
+    step: int
+    data: dict
+    history: TrainHistory
+    total_steps: int = 0
+
+
+# ---- data ------------------------------------------------------------------------------------------
+
+def _token_stream(tokens, name: str, seq_len: int, vocab_size: int | None) -> torch.Tensor:
+    t = torch.as_tensor(tokens)
+    if t.dim() != 1:
+        t = t.reshape(-1)
+    if t.numel() < seq_len + 1 or t.is_floating_point():
+        raise BadInputError(f"the {name} corpus has {t.numel()} tokens; one window needs {seq_len + 1}"
+                            + (" integer ids" if t.is_floating_point() else "") + ".",
+                            fix=f"provide more {name} text or a shorter sequence length.")
+    t = t.long()
+    if vocab_size is not None and (int(t.min()) < 0 or int(t.max()) >= vocab_size):
+        raise BadInputError(f"the {name} tokens hold ids outside [0, {vocab_size}).",
+                            fix="tokenize with the tokenizer whose vocabulary the model was built for.")
+    return t
+
+
+def train_batch(tokens: torch.Tensor, step: int, config: TrainConfig) -> torch.Tensor:
+    """(batch_size, seq_len) windows at offsets seeded by (seed, step)."""
+    gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
+    starts = torch.randint(0, tokens.numel() - config.seq_len + 1, (config.batch_size,), generator=gen)
+    return torch.stack([tokens[s:s + config.seq_len] for s in starts.tolist()])
+
+
+def eval_batches(tokens: torch.Tensor, config: TrainConfig) -> list[torch.Tensor]:
+    """Contiguous non-overlapping windows from the start of the held-out stream, the same every time."""
+    n = min(tokens.numel() // config.seq_len, config.eval_batches * config.batch_size)
+    windows = tokens[:n * config.seq_len].view(n, config.seq_len)
+    return list(windows.split(config.batch_size))
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, batches: list[torch.Tensor], config: TrainConfig) -> float:
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for batch in batches:
+        batch = batch.to(config.device)
+        with _autocast(config):
+            logits = model(batch, use_cache=False).logits
+        total += float(causal_lm_loss(logits, batch, reduction="sum"))
+        count += batch.shape[0] * (batch.shape[1] - 1)
+    model.train(was_training)
+    return total / count
+
+
+def _autocast(config: TrainConfig):
+    device_type = "cuda" if str(config.device).startswith("cuda") else "cpu"
+    return torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.bf16)
+
+
+# ---- checkpoints -----------------------------------------------------------------------------------
+
+def save_checkpoint(root: str | os.PathLike, model: nn.Module, optimizer: torch.optim.Optimizer,
+                    history: TrainHistory, config: TrainConfig, keep: int = 2) -> Path:
+    """Write ``root/step-0000123/`` atomically: the model folder (config.json + model.safetensors),
+    optimizer.pt and trainer_state.json. Older checkpoints beyond ``keep`` are removed."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step-{history.step:07d}"
+    tmp = root / f".{final.name}.{os.getpid()}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if isinstance(model, MixLNForCausalLM) or hasattr(model, "save_pretrained"):
+        model.save_pretrained(tmp)
+    else:
+        from safetensors.torch import save_model
+        tmp.mkdir(parents=True)
+        save_model(model, str(tmp / "model.safetensors"))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    state = {"step": history.step, "history": history.to_dict(), "train_config": asdict(config)}
+    (tmp / "trainer_state.json").write_text(json.dumps(state))
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.replace(final)
+    _write_json(root / "history.json", history.to_dict())
+    for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def latest_checkpoint(path: str | os.PathLike) -> Path | None:
+    """``path`` itself when it is a checkpoint, else its newest ``step-*`` folder (None if there is none)."""
+    path = Path(path)
+    if (path / "trainer_state.json").is_file():
+        return path
+    found = sorted(p for p in path.glob("step-*") if (p / "trainer_state.json").is_file())
+    return found[-1] if found else None
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    tmp.replace(path)
+
+
+def _load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainHistory:
+    from safetensors.torch import load_file, load_model
+    config_file = path / "config.json"
+    if isinstance(model, MixLNForCausalLM) and config_file.is_file():
+        saved = json.loads(config_file.read_text())
+        if saved != model.config.to_dict():
+            raise BadInputError(f"the checkpoint {path} is of a different model configuration.",
+                                fix="resume with the configuration the run was started with.")
+        state = load_file(str(path / "model.safetensors"))
+        if model.config.tie_word_embeddings:
+            state["lm_head.weight"] = state["model.embed_tokens.weight"]
+        model.load_state_dict(state)
+    else:
+        load_model(model, str(path / "model.safetensors"), strict=False)
+    optimizer.load_state_dict(torch.load(path / "optimizer.pt", map_location="cpu", weights_only=True))
+    state = json.loads((path / "trainer_state.json").read_text())
+    history = TrainHistory.from_dict(state["history"])
+    history.status = "running"
+    return history
+
+
+# ---- the loop --------------------------------------------------------------------------------------
+
+def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig, resume_from=None,
+               stop: Callable[[], bool] | None = None) -> Iterator[TrainEvent]:
+    """Train ``model`` and yield a :class:`TrainEvent` for every step, evaluation, gradient-norm log,
+    checkpoint and the end (``done``, ``stopped`` or ``diverged``). ``stop()`` is polled each step."""
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    train_tokens = _token_stream(train_tokens, "training", config.seq_len, vocab)
+    eval_tokens = _token_stream(eval_tokens, "evaluation", config.seq_len, vocab)
+    if isinstance(model, MixLNForCausalLM):
+        check_fits(model.config, config.batch_size, config.seq_len, training=True, device=config.device)
+    model.to(config.device).train()
+    layers = find_decoder_layers(model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
+                                  weight_decay=config.weight_decay)
+    history = TrainHistory()
+    if resume_from is not None:
+        ckpt = latest_checkpoint(resume_from)
+        if ckpt is None:
+            raise BadInputError(f"no checkpoint found in {resume_from}.", fix="start a new run or pick its folder.")
+        history = _load_checkpoint(ckpt, model, optimizer)
+    held_out = eval_batches(eval_tokens, config)
+
+    def event(kind: str, data: dict) -> TrainEvent:
+        return TrainEvent(kind, history.step, data, history, config.steps)
+
+    def finish(status: str, message: str = "") -> Iterator[TrainEvent]:
+        history.status, history.message = status, message
+        if config.checkpoint_dir and status != "diverged":
+            path = save_checkpoint(config.checkpoint_dir, model, optimizer, history, config, config.keep_checkpoints)
+            yield event("checkpoint", {"step": history.step, "path": str(path)})
+        elif config.checkpoint_dir:
+            Path(config.checkpoint_dir).mkdir(parents=True, exist_ok=True)
+            _write_json(Path(config.checkpoint_dir) / "history.json", history.to_dict())
+        yield event(status if status != "finished" else "done", {"status": status, "message": message})
+
+    try:
+        while history.step < config.steps:
+            if stop is not None and stop():
+                yield from finish("stopped", f"stopped at step {history.step}")
+                return
+            step = history.step + 1
+            lr = lr_at(step, config)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            batch = train_batch(train_tokens, step, config).to(config.device)
+            log_grads = step == 1 or (config.grad_log_every > 0 and step % config.grad_log_every == 0)
+            with _autocast(config):
+                out = model(batch, output_hidden_states=log_grads, use_cache=False)
+            loss = causal_lm_loss(out.logits, batch)
+            if not torch.isfinite(loss):
+                history.diverged_at = step
+                yield from finish("diverged", f"loss became {float(loss.detach())} at step {step}")
+                return
+            inputs = list(out.hidden_states[:len(layers)]) if log_grads else []
+            for h in inputs:
+                h.retain_grad()
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            norms = grad_norms_from_backward(layers, inputs) if log_grads else None
+            clip = config.grad_clip if config.grad_clip is not None else math.inf
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
+            if not math.isfinite(grad_norm):
+                history.diverged_at = step
+                yield from finish("diverged", f"gradient norm became {grad_norm} at step {step}")
+                return
+            optimizer.step()
+            history.step = step
+            record = {"step": step, "loss": float(loss.detach()), "lr": lr, "grad_norm": grad_norm}
+            history.train.append(record)
+            yield event("step", record)
+            if norms is not None:
+                g = {"step": step, "param": norms.param, "input": norms.input}
+                history.grad_norms.append(g)
+                yield event("grad_norms", g)
+            if (config.eval_every > 0 and step % config.eval_every == 0) or step == config.steps:
+                ev = evaluate(model, held_out, config)
+                e = {"step": step, "loss": ev, "perplexity": math.exp(min(ev, 700.0))}
+                history.eval.append(e)
+                yield event("eval", e)
+            if config.checkpoint_dir and config.checkpoint_every > 0 and step % config.checkpoint_every == 0 \
+                    and step < config.steps:
+                path = save_checkpoint(config.checkpoint_dir, model, optimizer, history, config,
+                                       config.keep_checkpoints)
+                yield event("checkpoint", {"step": step, "path": str(path)})
+        yield from finish("finished")
+    except GeneratorExit:  # the consumer closed the stream: keep the curves, mark the run stopped
+        history.status, history.message = "stopped", f"stopped at step {history.step}"
+        raise
+
+
+def train(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig, resume_from=None,
+          callback: Callable[[TrainEvent], object] | None = None,
+          stop: Callable[[], bool] | None = None) -> TrainHistory:
+    """Run :func:`train_iter` to the end; ``callback(event)`` sees every event. Returns the history."""
+    history = TrainHistory()
+    for ev in train_iter(model, train_tokens, eval_tokens, config, resume_from=resume_from, stop=stop):
+        history = ev.history
+        if callback is not None:
+            callback(ev)
+    return history
