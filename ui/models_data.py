@@ -110,6 +110,11 @@ def first_model_card() -> str:
 
 
 def first_sample():
+    """The sample shown when the page opens; before `data prepare` it says what to run instead of failing."""
+    st = status(DEFAULT_DATASET)
+    if not st.ready:
+        return (f"**{DEFAULT_DATASET}** is not ready ({st.detail}): run `{st.fix}` or press *Prepare missing*.",
+                gr.update(value=pd.DataFrame(), visible=True), gr.update(value=None, visible=False))
     return dataset_sample(DEFAULT_DATASET, DEFAULT_SPLIT, 1)
 
 

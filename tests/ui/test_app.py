@@ -56,3 +56,19 @@ def test_api_bad_input_is_a_message_and_the_app_keeps_serving(client):
         client.predict("no-such-dataset", "test", 1, api_name="/dataset_sample")
     info, _, _ = client.predict("mmlu", "test", 1, api_name="/dataset_sample")
     assert "1404 records" in info
+
+
+def test_fresh_machine_page_says_what_to_run(tmp_path, monkeypatch):
+    from core.data import registry
+    from ui import models_data
+
+    monkeypatch.setenv("LAYERWISE_HOME", str(tmp_path))
+    registry._load_all.cache_clear()
+    try:
+        info, _, _ = models_data.first_sample()
+        assert "python -m core data prepare --only movie-sentiment" in info
+        table = models_data.models_table()
+        row = table[table["model"] == "smollm2-135m"].iloc[0]
+        assert row["status"] == "missing" and row["how to get it"] == "python -m core models prepare smollm2-135m"
+    finally:
+        registry._load_all.cache_clear()
