@@ -1,0 +1,224 @@
+"""Interventions on selected parameters: prune (multiply by 0) or scale (multiply by a factor).
+
+- :func:`intervened` applies one in place and restores the exact original values on exit (also
+  after an error inside the block): only the selected entries are saved, so the extra memory is
+  that of the selected values.
+- :func:`apply_intervention` applies one in place and returns a :class:`Restore` handle; if applying
+  fails half-way, what was changed is restored before the error propagates.
+- :func:`intervened_copy` returns a modified deep copy and leaves the model alone.
+- :func:`save_checkpoint` writes a model (e.g. the copy) as a safetensors checkpoint;
+  :func:`save_masks` / :func:`load_masks` keep masks in a safetensors file. Files are written
+  atomically (temporary name, then rename), so an error never leaves a half-written file.
+"""
+from __future__ import annotations
+
+import copy
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from core.errors import BadInputError
+from core.mathneuro.scoring import check_factor
+
+MODES = {"prune": "multiply the selected parameters by 0",
+         "scale": "multiply the selected parameters by a factor"}
+
+
+def resolve_factor(mode: str, factor: float | None) -> float:
+    """The multiplier for ``mode``: 0 for prune, the checked finite ``factor`` for scale."""
+    if mode == "prune":
+        return 0.0
+    if mode == "scale":
+        if factor is None:
+            raise BadInputError("Scaling needs a factor.", fix="Pass factor=1.1 (for example).")
+        return check_factor(factor)
+    raise BadInputError(f"Unknown intervention {mode!r}.", fix=f"Use one of: {', '.join(MODES)}.")
+
+
+def check_masks(model: nn.Module, masks: dict[str, torch.Tensor]) -> list[tuple[nn.Parameter, torch.Tensor]]:
+    """Pair each mask with its parameter, checking names, shapes and dtype before anything is changed.
+
+    Returns
+    -------
+    list of (parameter, bool mask on the parameter's device)
+    """
+    if not isinstance(masks, dict):
+        raise BadInputError("Masks must be a dict from parameter name to bool tensor.")
+    params = dict(model.named_parameters())
+    pairs = []
+    for name, mask in masks.items():
+        if name not in params:
+            raise BadInputError(f"The masks name {name!r}, which this model does not have.",
+                                fix="Use masks identified on this model (same architecture and names).")
+        param = params[name]
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != param.shape:
+            raise BadInputError(f"The mask for {name} is not a bool tensor of shape {tuple(param.shape)}.",
+                                fix="Use masks identified on this model.")
+        pairs.append((param, mask.to(param.device)))
+    return pairs
+
+
+class Restore:
+    """The original values of the entries an intervention changed; :meth:`restore` puts them back exactly."""
+
+    def __init__(self):
+        self._saved: list[tuple[nn.Parameter, torch.Tensor, torch.Tensor]] = []
+
+    def record(self, param: nn.Parameter, mask: torch.Tensor) -> torch.Tensor:
+        values = param.detach()[mask].clone()
+        self._saved.append((param, mask, values))
+        return values
+
+    def restore(self) -> None:
+        """Write the saved values back (bit-exact), newest first; idempotent."""
+        with torch.no_grad():
+            while self._saved:
+                param, mask, values = self._saved.pop()
+                param.detach()[mask] = values
+
+
+def apply_intervention(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune",
+                       factor: float | None = None) -> Restore:
+    """Multiply the selected entries of each masked parameter in place by 0 (prune) or ``factor`` (scale).
+
+    Parameters
+    ----------
+    masks : dict name -> bool tensor of the parameter's shape
+    mode : "prune" or "scale"
+    factor : finite float, for "scale"
+
+    Returns
+    -------
+    Restore, whose ``restore()`` undoes the change exactly. If anything fails half-way, the
+    parameters already changed are restored before the error propagates.
+    """
+    multiplier = resolve_factor(mode, factor)
+    pairs = check_masks(model, masks)
+    undo = Restore()
+    try:
+        with torch.no_grad():
+            for param, mask in pairs:
+                values = undo.record(param, mask)
+                param.detach()[mask] = values * multiplier
+    except BaseException:
+        undo.restore()
+        raise
+    return undo
+
+
+@contextmanager
+def intervened(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune", factor: float | None = None):
+    """Context manager: the model with the intervention applied in place, restored exactly on exit.
+
+    Examples
+    --------
+    >>> with intervened(model, masks, "scale", 1.1):
+    ...     accuracy = math_accuracy(model, tokenizer, problems)["accuracy"]
+    """
+    undo = apply_intervention(model, masks, mode, factor)
+    try:
+        yield model
+    finally:
+        undo.restore()
+
+
+def intervened_copy(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune",
+                    factor: float | None = None) -> nn.Module:
+    """A deep copy of ``model`` with the intervention applied; ``model`` itself is not touched."""
+    resolve_factor(mode, factor)
+    check_masks(model, masks)
+    clone = copy.deepcopy(model)
+    apply_intervention(clone, masks, mode, factor)
+    return clone
+
+
+def _atomic_dir(path: Path, write) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    try:
+        write(tmp)
+        old = None
+        if path.exists():
+            old = path.with_name(f".{path.name}.old-{os.getpid()}")
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
+    """Save ``model`` as a safetensors checkpoint folder (``save_pretrained`` for Hugging Face
+    models, with their config; ``model.safetensors`` otherwise). Replaces ``path`` atomically."""
+    def write(tmp: Path):
+        if hasattr(model, "save_pretrained"):
+            model.save_pretrained(tmp)
+        else:
+            from safetensors.torch import save_model
+            save_model(model, str(tmp / "model.safetensors"))
+    return _atomic_dir(Path(path), write)
+
+
+def save_intervened_checkpoint(model: nn.Module, masks: dict[str, torch.Tensor], path: str | os.PathLike,
+                               mode: str = "prune", factor: float | None = None) -> Path:
+    """Save the intervened model without copying it: apply in place, save, restore exactly."""
+    with intervened(model, masks, mode, factor):
+        return save_checkpoint(model, path)
+
+
+def save_masks(masks: dict[str, torch.Tensor], path: str | os.PathLike,
+               metadata: dict[str, str] | None = None) -> Path:
+    """Write masks to a safetensors file (bool tensors on CPU), atomically.
+
+    ``metadata`` (str -> str, e.g. method, proportion, model fingerprint) is stored in the header.
+    """
+    from safetensors.torch import save_file
+    if not masks:
+        raise BadInputError("There are no masks to save.", fix="Identify parameters first.")
+    for name, mask in masks.items():
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
+            raise BadInputError(f"The mask for {name} is not a bool tensor.")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    meta = {str(k): str(v) for k, v in (metadata or {}).items()}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file({n: m.detach().to("cpu").contiguous() for n, m in masks.items()}, tmp, metadata=meta)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_masks(path: str | os.PathLike, model: nn.Module | None = None) -> dict[str, torch.Tensor]:
+    """Read masks saved by :func:`save_masks` (CPU bool tensors); checked against ``model`` when given."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+    path = Path(path)
+    if not path.is_file():
+        raise BadInputError(f"No masks file at {path}.", fix="Save masks with save_masks first.")
+    try:
+        masks = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise BadInputError(f"{path} is not a readable safetensors masks file ({err}).") from err
+    if model is not None:
+        check_masks(model, masks)
+    return masks
+
+
+def mask_metadata(path: str | os.PathLike) -> dict[str, str]:
+    """The metadata stored with masks by :func:`save_masks`."""
+    from safetensors import safe_open
+    with safe_open(str(path), framework="pt") as f:
+        return dict(f.metadata() or {})

@@ -1,0 +1,201 @@
+"""The registry of parameter-identification methods and :func:`identify`.
+
+Each method works in two steps so that sweeps can reuse the costly part:
+
+1. ``collect(model, math_inputs, nonmath_inputs, ...)`` runs the model over both datasets and keeps
+   small statistics (:class:`Statistics`); methods with the same ``statistics`` kind share them.
+2. ``select(model, statistics, proportion, seed)`` turns them into parameter masks.
+
+Methods
+-------
+mathneuro  math top-K minus non-math top-K, per weight matrix (Christ et al., 2024)
+wanda      math top-K, no filtering (Sun et al., 2023 scores)
+random     as many parameters per matrix as MathNeuro selects, uniformly at random (seeded)
+lape       neurons with low-entropy firing rates assigned to math (Tang et al., 2024), see ``lape.py``
+"""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from core.errors import BadInputError
+from core.mathneuro import lape
+from core.mathneuro.scoring import (ColumnNorms, Progress, check_proportion, collect_column_norms,
+                                    importance_scores, scored_linears, top_share_mask)
+from kernels.topk_mask import topk_mask
+
+Masks = dict[str, torch.Tensor]
+"""Parameter name (as in ``model.named_parameters()``) -> bool tensor of the parameter's shape."""
+
+
+@dataclass
+class Statistics:
+    """What a method keeps from the forward passes: ``kind`` names how ``math``/``nonmath`` were made."""
+
+    kind: str
+    math: Any
+    nonmath: Any
+
+
+# ----------------------------------------------------------------------------------------------
+# Per-matrix selection rules (also used by the consistency analysis, one matrix at a time)
+# ----------------------------------------------------------------------------------------------
+def wanda_matrix(weight: torch.Tensor, math_norms: torch.Tensor, proportion: float) -> torch.Tensor:
+    """(d_out, d_in) bool: top-K share of ``|W| * math_norms``."""
+    return top_share_mask(importance_scores(weight, math_norms), proportion)
+
+
+def mathneuro_matrix(weight: torch.Tensor, math_norms: torch.Tensor, nonmath_norms: torch.Tensor,
+                     proportion: float) -> torch.Tensor:
+    """(d_out, d_in) bool: top-K for math and not top-K for non-math."""
+    math_top = wanda_matrix(weight, math_norms, proportion)
+    nonmath_top = wanda_matrix(weight, nonmath_norms, proportion)
+    return math_top & ~nonmath_top
+
+
+def matrix_seed(seed: int, name: str) -> int:
+    """A seed per (seed, parameter name), independent of the order matrices are visited in."""
+    return (int(seed) * 1_000_003 + zlib.crc32(name.encode())) % (2**63 - 1)
+
+
+def random_matrix(shape: torch.Size, count: int, seed: int, name: str, device=None) -> torch.Tensor:
+    """(shape) bool with exactly ``count`` True entries drawn uniformly, reproducibly from (seed, name)."""
+    gen = torch.Generator().manual_seed(matrix_seed(seed, name))
+    noise = torch.rand(tuple(shape), generator=gen, dtype=torch.float32)
+    return topk_mask(noise.to(device) if device is not None else noise, count)
+
+
+# ----------------------------------------------------------------------------------------------
+# Collect and select
+# ----------------------------------------------------------------------------------------------
+def _collect_norms(model, math_inputs, nonmath_inputs, *, max_length=None, progress=None) -> Statistics:
+    math = collect_column_norms(model, math_inputs, what="math", max_length=max_length, progress=progress)
+    nonmath = collect_column_norms(model, nonmath_inputs, what="non-math", max_length=max_length, progress=progress)
+    return Statistics("column_norms", math, nonmath)
+
+
+def _collect_firing(model, math_inputs, nonmath_inputs, *, max_length=None, progress=None) -> Statistics:
+    math = lape.collect_firing_counts(model, math_inputs, what="math", max_length=max_length, progress=progress)
+    nonmath = lape.collect_firing_counts(model, nonmath_inputs, what="non-math", max_length=max_length,
+                                         progress=progress)
+    return Statistics("firing_counts", math, nonmath)
+
+
+def _select_mathneuro(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
+    return {n: mathneuro_matrix(m.weight, stats.math.sums[n], stats.nonmath.sums[n], proportion)
+            for n, m in scored_linears(model).items()}
+
+
+def _select_wanda(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
+    return {n: wanda_matrix(m.weight, stats.math.sums[n], proportion) for n, m in scored_linears(model).items()}
+
+
+def _select_random(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
+    out = {}
+    for n, m in scored_linears(model).items():
+        count = int(mathneuro_matrix(m.weight, stats.math.sums[n], stats.nonmath.sums[n], proportion).sum())
+        out[n] = random_matrix(m.weight.shape, count, seed, n, m.weight.device)
+    return out
+
+
+def _select_lape(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
+    return lape.lape_masks(model, stats.math, stats.nonmath, proportion, seed)
+
+
+@dataclass(frozen=True)
+class Method:
+    """One identification method.
+
+    Attributes
+    ----------
+    name : registry key
+    label : display name
+    description : one line for the UI
+    statistics : kind of statistics it needs (methods with the same kind can share them)
+    collect : (model, math_inputs, nonmath_inputs, *, max_length, progress) -> Statistics
+    select : (model, Statistics, proportion, seed) -> Masks
+    """
+
+    name: str
+    label: str
+    description: str
+    statistics: str
+    collect: Callable[..., Statistics]
+    select: Callable[..., Masks]
+
+
+METHODS: dict[str, Method] = {m.name: m for m in (
+    Method("mathneuro", "MathNeuro", "Top-K of |W|·‖X‖ on math inputs, minus the top-K on non-math inputs, "
+           "per weight matrix.", "column_norms", _collect_norms, _select_mathneuro),
+    Method("wanda", "Wanda (math only)", "Top-K of |W|·‖X‖ on math inputs per weight matrix, no filtering.",
+           "column_norms", _collect_norms, _select_wanda),
+    Method("random", "Random", "As many parameters per matrix as MathNeuro selects, drawn at random (seeded).",
+           "column_norms", _collect_norms, _select_random),
+    Method("lape", "LAPE (neurons)", "MLP neurons whose firing rates have low entropy across the two datasets "
+           "and fire more on math; their gate/up rows and down columns.", "firing_counts", _collect_firing,
+           _select_lape),
+)}
+
+
+def get_method(name: str) -> Method:
+    """The registered method, or :class:`BadInputError` listing the known ones."""
+    if name not in METHODS:
+        raise BadInputError(f"Unknown method {name!r}.", fix=f"Use one of: {', '.join(METHODS)}.")
+    return METHODS[name]
+
+
+def collect(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inputs: Iterable[torch.Tensor],
+            method: str = "mathneuro", *, max_length: int | None = None,
+            progress: Progress | None = None) -> Statistics:
+    """Run the model over both datasets and keep the statistics ``method`` needs (model left unchanged)."""
+    return get_method(method).collect(model, math_inputs, nonmath_inputs, max_length=max_length, progress=progress)
+
+
+def select(model: nn.Module, statistics: Statistics, proportion: float, method: str = "mathneuro",
+           seed: int = 0) -> Masks:
+    """Masks from statistics already collected (for sweeps over K and seeds)."""
+    m = get_method(method)
+    proportion = check_proportion(proportion)
+    if statistics.kind != m.statistics:
+        raise BadInputError(f"Method {method!r} needs {m.statistics} statistics, got {statistics.kind}.",
+                            fix=f"Collect them with collect(..., method={method!r}).")
+    return m.select(model, statistics, proportion, seed)
+
+
+def identify(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inputs: Iterable[torch.Tensor],
+             proportion: float, method: str = "mathneuro", seed: int = 0, *, max_length: int | None = None,
+             progress: Progress | None = None) -> Masks:
+    """Find the parameters ``method`` calls math-specific.
+
+    Parameters
+    ----------
+    model : nn.Module
+        Any model with ``nn.Linear`` layers; never modified (hooks removed and train/eval flags
+        restored, also after an error or a cancel from ``progress``).
+    math_inputs, nonmath_inputs : iterable of (1, T) LongTensor
+        Token ids, one sample per tensor (no truncation unless ``max_length`` is given).
+    proportion : float in (0, 1]
+        K: each weight matrix keeps its ``int(numel * K)`` highest scores.
+    method : a key of :data:`METHODS`
+    seed : used by ``random``
+    progress : ``progress(done, total, stage)``, optional; may raise to cancel.
+
+    Returns
+    -------
+    dict parameter name (e.g. ``model.layers.0.mlp.down_proj.weight``) -> bool tensor of that
+    parameter's shape (on its device), True where selected; one entry per scored weight.
+    """
+    m = get_method(method)
+    proportion = check_proportion(proportion)
+    stats = m.collect(model, math_inputs, nonmath_inputs, max_length=max_length, progress=progress)
+    return m.select(model, stats, proportion, seed)
+
+
+def column_norm_statistics(math: ColumnNorms, nonmath: ColumnNorms) -> Statistics:
+    """Wrap two :class:`ColumnNorms` as statistics for mathneuro / wanda / random."""
+    return Statistics("column_norms", math, nonmath)
