@@ -12,7 +12,7 @@ import gradio as gr
 from ui.header import build_header
 from ui.theme import CSS, projector_theme
 
-TABS = ("ui.models_data",)
+TABS = ("ui.models_data", "ui.mixln")
 
 
 def build_app() -> gr.Blocks:

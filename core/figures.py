@@ -1,0 +1,93 @@
+"""The house style of every chart, and the one writer of result files, shared by the CLI and the tabs.
+
+A tab shows a plotly figure; the CLI writes the same figure as a self-contained HTML file (plotly.js
+inlined, so it opens offline), the data as JSON and the rows as CSV. Colours are the Okabe & Ito (2008)
+palette, distinguishable with the common colour-vision deficiencies (yellow last: weak on white).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import tempfile
+import warnings
+from pathlib import Path
+
+import plotly.graph_objects as go
+
+from core.errors import BadInputError
+
+PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
+FONT = {"size": 15, "color": "#0f172a"}
+
+
+def style(fig: go.Figure, title: str, x_title: str | None = None, y_title: str | None = None,
+          height: int = 460) -> go.Figure:
+    """Title, axis labels (say the unit: ``"memory (MB)"``), a framed legend, the palette, projector-size type."""
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template="plotly_white", font=FONT,
+                      height=height, margin={"l": 70, "r": 20, "t": 80, "b": 60}, colorway=list(PALETTE),
+                      legend={"bgcolor": "rgba(255,255,255,0.85)", "bordercolor": "#cbd5e1", "borderwidth": 1})
+    if x_title is not None:
+        fig.update_xaxes(title_text=x_title, showline=True, linecolor="#475569")
+    if y_title is not None:
+        fig.update_yaxes(title_text=y_title, showline=True, linecolor="#475569")
+    return fig
+
+
+def message_figure(message: str, title: str = "", height: int = 300) -> go.Figure:
+    """An empty figure that says why there is nothing to plot yet."""
+    fig = go.Figure()
+    fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
+                       font={"size": 16, "color": "#475569"})
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False)
+    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", font=FONT, height=height)
+    return fig
+
+
+def figure_html(fig: go.Figure) -> str:
+    """A whole HTML page holding the figure, with plotly.js inlined (works offline)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return fig.to_html(include_plotlyjs=True, full_html=True)
+
+
+def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
+                 figure: go.Figure | None = None) -> Path:
+    """Write ``data`` (``.json``), ``rows`` (``.csv``) or ``figure`` (``.html``) to ``path`` atomically.
+
+    Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".csv", ".html"):
+        raise BadInputError(f"cannot write {path.name}: the output must end in .json, .csv or .html.")
+    if not path.parent.is_dir():
+        raise BadInputError(f"the folder {path.parent} does not exist.", fix="create it or write elsewhere.")
+    if suffix == ".json":
+        text = json.dumps(data, indent=1, default=str)
+    elif suffix == ".csv":
+        if rows is None:
+            raise BadInputError("this result has no table to write as CSV.", fix="write .json instead.")
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buf.getvalue()
+    else:
+        if figure is None:
+            raise BadInputError("this result has no figure to write as HTML.", fix="write .json or .csv instead.")
+        text = figure_html(figure)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+__all__ = ["PALETTE", "FONT", "style", "message_figure", "figure_html", "write_output"]

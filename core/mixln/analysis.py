@@ -1,0 +1,210 @@
+"""Diagnostics of a committed run or of any transformers causal LM, as JSON-able results (CLI and tab).
+
+A *subject* is a committed run name / run folder (a Mix-LN model with its own tokenizer and held-out
+windows) or a model reference for :func:`core.zoo.load_model` (e.g. ``smollm2-135m``), evaluated on
+held-out Wikipedia paragraphs tokenized with its own tokenizer. Results for zoo models are cached in
+:class:`core.cache.ResultsCache` under the model's fingerprint, so a second request is instant.
+
+- :func:`angular_result`   the paper's (first layer l, block size n) heatmap of d(h_l, h_{l+n}), raw and scaled
+- :func:`removal_result`   eval loss / perplexity increase when each layer is skipped
+- :func:`gradnorm_result`  per-layer gradient norms of one batch (a zoo model or a run's current weights)
+- :func:`run_gradnorms`    a run's logged per-layer gradient norms: at initialisation and at the end of training
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+from core.errors import BadInputError
+from core.mixln import runs as _runs
+from core.mixln.data import pack
+from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
+                                    layer_removal, mean_angular_distance)
+
+TEXT_CORPUS = "wikipedia-paragraphs"
+
+
+@dataclass
+class Subject:
+    name: str
+    model: torch.nn.Module
+    tokens: torch.Tensor            # (N, T) held-out windows
+    fingerprint: str | None         # None for runs: their results are precomputed in <run>/diagnostics.json
+    folder: object = None           # the run folder (runs only)
+
+
+def is_run(ref: str) -> bool:
+    try:
+        _runs.resolve_run(ref)
+        return True
+    except BadInputError:
+        return False
+
+
+def _check_sizes(samples: int, seq_len: int) -> None:
+    if not 1 <= samples <= 256 or not 4 <= seq_len <= 2048:
+        raise BadInputError(f"samples = {samples}, seq_len = {seq_len} are out of range.",
+                            fix="use 1-256 samples of 4-2048 tokens.")
+
+
+def zoo_tokens(tokenizer, samples: int, seq_len: int, split: str = "validation") -> torch.Tensor:
+    """(samples, seq_len) windows of held-out Wikipedia paragraphs in ``tokenizer``'s ids (packed)."""
+    from core.data import load
+    if tokenizer is None:
+        raise BadInputError("the model has no tokenizer.", fix="use a model folder that includes its tokenizer.")
+    texts = [r.text for r in load(TEXT_CORPUS, split)]
+    ids: list[int] = []
+    for text in texts:
+        ids.extend(tokenizer(text, add_special_tokens=False)["input_ids"])
+        if len(ids) >= samples * seq_len:
+            break
+    if len(ids) < seq_len:
+        raise BadInputError("the evaluation corpus is empty.", fix="run `python -m core data prepare`.")
+    return pack(torch.tensor(ids), seq_len)[:samples]
+
+
+def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
+    _check_sizes(samples, seq_len)
+    if not ref:
+        raise BadInputError("no model or run chosen.", fix="pick a committed run or a model.")
+    if is_run(ref):
+        return Subject(_runs.resolve_run(ref).name, _runs.run_model(ref), _runs.sample_windows(ref, n=samples, seq_len=seq_len), None,
+                       _runs.resolve_run(ref))
+    from core.zoo import load_model
+    lm = load_model(ref)
+    model = lm.model
+    if not getattr(getattr(model, "config", None), "is_decoder", True) and not hasattr(model, "lm_head"):
+        raise BadInputError(f"{ref} is not a causal language model.", fix="use a causal LM such as smollm2-135m.")
+    find_decoder_layers(model)
+    return Subject(str(ref), model, zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
+
+
+def _cached(subject: Subject, analysis: str, params: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
+    if subject.fingerprint is None:
+        pre = _precomputed(subject.folder).get(_diag_key(analysis, params))
+        return (pre, True) if pre is not None else (compute(), False)
+    from core.cache import CacheEntry, ResultsCache
+    entry, hit = ResultsCache().get_or_compute(subject.fingerprint, analysis, params,
+                                               lambda: CacheEntry(compute()))
+    return entry.data, hit
+
+
+DIAGNOSTICS_FILE = "diagnostics.json"
+
+
+def _diag_key(analysis: str, params: dict) -> str:
+    return analysis + "?" + "&".join(f"{k}={params[k]}" for k in sorted(params))
+
+
+def _precomputed(folder) -> dict:
+    path = Path(folder) / DIAGNOSTICS_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return {}
+    try:
+        return json.loads(path.read_text())
+    except ValueError:
+        return {}
+
+
+def write_run_diagnostics(ref: str) -> Path:
+    """Precompute the default angular-distance and layer-removal results of a run into its folder, so the tab
+    shows them at once (``reproduce`` calls this after training)."""
+    folder = _runs.resolve_run(ref)
+    path = folder / DIAGNOSTICS_FILE
+    path.unlink(missing_ok=True)
+    out = {}
+    for fn, name in ((angular_result, "mixln/angular"), (removal_result, "mixln/removal")):
+        res = fn(str(folder))
+        res.pop("cached", None)
+        params = {k: res[k] for k in ("samples", "seq_len", "position", "corpus") if k in res}
+        out[_diag_key(name, params)] = res
+    tmp = path.with_name(f".{DIAGNOSTICS_FILE}.tmp")
+    tmp.write_text(json.dumps(out))
+    tmp.replace(path)
+    return path
+
+
+def _clean(x: float) -> float | None:
+    return float(x) if x is not None and math.isfinite(x) else None
+
+
+def _grid(t: torch.Tensor) -> list[list[float | None]]:
+    return [[_clean(v) for v in row] for row in t.tolist()]
+
+
+def angular_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
+                   progress: Callable[[float, str], None] | None = None) -> dict:
+    """{subject, block_sizes, first_layers, raw, scaled, num_layers, cached}; position: last | mean."""
+    if position not in ("last", "mean"):
+        raise BadInputError(f"unknown position {position!r}.", fix="use 'last' (last token) or 'mean' (all tokens).")
+    params = {"samples": samples, "seq_len": seq_len, "position": position, "corpus": TEXT_CORPUS}
+    if progress:
+        progress(0.1, f"loading {ref}")
+    subject = load_subject(ref, samples, seq_len)
+
+    def compute() -> dict:
+        if progress:
+            progress(0.4, "forward pass with hidden states")
+        d = mean_angular_distance(subject.model, subject.tokens, -1 if position == "last" else None, batch_size=4)
+        hm = angular_distance_heatmap(d)
+        return {"subject": subject.name, "block_sizes": hm.block_sizes, "first_layers": hm.first_layers,
+                "raw": _grid(hm.raw), "scaled": _grid(hm.scaled), "num_layers": len(hm.first_layers), **params}
+
+    data, hit = _cached(subject, "mixln/angular", params, compute)
+    return {**data, "cached": hit}
+
+
+def removal_result(ref: str, samples: int = 8, seq_len: int = 64,
+                   progress: Callable[[float, str], None] | None = None) -> dict:
+    """{subject, baseline_loss, baseline_perplexity, layers, loss_increase, perplexity_increase, ...}."""
+    params = {"samples": samples, "seq_len": seq_len, "corpus": TEXT_CORPUS}
+    if progress:
+        progress(0.05, f"loading {ref}")
+    subject = load_subject(ref, samples, seq_len)
+
+    def compute() -> dict:
+        def step(done, total):
+            if progress:
+                progress(0.1 + 0.9 * done / total, f"skipped layer {done}/{total}")
+        r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=step)
+        return {"subject": subject.name, "baseline_loss": r.baseline_loss,
+                "baseline_perplexity": _clean(r.baseline_perplexity), "layers": list(range(len(r.losses))),
+                "losses": [_clean(x) for x in r.losses], "loss_increase": [_clean(x) for x in r.loss_increase],
+                "perplexities": [_clean(x) for x in r.perplexities],
+                "perplexity_increase": [_clean(x) for x in r.perplexity_increase], **params}
+
+    data, hit = _cached(subject, "mixln/removal", params, compute)
+    return {**data, "cached": hit}
+
+
+def gradnorm_result(ref: str, samples: int = 4, seq_len: int = 64) -> dict:
+    """Per-layer gradient norms of the next-token loss on held-out windows, for the model as it is now."""
+    params = {"samples": samples, "seq_len": seq_len, "corpus": TEXT_CORPUS}
+    subject = load_subject(ref, samples, seq_len)
+
+    def compute() -> dict:
+        g = layer_gradient_norms(subject.model, subject.tokens)
+        return {"subject": subject.name, "layers": list(range(len(g.param))), "param": g.param, "input": g.input,
+                "loss": g.loss, **params}
+
+    data, hit = _cached(subject, "mixln/gradnorms", params, compute)
+    return {**data, "cached": hit}
+
+
+def run_gradnorms(ref: str, kind: str = "param") -> dict:
+    """A run's logged per-layer gradient norms: {run, label, norm, init, final, steps, per_step}."""
+    if kind not in ("param", "input"):
+        raise BadInputError(f"unknown gradient norm {kind!r}.", fix="use 'param' or 'input'.")
+    run = _runs.load_run(ref)
+    logs = run.history.get("grad_norms", [])
+    if not logs:
+        raise BadInputError(f"run {run.name} logged no gradient norms.", fix="train it with --grad-every > 0.")
+    return {"run": run.name, "label": run.label, "norm": run.meta["norm"], "kind": kind,
+            "layers": list(range(len(logs[0][kind]))), "init_step": logs[0]["step"], "init": logs[0][kind],
+            "final_step": logs[-1]["step"], "final": logs[-1][kind],
+            "steps": [g["step"] for g in logs], "per_step": [g[kind] for g in logs]}

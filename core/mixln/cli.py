@@ -1,0 +1,313 @@
+"""``python -m core mixln ...``: train Pre/Post/Mix-LN runs and chart what their layers do.
+
+Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``.
+Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plotly figure).
+
+Data-parallel training: the same ``train`` command runs under ``torchrun --nproc_per_node N -m core mixln
+train ...`` or ``accelerate launch -m core mixln train ...``; with ``WORLD_SIZE > 1`` the model is wrapped in
+DistributedDataParallel (NCCL on GPUs, gloo on CPUs), each rank draws its own batches (seed + rank) and rank 0
+writes the run folder. Untested multi-process here (a single CPU machine); the single-process path is tested.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from core.errors import BadInputError
+
+TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, AdamW with warmup and cosine decay to "
+              "10%%, held-out perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
+              "the run as 'diverged', curves kept). Data-parallel: run the same command under `torchrun "
+              "--nproc_per_node N -m core mixln train ...` or `accelerate launch -m core mixln train ...` "
+              "(DDP when WORLD_SIZE>1; untested multi-process). --recipe retrains all committed runs.")
+
+
+def _alpha(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"alpha must be a number, got {text!r}")
+    return value
+
+
+def _check_alpha(alpha: float) -> None:
+    if math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
+        raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
+                            fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
+
+
+def _progress(msg: str) -> None:
+    print(f"... {msg}", file=sys.stderr, flush=True)
+
+
+def _write_out(path: str | None, rows: list[dict] | dict, fig_fn) -> str | None:
+    """Write ``rows`` to .json / .csv, or the figure from ``fig_fn()`` to .html (atomically)."""
+    if not path:
+        return None
+    from core.figures import write_output
+
+    suffix = Path(path).suffix.lower()
+    table = rows if isinstance(rows, list) else _flatten(rows)
+    return str(write_output(path, data=rows, rows=table if suffix == ".csv" else None,
+                            figure=fig_fn() if suffix == ".html" else None))
+
+
+def _flatten(result: dict) -> list[dict]:
+    """A dict of per-layer lists (and scalars) -> one row per layer."""
+    lists = {k: v for k, v in result.items() if isinstance(v, list) and v and not isinstance(v[0], list)}
+    n = max((len(v) for v in lists.values()), default=0)
+    scalars = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
+    return [{**scalars, **{k: (v[i] if i < len(v) else None) for k, v in lists.items()}} for i in range(n)]
+
+
+def _fmt(x, nd=3):
+    return "-" if x is None else (f"{x:.{nd}g}" if isinstance(x, float) else str(x))
+
+
+# ---- train / reproduce ---------------------------------------------------------------------------------
+
+def _train_args(p: argparse.ArgumentParser) -> None:
+    from core.mixln.config import NORMS
+    from core.mixln.runs import RECIPE_MODEL as M, RECIPE_TRAIN as T
+    p.add_argument("--norm", choices=NORMS, default="mix", help="norm placement (default mix)")
+    p.add_argument("--alpha", type=_alpha, default=0.25, help="Mix-LN: fraction of layers that are Post-LN, in [0, 1]")
+    p.add_argument("--layers", type=int, default=M["num_layers"])
+    p.add_argument("--hidden", type=int, default=M["hidden_size"])
+    p.add_argument("--heads", type=int, default=M["num_heads"])
+    p.add_argument("--intermediate", type=int, default=None, help="MLP width (default ~8/3 x hidden)")
+    p.add_argument("--vocab", type=int, default=M["vocab_size"], help="BPE vocabulary size")
+    p.add_argument("--steps", type=int, default=T["steps"])
+    p.add_argument("--batch", type=int, default=T["batch_size"])
+    p.add_argument("--seq", type=int, default=T["seq_len"], help="tokens per packed sequence")
+    p.add_argument("--lr", type=float, default=T["lr"], help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=T["warmup_steps"])
+    p.add_argument("--eval-every", type=int, default=T["eval_every"])
+    p.add_argument("--eval-batches", type=int, default=T["eval_batches"])
+    p.add_argument("--grad-every", type=int, default=T["grad_log_every"], help="log per-layer grad norms every k steps")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="0: checkpoint only at the end")
+    p.add_argument("--seed", type=int, default=T["seed"])
+    p.add_argument("--tokenizer", default=None, help="a tokenizer.json to reuse (default: train one)")
+    p.add_argument("--out", default=None, help="run folder to write (required unless --resume or --recipe)")
+    p.add_argument("--resume", default=None, help="continue the run in this folder from its last checkpoint")
+    p.add_argument("--quick", action="store_true", help="a tiny smoke run: 4 layers, width 32, 6 steps (reuses the committed tokenizer)")
+    p.add_argument("--recipe", action="store_true", help="retrain every committed run into --out (default assets/mixln)")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+
+
+def _print_event(ev) -> None:
+    if ev.kind == "eval":
+        _progress(f"step {ev.step}/{ev.total_steps} held-out loss {ev.data['loss']:.4f} "
+                  f"ppl {ev.data['perplexity']:.2f}")
+    elif ev.kind == "step" and (ev.step % 10 == 0 or ev.step == 1):
+        _progress(f"step {ev.step}/{ev.total_steps} loss {ev.data['loss']:.4f} grad-norm {ev.data['grad_norm']:.3f}")
+    elif ev.kind in ("diverged", "stopped"):
+        _progress(f"{ev.kind}: {ev.data.get('message', '')}")
+
+
+def run_train(args) -> None:
+    import torch
+    from core.mixln import runs
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.recipe:
+        return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None))
+    _check_alpha(args.alpha)
+    if args.quick:
+        args.layers, args.hidden, args.heads, args.steps, args.batch, args.seq = 4, 32, 2, 6, 4, 32
+        args.vocab, args.eval_every, args.grad_every, args.warmup, args.eval_batches = 512, 3, 2, 2, 2
+        from core.mixln.runs import ASSETS
+        if args.tokenizer is None and (ASSETS / "tokenizer.json").is_file():  # skip training a tokenizer
+            args.tokenizer = str(ASSETS / "tokenizer.json")
+    if args.out is None and args.resume is None:
+        raise BadInputError("no output folder given.", fix="pass --out DIR (or --resume DIR).")
+    for name in ("layers", "hidden", "heads", "steps", "batch", "seq", "eval_batches"):
+        if getattr(args, name) < 1:
+            raise BadInputError(f"--{name.replace('_', '-')} must be at least 1.", fix=f"pass a positive --{name}.")
+    inter = args.intermediate or int(args.hidden * 8 / 3 / 16 + 1) * 16
+    sizes = dict(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
+                 intermediate_size=inter)
+    tcfg = dict(steps=args.steps, batch_size=args.batch, seq_len=args.seq, lr=args.lr, warmup_steps=args.warmup,
+                eval_every=args.eval_every, eval_batches=args.eval_batches, grad_log_every=args.grad_every,
+                seed=args.seed)
+    _progress("tokenizing the corpora and building the model")
+    meta = runs.train_run(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
+                          checkpoint_every=args.checkpoint_every, callback=_print_event)
+    meta["folder"] = str(Path(args.out or args.resume))
+    _emit(args, meta, lambda m: (f"{m['status']}: {m['folder']} ({m['norm']}, alpha {m['alpha']}, {m['steps_done']} "
+                                 f"steps, {m['wall_seconds']} s, {m['train_tokens_per_s']} tokens/s)\n"
+                                 f"final held-out perplexity {_fmt(m['final_eval_perplexity'], 5)} "
+                                 f"(loss {_fmt(m['final_eval_loss'], 5)})"
+                                 + (f"\n{m['message']}" if m['message'] else "")))
+
+
+def _reproduce_args(p):
+    p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
+    p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these runs")
+
+
+def run_reproduce(args) -> None:
+    from core.mixln import runs
+    only = getattr(args, "only", None)
+    for name in only or []:
+        if name not in runs.RECIPE:
+            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(runs.RECIPE)}.")
+    root = Path(args.out) if args.out else runs.ASSETS
+    t0 = time.perf_counter()
+    res = runs.reproduce(root, only, callback=_print_event)
+    result = {"root": str(root), "seconds": round(time.perf_counter() - t0, 1),
+              "runs": {n: {k: m[k] for k in ("status", "final_eval_perplexity", "wall_seconds")} for n, m in res.items()},
+              "commands": {n: runs.recipe_command(n) for n in res}}
+    _emit(args, result, lambda r: "\n".join(f"{n}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'], 5)}, "
+                                            f"{v['wall_seconds']} s" for n, v in r["runs"].items()))
+
+
+def _emit(args, result, text) -> None:
+    print(json.dumps(result, indent=1, default=str) if args.json else text(result))
+
+
+# ---- read-only commands ----------------------------------------------------------------------------------
+
+def run_runs(args) -> None:
+    from core.mixln import runs
+    rows = runs.compare_table()
+    for r in rows:
+        r["recipe"] = runs.recipe_command(r["run"]) if r["run"] in runs.RECIPE else ""
+    from core.cli import _table
+    _emit(args, rows, lambda rs: _table(rs, ["run", "norm", "alpha", "layers", "width", "steps", "status",
+                                             "eval_perplexity", "wall_s"]))
+
+
+def _subject_args(p, samples=8):
+    p.add_argument("--run", dest="run_ref", default=None, help="a committed run (see `mixln runs`) or a run folder")
+    p.add_argument("--model", default=None, help="any causal LM for core.zoo.load_model, e.g. smollm2-135m")
+    p.add_argument("--samples", type=int, default=samples, help="held-out sequences")
+    p.add_argument("--seq", type=int, default=64, help="tokens per sequence")
+    p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html (a plotly figure)")
+
+
+def _subject(args) -> str:
+    if args.run_ref and args.model:
+        raise BadInputError("give either --run or --model, not both.", fix="drop one of them.")
+    if args.model:
+        return args.model
+    from core.mixln import runs
+    ref = args.run_ref or "mix-ln-0.25"
+    runs.resolve_run(ref)  # unknown run -> BadInputError
+    return ref
+
+
+def _gradnorm_args(p):
+    p.add_argument("--runs", nargs="+", default=None, help="committed runs (default: pre-ln post-ln mix-ln-0.25)")
+    p.add_argument("--model", default=None, help="instead: any causal LM (norms of one batch at its current weights)")
+    p.add_argument("--kind", choices=("param", "input"), default="param",
+                   help="param: norm of each layer's weight gradients; input: norm of the gradient at its input")
+    p.add_argument("--samples", type=int, default=4)
+    p.add_argument("--seq", type=int, default=64)
+    p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html")
+
+
+def run_gradnorms(args) -> None:
+    from core.mixln import analysis
+    from core.mixln.figures import gradnorm_figure, gradnorm_series
+    if args.model:
+        res = [analysis.gradnorm_result(args.model, args.samples, args.seq)]
+    else:
+        res = [analysis.run_gradnorms(r, args.kind) for r in (args.runs or ["pre-ln", "post-ln", "mix-ln-0.25"])]
+    rows = [{"subject": r.get("run", r.get("subject")), "layer": l,
+             **({"init": r["init"][l], "final": r["final"][l]} if "run" in r else {"param": r["param"][l],
+                                                                                  "input": r["input"][l]})}
+            for r in res for l in r["layers"]]
+    written = _write_out(args.out, rows, lambda: gradnorm_figure(gradnorm_series(res), kind=args.kind))
+
+    def text(_):
+        lines = []
+        for r in res:
+            if "run" in r:
+                lines.append(f"{r['run']} ({r['label']}), {args.kind} grad norm per layer")
+                lines.append("  init : " + " ".join(f"{x:.3g}" for x in r["init"]))
+                lines.append("  final: " + " ".join(f"{x:.3g}" for x in r["final"]))
+            else:
+                lines.append(f"{r['subject']}: param grad norm per layer: " + " ".join(f"{x:.3g}" for x in r["param"]))
+        return "\n".join(lines + ([f"wrote {written}"] if written else []))
+    _emit(args, res, text)
+
+
+def run_angular(args) -> None:
+    from core.mixln import analysis
+    from core.mixln.figures import angular_figure
+    res = analysis.angular_result(_subject(args), args.samples, args.seq, args.position,
+                                  progress=lambda f, m: _progress(m))
+    rows = [{"block_size": n, "first_layer": l, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
+            for i, n in enumerate(res["block_sizes"]) for j, l in enumerate(res["first_layers"])
+            if res["raw"][i][j] is not None]
+    written = _write_out(args.out, res if (args.out or "").endswith(".json") else rows, lambda: angular_figure(res))
+    _emit(args, res, lambda r: f"{r['subject']}: angular distance d(h_l, h_l+1) per layer: "
+          + " ".join(f"{x:.3f}" for x in r["raw"][0] if x is not None)
+          + (f"\nwrote {written}" if written else ""))
+
+
+def _angular_args(p):
+    _subject_args(p)
+    p.add_argument("--position", choices=("last", "mean"), default="last",
+                   help="compare the last token's states (the paper) or average over all tokens")
+
+
+def run_removal(args) -> None:
+    from core.mixln import analysis
+    from core.mixln.figures import removal_figure
+    res = analysis.removal_result(_subject(args), args.samples, args.seq, progress=lambda f, m: _progress(m))
+    written = _write_out(args.out, _flatten(res) if (args.out or "").endswith(".csv") else res,
+                         lambda: removal_figure([res]))
+    _emit(args, res, lambda r: f"{r['subject']}: baseline held-out ppl {r['baseline_perplexity']:.2f}\n"
+          + "\n".join(f"  skip layer {l:2d}: loss +{d:.4f}  ppl +{p:.2f}" for l, d, p in
+                      zip(r["layers"], r["loss_increase"], r["perplexity_increase"]))
+          + (f"\nwrote {written}" if written else ""))
+
+
+def _table_out_args(p):
+    p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html")
+
+
+def run_sweep(args) -> None:
+    from core.mixln import runs
+    from core.mixln.figures import sweep_figure
+    rows = runs.sweep_table()
+    if not rows:
+        raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
+    written = _write_out(args.out, rows, lambda: sweep_figure(rows))
+    from core.cli import _table
+    _emit(args, rows, lambda r: _table(r, ["alpha", "run", "post_ln_layers", "status", "eval_perplexity"])
+          + (f"\nwrote {written}" if written else ""))
+
+
+def run_compare(args) -> None:
+    from core.mixln import runs
+    from core.mixln.figures import compare_figure
+    rows = runs.compare_table()
+    if not rows:
+        raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
+    written = _write_out(args.out, rows, lambda: compare_figure(rows))
+    from core.cli import _table
+    _emit(args, rows, lambda r: _table(r, ["run", "norm", "alpha", "steps", "status", "eval_loss", "eval_perplexity"])
+          + (f"\nwrote {written}" if written else ""))
+
+
+def register(groups) -> None:
+    g = "mixln"
+    groups.command(g, "train", TRAIN_HELP, _train_args)(run_train)
+    groups.command(g, "reproduce", "retrain all committed runs in assets/mixln with the recipe (same seed, data, "
+                   "steps)", _reproduce_args)(run_reproduce)
+    groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
+    groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "
+                   "any causal LM", _gradnorm_args)(run_gradnorms)
+    groups.command(g, "angular", "angular distance heatmap d(h_l, h_l+n), raw and scaled, of a run or any causal LM",
+                   _angular_args)(run_angular)
+    groups.command(g, "removal", "held-out loss/perplexity increase when each layer is skipped", _subject_args)(
+        run_removal)
+    groups.command(g, "sweep", "final held-out perplexity vs Mix-LN alpha (committed runs)", _table_out_args)(run_sweep)
+    groups.command(g, "compare", "held-out perplexity per norm placement at equal steps (committed runs)",
+                   _table_out_args)(run_compare)

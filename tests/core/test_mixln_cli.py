@@ -1,0 +1,103 @@
+"""``python -m core mixln ...``: a quick training run writes a loadable run folder whose history holds the logged
+per-layer gradient norms, --resume continues it exactly, diagnostics write JSON/CSV/HTML, and bad input exits 2."""
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from core.cli import main
+from core.mixln import MixLNForCausalLM, runs
+
+REPO = Path(__file__).resolve().parents[2]
+needs_runs = pytest.mark.skipif(not runs.list_runs(), reason="no committed runs in assets/mixln")
+
+
+def run_cli(capsys, *args):
+    code = main(["mixln", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("mixln") / "quick"
+    assert main(["mixln", "train", "--quick", "--norm", "mix", "--alpha", "0.25", "--out", str(folder)]) == 0
+    return folder
+
+
+@pytest.mark.slow
+def test_quick_train_writes_a_loadable_run_with_grad_norms(quick_run):
+    meta = json.loads((quick_run / "run.json").read_text())
+    hist = json.loads((quick_run / "history.json").read_text())
+    assert meta["status"] == hist["status"] == "finished" and meta["steps_done"] == 6
+    assert [r["step"] for r in hist["train"]] == list(range(1, 7))
+    # logged at initialisation (step 1) and every k = 2 steps, one value per layer for both norms
+    assert [g["step"] for g in hist["grad_norms"]] == [1, 2, 4, 6]
+    for g in hist["grad_norms"]:
+        assert len(g["param"]) == len(g["input"]) == 4
+        assert all(math.isfinite(x) and x > 0 for x in g["param"] + g["input"])
+    assert [e["step"] for e in hist["eval"]] == [3, 6]
+    model = MixLNForCausalLM.from_pretrained(quick_run)
+    assert model.config.layer_norms() == ["post", "pre", "pre", "pre"]  # floor(0.25 * 4) = 1 Post-LN layer
+    # the saved weights give the recorded final held-out perplexity
+    assert runs.evaluate_run(str(quick_run))["perplexity"] == pytest.approx(meta["final_eval_perplexity"], rel=1e-4)
+
+
+@pytest.mark.slow
+def test_resume_continues_from_the_checkpoint(quick_run, tmp_path, capsys):
+    import shutil
+    copy = tmp_path / "resumed"
+    shutil.copytree(quick_run, copy)
+    code, out, _ = run_cli(capsys, "train", "--steps", "8", "--resume", str(copy), "--json")
+    assert code == 0
+    meta = json.loads(out)
+    hist = json.loads((copy / "history.json").read_text())
+    assert meta["steps_done"] == 8 and [r["step"] for r in hist["train"]] == list(range(1, 9))
+    original = json.loads((quick_run / "history.json").read_text())
+    assert hist["train"][:6] == original["train"]  # the first six steps are kept, not retrained
+
+
+def test_bad_alpha_and_unknown_run_exit_2(capsys):
+    for alpha in ("1.5", "-0.1", "nan"):
+        code, out, err = run_cli(capsys, "train", "--alpha", alpha, "--out", "/tmp/never-written", "--quick")
+        assert code == 2 and "outside [0, 1]" in err and not Path("/tmp/never-written").exists()
+    for cmd in ("angular", "removal"):
+        code, _, err = run_cli(capsys, cmd, "--run", "no-such-run")
+        assert code == 2 and "unknown run" in err
+    code, _, err = run_cli(capsys, "gradnorms", "--runs", "no-such-run")
+    assert code == 2 and "unknown run" in err
+    code, _, err = run_cli(capsys, "reproduce", "--only", "no-such-run")
+    assert code == 2 and "unknown run" in err
+    code, _, err = run_cli(capsys, "train", "--norm", "mix")
+    assert code == 2 and "--out" in err
+
+
+def test_exit_code_2_from_the_real_command():
+    out = subprocess.run([sys.executable, "-m", "core", "mixln", "train", "--alpha", "2", "--out", "x"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "alpha" in out.stderr and "Traceback" not in out.stderr
+
+
+@needs_runs
+def test_diagnostics_write_json_csv_html(tmp_path, capsys):
+    code, out, _ = run_cli(capsys, "compare", "--json", "--out", str(tmp_path / "c.csv"))
+    rows = json.loads(out)
+    assert code == 0 and {r["run"] for r in rows} >= {"pre-ln", "post-ln", "mix-ln-0.25"}
+    assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
+    code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
+    alphas = [r["alpha"] for r in json.loads(out)]
+    assert code == 0 and alphas == sorted(alphas) and 0.25 in alphas
+    html = (tmp_path / "s.html").read_text()
+    assert "plotly" in html.lower() and "Alpha sweep" in html
+    code, out, _ = run_cli(capsys, "gradnorms", "--json", "--out", str(tmp_path / "g.json"))
+    res = json.loads(out)
+    assert code == 0 and [r["run"] for r in res] == ["pre-ln", "post-ln", "mix-ln-0.25"]
+    assert all(len(r["init"]) == len(r["final"]) == 12 for r in res)
+    code, out, _ = run_cli(capsys, "angular", "--run", "mix-ln-0.25", "--json", "--out", str(tmp_path / "a.csv"))
+    res = json.loads(out)
+    assert code == 0 and len(res["raw"]) == len(res["block_sizes"]) == 12
+    code, _, err = run_cli(capsys, "compare", "--out", str(tmp_path / "c.png"))
+    assert code == 2 and ".html" in err
