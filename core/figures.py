@@ -83,6 +83,7 @@ def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = N
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        os.chmod(tmp, 0o644)  # mkstemp makes it private; a result file is an ordinary file
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -13,6 +13,11 @@ Public API
   :func:`apply_compressed` (put loaded compressed weights into a freshly built model),
   :func:`decompress_model` (back to plain layers, for evaluations with many forwards)
 - :func:`bitfield_histograms`, :func:`compression_table`, :func:`throughput`: data for the views
+- :func:`tradeoff` (a model reference) / :func:`tradeoff_for_model`: memory / word-level perplexity
+  points of bf16, NeuZip k = 7, 3, 1, 0 (with and without a block normaliser) and the quantization
+  baselines registered in :data:`TRADEOFF_METHODS`, with :func:`pareto_front`; :func:`word_perplexity`
+- :mod:`core.neuzip.views`: the same measurements for a model reference (cached), their plotly figures
+  and file output, shared by the tab and ``python -m core neuzip``
 """
 from core.neuzip.checkpoint import load_compressed, save_compressed
 from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
@@ -20,6 +25,8 @@ from core.neuzip.measure import bitfield_histograms, compression_table, entropy_
 from core.neuzip.modules import (
     CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, memory_report,
 )
+from core.neuzip.tradeoff import METHODS as TRADEOFF_METHODS
+from core.neuzip.tradeoff import Cancelled, default_settings, pareto_front, tradeoff, tradeoff_for_model, word_perplexity
 from kernels.neuzip_bits import MANTISSA_BITS
 
 __all__ = [
@@ -27,4 +34,6 @@ __all__ = [
     "CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
     "memory_report",
     "bitfield_histograms", "compression_table", "entropy_bits", "throughput", "zstd_available",
+    "tradeoff", "tradeoff_for_model", "default_settings", "pareto_front", "word_perplexity", "TRADEOFF_METHODS",
+    "Cancelled",
 ]

@@ -23,6 +23,9 @@ EXPECTED = {
                ("#mixln-gradnorms", "Gradient norm per layer"), ("#mixln-sweep", "Alpha sweep"),
                ("#mixln-run-angular", "Angular distance"), ("#mixln-run-removal", "Layer removal"),
                ("#mixln-live-status", "Start live run")],
+    "NeuZip": [("#neuzip-weights-summary", "bits/weight"), ("#neuzip-histograms", "Bit fields of"),
+               ("#neuzip-table", "total"), ("#neuzip-tradeoff", "Memory vs perplexity"),
+               ("#neuzip-tradeoff-table", "NeuZip k=3, B=128"), ("#neuzip-throughput", "Throughput on this machine")],
 }
 
 

@@ -1,0 +1,127 @@
+"""The NeuZip tab's handlers, called directly: figures with titles, axis labels and legends, tables,
+downloads, and bad input as ``gr.Error``. The example is made from a tiny model so nothing heavy runs."""
+import copy
+from pathlib import Path
+
+import gradio as gr
+import pytest
+import torch
+
+import ui.neuzip as tab
+from core.neuzip import bitfield_histograms, compression_table, throughput
+from core.neuzip.tradeoff import default_settings, tradeoff_for_model
+from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+@pytest.fixture(scope="module")
+def example():
+    model = tiny_llama()
+    weights = {n: m.weight.detach() for n, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear) and n != "lm_head"}
+    r = tradeoff_for_model(model, CharTokenizer(), TEXT, default_settings((7, 3, 0), 32, baselines=False), window=16)
+    r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 0], "block_size": 128,
+              "words": 2000})
+    x = weights["up"]
+    thr = {"model": "smollm2-135m", "numel": x.numel(),
+           "rows": [{"label": "k=7 (lossless)", "k": 7, "block_size": None, **throughput(x, 7, repeats=1)}]}
+    return {"model": "smollm2-135m", "histograms": {"model": "smollm2-135m", **bitfield_histograms(weights)},
+            "table": {"model": "smollm2-135m", **compression_table(weights)}, "tradeoff": r, "throughput": thr}
+
+
+@pytest.fixture
+def with_example(example, monkeypatch):
+    monkeypatch.setattr(tab, "load_example", lambda ref: copy.deepcopy(example) if ref == "smollm2-135m" else None)
+    return example
+
+
+def titles(fig):
+    lay = fig.layout
+    xs = [a.title.text for a in (lay.xaxis, lay.xaxis2, lay.xaxis3) if a is not None] if "xaxis2" in lay else [lay.xaxis.title.text]
+    return lay.title.text, xs, lay.yaxis.title.text
+
+
+def test_weights_view_has_titled_histograms_and_table(with_example):
+    summary, hist, table_fig, frame, state = tab.analyse_weights("smollm2-135m", 7, "128", None)
+    title, xs, y = titles(hist)
+    assert title.startswith("Bit fields of") and y == "share of weights (%)"
+    assert xs == ["sign bit", "biased exponent (8-bit field value; occupied values only)", "mantissa (7-bit field value)"]
+    names = [a.text for a in hist.layout.annotations]
+    assert any(n.startswith("exponent: H = ") for n in names)
+    title, xs, y = titles(table_fig)
+    assert "Compression by layer kind" in title and y == "bits per weight" and xs[0].startswith("layer kind")
+    assert {t.name for t in table_fig.data} >= {"NeuZip (every stored byte)", "entropy bound (H(exp) + 1 + k)",
+                                                "zlib on raw bf16 bytes"}
+    assert frame.iloc[0]["layer"] == "total" and len(frame) == 1 + len(with_example["table"]["rows"])
+    assert "bits/weight" in summary and set(state) >= {"histograms", "table"}
+
+
+def test_tradeoff_view_marks_the_pareto_front(with_example):
+    summary, fig, frame, state = tab.measure_tradeoff("smollm2-135m", "128", 2000, False, None)
+    title, xs, y = titles(fig)
+    assert title.startswith("Memory vs perplexity") and xs == ["model weight memory (MB)"]
+    assert y.startswith("word-level perplexity")
+    names = [t.name for t in fig.data if t.showlegend is not False]
+    assert names[:2] == ["bf16", "NeuZip"] and "Pareto front" in names
+    on_front = frame[frame["pareto"] == "✓"]["setting"].tolist()
+    assert on_front and set(on_front) == set(with_example["tradeoff"]["pareto"])
+    assert "Pareto front:" in summary and "precomputed example" in summary
+    log_fig = tab.redraw_tradeoff(True, state)
+    assert log_fig.layout.xaxis.type == "log" and "log scale" in log_fig.layout.xaxis.title.text
+
+
+def test_throughput_view_compares_with_memcpy(with_example, monkeypatch):
+    monkeypatch.setattr(tab, "model_throughput", lambda ref, settings, progress=None: with_example["throughput"])
+    summary, fig, state = tab.measure_throughput("smollm2-135m", 7, "none", None)
+    title, xs, y = titles(fig)
+    assert title.startswith("Throughput on this machine") and xs == ["NeuZip setting"] and "MB/s" in y
+    assert [t.name for t in fig.data] == ["compress", "decompress", "memory copy (the limit)"]
+    assert "memory copy" in summary and state["throughput"]["rows"]
+
+
+def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
+    state = tab._initial(tab._example("smollm2-135m"))[-1]
+    files = [Path(f) for f in tab.download_files(state, False)]
+    assert {f.suffix for f in files} == {".json", ".csv", ".html"}
+    assert all(f.stat().st_size > 0 for f in files)
+    html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
+    assert "Memory vs perplexity" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
+    with pytest.raises(gr.Error):
+        tab.download_files({}, False)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: tab.analyse_weights("smollm2-135m", 5, "none", None),
+    lambda: tab.analyse_weights("smollm2-135m", 3, "100", None),
+    lambda: tab.measure_tradeoff("smollm2-135m", "96", 2000, False, None),
+    lambda: tab.measure_tradeoff("smollm2-135m", "128", 50, False, None),
+    lambda: tab.measure_tradeoff("", "128", 2000, False, None),
+    lambda: tab.measure_throughput("no-such-model", 7, "none", None),
+])
+def test_bad_input_is_a_gradio_error(with_example, call):
+    with pytest.raises(gr.Error):
+        call()
+
+
+def test_tab_builds_with_api_names(with_example):
+    with gr.Blocks() as demo:
+        model = gr.Dropdown(choices=["smollm2-135m"], value="smollm2-135m", allow_custom_value=True)
+        tab.build(type("Ctx", (), {"model": model})())
+    deps = [d for d in demo.config["dependencies"] if d["targets"][0][1] != "load"]
+    names = {d["api_name"] for d in deps}
+    assert {"neuzip_weights", "neuzip_tradeoff", "neuzip_throughput", "neuzip_stop", "neuzip_tradeoff_axis",
+            "neuzip_downloads"} <= names
+    assert tab.TITLE == "NeuZip"
+
+
+def test_the_committed_example_matches_the_live_defaults():
+    ex = tab.load_example(tab.EXAMPLE_MODEL)
+    if ex is None:
+        pytest.skip("assets/neuzip has no example yet")
+    assert ex["table"]["mantissa_bits"] == 7 and ex["tradeoff"]["block_size"] == 128
+    labels = [p["label"] for p in ex["tradeoff"]["points"]]
+    assert labels[:2] == ["bf16", "NeuZip k=7 (lossless)"]
+    by = {p["label"]: p for p in ex["tradeoff"]["points"]}
+    assert by["bf16"]["perplexity"] == by["NeuZip k=7 (lossless)"]["perplexity"]
+    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "smollm2-135m.json").stat().st_size < 1_000_000
