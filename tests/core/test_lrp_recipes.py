@@ -1,0 +1,213 @@
+"""The MambaLRP training recipes, the committed models they made, and ``python -m core lrp``.
+
+* the training-only selective scan agrees with the reference (values and gradients);
+* the quick recipes run and write folders that load back (through the zoo too);
+* the committed assets load through ``core.zoo.load_model`` and reach their recorded held-out figures
+  on a subset, within a sampling margin;
+* ``lrp explain`` on the committed sentiment model conserves relevance; bad input exits with code 2.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+from core.cli import main
+from core.lrp import MambaSequenceClassifier, VisionMamba, VisionMambaConfig, explain, recipes
+from core.paths import ASSETS_DIR
+from core.zoo import load_model
+from core.zoo.card import read_card_file
+from kernels.selective_scan import selective_scan_ref
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+ASSET_NAMES = ("mamba-sentiment", "mamba-lm", "vision-mamba-mnist")
+
+
+# ------------------------------------------------------------------------------------------------
+# the training scan
+# ------------------------------------------------------------------------------------------------
+def _scan_inputs(dtype=torch.float64, b=2, d=3, length=7, n=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    u = torch.randn(b, d, length, generator=g, dtype=dtype)
+    delta = torch.rand(b, d, length, generator=g, dtype=dtype) * 0.5
+    A = -torch.rand(d, n, generator=g, dtype=dtype) * 2
+    B = torch.randn(b, n, length, generator=g, dtype=dtype)
+    C = torch.randn(b, n, length, generator=g, dtype=dtype)
+    D = torch.randn(d, generator=g, dtype=dtype)
+    return [t.requires_grad_(True) for t in (u, delta, A, B, C, D)]
+
+
+def test_selective_scan_backward_is_the_exact_gradient():
+    assert torch.autograd.gradcheck(recipes.SelectiveScan.apply, tuple(_scan_inputs()))
+
+
+def test_selective_scan_matches_the_reference_values_and_gradients():
+    inputs = _scan_inputs(torch.float32, b=3, d=5, length=11, n=6, seed=1)
+    ref_inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
+    y = recipes.SelectiveScan.apply(*inputs)
+    y_ref = selective_scan_ref(*ref_inputs)
+    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
+    w = torch.randn_like(y)
+    grads = torch.autograd.grad((y * w).sum(), inputs)
+    grads_ref = torch.autograd.grad((y_ref * w).sum(), ref_inputs)
+    for g, g_ref in zip(grads, grads_ref):
+        torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("which", ["classifier", "vision"])
+def test_fast_mixers_reproduce_the_model_and_restore_it(which):
+    from transformers import MambaConfig
+
+    torch.manual_seed(0)
+    if which == "classifier":
+        model = MambaSequenceClassifier(MambaConfig(vocab_size=50, hidden_size=16, num_hidden_layers=2,
+                                                    state_size=4, use_conv_bias=False), 2, head_bias=False)
+        x = {"input_ids": torch.randint(0, 50, (3, 9))}
+    else:
+        model = VisionMamba(VisionMambaConfig(image_size=8, patch_size=4, in_channels=1, hidden_size=16,
+                                              num_layers=2, state_size=4, num_classes=3))
+        x = {"pixel_values": torch.rand(3, 1, 8, 8)}
+    ref = model(**x)
+    ref_grads = torch.autograd.grad(ref.square().sum(), list(model.parameters()))
+    with recipes.fast_mixers(model):
+        out = model(**x)
+        grads = torch.autograd.grad(out.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(out, ref, rtol=1e-5, atol=1e-5)
+    for g, g_ref in zip(grads, ref_grads):
+        torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-5)
+    assert all("forward" not in vars(m) for m in model.modules())  # the patch is gone
+
+
+# ------------------------------------------------------------------------------------------------
+# quick recipes
+# ------------------------------------------------------------------------------------------------
+def test_quick_vision_recipe_is_seeded_and_saves_a_loadable_folder(tmp_path):
+    cfg = recipes.recipe_for("vision", seed=3, quick=True)
+    m1 = recipes.train_vision(cfg, tmp_path / "a", recipe_command="x")
+    m2 = recipes.train_vision(cfg, tmp_path / "b", recipe_command="x")
+    assert m1["accuracy"] == m2["accuracy"] and 0 <= m1["accuracy"] <= 1
+    a, b = VisionMamba.from_pretrained(tmp_path / "a"), VisionMamba.from_pretrained(tmp_path / "b")
+    for (k, v), (_, w) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert torch.equal(v, w), k
+    assert float(a.head.bias.detach().abs().max()) == 0.0  # held at zero: relevance is conserved
+    card = read_card_file(tmp_path / "a")
+    assert card["model_class"] == "core.lrp:VisionMamba" and card["quality"]["value"] == m1["accuracy"]
+    assert not list(tmp_path.glob(".a.*"))  # no staging folder left behind
+
+
+@pytest.mark.slow
+def test_quick_sentiment_and_lm_recipes_save_folders_the_zoo_loads(tmp_path):
+    from transformers import AutoTokenizer, MambaForCausalLM
+
+    assert main(["lrp", "train", "lm", "--quick", "--out", str(tmp_path / "lm"), "--threads", "1"]) == 0
+    lm = load_model(str(tmp_path / "lm"), use_cache=False)
+    assert isinstance(lm.model, MambaForCausalLM) and lm.card.kind == "causal-lm"
+    tok = AutoTokenizer.from_pretrained(tmp_path / "lm")
+    assert tok("hello world")["input_ids"] == lm.tokenizer("hello world")["input_ids"]
+
+    metrics = recipes.train_sentiment(recipes.recipe_for("sentiment", quick=True, init_from=str(tmp_path / "lm")),
+                                      tmp_path / "sent")
+    loaded = load_model(str(tmp_path / "sent"), use_cache=False)
+    assert isinstance(loaded.model, MambaSequenceClassifier) and loaded.model.head.bias is None
+    ids = loaded.tokenizer("a fine film")["input_ids"]
+    assert ids[-1] == loaded.tokenizer.convert_tokens_to_ids(recipes.EOS)  # the head reads the final EOS
+    # the backbone started from the LM's (same vocabulary), and the card records what was measured
+    assert loaded.model.get_input_embeddings().num_embeddings == lm.model.get_input_embeddings().num_embeddings
+    assert loaded.card.quality["value"] == metrics["accuracy"]
+
+
+def test_bad_recipe_and_bad_init_folder_exit_2(tmp_path, capsys):
+    assert main(["lrp", "train", "vision", "--init-from", str(tmp_path)]) == 2
+    assert main(["lrp", "train", "sentiment", "--quick", "--init-from", str(tmp_path), "--out",
+                 str(tmp_path / "o")]) == 2
+    assert "mamba-lm folder" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SystemExit) as exc:
+        main(["lrp", "train", "resnet"])
+    assert exc.value.code == 2
+
+
+# ------------------------------------------------------------------------------------------------
+# committed assets
+# ------------------------------------------------------------------------------------------------
+def _asset_card(name):
+    folder = ASSETS_DIR / "models" / name
+    if not (folder / "card.json").exists():
+        pytest.fail(f"{folder} is missing: retrain with its recipe")
+    return read_card_file(folder)
+
+
+def test_committed_models_are_listed_ready_with_cards(capsys):
+    assert main(["models", "list", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    for name in ASSET_NAMES:
+        card = _asset_card(name)
+        assert rows[name]["status"] == "ready", name
+        assert card["recipe"].startswith("python -m core lrp train") and card["license"] == "project"
+        assert card["quality"]["split"] == "test"
+        assert (ASSETS_DIR / "models" / name / "model.safetensors").stat().st_size < 12e6
+
+
+def test_committed_sentiment_model_reaches_its_recorded_accuracy():
+    import core.data as data
+
+    card = _asset_card("mamba-sentiment")
+    loaded = load_model("mamba-sentiment")
+    assert isinstance(loaded.model, MambaSequenceClassifier) and loaded.tokenizer is not None
+    acc = recipes.classifier_accuracy(loaded.model, loaded.tokenizer, data.load("movie-sentiment", "test", limit=200))
+    # 200 of the 1,057 test sentences: a binomial standard error of about 0.03
+    assert acc >= card["quality"]["value"] - 0.08, acc
+
+
+def test_committed_vision_model_reaches_its_accuracy():
+    card = _asset_card("vision-mamba-mnist")
+    loaded = load_model("vision-mamba-mnist")
+    assert isinstance(loaded.model, VisionMamba) and loaded.tokenizer is None
+    x, y = recipes.mnist_tensors("test", limit=200)
+    acc = recipes.image_accuracy(loaded.model, x, y)
+    assert acc >= card["quality"]["value"] - 0.05, acc
+
+
+def test_committed_lm_reaches_its_perplexity():
+    from core.zoo.quality import token_perplexity
+
+    card = _asset_card("mamba-lm")
+    loaded = load_model("mamba-lm")
+    ppl = token_perplexity(loaded.model, loaded.tokenizer, recipes.paragraph_texts("test")[:20], window=256,
+                           max_tokens=1024)
+    assert math.isfinite(ppl["perplexity"]) and ppl["perplexity"] < 1.5 * card["quality"]["value"]
+    assert ppl["perplexity"] < loaded.model.config.vocab_size / 4  # far better than uniform guessing
+
+
+# ------------------------------------------------------------------------------------------------
+# lrp explain
+# ------------------------------------------------------------------------------------------------
+def test_cli_explain_on_the_sentiment_model_conserves_relevance(capsys):
+    _asset_card("mamba-sentiment")
+    text = "A gorgeous, witty and deeply moving film."
+    assert main(["lrp", "explain", "--model", "mamba-sentiment", "--text", text, "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    rel = [t["relevance"] for t in out["tokens"]]
+    loaded = load_model("mamba-sentiment")
+    assert [t["token"] for t in out["tokens"]] == loaded.tokenizer.tokenize(text) + [recipes.EOS]
+    assert out["target"] == int(loaded.model(loaded.tokenizer(text, return_tensors="pt")["input_ids"]).argmax())
+    assert out["target_name"] in ("negative", "positive")
+    assert sum(rel) == pytest.approx(out["logit"], rel=1e-3, abs=1e-3)  # bias-free model: nothing absorbed
+    # the same numbers as the Python API, for the other class too
+    ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
+    other = explain(loaded.model, input_ids=ids, target=1 - out["target"])
+    assert float(other.relevance.sum()) == pytest.approx(other.logit, rel=1e-3, abs=1e-3)
+    assert main(["lrp", "explain", "--model", "mamba-sentiment", "--text", text, "--target", "1"]) == 0
+    assert "sum of relevances" in capsys.readouterr().out
+
+
+def test_cli_explain_bad_input_exits_2(capsys):
+    assert main(["lrp", "explain", "--model", "no-such-model", "--text", "hi"]) == 2
+    assert "no-such-model" in capsys.readouterr().err
+    if (ASSETS_DIR / "models" / "mamba-sentiment" / "card.json").exists():
+        for extra in (["--target", "7"], ["--method", "nope"]):
+            assert main(["lrp", "explain", "--model", "mamba-sentiment", "--text", "fine", *extra]) == 2
+        assert main(["lrp", "explain", "--model", "mamba-sentiment", "--text", "  "]) == 2
+        err = capsys.readouterr().err
+        assert "out of range" in err and "Unknown method" in err
