@@ -7,7 +7,6 @@ chosen in the header (results are cached, so a repeated request is instant). Log
 from __future__ import annotations
 
 import tempfile
-import threading
 from pathlib import Path
 
 import gradio as gr
@@ -20,6 +19,7 @@ from core.neuzip.views import (histogram_figure, load_example, model_histograms,
                                table_figure, table_rows, throughput_figure, throughput_rows, tradeoff_figure,
                                tradeoff_rows)
 from ui.errors import user_errors
+from ui.stopping import stop_flag
 from ui.header import AppContext
 
 TITLE = "NeuZip"
@@ -28,12 +28,6 @@ K_CHOICES = [7, 3, 1, 0]
 BLOCK_CHOICES = ["none", "32", "64", "128", "256", "512", "1024"]
 MAX_WORDS = 10_000
 
-_stops: dict[str, threading.Event] = {}  # session -> "stop" flag polled by the running computation
-
-
-def _stop_flag(request: gr.Request | None) -> threading.Event:
-    key = getattr(request, "session_hash", None) or "default"
-    return _stops.setdefault(key, threading.Event())
 
 
 def _block(value) -> int | None:
@@ -148,7 +142,7 @@ def measure_tradeoff(ref, block, words, log_x, state=None, request: gr.Request =
     if ex and ex.get("tradeoff") and ex["tradeoff"]["words"] == words and ex["tradeoff"]["block_size"] == block:
         result = ex["tradeoff"]
     else:
-        stop = _stop_flag(request)
+        stop = stop_flag(request)
         stop.clear()
         result = tradeoff(ref, block_size=block, words=words, progress=_progress_fn(progress), should_stop=stop.is_set)
     state = {**(state or {}), "tradeoff": result}
@@ -179,7 +173,7 @@ def measure_throughput(ref, k, block, state=None, progress=gr.Progress()):
 
 def stop_running(request: gr.Request = None):
     """Ask the running trade-off of this session to stop (finished points stay cached)."""
-    _stop_flag(request).set()
+    stop_flag(request).set()
     return "Stopping: the points finished so far are cached."
 
 

@@ -16,6 +16,10 @@ math_accuracy, multiple_choice_accuracy, teacher_forced_loss, evaluator, token_i
 layer_distribution, intervention_effects, proportion_sweep, scale_factor_sweep, consistency,
 drill_down, selection_summary, overlap        analyses as plain data
 scored_linears, collect_column_norms, importance_scores, top_share_mask   the scoring pieces
+
+By dataset name, as the tab and the CLI run them (``demo``; figures in ``figures``, recipe in ``recipe``):
+layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result, consistency_result,
+drill_result, identify_result, write_result, DEFAULTS; train_demo, DEMO_NAME (figures: ``figures.FIGURES``)
 """
 from core.mathneuro.analysis import (consistency, drill_down, intervention_effects, layer_distribution, module_kind,
                                      overlap, proportion_sweep, scale_factor_sweep, selection_summary)
@@ -38,3 +42,12 @@ __all__ = [
     "drill_down", "selection_summary", "overlap", "module_kind",
     "ColumnNorms", "collect_column_norms", "importance_scores", "scored_linears", "top_share_mask",
 ]
+
+from core.mathneuro.demo import (DEFAULTS, consistency_result, drill_result, effect_result,  # noqa: E402
+                                 identify_result, layer_distribution_result, proportion_sweep_result,
+                                 scale_sweep_result, write_result)
+from core.mathneuro.recipe import DEMO_NAME, train_demo  # noqa: E402
+
+__all__ += ["DEFAULTS", "consistency_result", "drill_result", "effect_result", "identify_result",
+            "layer_distribution_result", "proportion_sweep_result", "scale_sweep_result", "write_result",
+            "DEMO_NAME", "train_demo"]
