@@ -48,6 +48,8 @@ RECIPE = {
     "mix-ln-0.25": dict(norm="mix", alpha=0.25),
     "mix-ln-0.125": dict(norm="mix", alpha=0.125),
     "mix-ln-0.5": dict(norm="mix", alpha=0.5),
+    "deepnorm": dict(norm="deepnorm", alpha=1.0),
+    "sandwich-ln": dict(norm="sandwich", alpha=0.0),
 }
 # Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer.
 SWEEP = {0.0: "pre-ln", 0.125: "mix-ln-0.125", 0.25: "mix-ln-0.25", 0.5: "mix-ln-0.5", 1.0: "post-ln"}
