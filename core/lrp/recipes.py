@@ -41,6 +41,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from core.data.bpe import train_bpe
+from core.schedules import warmup_cosine
 from core.errors import BadInputError
 
 Progress = Callable[[float, str], None] | None
@@ -164,13 +166,6 @@ def _report(progress: Progress, fraction: float, message: str) -> None:
         progress(min(max(fraction, 0.0), 1.0), message)
 
 
-def _lr_at(step: int, total: int, peak: float, warmup: int) -> float:
-    if step < warmup:
-        return peak * (step + 1) / warmup
-    frac = (step - warmup) / max(1, total - warmup)
-    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(frac, 1.0))))
-
-
 def _optimizer(model: nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
     decay, plain = [], []
     for name, p in model.named_parameters():
@@ -223,15 +218,7 @@ def paragraph_texts(split: str) -> list[str]:
 
 def train_tokenizer(texts: list[str], vocab_size: int):
     """A byte-level BPE (``tokenizers``) with one special token ``<|endoftext|>`` (id 0)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
-    return tok
+    return train_bpe(texts, vocab_size, [EOS], add_prefix_space=True, min_frequency=2)
 
 
 def fast_tokenizer(tok, append_eos: bool = False):
@@ -319,7 +306,7 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
             starts = torch.randint(0, len(stream) - recipe.seq_len - 1, (recipe.batch_size,), generator=gen)
             batch = torch.stack([stream[s:s + recipe.seq_len + 1] for s in starts.tolist()])
             for g in opt.param_groups:
-                g["lr"] = _lr_at(step, recipe.steps, recipe.lr, recipe.warmup)
+                g["lr"] = warmup_cosine(step, recipe.steps, recipe.lr, recipe.warmup)
             logits = model(input_ids=batch[:, :-1], use_cache=False).logits
             loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), batch[:, 1:].reshape(-1))
             opt.zero_grad(set_to_none=True)
@@ -489,7 +476,7 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
                 ids = torch.tensor([b[0] for b in batch])
                 labels = torch.tensor([b[1] for b in batch])
                 for g in opt.param_groups:
-                    g["lr"] = _lr_at(step, total, recipe.lr, recipe.warmup)
+                    g["lr"] = warmup_cosine(step, total, recipe.lr, recipe.warmup)
                 emb = F.dropout(embeddings(ids), recipe.embed_dropout, training=True)
                 hidden = model.backbone(inputs_embeds=emb, use_cache=False).last_hidden_state
                 loss = F.cross_entropy(model.head(hidden[:, -1]), labels)
@@ -624,7 +611,7 @@ def train_vision(recipe: VisionRecipe, out, progress: Progress = None, recipe_co
                 idx = order[i:i + recipe.batch_size]
                 xb = _shift(x_train[idx], recipe.max_shift, gen)
                 for g in opt.param_groups:
-                    g["lr"] = _lr_at(step, total, recipe.lr, recipe.warmup)
+                    g["lr"] = warmup_cosine(step, total, recipe.lr, recipe.warmup)
                 loss = F.cross_entropy(model(xb), y_train[idx], label_smoothing=0.05)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()

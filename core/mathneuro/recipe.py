@@ -19,7 +19,6 @@ single tokens and decoding is exact.
 from __future__ import annotations
 
 import json
-import math
 import random
 import time
 from collections.abc import Callable
@@ -29,6 +28,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from core.data.bpe import train_bpe
+from core.schedules import warmup_cosine
 from core.data.records import MultipleChoice
 from core.paths import ASSETS_DIR
 
@@ -108,17 +109,9 @@ def train_tokenizer(texts: list[str], vocab_size: int, digits: bool = False):
     """A byte-level BPE with ``<bos>``/``<eos>``/``<pad>``; encode adds ``<bos>`` (Llama-style).
 
     ``digits``: split numbers into single digits (else frequent numbers become single tokens)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import processors
     from transformers import PreTrainedTokenizerFast
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    if digits:
-        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
-                                                     pre_tokenizers.ByteLevel(add_prefix_space=False)])
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[PAD, BOS, EOS],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer)
+    tok = train_bpe(texts, vocab_size, [PAD, BOS, EOS], split_digits=digits)
     bos_id = tok.token_to_id(BOS)
     tok.post_processor = processors.TemplateProcessing(single=f"{BOS} $A", pair=f"{BOS} $A $B",
                                                        special_tokens=[(BOS, bos_id)])
@@ -230,12 +223,7 @@ def train_demo(out: Path | str | None = None, quick: bool = False, log: Callable
                              {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
 
     def lr_at(step):
-        if step >= cfg.steps:
-            return cfg.lr * 0.1
-        if step < cfg.warmup:
-            return cfg.lr * (step + 1) / cfg.warmup
-        frac = (step - cfg.warmup) / max(cfg.steps - cfg.warmup, 1)
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup)
 
     model.train()
     torch.set_num_threads(cfg.threads)

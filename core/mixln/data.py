@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from core.data.bpe import train_bpe
 from core.errors import BadInputError
 
 CORPORA = ("wikipedia-paragraphs", "openwebtext-paragraphs", "pydoc-topics")
@@ -37,18 +38,11 @@ def corpus_texts(split: str = "train", corpora: tuple[str, ...] = CORPORA) -> li
 
 def train_tokenizer(texts: list[str], vocab_size: int = DEFAULT_VOCAB):
     """A byte-level BPE ``tokenizers.Tokenizer`` with ``vocab_size`` ids (id 0 is ``<|endoftext|>``)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     if not texts or not any(t.strip() for t in texts):
         raise BadInputError("cannot train a tokenizer on an empty corpus.", fix="provide some text.")
     if not 300 <= vocab_size <= 65536:
         raise BadInputError(f"vocabulary size {vocab_size} is out of range.", fix="use 300 to 65536 (e.g. 4096).")
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[EOS], show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
+    return train_bpe(texts, vocab_size, [EOS])
 
 
 def load_tokenizer(path: str | os.PathLike):
