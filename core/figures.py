@@ -71,7 +71,7 @@ def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = N
         if rows is None:
             raise BadInputError("this result has no table to write as CSV.", fix="write .json instead.")
         buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [])
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
         writer.writeheader()
         writer.writerows(rows)
         text = buf.getvalue()

@@ -14,7 +14,6 @@ restored exactly, also after an error or a cancel.
 """
 from __future__ import annotations
 
-import csv
 import json
 import math as _math
 import time
@@ -423,32 +422,17 @@ def flat_rows(analysis: str, result: dict) -> list[dict]:
 def write_result(path: str | Path, analysis: str, result: dict) -> str:
     """Write an analysis result to .json / .csv (its rows), or its figure to .html (plotly.js included);
     atomically (temporary file, then rename)."""
-    p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix not in (".json", ".csv", ".html"):
-        raise BadInputError(f"Cannot write {p.name}.", fix="Use --out FILE.json, FILE.csv or FILE.html.")
-    if not p.parent.exists():
-        raise BadInputError(f"Folder {p.parent} does not exist.", fix="Create it or choose another path.")
-    tmp = p.with_name(f".{p.name}.tmp")
-    try:
-        if suffix == ".json":
-            tmp.write_text(json.dumps(result, indent=1, default=str))
-        elif suffix == ".csv":
-            rows = flat_rows(analysis, result)
-            with open(tmp, "w", newline="") as f:
-                writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["empty"], extrasaction="ignore")
-                writer.writeheader()
-                writer.writerows(rows)
-        else:
-            from core.mathneuro.figures import FIGURES
-            if analysis not in FIGURES:
-                raise BadInputError(f"{analysis} has no figure.", fix="Use --out FILE.json or FILE.csv.")
-            FIGURES[analysis](result).write_html(str(tmp), include_plotlyjs=True)
-        tmp.replace(p)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return str(p)
+    from core.figures import write_output
 
+    suffix = Path(path).suffix.lower()
+    figure = None
+    if suffix == ".html":
+        from core.mathneuro.figures import FIGURES
+        if analysis not in FIGURES:
+            raise BadInputError(f"{analysis} has no figure.", fix="Use --out FILE.json or FILE.csv.")
+        figure = FIGURES[analysis](result)
+    rows = flat_rows(analysis, result) if suffix == ".csv" else None
+    return str(write_output(path, data=result, rows=rows, figure=figure))
 
 
 # ---- precomputed examples -------------------------------------------------------------------------------------
