@@ -1,0 +1,173 @@
+"""Charts of the MambaLRP tab and CLI (house style from :mod:`core.figures`).
+
+Relevance colours follow the LRP convention: red for evidence *for* the explained output, blue for evidence
+*against*, white for none, on a scale centred at zero. Each method's map is divided by its own largest absolute
+value, because methods differ in scale (the raw values are in the downloads and the hover text).
+"""
+from __future__ import annotations
+
+import html
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from core.figures import PALETTE, style
+
+# diverging scale, blue (against) - white - red (for); the end colours pass the common colour-vision deficiencies
+DIVERGING = [[0.0, "#2166ac"], [0.25, "#92c5de"], [0.5, "#ffffff"], [0.75, "#f4a582"], [1.0, "#b2182b"]]
+
+
+def _rgb(hex_colour: str) -> np.ndarray:
+    return np.array([int(hex_colour[i:i + 2], 16) for i in (1, 3, 5)], dtype=float)
+
+
+def colour(value: float) -> str:
+    """The diverging colour of ``value`` in [-1, 1] as ``rgb(...)``."""
+    x = (float(np.clip(value, -1.0, 1.0)) + 1.0) / 2.0
+    for (p0, c0), (p1, c1) in zip(DIVERGING, DIVERGING[1:]):
+        if x <= p1:
+            t = 0.0 if p1 == p0 else (x - p0) / (p1 - p0)
+            r, g, b = (_rgb(c0) * (1 - t) + _rgb(c1) * t).round().astype(int)
+            return f"rgb({r},{g},{b})"
+    return "rgb(178,24,43)"
+
+
+def _scale(values) -> float:
+    m = float(np.max(np.abs(np.asarray(values, dtype=float)))) if len(np.ravel(values)) else 0.0
+    return m if m > 0 else 1.0
+
+
+def _visible(token: str) -> str:
+    """A token's text with its leading space shown as a gap and a newline as ``⏎``."""
+    return token.replace("\n", "⏎").replace("\t", "⇥") or "∅"
+
+
+def token_html(result: dict) -> str:
+    """The text heatmap: one line per method, every token on its relevance colour, and a colour bar.
+
+    Hover a token to read its raw relevance.
+    """
+    tokens = result["tokens"]
+    out = ['<div class="lw-lrp" style="font-size:17px;line-height:2.1">']
+    out.append(f'<div style="margin-bottom:6px;color:#334155">Explained: <b>{html.escape(str(result["target_name"]))}'
+               f'</b> (target {result["target"]}). Red: evidence for it; blue: against; each row scaled to its '
+               f'largest |relevance|.</div>')
+    for name, m in result["methods"].items():
+        rel = np.asarray(m["relevance"], dtype=float)
+        s = _scale(rel)
+        spans = []
+        for tok, r in zip(tokens, rel):
+            text = html.escape(_visible(tok))
+            fg = "#ffffff" if abs(r / s) > 0.7 else "#0f172a"
+            spans.append(f'<span title="{html.escape(repr(tok))}: {r:+.4g}" style="background:{colour(r / s)};'
+                         f'color:{fg};padding:2px 1px;border-radius:3px;white-space:pre">{text}</span>')
+        out.append(f'<div style="margin:4px 0"><span style="display:inline-block;min-width:190px;font-weight:600;'
+                   f'color:#0f172a">{html.escape(m["label"])}<br><span style="font-weight:400;font-size:13px;'
+                   f'color:#475569">max |R| = {s:.3g}</span></span>{"".join(spans)}</div>')
+    stops = ", ".join(f"{c} {int(100 * p)}%" for p, c in DIVERGING)
+    out.append('<div style="display:flex;align-items:center;gap:8px;margin-top:8px;font-size:14px;color:#334155">'
+               f'<span>−max |R| (against)</span><div role="img" aria-label="colour bar" style="width:260px;'
+               f'height:14px;border:1px solid #94a3b8;background:linear-gradient(to right, {stops})"></div>'
+               '<span>+max |R| (for)</span><span style="margin-left:8px">0 is white</span></div></div>')
+    return "\n".join(out)
+
+
+def token_figure(result: dict) -> go.Figure:
+    """Methods x tokens heatmap of the scaled relevances (the downloadable figure of the text view)."""
+    names = list(result["methods"])
+    z = [list(np.asarray(result["methods"][n]["relevance"], float) / _scale(result["methods"][n]["relevance"]))
+         for n in names]
+    raw = [result["methods"][n]["relevance"] for n in names]
+    x = [f"{i}:{_visible(t)}" for i, t in enumerate(result["tokens"])]
+    fig = go.Figure(go.Heatmap(z=z, x=x, y=[result["methods"][n]["label"] for n in names], customdata=raw,
+                               colorscale=DIVERGING, zmin=-1, zmax=1, zmid=0,
+                               hovertemplate="%{y}<br>token %{x}<br>relevance %{customdata:.4g}<extra></extra>",
+                               colorbar={"title": {"text": "relevance /<br>max |relevance|"}}))
+    style(fig, f"Token relevance for {result['target_name']!r} ({result['model']})", "token (position:text)",
+          "method", height=max(300, 90 + 60 * len(names)))
+    fig.update_xaxes(tickangle=-45)
+    return fig
+
+
+def image_figure(result: dict) -> go.Figure:
+    """The input digit, then each method's patch relevance over it (upsampled to pixels, semi-transparent)."""
+    names = list(result["methods"])
+    img = np.asarray(result["image"], dtype=float)
+    size = img.shape[0]
+    titles = ["input"] + [result["methods"][n]["label"] for n in names]
+    fig = make_subplots(rows=1, cols=len(titles), subplot_titles=titles, horizontal_spacing=0.02)
+    fig.add_trace(go.Heatmap(z=img, colorscale="gray", showscale=False, hovertemplate="pixel %{z:.2f}<extra></extra>"),
+                  row=1, col=1)
+    for j, n in enumerate(names, start=2):
+        rel = np.asarray(result["methods"][n]["relevance"], dtype=float)
+        s = _scale(rel)
+        rep = size // rel.shape[0]
+        up = np.kron(rel / s, np.ones((rep, rep)))
+        raw = np.kron(rel, np.ones((rep, rep)))
+        fig.add_trace(go.Heatmap(z=img, colorscale="gray", showscale=False, hoverinfo="skip"), row=1, col=j)
+        fig.add_trace(go.Heatmap(z=up, customdata=raw, colorscale=DIVERGING, zmin=-1, zmax=1, zmid=0, opacity=0.6,
+                                 showscale=j == 2, colorbar={"title": {"text": "relevance /<br>max |relevance|"}},
+                                 hovertemplate="patch relevance %{customdata:.4g}<extra></extra>"), row=1, col=j)
+    fig.update_yaxes(autorange="reversed", scaleanchor="x", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    for j in range(2, len(titles) + 1):
+        fig.update_yaxes(scaleanchor=f"x{j}", row=1, col=j)
+    truth = f", true label {result['label']}" if result.get("label") is not None else ""
+    style(fig, f"Patch relevance for class {result['target_name']} ({result['model']}{truth})", height=340)
+    return fig
+
+
+# ---- evaluation -------------------------------------------------------------------------------------------------
+def _label(name: str) -> str:
+    from core.lrp.methods import METHODS
+    return METHODS[name].label if name in METHODS else name
+
+
+def conservation_figure(cons: dict, title: str = "Conservation: sum of relevances vs explained logit") -> go.Figure:
+    """One point per sample and method; on the dashed identity line the relevances add up to the logit."""
+    fig = go.Figure()
+    lo, hi = np.inf, -np.inf
+    for i, (name, row) in enumerate(cons.items()):
+        x, y = np.asarray(row["logits"], float), np.asarray(row["sums"], float)
+        lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=f"{_label(name)} (mean |error| "
+                                 f"{row['mean_abs_error']:.2g})", marker={"color": PALETTE[i % len(PALETTE)],
+                                                                         "size": 8, "opacity": 0.75}))
+    if np.isfinite(lo):
+        pad = 0.05 * (hi - lo or 1.0)
+        fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines", name="identity",
+                                 line={"color": "#475569", "dash": "dash"}))
+    return style(fig, title, "explained logit (target's raw output)", "sum of relevances")
+
+
+def faithfulness_figure(faith: dict, fractions, title: str = "Faithfulness: target logit while flipping units"
+                        ) -> go.Figure:
+    """Mean MoRF (solid, should fall fast) and LeRF (dashed, should stay high) curves per method."""
+    fig = go.Figure()
+    x = 100 * np.asarray(fractions, float)
+    for i, (name, row) in enumerate(faith.items()):
+        c = PALETTE[i % len(PALETTE)]
+        fig.add_trace(go.Scatter(x=x, y=row["morf"], mode="lines+markers", name=f"{_label(name)} MoRF",
+                                 legendgroup=name, line={"color": c}))
+        fig.add_trace(go.Scatter(x=x, y=row["lerf"], mode="lines+markers", name=f"{_label(name)} LeRF",
+                                 legendgroup=name, line={"color": c, "dash": "dash"}, marker={"symbol": "x"}))
+    return style(fig, title, "units flipped to the baseline (%)", "mean target logit")
+
+
+def delta_rows(faith: dict) -> list[dict]:
+    """The ``Delta A^F`` table, best first."""
+    rows = [{"method": _label(n), "A_MoRF": round(r["mean_area_morf"], 4), "A_LeRF": round(r["mean_area_lerf"], 4),
+             "ΔA^F = A_LeRF − A_MoRF": round(r["delta_af"], 4)} for n, r in faith.items()]
+    return sorted(rows, key=lambda r: -r["ΔA^F = A_LeRF − A_MoRF"])
+
+
+def long_range_figure(distances: dict, k: int = 10, title: str | None = None) -> go.Figure:
+    """Histogram of the positions (tokens from the end) of each method's ``k`` most relevant tokens."""
+    fig = go.Figure()
+    for i, (name, d) in enumerate(distances.items()):
+        fig.add_trace(go.Histogram(x=np.asarray(d), name=_label(name), opacity=0.65, xbins={"size": 1},
+                                   marker={"color": PALETTE[i % len(PALETTE)]}, histnorm="percent"))
+    fig.update_layout(barmode="overlay")
+    return style(fig, title or f"Long range: where the {k} most relevant tokens sit",
+                 "distance from the predicted position (tokens)", f"share of top-{k} tokens (%)")
