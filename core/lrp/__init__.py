@@ -7,11 +7,13 @@ Public API (tabs and the CLI use only this)::
     METHODS                    the one registry: name -> Method(label, fn, description, conservative)
     LRPRules                   which rules are on (ablation); lrp_rules(model, rules) context manager
     conservation, faithfulness, flip_curves, long_range, top_k_distances, key_token_hit_rate
+    evaluate, samples_for, long_range_evaluation, key_token_evaluation   dataset-level runners (JSON dicts)
     hidden_attention           alpha[t, s] of one selective scan
     MambaSequenceClassifier, VisionMamba, VisionMambaConfig
 """
 from core.lrp.attention import hidden_attention
 from core.lrp.context import lrp_rules
+from core.lrp.evaluation import evaluate, key_token_evaluation, long_range_evaluation, samples_for
 from core.lrp.methods import METHODS, Explanation, Method, explain
 from core.lrp.metrics import (FlipCurves, conservation, faithfulness, flip_curves, key_token_hit_rate, long_range,
                               top_k_distances)
@@ -20,6 +22,7 @@ from core.lrp.rules import LRPRules
 
 __all__ = [
     "METHODS", "Explanation", "FlipCurves", "LRPRules", "MambaSequenceClassifier", "Method", "VisionMamba",
-    "VisionMambaConfig", "conservation", "explain", "faithfulness", "flip_curves", "hidden_attention",
-    "key_token_hit_rate", "long_range", "lrp_rules", "top_k_distances",
+    "VisionMambaConfig", "conservation", "evaluate", "explain", "faithfulness", "flip_curves", "hidden_attention",
+    "key_token_evaluation", "key_token_hit_rate", "long_range", "long_range_evaluation", "lrp_rules",
+    "samples_for", "top_k_distances",
 ]

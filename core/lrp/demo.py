@@ -133,18 +133,27 @@ def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Ten
         raise BadInputError(f"{loaded.card.name} takes images, not text.", fix="Pick mamba-sentiment or mamba-lm.")
     if not isinstance(text, str) or not text.strip():
         raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
-    ids = loaded.tokenizer(text, return_tensors="pt")["input_ids"]
+    enc = loaded.tokenizer(text, return_tensors="pt", return_offsets_mapping=loaded.tokenizer.is_fast)
+    ids = enc["input_ids"]
+    keep = torch.arange(ids.shape[1])
     note = ""
     n = ids.shape[1]
     if n > max_tokens:
         if _kind(loaded) == "classifier":
-            ids = torch.cat([ids[:, :max_tokens - 1], ids[:, -1:]], dim=1)
+            keep = torch.cat([keep[:max_tokens - 1], keep[-1:]])
             note = f"The text has {n} tokens; only the first {max_tokens - 1} (and the final marker) are explained."
         else:
-            ids = ids[:, -max_tokens:]
+            keep = keep[-max_tokens:]
             note = f"The text has {n} tokens; only the last {max_tokens} are explained."
-    pieces = [loaded.tokenizer.convert_tokens_to_string([t])
-              for t in loaded.tokenizer.convert_ids_to_tokens(ids[0].tolist())]
+        ids = ids[:, keep]
+    pieces = pieces_of(loaded, ids[0].tolist())
+    if "offset_mapping" in enc:  # show the text as typed (with its spaces and case), not the normalised tokens
+        offsets = enc["offset_mapping"][0][keep].tolist()
+        prev = offsets[0][0] if offsets else 0
+        for i, (start, end) in enumerate(offsets):
+            if end > start:
+                pieces[i] = text[min(prev, start):end]
+                prev = end
     return ids, pieces, note
 
 

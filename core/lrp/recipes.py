@@ -5,8 +5,9 @@ model                       class                                           data
 ==========================  ==============================================  ===================================
 ``mamba-lm``                transformers ``MambaForCausalLM``                paragraph corpora (train) + the
                                                                             movie-sentiment train sentences
-``mamba-sentiment``         :class:`core.lrp.MambaSequenceClassifier`        movie-sentiment (initialised from
-                                                                            the LM's backbone when given)
+``mamba-sentiment``         :class:`core.lrp.MambaSequenceClassifier`        movie-sentiment train + the other
+                                                                            VADER ground-truth sentences (word
+                                                                            level, VADER lexicon prior)
 ``vision-mamba-mnist``      :class:`core.lrp.VisionMamba`                    mnist-5k
 ==========================  ==============================================  ===================================
 
@@ -221,7 +222,7 @@ def train_tokenizer(texts: list[str], vocab_size: int):
     return train_bpe(texts, vocab_size, [EOS], add_prefix_space=True, min_frequency=2)
 
 
-def fast_tokenizer(tok, append_eos: bool = False):
+def fast_tokenizer(tok, append_eos: bool = False, unk_token: str = EOS):
     """``PreTrainedTokenizerFast`` around a ``tokenizers.Tokenizer``; ``append_eos`` ends every input with EOS."""
     from tokenizers import Tokenizer, processors
     from transformers import PreTrainedTokenizerFast
@@ -231,7 +232,7 @@ def fast_tokenizer(tok, append_eos: bool = False):
         eos_id = tok.token_to_id(EOS)
         tok.post_processor = processors.TemplateProcessing(single=f"$A {EOS}", pair=f"$A {EOS} $B {EOS}",
                                                            special_tokens=[(EOS, eos_id)])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=EOS,
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, bos_token=EOS, unk_token=unk_token,
                                    pad_token=EOS, model_max_length=4096)
 
 
@@ -348,20 +349,37 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
 # =================================================================================================
 @dataclass(frozen=True)
 class SentimentRecipe:
-    """Fine-tune a Mamba classifier (head on the final EOS token) on movie-sentiment."""
+    """A Mamba classifier (head on the final EOS token) on movie-sentiment.
+
+    From scratch it reads lowercased words and punctuation runs (``tokenizer="word-split"``, a word-level
+    vocabulary of the training sentences plus the VADER lexicon's words; ``"word"`` keeps case and spaces,
+    ``"word-lower"`` lowercases but keeps spaces); ``lexicon_channels`` embedding channels start
+    at each word's VADER valence (a fixed, pretrained-word-vector style prior; 0 for other words);
+    ``extra_data`` adds the other VADER ground-truth sentences (amazon, nyt, tweets) to the *training*
+    data only; ``score_weight`` adds a regression of the logit margin on the human score.
+    """
 
     init_from: str = ""             # a mamba-lm folder (its tokenizer + backbone); "" = from scratch
-    vocab_size: int = 4096          # from scratch: the BPE of the LM recipe (same texts, same tokenizer)
-    hidden_size: int = 96
-    num_layers: int = 3
+    tokenizer: str = "word-split"   # from scratch: "word-split" (lowercased words and punctuation runs, spaces
+                                    # dropped), "word" (surface words), "word-lower" or "bpe" (the LM's BPE)
+    vocab_size: int = 4096          # bpe only: vocabulary size
+    min_count: int = 2              # word only: keep training words seen at least this often
+    lexicon_vocab: bool = True      # word only: add the VADER lexicon's words to the vocabulary
+    lexicon_channels: int = 4       # embedding channels initialised with the VADER valence (0 = none)
+    lexicon_scale: float = 1.0      # those channels start at scale * valence / 4
+    extra_data: str = "amazon,nyt,tweets"  # extra VADER ground-truth sentences for training ("" = none)
+    hidden_size: int = 64
+    num_layers: int = 2
     state_size: int = 8
     expand: int = 2
-    epochs: int = 3
+    epochs: int = 5
     batch_size: int = 32
     lr: float = 3e-3
     warmup: int = 30
     weight_decay: float = 0.1
     embed_dropout: float = 0.1      # dropout on the input embeddings while training
+    word_dropout: float = 0.1       # each training token (not the EOS) becomes <unk> with this probability
+    score_weight: float = 0.1       # auxiliary MSE of (logit_pos - logit_neg) against the human score
     lm_weight: float = 0.0          # auxiliary next-token loss on the same sentences (tied embeddings)
     max_tokens: int = 96            # longer sentences are cut (keeping the final EOS)
     patience: int = 2               # epochs without a better validation accuracy before stopping
@@ -372,16 +390,107 @@ class SentimentRecipe:
     @classmethod
     def quick(cls, seed: int = 0) -> "SentimentRecipe":
         return cls(vocab_size=400, hidden_size=16, num_layers=1, state_size=4, epochs=1, batch_size=64, warmup=1,
-                   train_limit=256, eval_limit=100, seed=seed)
+                   extra_data="", train_limit=256, eval_limit=100, seed=seed)
 
 
-def _encode_records(tokenizer, records, max_tokens: int) -> list[tuple[list[int], int]]:
+UNK = "<unk>"
+VADER_GROUND_TRUTH = {"amazon": "amazonReviewSnippets_GroundTruth.txt", "nyt": "nytEditorialSnippets_GroundTruth.txt",
+                      "tweets": "tweets_GroundTruth.txt"}
+
+
+def _vader_text(member: str) -> str:
+    """One file of the VADER paper's archive (``hutto_ICWSM_2014/<member>``) as text."""
+    from core.data.artifacts import ARTIFACTS, read_member
+    from core.data.sources import _VADER_ARCHIVE
+
+    return read_member(ARTIFACTS["vader"], f"{_VADER_ARCHIVE}!hutto_ICWSM_2014/{member}").decode("utf-8", "replace")
+
+
+def extra_sentiment_records(names: str) -> list:
+    """The other VADER ground-truth sentences (``"amazon,nyt,tweets"``) as ``TextLabel``; neutral (0) dropped."""
+    from core.data.records import TextLabel
+
+    records = []
+    for name in [n.strip() for n in names.split(",") if n.strip()]:
+        if name not in VADER_GROUND_TRUTH:
+            raise BadInputError(f"unknown extra sentiment data {name!r}.", fix=f"use {', '.join(VADER_GROUND_TRUTH)}.")
+        for line in _vader_text(VADER_GROUND_TRUTH[name]).splitlines():
+            parts = line.strip("\r\n").split("\t")
+            if len(parts) < 3 or float(parts[1]) == 0:
+                continue
+            records.append(TextLabel(text=parts[2].strip(), label=int(float(parts[1]) > 0), score=float(parts[1])))
+    return records
+
+
+def vader_lexicon() -> dict[str, float]:
+    """``word -> mean valence`` in [-4, 4] from ``vader_sentiment_lexicon.txt``."""
+    lexicon = {}
+    for line in _vader_text("vader_sentiment_lexicon.txt").splitlines():
+        parts = line.split("\t")
+        if len(parts) >= 2:
+            with contextlib.suppress(ValueError):
+                lexicon[parts[0].strip()] = float(parts[1])
+    return lexicon
+
+
+def train_word_tokenizer(texts: list[str], min_count: int = 2, extra_words=(), lowercase: bool = False,
+                         split: bool = False):
+    """A word-level ``tokenizers.Tokenizer``: ``<|endoftext|>`` (id 0), ``<unk>`` (id 1), the words of ``texts``
+    seen ``min_count`` times or more (most frequent first), then the ``extra_words`` not in yet (sorted).
+
+    By default words keep their surface (GPT-2 style byte-level pieces: ``"Ġgood"`` is `` good``, case kept), so
+    the decoded pieces of a known sentence join back into it; ``lowercase`` lowercases first (the pieces then
+    join back into the lowercased sentence). ``split``: NFKC + lowercase, split into runs of letters/digits and of
+    punctuation, spaces dropped (one token per word whatever its position; show the text through the offsets).
+    """
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+
+    def make(vocab):
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+        if split:
+            tok.normalizer = normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()])
+            tok.pre_tokenizer = pre_tokenizers.Whitespace()
+            return tok
+        if lowercase:
+            tok.normalizer = normalizers.Lowercase()
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+        tok.decoder = decoders.ByteLevel()
+        return tok
+
+    probe = make({EOS: 0, UNK: 1})
+
+    def words(text):
+        text = probe.normalizer.normalize_str(text) if probe.normalizer is not None else text
+        return [w for w, _ in probe.pre_tokenizer.pre_tokenize_str(text)]
+
+    counts = Counter(w for t in texts for w in words(t))
+    vocab = {EOS: 0, UNK: 1}
+    for w, c in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])):
+        if c >= min_count and w not in vocab:
+            vocab[w] = len(vocab)
+    for w in sorted(extra_words):
+        pieces = words(w)
+        if len(pieces) == 1 and pieces[0] not in vocab:
+            vocab[pieces[0]] = len(vocab)
+    tok = make(vocab)
+    tok.add_special_tokens([EOS])
+    return tok
+
+
+def word_form(token: str) -> str:
+    """The lowercased word of a word-level token (``"ĠGood"`` -> ``"good"``)."""
+    return token.lstrip("Ġ").lower()
+
+
+def _encode_records(tokenizer, records, max_tokens: int) -> list[tuple[list[int], int, float]]:
     out = []
     for r in records:
         ids = tokenizer(r.text)["input_ids"]
         if len(ids) > max_tokens:
             ids = ids[:max_tokens - 1] + ids[-1:]
-        out.append((ids, int(r.label)))
+        out.append((ids, int(r.label), float(getattr(r, "score", 0.0) or 0.0)))
     return out
 
 
@@ -433,8 +542,33 @@ def tfidf_baseline(train, test, validation=None) -> dict:
     return result
 
 
+def _share_variants(embeddings: nn.Embedding, tokenizer) -> None:
+    """Surface variants of one word (``"Ġgood"``, ``"ĠGood"``, ``"good"``) start from the same vector (the most
+    frequent variant's, the lowest id): they then learn apart, rare variants staying near the common one."""
+    first: dict[str, int] = {}
+    with torch.no_grad():
+        for word, idx in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
+            key = word_form(word)
+            if key in first:
+                embeddings.weight[idx] = embeddings.weight[first[key]]
+            else:
+                first[key] = idx
+
+
+def _lexicon_init(embeddings: nn.Embedding, tokenizer, lexicon: dict[str, float], channels: int, scale: float) -> int:
+    """Channels ``[0, channels)`` of every word's embedding := ``scale * valence / 4`` (0 off the lexicon)."""
+    hits = 0
+    with torch.no_grad():
+        embeddings.weight[:, :channels] = 0.0
+        for word, idx in tokenizer.get_vocab().items():
+            if word_form(word) in lexicon:
+                embeddings.weight[idx, :channels] = scale * lexicon[word_form(word)] / 4.0
+                hits += 1
+    return hits
+
+
 def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, recipe_command: str = "") -> dict:
-    """Fine-tune :class:`MambaSequenceClassifier` on movie-sentiment; keep the best validation epoch."""
+    """Train :class:`MambaSequenceClassifier` on movie-sentiment (+ extra data); keep the best validation epoch."""
     import core.data as data
     from core.lrp.models import MambaSequenceClassifier
 
@@ -442,7 +576,16 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
     gen = seed_everything(recipe.seed)
     train, val, test = (data.load("movie-sentiment", s, limit=lim or None) for s, lim in
                         (("train", recipe.train_limit), ("validation", recipe.eval_limit), ("test", recipe.eval_limit)))
+    extra = extra_sentiment_records(recipe.extra_data) if recipe.extra_data else []
+    if recipe.train_limit and extra:
+        extra = extra[:recipe.train_limit]
+    fit = train + extra  # the sentences the classifier is trained on (never validation or test)
     init = Path(recipe.init_from) if recipe.init_from else None
+    word_level = init is None and recipe.tokenizer in ("word", "word-lower", "word-split")
+    if init is None and recipe.tokenizer not in ("word", "word-lower", "word-split", "bpe"):
+        raise BadInputError(f"unknown tokenizer {recipe.tokenizer!r}.", fix="use word-split, word, word-lower or bpe.")
+    use_lexicon = word_level and (recipe.lexicon_channels > 0 or recipe.lexicon_vocab)  # word-level only
+    lexicon = vader_lexicon() if use_lexicon else {}
     if init is not None:
         from tokenizers import Tokenizer
         from transformers import MambaForCausalLM
@@ -455,15 +598,26 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
         model = MambaSequenceClassifier(lm.config, num_labels=2, head_bias=False)
         model.backbone.load_state_dict(lm.backbone.state_dict())
         del lm
+    elif word_level:
+        _report(progress, 0.0, "building the word-level vocabulary")
+        tok = train_word_tokenizer([r.text for r in fit], recipe.min_count,
+                                   lexicon if recipe.lexicon_vocab else (), recipe.tokenizer == "word-lower",
+                                   recipe.tokenizer == "word-split")
+        model = MambaSequenceClassifier(_mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
     else:
         _report(progress, 0.0, "training the tokenizer")
         tok = train_tokenizer(_lm_training_texts(LMRecipe()), recipe.vocab_size)
         model = MambaSequenceClassifier(_mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
     with torch.no_grad():
         model.head.weight.normal_(0, 0.02)
-    tokenizer = fast_tokenizer(tok, append_eos=True)
-    items = _encode_records(tokenizer, train, recipe.max_tokens)
+    tokenizer = fast_tokenizer(tok, append_eos=True, unk_token=UNK if word_level else EOS)
     embeddings = model.get_input_embeddings()
+    if word_level:
+        _share_variants(embeddings, tokenizer)
+    lexicon_hits = _lexicon_init(embeddings, tokenizer, lexicon, recipe.lexicon_channels,
+                                 recipe.lexicon_scale) if word_level and recipe.lexicon_channels else 0
+    items = _encode_records(tokenizer, fit, recipe.max_tokens)
+    unk_id = tokenizer.convert_tokens_to_ids(UNK) if word_level else None
     opt = _optimizer(model, recipe.lr, recipe.weight_decay)
     steps_per_epoch = len(_length_batches(items, recipe.batch_size, torch.Generator().manual_seed(0)))
     total = steps_per_epoch * recipe.epochs
@@ -477,9 +631,18 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
                 labels = torch.tensor([b[1] for b in batch])
                 for g in opt.param_groups:
                     g["lr"] = warmup_cosine(step, total, recipe.lr, recipe.warmup)
-                emb = F.dropout(embeddings(ids), recipe.embed_dropout, training=True)
+                inputs = ids
+                if recipe.word_dropout and unk_id is not None and ids.shape[1] > 1:
+                    drop = torch.rand(ids.shape, generator=gen) < recipe.word_dropout
+                    drop[:, -1] = False  # the EOS the head reads stays
+                    inputs = ids.masked_fill(drop, unk_id)
+                emb = F.dropout(embeddings(inputs), recipe.embed_dropout, training=True)
                 hidden = model.backbone(inputs_embeds=emb, use_cache=False).last_hidden_state
-                loss = F.cross_entropy(model.head(hidden[:, -1]), labels)
+                logits = model.head(hidden[:, -1])
+                loss = F.cross_entropy(logits, labels)
+                if recipe.score_weight:
+                    scores = torch.tensor([b[2] for b in batch])
+                    loss = loss + recipe.score_weight * F.mse_loss(logits[:, 1] - logits[:, 0], scores)
                 if recipe.lm_weight and ids.shape[1] > 1:
                     lm_logits = hidden[:, :-1] @ embeddings.weight.T
                     loss = loss + recipe.lm_weight * F.cross_entropy(
@@ -494,7 +657,8 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
             model.eval()
             val_acc = classifier_accuracy(model, tokenizer, val, recipe.max_tokens)
         history.append(round(val_acc, 4))
-        _report(progress, 0.9 * step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f}")
+        _report(progress, 0.9 * step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f} "
+                                              f"({time.perf_counter() - t0:.0f} s)")
         if val_acc > best[0]:
             best = (val_acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
         elif epoch + 1 - best[2] >= recipe.patience:
@@ -513,15 +677,31 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
                    "best_epoch": best[2], "validation_history": history, "test_size": len(test),
                    "baseline_tfidf_logreg": round(base["C=1"], 4),
                    "baseline_tfidf_logreg_tuned": round(base["tuned"], 4), "baseline_tuned_C": base["tuned_C"],
+                   "train_sentences": len(fit), "extra_sentences": len(extra), "vocab_size_used": len(tokenizer),
+                   "lexicon_words_initialised": lexicon_hits,
                    "parameters": _param_count(reloaded), "train_seconds": round(train_s, 1)}
+        quality = {"metric": "accuracy", "value": metrics["accuracy"], "dataset": "movie-sentiment",
+                   "split": "test", "n": len(test), "baseline_tfidf_logreg": metrics["baseline_tfidf_logreg"],
+                   "baseline_tfidf_logreg_tuned_C": metrics["baseline_tfidf_logreg_tuned"]}
+        if extra:  # the same baseline trained on the same (augmented) sentences as the classifier
+            same = tfidf_baseline(fit, test, val)
+            metrics.update({"baseline_tfidf_logreg_same_data": round(same["C=1"], 4),
+                            "baseline_tfidf_logreg_same_data_tuned": round(same["tuned"], 4),
+                            "baseline_same_data_tuned_C": same["tuned_C"]})
+            quality.update({"baseline_tfidf_logreg_same_data": metrics["baseline_tfidf_logreg_same_data"],
+                            "baseline_tfidf_logreg_same_data_tuned_C": metrics["baseline_tfidf_logreg_same_data_tuned"]})
+        data_note = "movie-sentiment (train)" + (f" + VADER ground truth {recipe.extra_data} (training only)"
+                                                 if extra else "")
         _write_card(folder, {
             "title": "Mamba sentiment classifier (small, trained by the project)", "kind": "sequence-classifier",
-            "origin": f"trained by the project: {recipe_command or 'core.lrp.recipes.train_sentiment'}",
-            "quality": {"metric": "accuracy", "value": metrics["accuracy"], "dataset": "movie-sentiment",
-                        "split": "test", "n": len(test), "baseline_tfidf_logreg": metrics["baseline_tfidf_logreg"],
-                        "baseline_tfidf_logreg_tuned_C": metrics["baseline_tfidf_logreg_tuned"]},
+            "origin": f"trained by the project on {data_note}: {recipe_command or 'core.lrp.recipes.train_sentiment'}",
+            "quality": quality,
             "labels": {"0": "negative", "1": "positive"},
-            "input": "tokenizer(text) (appends <|endoftext|>; the head reads that last position)",
+            "input": "tokenizer(text) (" + ({"word": "words and punctuation as written, ",
+                                              "word-lower": "lowercased words and punctuation, ",
+                                              "word-split": "lowercased words and punctuation runs, "}.get(
+                                                  recipe.tokenizer, "") if word_level else "")
+                     + "appends <|endoftext|>; the head reads that last position)",
             "recipe": recipe_command, "model_class": "core.lrp:MambaSequenceClassifier",
             "training": {**asdict(recipe), **metrics}})
     _report(progress, 1.0, f"test accuracy {metrics['accuracy']}")

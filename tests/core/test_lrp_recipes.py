@@ -117,6 +117,56 @@ def test_quick_sentiment_and_lm_recipes_save_folders_the_zoo_loads(tmp_path):
     assert loaded.card.quality["value"] == metrics["accuracy"]
 
 
+def test_quick_word_level_sentiment_recipe_is_fast_seeded_and_conserves_relevance(tmp_path):
+    import time
+
+    cfg = recipes.recipe_for("sentiment", seed=1, quick=True)
+    assert cfg.tokenizer == "word-split" and cfg.init_from == "" and cfg.extra_data == ""
+    t0 = time.perf_counter()
+    m1 = recipes.train_sentiment(cfg, tmp_path / "a", recipe_command="x")
+    assert time.perf_counter() - t0 < 60  # the smoke run stays a smoke run
+    m2 = recipes.train_sentiment(cfg, tmp_path / "b", recipe_command="x")
+    assert m1["accuracy"] == m2["accuracy"] and 0 <= m1["accuracy"] <= 1
+    assert m1["lexicon_words_initialised"] > 1000  # the VADER lexicon's words are in the vocabulary
+    loaded = load_model(str(tmp_path / "a"), use_cache=False)
+    assert isinstance(loaded.model, MambaSequenceClassifier) and loaded.model.head.bias is None
+    assert loaded.model.backbone.layers[0].mixer.conv1d.bias is None
+    tokens = loaded.tokenizer.convert_ids_to_tokens(loaded.tokenizer("a gorgeous film, qqzzx.")["input_ids"])
+    assert tokens == ["a", "gorgeous", "film", ",", recipes.UNK, ".", recipes.EOS]  # lowercased words, no spaces
+    text = "The Film is good, and the story is bad."  # the offsets give back the text as typed (case, spaces)
+    enc = loaded.tokenizer(text, return_offsets_mapping=True)
+    assert loaded.tokenizer.convert_ids_to_tokens(enc["input_ids"])[:2] == ["the", "film"]
+    assert [text[a:b] for a, b in enc["offset_mapping"][:2]] == ["The", "Film"]
+    ids = loaded.tokenizer("a witty, moving film", return_tensors="pt")["input_ids"]
+    exp = explain(loaded.model, input_ids=ids, method="mambalrp")
+    assert float(exp.relevance.sum()) == pytest.approx(exp.logit, rel=1e-3, abs=1e-3)
+
+
+def test_split_word_tokenizer_lowercases_and_drops_spaces():
+    tok = recipes.train_word_tokenizer(["Good film.", "good FILM!", "bad film"], min_count=2, extra_words=["awful"],
+                                       split=True)
+    assert {"good", "film", "awful"} <= set(tok.get_vocab()) and "bad" not in tok.get_vocab()
+    assert tok.encode("GOOD  film...").tokens == ["good", "film", recipes.UNK]
+    assert tok.encode("ＧＯＯＤ film").tokens[0] == "good"  # NFKC folds full-width letters
+
+
+def test_word_tokenizer_and_extra_sentences():
+    texts = ["Good film.", "good FILM!", "bad film", "Good"]
+    tok = recipes.train_word_tokenizer(texts, min_count=2, extra_words=["awful", "a b"])
+    vocab = tok.get_vocab()
+    assert vocab[recipes.EOS] == 0 and vocab[recipes.UNK] == 1
+    assert {"ĠGood", "Ġfilm", "Ġawful"} <= set(vocab) and "Ġbad" not in vocab and "Ġgood" not in vocab
+    assert tok.decode(tok.encode("Good film awful").ids) == " Good film awful"
+    lower = recipes.train_word_tokenizer(texts, min_count=2, extra_words=["awful", "a b"], lowercase=True).get_vocab()
+    assert {"Ġgood", "Ġfilm", "Ġawful"} <= set(lower) and "Ġbad" not in lower and "ĠGood" not in lower
+    assert recipes.word_form("ĠGood") == "good"
+    extra = recipes.extra_sentiment_records("tweets")
+    assert len(extra) > 3000 and {r.label for r in extra} == {0, 1}
+    assert all(r.score != 0 and r.label == int(r.score > 0) for r in extra)
+    with pytest.raises(Exception, match="unknown extra"):
+        recipes.extra_sentiment_records("imdb")
+
+
 def test_bad_recipe_and_bad_init_folder_exit_2(tmp_path, capsys):
     assert main(["lrp", "train", "vision", "--init-from", str(tmp_path)]) == 2
     assert main(["lrp", "train", "sentiment", "--quick", "--init-from", str(tmp_path), "--out",
@@ -160,6 +210,17 @@ def test_committed_sentiment_model_reaches_its_recorded_accuracy():
     assert acc >= card["quality"]["value"] - 0.08, acc
 
 
+def test_committed_sentiment_model_beats_the_tfidf_baseline():
+    card = _asset_card("mamba-sentiment")
+    q = card["quality"]
+    assert q["dataset"] == "movie-sentiment" and q["split"] == "test" and q["n"] == 1057
+    # TF-IDF + logistic regression trained on the movie-sentiment train split, scored on the same test split
+    assert q["value"] > q["baseline_tfidf_logreg"], q
+    assert card["training"]["accuracy"] == q["value"] and card["recipe"] in card["origin"]
+    if card["training"].get("extra_data"):  # augmented training data: the same-data baseline is on the card
+        assert "baseline_tfidf_logreg_same_data" in q
+
+
 def test_committed_vision_model_reaches_its_accuracy():
     card = _asset_card("vision-mamba-mnist")
     loaded = load_model("vision-mamba-mnist")
@@ -190,7 +251,9 @@ def test_cli_explain_on_the_sentiment_model_conserves_relevance(capsys):
     out = json.loads(capsys.readouterr().out)
     rel = [t["relevance"] for t in out["tokens"]]
     loaded = load_model("mamba-sentiment")
-    assert [t["token"] for t in out["tokens"]] == loaded.tokenizer.tokenize(text) + [recipes.EOS]
+    pieces = [t["text"] for t in out["tokens"]]
+    assert len(pieces) == len(loaded.tokenizer.tokenize(text)) + 1 and pieces[-1] == recipes.EOS
+    assert "".join(pieces[:-1]) == text  # the heatmap shows the text as typed
     assert out["target"] == int(loaded.model(loaded.tokenizer(text, return_tensors="pt")["input_ids"]).argmax())
     assert out["target_name"] in ("negative", "positive")
     assert sum(rel) == pytest.approx(out["logit"], rel=1e-3, abs=1e-3)  # bias-free model: nothing absorbed

@@ -1,0 +1,570 @@
+"""Dataset-level evaluation of the explanation methods, shared by the CLI, the bench and the tab.
+
+    samples_for(model, dataset=None, split="test", n=100, seed=0, target="predicted") -> [sample dict]
+    evaluate(model, dataset=None, split="test", n=100, methods=None, steps=10, ...)  -> faithfulness + conservation
+    long_range_evaluation(model="mamba-lm", ...)                                    -> top-k token distances
+    key_token_evaluation(...)                          -> ground-truth hit rate on the synthetic key-token task
+
+Every runner returns a JSON-serialisable dict (keys documented on each function), reports
+``progress(fraction, message)``, stops early when ``should_stop()`` turns true (the result then has
+``"complete": false`` and is not cached) and caches complete results in :class:`core.cache.ResultsCache`,
+keyed by the model fingerprint + analysis + parameters.
+
+Each sample is explained once per method; the same explanation gives the flip curves (faithfulness) and
+the sum of relevances (conservation). Samples are a seeded random subset of the split (``seed``).
+The explained target is the model's prediction (``target="predicted"``, the default, as in the MambaLRP
+paper's perturbation experiments) or the gold label / true next token (``target="gold"``).
+"""
+from __future__ import annotations
+
+import random
+import time
+from typing import Callable
+
+import numpy as np
+import torch
+
+from core.errors import BadInputError
+from core.lrp.adapters import adapter_for
+from core.lrp.methods import METHODS, explain
+from core.lrp.metrics import flip_curves, top_k_distances
+
+Progress = Callable[[float, str], None] | None
+ShouldStop = Callable[[], bool] | None
+
+#: Default dataset per model kind (``card.kind``).
+DEFAULT_DATASETS = {"sequence-classifier": "movie-sentiment", "image-classifier": "mnist-5k",
+                    "causal-lm": "wikipedia-paragraphs", "key-token": "key-token"}
+#: Method options used by the runners unless overridden (chosen for CPU speed; recorded in every result).
+FAST_OPTIONS = {"integrated_gradients": {"n_steps": 16}, "smoothgrad": {"n_samples": 8}}
+TARGETS = ("predicted", "gold")
+LONG_RANGE_TOKENS = 128
+
+
+class _Stopped(Exception):
+    """Raised inside a cached computation when ``should_stop()`` turns true, so nothing is cached."""
+
+    def __init__(self, result: dict):
+        super().__init__("stopped")
+        self.result = result
+
+
+# ------------------------------------------------------------------------------------------------
+# models, datasets, samples
+# ------------------------------------------------------------------------------------------------
+def _loaded(model_ref):
+    """``(name, LoadedModel)`` from a registered name / folder or an already loaded model."""
+    from core.zoo import LoadedModel, load_model
+
+    if isinstance(model_ref, LoadedModel):
+        return model_ref.card.name if getattr(model_ref.card, "name", None) else "model", model_ref
+    if not isinstance(model_ref, str) or not model_ref.strip():
+        raise BadInputError(f"model must be a registered name or a folder, got {model_ref!r}.",
+                            fix="Use mamba-sentiment, vision-mamba-mnist or mamba-lm.")
+    loaded = load_model(model_ref)
+    adapter_for(loaded.model)  # BadInputError for a model MambaLRP does not explain
+    return model_ref, loaded
+
+
+def _kind(loaded) -> str:
+    kind = adapter_for(loaded.model).kind
+    return {"classifier": "sequence-classifier", "vision": "image-classifier", "lm": "causal-lm"}[kind]
+
+
+def _methods(methods) -> list[str]:
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    names = list(methods) if methods else list(METHODS)
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise BadInputError(f"Unknown method(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(METHODS)}.")
+    return list(dict.fromkeys(names))
+
+
+def _options(methods: list[str], options: dict | None) -> dict:
+    out = {m: dict(FAST_OPTIONS.get(m, {})) for m in methods}
+    for m, o in (options or {}).items():
+        if m not in METHODS:
+            raise BadInputError(f"Options given for unknown method {m!r}.", fix=f"Use: {', '.join(METHODS)}.")
+        if m in out:
+            out[m].update(o)
+    return out
+
+
+def _check_n(n) -> int:
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
+        raise BadInputError(f"n must be a whole number >= 1, got {n!r}.", fix="Use e.g. -n 100.")
+    return int(n)
+
+
+def _records(dataset: str, split: str):
+    import core.data as data
+
+    if dataset not in data.DATASETS:
+        raise BadInputError(f"Unknown dataset {dataset!r}.", fix="See python -m core data list.")
+    sizes = data.split_sizes(dataset)
+    if split not in sizes:
+        raise BadInputError(f"{dataset} has no split {split!r}.", fix=f"Use one of: {', '.join(sizes)}.")
+    return data.load(dataset, split)
+
+
+def _subset(count: int, n: int, seed: int) -> list[int]:
+    """A seeded random subset of ``range(count)`` of size ``min(n, count)``, in dataset order."""
+    return sorted(random.Random(seed).sample(range(count), min(n, count)))
+
+
+def _max_tokens(loaded, default: int = 96) -> int:
+    training = getattr(loaded.card, "training", None) or {}
+    return int(training.get("max_tokens", default)) if isinstance(training, dict) else default
+
+
+def _samples_and_gold(loaded, dataset: str, split: str, n: int, seed: int, target: str,
+                      max_tokens: int | None = None) -> tuple[list[dict], list[int]]:
+    """Sample dicts for :func:`core.lrp.explain` plus the gold label / next token of each."""
+    from core.data import ImageLabel, Passage, TextLabel, TokenTask
+
+    if target not in TARGETS:
+        raise BadInputError(f"target must be one of {', '.join(TARGETS)}, got {target!r}.")
+    kind = _kind(loaded)
+    records = _records(dataset, split)
+    if not records:
+        raise BadInputError(f"{dataset} {split} is empty.")
+    rtype = type(records[0])
+    expect = {"sequence-classifier": (TextLabel, TokenTask), "image-classifier": (ImageLabel,),
+              "causal-lm": (Passage,)}[kind]
+    if rtype not in expect:
+        raise BadInputError(f"{dataset} ({rtype.__name__} records) does not fit a {kind} model.",
+                            fix=f"Use {DEFAULT_DATASETS[kind]} (the default for this model).")
+    samples, gold = [], []
+    if rtype is ImageLabel:
+        for i in _subset(len(records), n, seed):
+            r = records[i]
+            px = torch.from_numpy(np.asarray(r.image, dtype=np.float32) / 255.0)[None, None]
+            samples.append({"pixel_values": px})
+            gold.append(int(r.label))
+    elif rtype is TokenTask:
+        for i in _subset(len(records), n, seed):
+            samples.append({"input_ids": torch.tensor([list(records[i].tokens)])})
+            gold.append(int(records[i].label))
+    elif rtype is TextLabel:
+        if loaded.tokenizer is None:
+            raise BadInputError("This model has no tokenizer, so it does not take text.")
+        limit = max_tokens or _max_tokens(loaded)
+        for i in _subset(len(records), n, seed):
+            ids = loaded.tokenizer(records[i].text)["input_ids"]
+            if len(ids) > limit:  # as the sentiment recipe: cut, keeping the final EOS the head reads
+                ids = ids[:limit - 1] + ids[-1:]
+            samples.append({"input_ids": torch.tensor([ids])})
+            gold.append(int(records[i].label))
+    else:  # Passage -> next-token prediction after exactly max_tokens tokens of context
+        length = max_tokens or LONG_RANGE_TOKENS
+        encoded = [loaded.tokenizer(r.text)["input_ids"] for r in records]
+        usable = [ids for ids in encoded if len(ids) > length]
+        if not usable:
+            raise BadInputError(f"No passage of {dataset} {split} has more than {length} tokens.",
+                                fix="Use a shorter --max-tokens.")
+        for i in _subset(len(usable), n, seed):
+            samples.append({"input_ids": torch.tensor([usable[i][:length]])})
+            gold.append(int(usable[i][length]))
+    for s, g in zip(samples, gold):
+        s["target"] = g if target == "gold" else None
+    return samples, gold
+
+
+def samples_for(model_ref, dataset: str | None = None, split: str = "test", n: int = 100, seed: int = 0,
+                target: str = "predicted", max_tokens: int | None = None) -> list[dict]:
+    """Samples for the :mod:`core.lrp` metrics: dicts of :func:`core.lrp.explain` arguments.
+
+    Parameters
+    ----------
+    model_ref : registered name / folder, or a ``core.zoo.LoadedModel``.
+    dataset : default per model kind (:data:`DEFAULT_DATASETS`): movie-sentiment for the sentiment
+        classifier, mnist-5k for the vision model, wikipedia-paragraphs for the language model.
+    n : at most this many samples, a seeded (``seed``) random subset of the split, in dataset order.
+    target : ``"predicted"`` -> ``target=None`` (explain the argmax), ``"gold"`` -> the label / true next token.
+    max_tokens : text: cut longer sentences (keeping the final EOS; default: the card's recipe, 96);
+        language model: the exact context length (passages with fewer tokens are skipped; default 128).
+
+    Returns
+    -------
+    ``[{"input_ids": (1, L) int64, "target": ...}]`` for text, ``[{"pixel_values": (1, 1, 28, 28) float32 in
+    [0, 1], "target": ...}]`` for images.
+    """
+    _, loaded = _loaded(model_ref)
+    dataset = dataset or DEFAULT_DATASETS[_kind(loaded)]
+    return _samples_and_gold(loaded, dataset, split, _check_n(n), seed, target, max_tokens)[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# caching and the per-sample loop
+# ------------------------------------------------------------------------------------------------
+def _cached(use_cache: bool, fingerprint: str, analysis: str, params: dict, compute: Callable[[], dict]) -> dict:
+    if not use_cache:
+        try:
+            return compute()
+        except _Stopped as stop:
+            return stop.result
+    from core.cache import CacheEntry, ResultsCache
+
+    try:
+        entry, hit = ResultsCache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()))
+    except _Stopped as stop:
+        return stop.result
+    return {**entry.data, "cached": hit}
+
+
+def _explained(model, samples: list[dict], methods: list[str], options: dict, progress: Progress,
+               should_stop: ShouldStop, each: Callable) -> bool:
+    """Explain every sample with every method and call ``each(i, method, explanation, seconds)``.
+
+    Returns False when stopped early.
+    """
+    total = max(1, len(samples) * len(methods))
+    done = 0
+    for i, sample in enumerate(samples):
+        for name in methods:
+            if should_stop is not None and should_stop():
+                return False
+            t0 = time.perf_counter()
+            e = explain(model, method=name, **sample, **options.get(name, {}))
+            each(i, name, e, time.perf_counter() - t0)
+            done += 1
+            if progress is not None:
+                progress(done / total, f"{name}: sample {i + 1}/{len(samples)}")
+    return True
+
+
+def _mean(values) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def _sem(values) -> float | None:
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
+
+
+# ------------------------------------------------------------------------------------------------
+# faithfulness + conservation
+# ------------------------------------------------------------------------------------------------
+def evaluate(model_ref, dataset: str | None = None, split: str = "test", n: int = 100, methods=None,
+             steps: int = 10, baseline: str = "zero", seed: int = 0, target: str = "predicted",
+             options: dict | None = None, faithfulness: bool = True, progress: Progress = None,
+             should_stop: ShouldStop = None, cache: bool = True) -> dict:
+    """Faithfulness by perturbation (MoRF / LeRF flip curves) and conservation, per method, over a split.
+
+    Parameters
+    ----------
+    model_ref : registered name (``mamba-sentiment``, ``vision-mamba-mnist``, ``mamba-lm``), folder or LoadedModel.
+    dataset, split, n, seed, target : which samples (see :func:`samples_for`).
+    methods : names from :data:`core.lrp.METHODS` (list or comma-separated string); default all.
+    steps : K, flip steps of the curves; ``baseline``: replacement embedding (``"zero"`` or ``"mean"``).
+    options : per-method options over :data:`FAST_OPTIONS`, e.g. ``{"integrated_gradients": {"n_steps": 32}}``.
+    faithfulness : False computes only conservation (no flip curves; faster).
+    cache : read / write the results cache (complete results only).
+
+    Returns
+    -------
+    dict with keys ``analysis`` ("lrp-evaluation"), ``model``, ``fingerprint``, ``kind``, ``dataset``, ``split``,
+    ``n`` (requested), ``n_done`` (samples explained by every method), ``complete``, ``seed``, ``target``,
+    ``steps``, ``baseline``, ``methods`` (names, in order), ``labels`` (name -> display label),
+    ``method_options``, ``accuracy`` (prediction vs gold on the samples), ``mean_length`` (tokens/patches),
+    ``fractions`` (K+1 nominal shares flipped, k/K), ``faithfulness`` (method -> ``mean_area_morf``,
+    ``mean_area_lerf``, ``delta_af`` (mean of A_LeRF - A_MoRF, higher is better), ``delta_af_sem``,
+    ``morf`` and ``lerf`` (K+1 mean target logits), ``delta`` (per sample); absent when
+    ``faithfulness=False``), ``conservation`` (method -> ``sums``, ``logits`` (per sample),
+    ``mean_abs_error``, ``mean_rel_error``, ``max_abs_error``, ``conservative`` (registry flag)),
+    ``timing`` (``total_s``, ``explain_s`` and ``flip_s``: method -> mean seconds per sample), ``cached``.
+    """
+    name, loaded = _loaded(model_ref)
+    kind = _kind(loaded)
+    dataset = dataset or DEFAULT_DATASETS[kind]
+    n = _check_n(n)
+    names = _methods(methods)
+    opts = _options(names, options)
+    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
+        raise BadInputError(f"steps must be a whole number >= 1, got {steps!r}.", fix="Use e.g. --steps 10.")
+    if baseline not in ("zero", "mean"):
+        raise BadInputError(f"Unknown baseline {baseline!r}.", fix="Use zero or mean.")
+    samples, gold = _samples_and_gold(loaded, dataset, split, n, seed, target)
+    params = {"dataset": dataset, "split": split, "n": n, "seed": seed, "target": target, "steps": int(steps),
+              "baseline": baseline, "methods": names, "options": opts, "faithfulness": bool(faithfulness)}
+
+    def compute() -> dict:
+        t_start = time.perf_counter()
+        model = loaded.model
+        rows = {m: {"sums": [], "logits": [], "targets": [], "area_morf": [], "area_lerf": [], "delta": [],
+                    "morf": [], "lerf": [], "explain_s": [], "flip_s": []} for m in names}
+        lengths = []
+
+        def each(i, method, e, seconds):
+            row = rows[method]
+            row["sums"].append(e.total)
+            row["logits"].append(e.logit)
+            row["targets"].append(e.target)
+            row["explain_s"].append(seconds)
+            if i == len(lengths):
+                lengths.append(int(e.relevance.numel()))
+            if faithfulness:
+                t0 = time.perf_counter()
+                inputs = {k: v for k, v in samples[i].items() if k in ("input_ids", "pixel_values")}
+                c = flip_curves(model, e, steps=steps, baseline=baseline, **inputs)
+                row["flip_s"].append(time.perf_counter() - t0)
+                row["area_morf"].append(c.area_morf)
+                row["area_lerf"].append(c.area_lerf)
+                row["delta"].append(c.delta)
+                row["morf"].append(c.morf)
+                row["lerf"].append(c.lerf)
+
+        complete = _explained(model, samples, names, opts, progress, should_stop, each)
+        n_done = min(len(r["sums"]) for r in rows.values())
+        result = _summary(name, loaded, kind, dataset, split, n, n_done, complete, seed, target, steps, baseline,
+                          names, opts, rows, gold, lengths, faithfulness)
+        result["timing"]["total_s"] = round(time.perf_counter() - t_start, 3)
+        if not complete:
+            raise _Stopped(result)
+        return result
+
+    return _cached(cache, loaded.fingerprint, "lrp-evaluation", params, compute)
+
+
+def _summary(name, loaded, kind, dataset, split, n, n_done, complete, seed, target, steps, baseline, names, opts,
+             rows, gold, lengths, faithfulness) -> dict:
+    first = rows[names[0]]["targets"][:n_done]
+    preds_known = target == "predicted"
+    accuracy = (float(np.mean([t == g for t, g in zip(first, gold)])) if preds_known and n_done else None)
+    out = {
+        "analysis": "lrp-evaluation", "model": name, "fingerprint": loaded.fingerprint, "kind": kind,
+        "dataset": dataset, "split": split, "n": n, "n_done": n_done, "complete": complete, "seed": seed,
+        "target": target, "steps": int(steps), "baseline": baseline, "methods": names,
+        "labels": {m: METHODS[m].label for m in names}, "method_options": opts, "accuracy": accuracy,
+        "mean_length": _mean(lengths[:n_done]),
+        "fractions": [k / steps for k in range(steps + 1)],
+    }
+    if faithfulness:
+        faith = {}
+        for m in names:
+            r = rows[m]
+            d = r["delta"][:n_done]
+            faith[m] = {"mean_area_morf": _mean(r["area_morf"][:n_done]),
+                        "mean_area_lerf": _mean(r["area_lerf"][:n_done]),
+                        "delta_af": _mean(d), "delta_af_sem": _sem(d),
+                        "morf": np.mean(r["morf"][:n_done], axis=0).tolist() if n_done else [],
+                        "lerf": np.mean(r["lerf"][:n_done], axis=0).tolist() if n_done else [],
+                        "delta": [float(x) for x in d]}
+        out["faithfulness"] = faith
+    cons = {}
+    for m in names:
+        sums, logits = np.array(rows[m]["sums"][:n_done]), np.array(rows[m]["logits"][:n_done])
+        err = np.abs(sums - logits)
+        cons[m] = {"sums": sums.tolist(), "logits": logits.tolist(),
+                   "mean_abs_error": _mean(err), "max_abs_error": float(err.max()) if n_done else None,
+                   "mean_rel_error": _mean(err / np.maximum(np.abs(logits), 1e-12)),
+                   "conservative": METHODS[m].conservative}
+    out["conservation"] = cons
+    out["timing"] = {"explain_s": {m: _mean(rows[m]["explain_s"]) for m in names}}
+    if faithfulness:
+        out["timing"]["flip_s"] = {m: _mean(rows[m]["flip_s"]) for m in names}
+    out["cached"] = False
+    return out
+
+
+# ------------------------------------------------------------------------------------------------
+# long range (language model next-token prediction)
+# ------------------------------------------------------------------------------------------------
+def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, split: str = "test", n: int = 50,
+                          methods=None, k: int = 10, max_tokens: int = LONG_RANGE_TOKENS, seed: int = 0,
+                          target: str = "predicted", options: dict | None = None, progress: Progress = None,
+                          should_stop: ShouldStop = None, cache: bool = True) -> dict:
+    """Where a language model's next-token relevance lies: the distances of each method's top-``k`` tokens.
+
+    Every context is exactly ``max_tokens`` tokens (passages with fewer are skipped), so the distances
+    are comparable. Distance 0 is the last context token, ``max_tokens - 1`` the first.
+
+    Returns
+    -------
+    dict with keys ``analysis`` ("lrp-long-range"), ``model``, ``fingerprint``, ``dataset``, ``split``, ``n``,
+    ``n_done``, ``complete``, ``seed``, ``target``, ``k``, ``length`` (= max_tokens), ``methods``, ``labels``,
+    ``method_options``, ``bins`` (histogram edges over distance, ``length // 8`` wide), ``methods_stats``
+    (method -> ``distances`` (per sample, a list of k ints), ``histogram`` (counts per bin),
+    ``mean_distance``, ``median_distance``, ``share_beyond_half`` (share of top-k tokens in the first half of
+    the context)), ``timing`` (``total_s``, ``explain_s``: method -> mean seconds), ``cached``.
+    """
+    name, loaded = _loaded(model_ref)
+    if _kind(loaded) != "causal-lm":
+        raise BadInputError(f"long-range explains next-token prediction; {name} is not a language model.",
+                            fix="Use --model mamba-lm.")
+    dataset = dataset or DEFAULT_DATASETS["causal-lm"]
+    n = _check_n(n)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise BadInputError(f"k must be >= 1, got {k!r}.")
+    if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 2:
+        raise BadInputError(f"max_tokens must be >= 2, got {max_tokens!r}.")
+    names = _methods(methods)
+    opts = _options(names, options)
+    samples, _ = _samples_and_gold(loaded, dataset, split, n, seed, target, max_tokens)
+    params = {"dataset": dataset, "split": split, "n": n, "seed": seed, "target": target, "k": int(k),
+              "max_tokens": int(max_tokens), "methods": names, "options": opts}
+
+    def compute() -> dict:
+        t0 = time.perf_counter()
+        dist = {m: [] for m in names}
+        secs = {m: [] for m in names}
+
+        def each(i, method, e, seconds):
+            dist[method].append([int(x) for x in top_k_distances(e.relevance, k)])
+            secs[method].append(seconds)
+
+        complete = _explained(loaded.model, samples, names, opts, progress, should_stop, each)
+        n_done = min(len(v) for v in dist.values())
+        width = max(1, max_tokens // 8)
+        bins = list(range(0, max_tokens + width, width))
+        stats = {}
+        for m in names:
+            d = dist[m][:n_done]
+            flat = np.array([x for row in d for x in row], dtype=float)
+            stats[m] = {"distances": d, "histogram": np.histogram(flat, bins=bins)[0].tolist() if n_done else [],
+                        "mean_distance": _mean(flat), "median_distance": float(np.median(flat)) if n_done else None,
+                        "share_beyond_half": _mean(flat >= max_tokens / 2) if n_done else None}
+        result = {"analysis": "lrp-long-range", "model": name, "fingerprint": loaded.fingerprint,
+                  "dataset": dataset, "split": split, "n": n, "n_done": n_done, "complete": complete, "seed": seed,
+                  "target": target, "k": int(k), "length": int(max_tokens), "methods": names,
+                  "labels": {m: METHODS[m].label for m in names}, "method_options": opts, "bins": bins,
+                  "methods_stats": stats,
+                  "timing": {"total_s": round(time.perf_counter() - t0, 3),
+                             "explain_s": {m: _mean(secs[m]) for m in names}},
+                  "cached": False}
+        if not complete:
+            raise _Stopped(result)
+        return result
+
+    return _cached(cache, loaded.fingerprint, "lrp-long-range", params, compute)
+
+
+# ------------------------------------------------------------------------------------------------
+# ground truth: the synthetic key-token task
+# ------------------------------------------------------------------------------------------------
+KEY_TOKEN_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 16, "expand": 2, "steps": 150,
+                   "batch_size": 32, "lr": 3e-3, "length": 16, "vocab_size": 64}
+
+
+def train_key_token_model(seed: int = 0, progress: Progress = None) -> tuple[torch.nn.Module, dict]:
+    """A tiny bias-free :class:`MambaSequenceClassifier` trained on ``key_token_task`` (train split), seconds on CPU.
+
+    No model trained on the key-token task ships in assets/, so the ground-truth evaluation trains this
+    one, seeded, inside the evaluation. Returns ``(model in eval mode, {"accuracy" (test), config...})``.
+    """
+    from transformers import MambaConfig
+
+    from core.data.synthetic import key_token_task
+    from core.lrp.models import MambaSequenceClassifier
+
+    c = KEY_TOKEN_MODEL
+    torch.manual_seed(seed)
+    cfg = MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
+                      num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
+                      use_conv_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
+    opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=0.0)
+    model.train()
+    for step in range(c["steps"]):  # fresh sequences every step: the model cannot memorise filler
+        batch = key_token_task(c["batch_size"], seed=(seed + 1) * 1_000_003 + step, length=c["length"],
+                               vocab_size=c["vocab_size"])
+        x = torch.tensor([r.tokens for r in batch])
+        y = torch.tensor([r.label for r in batch])
+        loss = torch.nn.functional.cross_entropy(model(input_ids=x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if progress is not None and step % 50 == 0:
+            progress(0.3 * step / c["steps"], f"training the key-token model: step {step}")
+    model.eval()
+    test = key_token_task(500, seed=seed + 2000, length=c["length"], vocab_size=c["vocab_size"])
+    with torch.no_grad():
+        pred = model(input_ids=torch.tensor([r.tokens for r in test])).argmax(-1)
+    acc = float((pred == torch.tensor([r.label for r in test])).float().mean())
+    return model, {"accuracy": acc, "loss_last": float(loss.detach()), **c, "seed": seed}
+
+
+def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, options: dict | None = None,
+                         progress: Progress = None, should_stop: ShouldStop = None, cache: bool = True) -> dict:
+    """Ground-truth hit rate: how often each method ranks the planted key token in its top-``k``.
+
+    Trains :func:`train_key_token_model` (seeded, seconds), then explains the gold label of ``n`` fresh
+    key-token sequences. Returns ``analysis`` ("lrp-key-token"), ``model`` (what was trained, with its test
+    ``accuracy``), ``n``, ``n_done``, ``complete``, ``k``, ``seed``, ``methods``, ``labels``, ``method_options``,
+    ``hit_rate`` (method -> share of samples whose key token is in the top-k), ``chance`` (k / length),
+    ``timing``, ``cached``.
+    """
+    from core.data.synthetic import key_token_task
+
+    n = _check_n(n)
+    if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
+        raise BadInputError(f"k must be >= 1, got {k!r}.")
+    names = _methods(methods)
+    opts = _options(names, options)
+    params = {"n": n, "k": int(k), "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL}
+
+    def compute() -> dict:
+        t0 = time.perf_counter()
+        model, info = train_key_token_model(seed, progress)
+        c = KEY_TOKEN_MODEL
+        records = key_token_task(n, seed=seed + 3000, length=c["length"], vocab_size=c["vocab_size"])
+        samples = [{"input_ids": torch.tensor([list(r.tokens)]), "target": int(r.label)} for r in records]
+        hits = {m: [] for m in names}
+
+        def each(i, method, e, seconds):
+            top = torch.topk(e.relevance.reshape(-1), min(k, e.relevance.numel())).indices.tolist()
+            hits[method].append(bool(set(top) & set(records[i].key_positions)))
+
+        def stage(f, msg):
+            if progress is not None:
+                progress(0.3 + 0.7 * f, msg)
+
+        complete = _explained(model, samples, names, opts, stage, should_stop, each)
+        n_done = min(len(v) for v in hits.values())
+        result = {"analysis": "lrp-key-token", "model": {"name": "key-token classifier (trained in the evaluation)",
+                                                         **info},
+                  "dataset": "key-token (core.data.synthetic.key_token_task)", "n": n, "n_done": n_done,
+                  "complete": complete, "k": int(k), "seed": seed, "methods": names,
+                  "labels": {m: METHODS[m].label for m in names}, "method_options": opts,
+                  "hit_rate": {m: _mean(hits[m][:n_done]) for m in names}, "chance": k / c["length"],
+                  "timing": {"total_s": round(time.perf_counter() - t0, 3)}, "cached": False}
+        if not complete:
+            raise _Stopped(result)
+        return result
+
+    return _cached(cache, "key-token-" + str(seed), "lrp-key-token", params, compute)
+
+
+__all__ = ["DEFAULT_DATASETS", "FAST_OPTIONS", "evaluate", "key_token_evaluation", "long_range_evaluation",
+           "samples_for", "train_key_token_model"]
+
+
+# ------------------------------------------------------------------------------------------------
+# the committed results (assets/lrp/evaluation/, written by ``python -m core lrp precompute-evaluation``)
+# ------------------------------------------------------------------------------------------------
+def precomputed(folder=None) -> dict[str, dict]:
+    """The committed results by item (``mnist``, ``sentiment``, ``lm``, ``key-token``); missing files are skipped.
+
+    A faithfulness result is also listed under its model's name (``vision-mamba-mnist`` ...), so a caller can look
+    it up by model.
+    """
+    import json
+    from pathlib import Path
+
+    from core.paths import ASSETS_DIR
+
+    folder = Path(folder) if folder is not None else ASSETS_DIR / "lrp" / "evaluation"
+    try:
+        index = json.loads((folder / "index.json").read_text())["items"]
+    except (OSError, ValueError, KeyError):
+        return {}
+    out = {}
+    for item, name in index.items():
+        try:
+            res = {**json.loads((folder / name).read_text()), "source": "precomputed"}
+        except (OSError, ValueError):
+            continue
+        out[item] = res
+        if res.get("analysis") == "lrp-evaluation":
+            out[res["model"]] = res
+    return out

@@ -1,0 +1,120 @@
+"""Dataset-level evaluation (core.lrp.evaluation) and its CLI: real properties on the embedded models, tiny n."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import core.cache
+from core.cli import main
+from core.errors import BadInputError
+from core.lrp import evaluate, long_range_evaluation, samples_for
+from core.lrp.evaluation import key_token_evaluation
+
+
+@pytest.fixture(autouse=True)
+def private_cache(monkeypatch, tmp_path):
+    """Results go to a private cache (the datasets stay where they are prepared)."""
+    monkeypatch.setattr(core.cache, "results_dir", lambda: tmp_path / "results")
+    torch.set_num_threads(2)
+
+
+def test_samples_for_formats_and_seeding():
+    img = samples_for("vision-mamba-mnist", n=3)
+    assert len(img) == 3 and set(img[0]) == {"pixel_values", "target"} and img[0]["target"] is None
+    px = img[0]["pixel_values"]
+    assert px.shape == (1, 1, 28, 28) and px.dtype == torch.float32 and 0 <= px.min() and px.max() <= 1
+    text = samples_for("mamba-sentiment", n=4, target="gold", seed=3)
+    assert all(s["input_ids"].shape[0] == 1 and s["input_ids"].dtype == torch.int64 for s in text)
+    assert all(s["target"] in (0, 1) for s in text)
+    again = samples_for("mamba-sentiment", n=4, target="gold", seed=3)
+    assert all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(text, again))
+    other = samples_for("mamba-sentiment", n=4, target="gold", seed=4)
+    assert not all(torch.equal(a["input_ids"], b["input_ids"]) for a, b in zip(text, other))
+    lm = samples_for("mamba-lm", n=2, max_tokens=24, target="gold")
+    assert all(s["input_ids"].shape == (1, 24) and isinstance(s["target"], int) for s in lm)
+
+
+def test_vision_mambalrp_is_faithful_and_conservative():
+    r = evaluate("vision-mamba-mnist", n=3, methods="mambalrp,random", steps=4, cache=False)
+    json.dumps(r)  # JSON-serialisable as it is
+    assert r["complete"] and r["n_done"] == 3 and r["dataset"] == "mnist-5k" and r["methods"] == ["mambalrp", "random"]
+    f = r["faithfulness"]
+    assert f["mambalrp"]["delta_af"] > f["random"]["delta_af"] + 1.0
+    for m in r["methods"]:
+        assert len(f[m]["morf"]) == len(f[m]["lerf"]) == 5 == len(r["fractions"])
+        assert f[m]["delta_af"] == pytest.approx(f[m]["mean_area_lerf"] - f[m]["mean_area_morf"])
+        assert f[m]["morf"][0] == pytest.approx(f[m]["lerf"][0])  # nothing flipped yet: the same logit
+    c = r["conservation"]
+    assert c["mambalrp"]["conservative"] and c["mambalrp"]["mean_abs_error"] < 1e-4
+    assert c["random"]["mean_abs_error"] > 0.1
+    assert np.allclose(c["mambalrp"]["logits"], c["random"]["logits"])  # both explain the same prediction
+    assert 0 <= r["accuracy"] <= 1 and r["mean_length"] == 16
+
+
+def test_conservation_only_is_cached_and_stop_is_not(tmp_path):
+    kw = {"n": 2, "methods": ["mambalrp", "gradient_x_input"], "faithfulness": False}
+    first = evaluate("mamba-sentiment", **kw)
+    assert not first["cached"] and "faithfulness" not in first
+    assert first["conservation"]["mambalrp"]["mean_abs_error"] < 1e-4
+    second = evaluate("mamba-sentiment", **kw)
+    assert second["cached"] and second["conservation"] == first["conservation"]
+    calls = []
+    stopped = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False,
+                       should_stop=lambda: len(calls) >= 2, progress=lambda f, m: calls.append(f))
+    assert not stopped["complete"] and stopped["n_done"] == 2
+    again = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False)
+    assert again["complete"] and not again["cached"]  # the partial run was not cached
+
+
+def test_long_range_distances():
+    r = long_range_evaluation("mamba-lm", n=1, methods=["mambalrp", "random"], k=5, max_tokens=16, cache=False)
+    json.dumps(r)
+    for m in r["methods"]:
+        s = r["methods_stats"][m]
+        assert len(s["distances"]) == 1 and len(s["distances"][0]) == 5
+        assert all(0 <= d < 16 for d in s["distances"][0]) and len(set(s["distances"][0])) == 5
+        assert sum(s["histogram"]) == 5
+
+
+def test_bad_input_is_rejected():
+    with pytest.raises(BadInputError):
+        evaluate("vision-mamba-mnist", n=0, cache=False)
+    with pytest.raises(BadInputError):
+        evaluate("vision-mamba-mnist", n=1, methods=["nope"], cache=False)
+    with pytest.raises(BadInputError):
+        evaluate("vision-mamba-mnist", dataset="movie-sentiment", n=1, cache=False)
+    with pytest.raises(BadInputError):
+        evaluate("mamba-sentiment", n=1, target="oracle", cache=False)
+
+
+@pytest.mark.parametrize("argv", [
+    ["lrp", "faithfulness", "--model", "no-such-model", "-n", "2"],
+    ["lrp", "faithfulness", "--model", "vision-mamba-mnist", "-n", "0"],
+    ["lrp", "conservation", "--model", "mamba-sentiment", "-n", "2", "--methods", "mambalrp,nope"],
+    ["lrp", "long-range", "--model", "mamba-sentiment", "-n", "1"],
+    ["lrp", "faithfulness", "--model", "mathneuro-tiny", "-n", "1"],  # not a Mamba model
+    ["lrp", "precompute-evaluation", "--only", "everything"],
+])
+def test_cli_bad_input_exits_2(argv, capsys):
+    assert main(argv) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_cli_writes_a_folder(tmp_path, capsys):
+    argv = ["lrp", "faithfulness", "--model", "mamba-sentiment", "-n", "2", "--methods", "mambalrp,random",
+            "--steps", "4", "--out", str(tmp_path), "--json", "--no-cache"]
+    assert main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    data = json.loads((tmp_path / "faithfulness-mamba-sentiment.json").read_text())
+    assert data["faithfulness"]["mambalrp"]["delta_af"] == printed["faithfulness"]["mambalrp"]["delta_af"]
+    csv = (tmp_path / "faithfulness-mamba-sentiment.csv").read_text().splitlines()
+    assert csv[0].startswith("method,label,delta_af") and len(csv) == 3
+    assert "<html" in (tmp_path / "faithfulness-mamba-sentiment.html").read_text()[:200].lower()
+
+
+@pytest.mark.slow
+def test_key_token_ground_truth():
+    r = key_token_evaluation(n=20, methods=["lrp_ln", "random"], cache=False)
+    assert r["model"]["accuracy"] > 0.95
+    assert r["hit_rate"]["lrp_ln"] > r["hit_rate"]["random"] + 0.3
