@@ -12,7 +12,7 @@ import gradio as gr
 from ui.header import build_header
 from ui.theme import CSS, projector_theme
 
-TABS = ("ui.models_data", "ui.mathneuro", "ui.mixln", "ui.neuzip")
+TABS = ("ui.models_data", "ui.lrp", "ui.mathneuro", "ui.mixln", "ui.neuzip")
 
 
 def build_app() -> gr.Blocks:

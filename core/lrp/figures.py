@@ -124,35 +124,60 @@ def _label(name: str) -> str:
     return METHODS[name].label if name in METHODS else name
 
 
+def _grid(names: list[str], titles: list[str], x_title: str, y_title: str, shared_y: bool):
+    cols = min(4, max(1, len(names)))
+    rows = -(-len(names) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=titles, shared_yaxes=shared_y,
+                        horizontal_spacing=0.06 if shared_y else 0.08, vertical_spacing=0.22 / max(rows - 1, 1) + 0.08)
+    for i in range(len(names)):
+        r, c = divmod(i, cols)
+        if r == rows - 1 or i + cols >= len(names):
+            fig.update_xaxes(title_text=x_title, row=r + 1, col=c + 1)
+        if c == 0:
+            fig.update_yaxes(title_text=y_title, row=r + 1, col=c + 1)
+    fig.update_annotations(font_size=14)
+    return fig, cols, rows
+
+
 def conservation_figure(cons: dict, title: str = "Conservation: sum of relevances vs explained logit") -> go.Figure:
-    """One point per sample and method; on the dashed identity line the relevances add up to the logit."""
-    fig = go.Figure()
-    lo, hi = np.inf, -np.inf
-    for i, (name, row) in enumerate(cons.items()):
-        x, y = np.asarray(row["logits"], float), np.asarray(row["sums"], float)
-        lo, hi = min(lo, x.min(), y.min()), max(hi, x.max(), y.max())
-        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name=f"{_label(name)} (mean |error| "
-                                 f"{row['mean_abs_error']:.2g})", marker={"color": PALETTE[i % len(PALETTE)],
-                                                                         "size": 8, "opacity": 0.75}))
-    if np.isfinite(lo):
+    """One panel per method, one point per sample; on the dashed identity line the relevances add up to the logit."""
+    names = list(cons)
+    titles = [f"{_label(n)}<br>mean |sum − logit| {cons[n]['mean_abs_error']:.2g}" for n in names]
+    fig, cols, rows = _grid(names, titles, "explained logit", "sum of relevances", shared_y=False)
+    for i, name in enumerate(names):
+        r, c = divmod(i, cols)
+        x, y = np.asarray(cons[name]["logits"], float), np.asarray(cons[name]["sums"], float)
+        lo, hi = float(min(x.min(), y.min())), float(max(x.max(), y.max()))
         pad = 0.05 * (hi - lo or 1.0)
-        fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines", name="identity",
-                                 line={"color": "#475569", "dash": "dash"}))
-    return style(fig, title, "explained logit (target's raw output)", "sum of relevances")
+        fig.add_trace(go.Scatter(x=[lo - pad, hi + pad], y=[lo - pad, hi + pad], mode="lines", name="identity "
+                                 "(sum = logit)", line={"color": "#475569", "dash": "dash"}, showlegend=i == 0,
+                                 legendgroup="identity"), row=r + 1, col=c + 1)
+        fig.add_trace(go.Scatter(x=x, y=y, mode="markers", name="one sample", showlegend=i == 0, legendgroup="s",
+                                 marker={"color": PALETTE[0], "size": 6, "opacity": 0.6}), row=r + 1, col=c + 1)
+    style(fig, title, height=300 * rows + 140)
+    fig.update_layout(legend={"orientation": "h", "y": -0.12 if rows > 1 else -0.3, "x": 0}, margin={"t": 115})
+    return fig
 
 
 def faithfulness_figure(faith: dict, fractions, title: str = "Faithfulness: target logit while flipping units"
                         ) -> go.Figure:
-    """Mean MoRF (solid, should fall fast) and LeRF (dashed, should stay high) curves per method."""
-    fig = go.Figure()
+    """One panel per method: mean target logit as the most relevant units are flipped first (MoRF, should fall
+    fast) and the least relevant first (LeRF, should stay high); ``Delta A^F`` in the panel title."""
+    names = list(faith)
+    titles = [f"{_label(n)}<br>ΔA^F = {faith[n]['delta_af']:.3f}" for n in names]
+    fig, cols, rows = _grid(names, titles, "units flipped (%)", "mean target logit", shared_y=True)
     x = 100 * np.asarray(fractions, float)
-    for i, (name, row) in enumerate(faith.items()):
-        c = PALETTE[i % len(PALETTE)]
-        fig.add_trace(go.Scatter(x=x, y=row["morf"], mode="lines+markers", name=f"{_label(name)} MoRF",
-                                 legendgroup=name, line={"color": c}))
-        fig.add_trace(go.Scatter(x=x, y=row["lerf"], mode="lines+markers", name=f"{_label(name)} LeRF",
-                                 legendgroup=name, line={"color": c, "dash": "dash"}, marker={"symbol": "x"}))
-    return style(fig, title, "units flipped to the baseline (%)", "mean target logit")
+    for i, name in enumerate(names):
+        r, c = divmod(i, cols)
+        fig.add_trace(go.Scatter(x=x, y=faith[name]["lerf"], mode="lines+markers", name="LeRF: least relevant first",
+                                 line={"color": PALETTE[0], "dash": "dash"}, marker={"symbol": "x"},
+                                 showlegend=i == 0, legendgroup="lerf"), row=r + 1, col=c + 1)
+        fig.add_trace(go.Scatter(x=x, y=faith[name]["morf"], mode="lines+markers", name="MoRF: most relevant first",
+                                 line={"color": PALETTE[3]}, fill="tonexty", fillcolor="rgba(0,114,178,0.10)",
+                                 showlegend=i == 0, legendgroup="morf"), row=r + 1, col=c + 1)
+    style(fig, title + " (shaded: the gap whose area is ΔA^F)", height=300 * rows + 140)
+    fig.update_layout(legend={"orientation": "h", "y": -0.12 if rows > 1 else -0.3, "x": 0}, margin={"t": 115})
+    return fig
 
 
 def delta_rows(faith: dict) -> list[dict]:
@@ -163,11 +188,20 @@ def delta_rows(faith: dict) -> list[dict]:
 
 
 def long_range_figure(distances: dict, k: int = 10, title: str | None = None) -> go.Figure:
-    """Histogram of the positions (tokens from the end) of each method's ``k`` most relevant tokens."""
+    """Cumulative share of each method's ``k`` most relevant tokens that lie within ``d`` tokens of the predicted
+    position (a curve that rises early: local evidence; late: long-range)."""
     fig = go.Figure()
     for i, (name, d) in enumerate(distances.items()):
-        fig.add_trace(go.Histogram(x=np.asarray(d), name=_label(name), opacity=0.65, xbins={"size": 1},
-                                   marker={"color": PALETTE[i % len(PALETTE)]}, histnorm="percent"))
-    fig.update_layout(barmode="overlay")
-    return style(fig, title or f"Long range: where the {k} most relevant tokens sit",
-                 "distance from the predicted position (tokens)", f"share of top-{k} tokens (%)")
+        d = np.sort(np.asarray(d, dtype=float))
+        if d.size == 0:
+            continue
+        xs = np.unique(d)
+        ys = 100.0 * np.searchsorted(d, xs, side="right") / d.size
+        line = ({"color": "#64748b", "dash": "dot"} if name == "random" else
+                {"color": PALETTE[i % (len(PALETTE) - 1)], "dash": "solid" if i < 4 else "dash"})
+        fig.add_trace(go.Scatter(x=xs + 1, y=ys, mode="lines", line_shape="hv", name=_label(name), line=line,
+                                 hovertemplate="within %{x} tokens: %{y:.1f}%<extra>" + _label(name) + "</extra>"))
+    style(fig, title or f"Long range: where the {k} most relevant tokens sit",
+          "distance from the predicted position + 1 (tokens, log scale)", f"top-{k} tokens within it (%)")
+    fig.update_xaxes(type="log")
+    return fig

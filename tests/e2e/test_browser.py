@@ -19,7 +19,11 @@ WAIT_MS = 90_000  # a loaded 2-core machine can take a while to render a tab's f
 EXPECTED = {
     "Models & data": [("#models-table", "smollm2-135m"), ("#datasets-table", "movie-sentiment"),
                       ("#dataset-info", "records, page 1 of"), ("#dataset-rows", "text")],
-    "MathNeuro": [("#mathneuro-status", "MathNeuro vs review-sentiment: math 61"),
+    "MambaLRP": [("#lrp-text-status", "mamba-sentiment predicts"), ("#lrp-text-heatmap", "MambaLRP"),
+                 ("#lrp-image-plot", "Patch relevance for class"), ("#lrp-delta-table", "MambaLRP"),
+                 ("#lrp-faithfulness", "Faithfulness: target logit"), ("#lrp-conservation", "Conservation: sum"),
+                 ("#lrp-long-range", "Long range on mamba-lm"), ("#lrp-key-token", "MambaLRP")],
+    "MathNeuro": [("#mathneuro-status", "MathNeuro vs review-sentiment: math 96 → 38"),
                   ("#mathneuro-effect", "Effect of pruning each method's set"),
                   ("#mathneuro-effect-table", "Wanda (math only)"),
                   ("#mathneuro-layers", "Where the math-specific parameters sit"),
