@@ -284,7 +284,7 @@ COMMANDS = {
     "consistency": ("overlap of sets found from 1..N samples with the full set, per K", _consistency_args,
                     run_consistency),
     "drill": ("where the selected entries of one weight matrix sit (heatmap)", _drill_args, run_drill),
-    "train-demo": ("retrain the embedded model mathneuro-tiny (1,700 steps, ~30 min on a busy 2-core CPU; "
+    "train-demo": ("retrain the embedded model mathneuro-tiny (2,200 steps, ~27 min on a busy 2-core CPU; "
                    "--quick: seconds)",
                    _train_args, run_train_demo),
     "precompute": ("recompute the tab's default examples (assets/mathneuro/examples.json)", _precompute_args,

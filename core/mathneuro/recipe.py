@@ -13,8 +13,8 @@ Data
   options negative / positive). Its test split is generated with a different seed and de-duplicated.
 
 Training text is ``<bos>Question: ...\\nAnswer: <target><eos>``; the loss is on the answer tokens only.
-The tokenizer is a byte-level BPE (``tokenizers``) trained on the training text, so numbers up to ~150 are
-single tokens and decoding is exact.
+The tokenizer is a byte-level BPE (``tokenizers``) trained on the training text with numbers split into single
+digits, so the model learns column arithmetic rather than a table of facts, and decoding is exact.
 """
 from __future__ import annotations
 
@@ -128,8 +128,8 @@ class DemoConfig:
     heads: int = 4               # attention heads (head dim = hidden / heads)
     intermediate: int = 384      # SwiGLU MLP width
     math_train: int = 40000      # math training problems
-    steps: int = 1100            # optimizer steps with warmup + cosine decay to 10% of lr
-    polish_steps: int = 600      # then this many more at the final 10% lr (memorising more arithmetic facts)
+    steps: int = 2200            # optimizer steps with warmup + cosine decay to 10% of lr
+    polish_steps: int = 0        # then this many more at the final 10% lr (optional; 0 for the committed model)
     batch: int = 64              # sequences per step
     math_share: float = 0.75     # of each batch; the rest is sentiment (the easier task)
     lr: float = 3e-3             # peak learning rate (AdamW, warmup then cosine to 10%)
@@ -137,7 +137,8 @@ class DemoConfig:
     weight_decay: float = 0.01
     seed: int = 0
     eval_n: int = 300            # held-out items per task for the card
-    digits: bool = False         # numbers as single digits (True) or as BPE tokens (most numbers one token)
+    digits: bool = True          # numbers as single digits (True: the model learns to add digit by digit, 97% held
+                                 # out) or as BPE tokens (False: it must memorise ~8,500 facts; 60% after 1,700 steps)
     threads: int = 1             # torch CPU threads (1 is faster than 2 on a shared, busy 2-core machine)
 
 

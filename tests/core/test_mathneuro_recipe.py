@@ -67,7 +67,7 @@ def test_committed_model_reaches_its_recorded_accuracies(tiny):
     q = card_of(recipe.DEMO_NAME).quality
     # sentiment reaches the 90% target; math does not (about 60%: multiplication is exact, sums and differences
     # are often off by one or two), which still leaves room to see pruning remove it
-    assert q["math_accuracy"] >= 0.5 and q["sentiment_accuracy"] >= 0.9
+    assert q["math_accuracy"] >= 0.9 and q["sentiment_accuracy"] >= 0.9  # the bar: 90% on both
     math = math_accuracy(tiny.model, tiny.tokenizer, load("arithmetic-words", "test")[:100], max_new_tokens=24)
     senti = multiple_choice_accuracy(tiny.model, tiny.tokenizer, recipe.sentiment_split("test", 100))
     # the recorded figures are on 300 items; 100 items of the same split stay within a few points
@@ -91,6 +91,6 @@ def test_pruning_the_mathneuro_set_removes_math_not_sentiment(tiny):
     math0, senti0 = both()
     with intervened(model, masks, "prune"):
         math1, senti1 = both()
-    assert math0 - math1 >= 0.2, (math0, math1)  # 61% -> 32% on the committed test figures
+    assert math0 - math1 >= 0.2, (math0, math1)  # 96% -> 38% on the committed test figures
     assert senti0 - senti1 <= 0.05, (senti0, senti1)  # 100% -> 100%
     assert all(torch.equal(p, original[n]) for n, p in model.named_parameters())  # restored exactly
