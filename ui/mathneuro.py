@@ -206,7 +206,7 @@ def build(ctx: AppContext) -> None:
     gr.Markdown("**MathNeuro** scores every weight by |W|·‖X‖ on math inputs and on non-math inputs, keeps each "
                 "matrix's top K for both, and calls *math-specific* the weights in the math top-K only. Pruning "
                 "them should remove math and keep the rest; scaling them slightly can help math. Defaults: the "
-                "embedded **mathneuro-tiny** (a 0.95M-parameter Llama trained here on arithmetic word problems and "
+                "embedded **mathneuro-tiny** (a 0.93M-parameter Llama trained here on arithmetic word problems and "
                 "review sentiment), shown at once from precomputed results; pick `smollm2-135m` at the top with "
                 "`gsm-symbolic` and `mmlu`/`logiqa` (loss, small N) for a real model.", elem_id="mathneuro-intro")
     with gr.Row():
