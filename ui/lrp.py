@@ -20,15 +20,11 @@ from core.lrp import demo
 from core.lrp import figures as F
 from ui.errors import user_errors
 from ui.header import AppContext
-from ui.stopping import stop_flag
+from ui.stopping import progress_callback, stop_flag
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
 GAMMA_LAYERS = ("in_proj", "out_proj", "conv")
-
-
-class Stopped(LayerwiseError):
-    """The user pressed Stop."""
 
 
 # ---- inputs -------------------------------------------------------------------------------------------------------
@@ -62,16 +58,6 @@ def _target_update(result: dict) -> dict:
                  p["id"]) for p in preds]
     ids = [c[1] for c in choices]
     return gr.update(choices=choices, value=result["target"] if result["target"] in ids else TOP)
-
-
-def _progress(progress, request):
-    flag = stop_flag(request)
-
-    def cb(done, total, stage):
-        if flag.is_set():
-            raise Stopped("Stopped.", fix="Press the button again to restart.")
-        progress(done / max(total, 1), desc=f"{stage}: {done}/{total}")
-    return cb
 
 
 # ---- result texts and files ---------------------------------------------------------------------------------------
@@ -119,7 +105,7 @@ def explain_text(model, text, methods, target, silu, ssm, gate, norm, gamma, gam
     """Token relevances of the chosen methods for one text, a table of logits and sums, and downloads."""
     stop_flag(request).clear()
     rules = rules_from(silu, ssm, gate, norm, gamma, gamma_layers)
-    res = _text(model, text, methods, _target(target), rules, _progress(progress, request))
+    res = _text(model, text, methods, _target(target), rules, progress_callback(progress, request))
     return (status_text(res), F.token_html(res), _summary(res), _target_update(res),
             _files(res, F.token_figure(res)))
 
@@ -147,7 +133,7 @@ def explain_image(model, image, sample, methods, target, silu, ssm, gate, norm, 
     """Patch relevances of the chosen methods over an uploaded image or a test sample."""
     stop_flag(request).clear()
     rules = rules_from(silu, ssm, gate, norm, gamma, gamma_layers)
-    res = _image(model, image, sample, methods, _target(target), rules, _progress(progress, request))
+    res = _image(model, image, sample, methods, _target(target), rules, progress_callback(progress, request))
     fig = F.image_figure(res)
     return status_text(res), fig, _summary(res), _target_update(res), _files(res, fig)
 
@@ -167,6 +153,16 @@ def _first(kind: str) -> dict | None:
 
 def _method_choices():
     return [(m.label, name) for name, m in METHODS.items()]
+
+
+def _model_and_methods(models, label: str, kind: str):
+    """A model dropdown (a listed model or a folder) and the method checkboxes, in one row."""
+    with gr.Row():
+        model = gr.Dropdown(list(models), value=models[0], allow_custom_value=True, label=label,
+                            elem_id=f"lrp-{kind}-model", scale=1)
+        methods = gr.CheckboxGroup(_method_choices(), value=list(demo.DEFAULT_METHODS), label="Methods",
+                                   elem_id=f"lrp-{kind}-methods", scale=3)
+    return model, methods
 
 
 def _rules_block():
@@ -311,11 +307,7 @@ def build(ctx: AppContext) -> None:
     stop_btn = gr.Button("Stop", variant="stop", size="sm", elem_id="lrp-stop")
 
     with gr.Accordion("Text: token relevance", open=True):
-        with gr.Row():
-            text_model = gr.Dropdown(list(demo.TEXT_MODELS), value=demo.TEXT_MODELS[0], allow_custom_value=True,
-                                     label="Text model (or a local Mamba folder)", elem_id="lrp-text-model", scale=1)
-            text_methods = gr.CheckboxGroup(_method_choices(), value=list(demo.DEFAULT_METHODS), label="Methods",
-                                            elem_id="lrp-text-methods", scale=3)
+        text_model, text_methods = _model_and_methods(demo.TEXT_MODELS, "Text model (or a local Mamba folder)", "text")
         text = gr.Textbox(value=text_ex["text"] if text_ex else demo.TEXT_EXAMPLES["mamba-sentiment"][0], lines=2,
                           label=f"Text (cut to {demo.MAX_TOKENS} tokens)", elem_id="lrp-text")
         gr.Examples([[t, m] for m, ts in demo.TEXT_EXAMPLES.items() for t in ts], [text, text_model],
@@ -334,11 +326,7 @@ def build(ctx: AppContext) -> None:
                              height=100, elem_id="lrp-text-downloads")
 
     with gr.Accordion("Image: patch relevance", open=True):
-        with gr.Row():
-            image_model = gr.Dropdown(list(demo.IMAGE_MODELS), value=demo.IMAGE_MODELS[0], allow_custom_value=True,
-                                      label="Image model", elem_id="lrp-image-model", scale=1)
-            image_methods = gr.CheckboxGroup(_method_choices(), value=list(demo.DEFAULT_METHODS), label="Methods",
-                                             elem_id="lrp-image-methods", scale=3)
+        image_model, image_methods = _model_and_methods(demo.IMAGE_MODELS, "Image model", "image")
         with gr.Row():
             sample = gr.Number(value=image_ex["sample"] if image_ex else 0, precision=0, minimum=0,
                                label="mnist-5k test sample (used when no image is uploaded)", elem_id="lrp-sample")

@@ -18,26 +18,11 @@ from core.mathneuro import METHODS
 from core.mathneuro import demo
 from core.mathneuro.figures import FIGURES, layers_figure
 from ui.errors import user_errors
-from ui.stopping import stop_flag
+from ui.stopping import progress_callback, stop_flag
 from ui.header import AppContext
 
 TITLE = "MathNeuro"
 D = demo.DEFAULTS
-
-
-class Stopped(LayerwiseError):
-    """The user pressed Stop."""
-
-
-def _progress(progress, request):
-    """A ``(done, total, stage)`` callback for ``core`` that drives ``gr.Progress`` and honours the session's Stop."""
-    flag = stop_flag(request)
-
-    def cb(done, total, stage):
-        if flag.is_set():
-            raise Stopped("Stopped.", fix="Press the button again to restart.")
-        progress(done / max(total, 1), desc=f"{stage}: {done}/{total}")
-    return cb
 
 
 def _start(request):
@@ -91,7 +76,7 @@ def layers(model, math, nonmath, proportion, method, n, value="count",
     """Layer distribution (count or share per layer and module type) for one or two non-math datasets."""
     _start(request)
     res = demo.layer_distribution_result(model, math, _nonmath(nonmath), int(n), float(proportion), method,
-                                         progress=_progress(progress, request))
+                                         progress=progress_callback(progress, request))
     sel = ", ".join(f"{nm}: {part['selected']:,} of {part['total']:,}" for nm, part in res["by_nonmath"].items())
     return (f"Layer distribution of **{method}** ({_source(res)}): {sel} selected.",
             layers_figure(res, value="share" if value == "share" else "count"), _files("layers", res))
@@ -103,7 +88,7 @@ def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
     """Math vs non-math metric after pruning each method's set, per non-math dataset."""
     _start(request)
     res = demo.effect_result(model, math, _nonmath(nonmath), int(n), float(proportion), list(methods or []),
-                             int(eval_n), metric, progress=_progress(progress, request))
+                             int(eval_n), metric, progress=progress_callback(progress, request))
     return effect_text(res), FIGURES["effect"](res), effect_table(res), _files("effect", res)
 
 
@@ -117,7 +102,7 @@ def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
     """Math / non-math metric after pruning the set found with each K (first non-math dataset)."""
     _start(request)
     res = demo.proportion_sweep_result(model, math, _first(nonmath), int(n), D["proportions"], method, int(eval_n),
-                                       metric, progress=_progress(progress, request))
+                                       metric, progress=progress_callback(progress, request))
     return (f"Proportion sweep of **{method}** against {_first(nonmath)} ({_source(res)}).",
             FIGURES["proportion-sweep"](res), _files("proportion-sweep", res))
 
@@ -135,7 +120,7 @@ def sweep_scale(model, math, nonmath, proportion, method, factor, n, eval_n, met
     from core.mathneuro.scoring import check_factor
     factors = D["factors"] if float(factor) in D["factors"] else _factors(check_factor(factor))
     res = demo.scale_sweep_result(model, math, _first(nonmath), int(n), float(proportion), method, factors,
-                                  int(eval_n), metric, progress=_progress(progress, request))
+                                  int(eval_n), metric, progress=progress_callback(progress, request))
     row = next((r for r in res["rows"] if abs(r["factor"] - float(factor)) < 1e-9), None)
     extra = f" At x{float(factor):g}: math {row['math']:.3g}, non-math {row['nonmath']:.3g}." if row else ""
     return (f"Scale-factor sweep of **{method}** ({res['selected']:,} parameters, {_source(res)}).{extra}",
@@ -148,7 +133,7 @@ def consistency(model, math, nonmath, method, n,
     """Overlap of the set from 1..N random samples with the set from all N, for K = 1, 5, 10%."""
     _start(request)
     res = demo.consistency_result(model, math, _first(nonmath), int(n), D["consistency_proportions"], method,
-                                  D["repeats"], progress=_progress(progress, request))
+                                  D["repeats"], progress=progress_callback(progress, request))
     return (f"Consistency of **{method}** from 1 to {int(n)} samples ({_source(res)}).",
             FIGURES["consistency"](res), _files("consistency", res))
 
@@ -159,7 +144,7 @@ def drill(model, math, nonmath, proportion, method, n, matrix,
     """Heatmap of one weight matrix: where its selected entries sit."""
     _start(request)
     res = demo.drill_result(model, math, _first(nonmath), int(n), float(proportion), method, matrix or None,
-                            progress=_progress(progress, request))
+                            progress=progress_callback(progress, request))
     rows, cols = res["row_counts"], res["col_counts"]
     top_r = sorted(range(len(rows)), key=lambda i: -rows[i])[:3]
     top_c = sorted(range(len(cols)), key=lambda i: -cols[i])[:3]
