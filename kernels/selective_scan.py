@@ -21,7 +21,8 @@ delta_softplus=False``), following state-spaces/mamba's ``selective_scan_fn`` / 
 * :func:`selective_scan_lrp` -- the public op: the kernel on CUDA, the reference elsewhere.
 
 :func:`selective_scan_ref` is the ordinary (fully differentiable) scan, used when the MambaLRP rule is
-switched off. Triton is imported lazily, so importing this module never needs it.
+switched off; :func:`selective_scan_train` computes the same with a hand-written backward (training on CPU).
+Triton is imported lazily, so importing this module never needs it.
 """
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ __all__ = [
     "selective_scan_lrp_ref",
     "selective_scan_lrp_triton",
     "selective_scan_ref",
+    "selective_scan_train",
 ]
 
 
@@ -274,3 +276,60 @@ def selective_scan_lrp(u, delta, A, B, C, D=None, delta_bias=None, delta_softplu
     if use_triton(*tensors):
         return selective_scan_lrp_triton(u, delta, A, B, C, D, delta_bias, delta_softplus)
     return selective_scan_lrp_ref(u, delta, A, B, C, D, delta_bias, delta_softplus)
+
+
+# --------------------------------------------------------------------------------------------
+# training
+# --------------------------------------------------------------------------------------------
+class _SelectiveScanTrain(torch.autograd.Function):
+    """The ordinary scan with a hand-written backward, for training on CPU: ``y = scan(u, delta, A, B, C) + D u``
+    for ``delta`` already softplus'd. Keeps ``(L, B, D, N)`` states once instead of autograd's many copies.
+
+    ``u, delta: (B, D, L)``, ``A: (D, N)``, ``B, C: (B, N, L)``, ``D: (D,)`` -> ``y: (B, D, L)``.
+    ``h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t``, ``y_t = C_t . h_t + D u_t`` (float32).
+    """
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D):
+        # time-major layout (L, B, D, N): every step reads and writes one contiguous slice
+        u_t, delta_t = u.permute(2, 0, 1).contiguous(), delta.permute(2, 0, 1).contiguous()  # (L, B, D)
+        B_t, C_t = B.permute(2, 0, 1).contiguous(), C.permute(2, 0, 1).contiguous()  # (L, B, N)
+        dA = torch.exp(delta_t[..., None] * A)  # (L, B, D, N)
+        states = (delta_t * u_t)[..., None] * B_t[:, :, None, :]  # dB u, becomes h in place
+        for t in range(1, states.shape[0]):
+            states[t].addcmul_(dA[t], states[t - 1])
+        y = torch.einsum("lbdn,lbn->bdl", states, C_t) + u * D[None, :, None]
+        ctx.save_for_backward(u_t, delta_t, A, B_t, C_t, D, dA, states)
+        return y
+
+    @staticmethod
+    def backward(ctx, gy):
+        u_t, delta_t, A, B_t, C_t, D, dA, states = ctx.saved_tensors
+        gy_t = gy.permute(2, 0, 1).contiguous()  # (L, B, D)
+        g = gy_t[..., None] * C_t[:, :, None, :]  # dL/dh_t, completed by the reverse scan below
+        for t in range(g.shape[0] - 2, -1, -1):
+            g[t].addcmul_(dA[t + 1], g[t + 1])
+        p = g[1:] * dA[1:] * states[:-1]  # dL/d(delta_t A), elementwise (h_{-1} = 0)
+        g_delta = torch.zeros_like(delta_t)
+        g_delta[1:] = (p * A).sum(-1)
+        g_A = torch.einsum("lbdn,lbd->dn", p, delta_t[1:])
+        gB_dot = torch.einsum("lbdn,lbn->lbd", g, B_t)
+        g_u = (gB_dot * delta_t + gy_t * D).permute(1, 2, 0)
+        g_delta = (g_delta + gB_dot * u_t).permute(1, 2, 0)
+        g_B = torch.einsum("lbdn,lbd->bnl", g, delta_t * u_t)
+        g_C = torch.einsum("lbdn,lbd->bnl", states, gy_t)
+        g_D = (gy_t * u_t).sum((0, 1))
+        return g_u, g_delta, g_A, g_B, g_C, g_D
+
+
+def selective_scan_train(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False):
+    """The ordinary (fully differentiable) selective scan, same signature and values as :func:`selective_scan_ref`,
+    with a hand-written backward that is several times faster on a small CPU (float32)."""
+    delta = delta.float()
+    if delta_bias is not None:
+        delta = delta + delta_bias.float()[..., None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+    D = torch.zeros(u.shape[1], device=u.device) if D is None else D
+    return _SelectiveScanTrain.apply(u.float().contiguous(), delta.contiguous(), A.float(), B.float().contiguous(),
+                                     C.float().contiguous(), D.float())

@@ -21,7 +21,7 @@ All three models are bias-free where a bias would absorb relevance (no conv bias
 bias; the Vision Mamba head bias is held at zero), so MambaLRP's relevances sum to the explained logit.
 
 Training uses :func:`fast_mixers`: the same mixer computations with a selective scan whose backward is
-written by hand (:class:`SelectiveScan`), which keeps only ``(B, D, N)`` tensors per step instead of
+written by hand (``kernels.selective_scan.selective_scan_train``), which keeps only ``(B, D, N)`` tensors per step instead of
 materialising ``(B, D, L, N)`` ones through autograd (several times faster on a small CPU). Its values
 agree with the reference forward to float rounding; all reported figures use the reference forward.
 """
@@ -45,72 +45,23 @@ from torch import nn
 from core.data.bpe import train_bpe
 from core.schedules import warmup_cosine
 from core.errors import BadInputError
+from kernels.selective_scan import selective_scan_train
 
 Progress = Callable[[float, str], None] | None
 EOS = "<|endoftext|>"
 PARAGRAPH_CORPORA = ("wikipedia-paragraphs", "openwebtext-paragraphs", "pydoc-topics")
 
 
-# =================================================================================================
-# A selective scan with a hand-written backward (training only)
-# =================================================================================================
-class SelectiveScan(torch.autograd.Function):
-    """``y = scan(u, delta, A, B, C) + D u`` for ``delta`` already softplus'd.
-
-    ``u, delta: (B, D, L)``, ``A: (D, N)``, ``B, C: (B, N, L)``, ``D: (D,)`` -> ``y: (B, D, L)``.
-    ``h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t``, ``y_t = C_t . h_t + D u_t`` (float32).
-    """
-
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, D):
-        # time-major layout (L, B, D, N): every step reads and writes one contiguous slice
-        u_t, delta_t = u.permute(2, 0, 1).contiguous(), delta.permute(2, 0, 1).contiguous()  # (L, B, D)
-        B_t, C_t = B.permute(2, 0, 1).contiguous(), C.permute(2, 0, 1).contiguous()  # (L, B, N)
-        dA = torch.exp(delta_t[..., None] * A)  # (L, B, D, N)
-        states = (delta_t * u_t)[..., None] * B_t[:, :, None, :]  # dB u, becomes h in place
-        for t in range(1, states.shape[0]):
-            states[t].addcmul_(dA[t], states[t - 1])
-        y = torch.einsum("lbdn,lbn->bdl", states, C_t) + u * D[None, :, None]
-        ctx.save_for_backward(u_t, delta_t, A, B_t, C_t, D, dA, states)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        u_t, delta_t, A, B_t, C_t, D, dA, states = ctx.saved_tensors
-        gy_t = gy.permute(2, 0, 1).contiguous()  # (L, B, D)
-        g = gy_t[..., None] * C_t[:, :, None, :]  # dL/dh_t, completed by the reverse scan below
-        for t in range(g.shape[0] - 2, -1, -1):
-            g[t].addcmul_(dA[t + 1], g[t + 1])
-        p = g[1:] * dA[1:] * states[:-1]  # dL/d(delta_t A), elementwise (h_{-1} = 0)
-        g_delta = torch.zeros_like(delta_t)
-        g_delta[1:] = (p * A).sum(-1)
-        g_A = torch.einsum("lbdn,lbd->dn", p, delta_t[1:])
-        gB_dot = torch.einsum("lbdn,lbn->lbd", g, B_t)
-        g_u = (gB_dot * delta_t + gy_t * D).permute(1, 2, 0)
-        g_delta = (g_delta + gB_dot * u_t).permute(1, 2, 0)
-        g_B = torch.einsum("lbdn,lbd->bnl", g, delta_t * u_t)
-        g_C = torch.einsum("lbdn,lbd->bnl", states, gy_t)
-        g_D = (gy_t * u_t).sum((0, 1))
-        return g_u, g_delta, g_A, g_B, g_C, g_D
-
-
-def fast_scan(u, delta, A, B, C, D, delta_bias):
-    """Same signature and values as ``selective_scan_ref(..., delta_softplus=True)``."""
-    delta = F.softplus(delta + delta_bias[..., None])
-    return SelectiveScan.apply(u.float().contiguous(), delta.float().contiguous(), A.float(),
-                               B.float().contiguous(), C.float().contiguous(), D.float())
-
-
 def _branch(x, z, conv, x_proj, dt_proj, A_log, D):
-    """``core.lrp.mixer.ssm_branch`` without rules, on :func:`fast_scan`."""
+    """``core.lrp.mixer.ssm_branch`` without rules, on ``kernels.selective_scan.selective_scan_train``."""
     from core.lrp.mixer import causal_conv
 
     u = F.silu(causal_conv(x, conv)).to(x.dtype)
     n, rank = A_log.shape[-1], dt_proj.weight.shape[1]
     time_step, B, C = torch.split(x_proj(u.transpose(1, 2)), [rank, n, n], dim=-1)
     time_step = dt_proj.weight @ time_step.transpose(1, 2)
-    y = fast_scan(u, time_step, -torch.exp(A_log.float()), B.transpose(1, 2), C.transpose(1, 2), D,
-                  dt_proj.bias.float())
+    y = selective_scan_train(u, time_step, -torch.exp(A_log.float()), B.transpose(1, 2), C.transpose(1, 2), D,
+                             dt_proj.bias.float(), delta_softplus=True)
     return y * F.silu(z)
 
 
@@ -132,7 +83,7 @@ def _fast_bimamba_mixer(self, hidden_states):
 
 @contextlib.contextmanager
 def fast_mixers(model: nn.Module):
-    """Within the block, every Mamba mixer of ``model`` runs on :func:`fast_scan` (instance-level patch)."""
+    """Within the block, every Mamba mixer of ``model`` runs on ``selective_scan_train`` (instance-level patch)."""
     from transformers.models.mamba.modeling_mamba import MambaMixer
 
     from core.lrp.models import BiMambaMixer

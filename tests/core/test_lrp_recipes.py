@@ -17,7 +17,6 @@ from core.lrp import MambaSequenceClassifier, VisionMamba, VisionMambaConfig, ex
 from core.paths import ASSETS_DIR
 from core.zoo import load_model
 from core.zoo.card import read_card_file
-from kernels.selective_scan import selective_scan_ref
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -27,34 +26,6 @@ ASSET_NAMES = ("mamba-sentiment", "mamba-lm", "vision-mamba-mnist")
 # ------------------------------------------------------------------------------------------------
 # the training scan
 # ------------------------------------------------------------------------------------------------
-def _scan_inputs(dtype=torch.float64, b=2, d=3, length=7, n=4, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    u = torch.randn(b, d, length, generator=g, dtype=dtype)
-    delta = torch.rand(b, d, length, generator=g, dtype=dtype) * 0.5
-    A = -torch.rand(d, n, generator=g, dtype=dtype) * 2
-    B = torch.randn(b, n, length, generator=g, dtype=dtype)
-    C = torch.randn(b, n, length, generator=g, dtype=dtype)
-    D = torch.randn(d, generator=g, dtype=dtype)
-    return [t.requires_grad_(True) for t in (u, delta, A, B, C, D)]
-
-
-def test_selective_scan_backward_is_the_exact_gradient():
-    assert torch.autograd.gradcheck(recipes.SelectiveScan.apply, tuple(_scan_inputs()))
-
-
-def test_selective_scan_matches_the_reference_values_and_gradients():
-    inputs = _scan_inputs(torch.float32, b=3, d=5, length=11, n=6, seed=1)
-    ref_inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
-    y = recipes.SelectiveScan.apply(*inputs)
-    y_ref = selective_scan_ref(*ref_inputs)
-    torch.testing.assert_close(y, y_ref, rtol=1e-5, atol=1e-5)
-    w = torch.randn_like(y)
-    grads = torch.autograd.grad((y * w).sum(), inputs)
-    grads_ref = torch.autograd.grad((y_ref * w).sum(), ref_inputs)
-    for g, g_ref in zip(grads, grads_ref):
-        torch.testing.assert_close(g, g_ref, rtol=1e-4, atol=1e-4)
-
-
 @pytest.mark.parametrize("which", ["classifier", "vision"])
 def test_fast_mixers_reproduce_the_model_and_restore_it(which):
     from transformers import MambaConfig
