@@ -47,15 +47,9 @@ def _target(value):
 
 
 def _target_update(result: dict) -> dict:
-    choices = [("top prediction", TOP)]
-    preds = result["predictions"]
-    if result.get("model_kind") == "lm":
-        preds = preds[:10]
-    else:
-        preds = sorted(preds, key=lambda p: p["id"])
-    choices += [(f"{p['name']!r} ({100 * p['probability']:.1f}%)" if result["kind"] == "text"
-                 and result.get("model_kind") == "lm" else f"{p['id']}: {p['name']} ({100 * p['probability']:.1f}%)",
-                 p["id"]) for p in preds]
+    lm = result.get("model_kind") == "lm"
+    preds = result["predictions"][:10] if lm else sorted(result["predictions"], key=lambda p: p["id"])
+    choices = [("top prediction", TOP)] + [(demo.target_label(p, lm), p["id"]) for p in preds]
     ids = [c[1] for c in choices]
     return gr.update(choices=choices, value=result["target"] if result["target"] in ids else TOP)
 

@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from core.errors import BadInputError
-from core.lrp.methods import METHODS, explain
+from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.rules import LRPRules
 from core.paths import ASSETS_DIR
 
@@ -87,13 +87,8 @@ def _kind(loaded) -> str:
 
 # ---- options ------------------------------------------------------------------------------------------------------
 def check_methods(methods) -> list[str]:
-    names = [methods] if isinstance(methods, str) else list(methods or [])
-    if not names:
-        raise BadInputError("No method chosen.", fix="Tick at least one method.")
-    unknown = [m for m in names if m not in METHODS]
-    if unknown:
-        raise BadInputError(f"Unknown method(s): {', '.join(map(str, unknown))}.", fix=f"Use: {', '.join(METHODS)}.")
-    return names
+    """The methods the user ticked (at least one)."""
+    return method_names(methods, empty_means_all=False)
 
 
 def rules_options(rules: dict | None) -> dict:
@@ -242,7 +237,13 @@ def target_choices(ref: str, text: str | None = None, k: int = 10) -> list[tuple
         return []
     ids, _, _ = tokenize(loaded, text)
     preds = _predictions(loaded, _logits(loaded, input_ids=ids), k)
-    return [(f"{p['name']!r} ({100 * p['probability']:.1f}%)", p["id"]) for p in preds]
+    return [(target_label(p, lm=True), p["id"]) for p in preds]
+
+
+def target_label(prediction: dict, lm: bool) -> str:
+    """How a target choice reads: ``' the' (31.5%)`` for a next token, ``1: positive (93.8%)`` for a class."""
+    pct = f"{100 * prediction['probability']:.1f}%"
+    return f"{prediction['name']!r} ({pct})" if lm else f"{prediction['id']}: {prediction['name']} ({pct})"
 
 
 # ---- images -------------------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import torch
 
 from core.errors import BadInputError
 from core.lrp.adapters import adapter_for
-from core.lrp.methods import METHODS, explain
+from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.metrics import flip_curves, top_k_distances
 
 Progress = Callable[[float, str], None] | None
@@ -53,32 +53,21 @@ class _Stopped(Exception):
 # models, datasets, samples
 # ------------------------------------------------------------------------------------------------
 def _loaded(model_ref):
-    """``(name, LoadedModel)`` from a registered name / folder or an already loaded model."""
-    from core.zoo import LoadedModel, load_model
+    """``(name, LoadedModel)`` from a registered name / folder (``core.lrp.demo.load``) or a loaded model."""
+    from core.lrp.demo import load
+    from core.zoo import LoadedModel
 
     if isinstance(model_ref, LoadedModel):
         return model_ref.card.name if getattr(model_ref.card, "name", None) else "model", model_ref
-    if not isinstance(model_ref, str) or not model_ref.strip():
+    if not isinstance(model_ref, str):
         raise BadInputError(f"model must be a registered name or a folder, got {model_ref!r}.",
                             fix="Use mamba-sentiment, vision-mamba-mnist or mamba-lm.")
-    loaded = load_model(model_ref)
-    adapter_for(loaded.model)  # BadInputError for a model MambaLRP does not explain
-    return model_ref, loaded
+    return model_ref, load(model_ref)
 
 
 def _kind(loaded) -> str:
     kind = adapter_for(loaded.model).kind
     return {"classifier": "sequence-classifier", "vision": "image-classifier", "lm": "causal-lm"}[kind]
-
-
-def _methods(methods) -> list[str]:
-    if isinstance(methods, str):
-        methods = [m.strip() for m in methods.split(",") if m.strip()]
-    names = list(methods) if methods else list(METHODS)
-    unknown = [m for m in names if m not in METHODS]
-    if unknown:
-        raise BadInputError(f"Unknown method(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(METHODS)}.")
-    return list(dict.fromkeys(names))
 
 
 def _options(methods: list[str], options: dict | None) -> dict:
@@ -278,7 +267,7 @@ def evaluate(model_ref, dataset: str | None = None, split: str = "test", n: int 
     kind = _kind(loaded)
     dataset = dataset or DEFAULT_DATASETS[kind]
     n = _check_n(n)
-    names = _methods(methods)
+    names = method_names(methods)
     opts = _options(names, options)
     if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 1:
         raise BadInputError(f"steps must be a whole number >= 1, got {steps!r}.", fix="Use e.g. --steps 10.")
@@ -398,7 +387,7 @@ def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, spli
         raise BadInputError(f"k must be >= 1, got {k!r}.")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, (int, np.integer)) or max_tokens < 2:
         raise BadInputError(f"max_tokens must be >= 2, got {max_tokens!r}.")
-    names = _methods(methods)
+    names = method_names(methods)
     opts = _options(names, options)
     samples, _ = _samples_and_gold(loaded, dataset, split, n, seed, target, max_tokens)
     params = {"dataset": dataset, "split": split, "n": n, "seed": seed, "target": target, "k": int(k),
@@ -499,7 +488,7 @@ def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, 
     n = _check_n(n)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise BadInputError(f"k must be >= 1, got {k!r}.")
-    names = _methods(methods)
+    names = method_names(methods)
     opts = _options(names, options)
     params = {"n": n, "k": int(k), "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL}
 

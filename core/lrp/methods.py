@@ -238,6 +238,25 @@ METHODS: dict[str, Method] = {
 }
 
 
+def method_names(methods=None, empty_means_all: bool = True) -> list[str]:
+    """Registered method names from a list or a comma-separated string, in order, without repeats.
+
+    Nothing given means every method (``empty_means_all``) or a :class:`BadInputError`; an unknown name raises one
+    that lists the choices.
+    """
+    if isinstance(methods, str):
+        methods = [m.strip() for m in methods.split(",") if m.strip()]
+    names = list(dict.fromkeys(methods or []))
+    if not names:
+        if empty_means_all:
+            return list(METHODS)
+        raise BadInputError("No method chosen.", fix="Tick at least one method.")
+    unknown = [m for m in names if m not in METHODS]
+    if unknown:
+        raise BadInputError(f"Unknown method(s): {', '.join(map(str, unknown))}.", fix=f"Use: {', '.join(METHODS)}.")
+    return names
+
+
 def explain(model, input_ids=None, pixel_values=None, target=None, method: str = "mambalrp",
             **options) -> Explanation:
     """Explain one prediction of a Mamba model.

@@ -15,18 +15,10 @@ import torch
 from core.errors import BadInputError
 from core.lrp.adapters import adapter_for
 from core.lrp.context import lrp_rules
-from core.lrp.methods import METHODS, Explanation, _baseline_embedding, explain
+from core.lrp.methods import Explanation, _baseline_embedding, explain, method_names
 
 Progress = Callable[[float, str], None] | None
 ShouldStop = Callable[[], bool] | None
-
-
-def _methods(methods: Iterable[str] | None) -> list[str]:
-    names = list(methods) if methods is not None else list(METHODS)
-    unknown = [m for m in names if m not in METHODS]
-    if unknown:
-        raise BadInputError(f"Unknown method(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(METHODS)}.")
-    return names
 
 
 def _sample(s) -> dict:
@@ -40,7 +32,7 @@ def _sample(s) -> dict:
 
 def _loop(samples, methods, progress: Progress, should_stop: ShouldStop):
     samples = [_sample(s) for s in samples]
-    names = _methods(methods)
+    names = method_names(methods)
     total = max(1, len(samples) * len(names))
     done = 0
     for i, sample in enumerate(samples):
