@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -64,6 +65,7 @@ def _register_builtin(reg: CommandGroups) -> None:
     reg.group("data", "datasets: prepare, list, show")
     reg.group("models", "models: list, prepare, card")
     reg.group("cache", "the results cache: info, clear")
+    reg.group("kernels", "the Triton kernels: check each against its PyTorch twin on this machine")
 
     def prepare_args(p):
         p.add_argument("--only", nargs="+", metavar="NAME", help="prepare only these datasets")
@@ -144,6 +146,36 @@ def _register_builtin(reg: CommandGroups) -> None:
     def cache_clear(args):
         from core.cache import ResultsCache
         _emit(args, ResultsCache().clear(), lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)")
+
+    def kcheck_args(p):
+        p.add_argument("--device", default=None, help="cuda, cuda:1, or cpu (cpu needs TRITON_INTERPRET=1); "
+                       "default: cuda when present")
+
+    @reg.command("kernels", "check", "run every Triton kernel's self-check against its twin (exit 1 if one fails)",
+                 kcheck_args)
+    def kernels_check(args):
+        import os
+
+        import torch
+
+        from kernels.dispatch import check_all, triton_available
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise LayerwiseError(f"--device {device!r} is not a device.", fix="use cuda, cuda:N or cpu.")
+        if not triton_available():
+            raise LayerwiseError("triton is not installed, so the PyTorch twins run everywhere.",
+                                 fix="pip install -r requirements.txt (it pins triton) to use the kernels on CUDA.")
+        if device.startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1":
+            raise LayerwiseError("no CUDA device here: Layerwise uses the kernels' PyTorch twins on the CPU.",
+                                 fix="run on a CUDA machine, or check the kernels interpreted on the CPU (slow): "
+                                     "TRITON_INTERPRET=1 python -m core kernels check")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
+                                 fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
+        rows = check_all(device)
+        _emit(args, rows, lambda r: _table(r, ["kernel", "device", "dtype", "ok", "seconds", "reason"]))
+        if not all(r["ok"] for r in rows):
+            sys.exit(1)
 
 
 def build_registry(only_group: str | None = None) -> CommandGroups:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.dispatch import triton_available, use_triton
+from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
 __all__ = ["rans_decode", "rans_decode_ref", "rans_decode_triton"]
 
@@ -149,6 +149,37 @@ def rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor
                 precision: int) -> torch.Tensor:
     """Decode a chunked rANS stream: Triton on CUDA, reference elsewhere. See :func:`rans_decode_ref`."""
     args = (states, offsets, words, slot_sym, slot_freq, slot_bias, n, chunk_size, precision)
-    if use_triton(states, offsets, words, slot_sym, slot_freq, slot_bias):
+    if use_triton(states, offsets, words, slot_sym, slot_freq, slot_bias, kernel="rans_decode"):
         return rans_decode_triton(*args)
     return rans_decode_ref(*args)
+
+
+def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision: int = 10) -> tuple:
+    """A small valid stream for the self-check: skewed symbols in chunks, encoded by a plain rANS encoder
+    (the inverse of the decode loop in the module docstring)."""
+    g = torch.Generator().manual_seed(0)
+    freq = torch.tensor([600, 250, 100, 50, 20, 4])  # sums to 2**precision
+    cdf = torch.cumsum(freq, 0) - freq
+    symbols = torch.multinomial(freq.float(), n, replacement=True, generator=g).tolist()
+    states, offsets, words = [], [0], []
+    for start in range(0, n, chunk_size):
+        x, out = _L, []
+        for s in reversed(symbols[start:start + chunk_size]):
+            f, c = int(freq[s]), int(cdf[s])
+            if x >= ((_L >> precision) << 16) * f:
+                out.append(x & 0xFFFF)
+                x >>= 16
+            x = ((x // f) << precision) + x % f + c
+        states.append(x)
+        words += out[::-1]
+        offsets.append(len(words))
+    slot_sym = torch.repeat_interleave(torch.arange(len(freq)), freq)
+    w = torch.tensor(words, dtype=torch.int32)
+    return (torch.tensor(states, dtype=torch.int64, device=device), torch.tensor(offsets, device=device),
+            torch.where(w >= 2**15, w - 2**16, w).to(torch.int16).to(device), slot_sym.to(torch.uint8).to(device),
+            freq[slot_sym].to(torch.int32).to(device), (torch.arange(2**precision) - cdf[slot_sym]).to(torch.int32).to(device),
+            n, chunk_size, precision)
+
+
+register_check("rans_decode", KernelCheck(triton=rans_decode_triton, ref=rans_decode_ref, inputs=_check_inputs,
+                                          dtypes=(torch.int64,)))
