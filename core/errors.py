@@ -29,3 +29,7 @@ class ModelLoadError(LayerwiseError):
 
 class BadInputError(LayerwiseError):
     """An argument is out of range or malformed."""
+
+
+class Cancelled(LayerwiseError):
+    """The user stopped the computation (Stop in the UI, Ctrl-C on the CLI); nothing half-done is cached."""

@@ -105,9 +105,5 @@ def read_member(artifact: Artifact, member: str) -> bytes:
 
 def extract_member(artifact: Artifact, member: str, dest: Path) -> Path:
     """Write one archive member to ``dest`` atomically (temp file, then rename)."""
-    data = read_member(artifact, member)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
-    return dest
+    from core.runner import atomic_write
+    return atomic_write(dest, read_member(artifact, member))
