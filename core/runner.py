@@ -141,7 +141,17 @@ class ExampleStore:
         self._loaded: tuple[float, list[dict], dict[str, dict]] | None = None
         self._lock = threading.Lock()
 
+    @classmethod
+    def from_entries(cls, entries: list[dict]) -> "ExampleStore":
+        """A store held in memory (e.g. built from committed results kept in another layout)."""
+        store = cls(os.devnull)
+        index = {result_key(e["fingerprint"], e["analysis"], e["params"]): e for e in entries}
+        store._loaded = (None, list(entries), index)
+        return store
+
     def _load(self) -> tuple[list[dict], dict[str, dict]]:
+        if self._loaded is not None and self._loaded[0] is None:  # from_entries
+            return self._loaded[1], self._loaded[2]
         try:
             mtime = self.path.stat().st_mtime
         except OSError:
@@ -235,8 +245,8 @@ class Result:
     ----------
     status : a one-paragraph Markdown text saying what was computed (and whether it was precomputed or cached).
     data : the JSON-able result (the ``.json`` file).
-    tables : name -> rows (list of dicts); each is shown as a table and written as ``<stem>-<name>.csv``.
-    figures : name -> plotly figure; each is shown and written as ``<stem>-<name>.html`` (plotly.js inlined).
+    tables : name -> rows (list of dicts), written as CSV: the first as ``<stem>.csv``, others ``<stem>-<name>.csv``.
+    figures : name -> plotly figure, written as HTML (plotly.js inlined), named like the tables.
     views : name -> anything else a view shows that is not a file (an HTML heatmap, a summary table, choices).
     source : "precomputed", "cache" or "computed".
     key : the result key (the download files of a key are written once); None for results that are not cached.
@@ -255,9 +265,9 @@ class Result:
     downloads: tuple[str, ...] = ("json", "csv", "html")
 
     def _names(self, kind: str, items: dict) -> dict[str, Any]:
-        if len(items) == 1:
-            return {f"{self.stem}.{kind}": next(iter(items.values()))}
-        return {f"{self.stem}-{name}.{kind}": value for name, value in items.items()}
+        """The first table (figure) is ``<stem>.csv`` (``.html``), the others ``<stem>-<name>.csv``."""
+        return {(f"{self.stem}.{kind}" if i == 0 else f"{self.stem}-{name}.{kind}"): value
+                for i, (name, value) in enumerate(items.items())}
 
     def file_plan(self, kinds=("json", "csv", "html")) -> dict[str, tuple[str, Any]]:
         """``file name -> (kind, payload)`` of every file this result has, of the given kinds."""
