@@ -24,6 +24,7 @@ import shutil
 import tempfile
 import threading
 import uuid
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -55,7 +56,7 @@ def item_progress(progress: Progress | None, what: str, lo: float = 0.0, hi: flo
         return None
 
     def step(done: int, total: int, name: str | None = None) -> None:
-        label = f"{what}: {name}" if name else f"{what}: {done}/{total}"
+        label = f"{what} {done}/{total}" + (f": {name}" if name else "")
         report(progress, lo + (hi - lo) * done / max(total, 1), label)
     return step
 
@@ -189,6 +190,22 @@ class ExampleStore:
 
 _cache_lock = threading.Lock()
 _caches: dict[str, Any] = {}
+_recompute: dict[str, Any] = {"cache": None}
+
+
+@contextmanager
+def recomputing():
+    """Within the block every lookup ignores the examples and the user's cache and computes afresh, reusing only
+    what it computed itself (a temporary cache): how ``precompute`` commands rebuild the examples."""
+    from core.cache import ResultsCache
+
+    with tempfile.TemporaryDirectory(prefix="layerwise-recompute-") as tmp:
+        previous = _recompute["cache"]
+        _recompute["cache"] = ResultsCache(tmp)
+        try:
+            yield
+        finally:
+            _recompute["cache"] = previous
 
 
 def results_cache():
@@ -196,6 +213,8 @@ def results_cache():
     from core.cache import ResultsCache
     from core.paths import results_dir
 
+    if _recompute["cache"] is not None:
+        return _recompute["cache"]
     root = str(results_dir())
     with _cache_lock:
         if root not in _caches:
@@ -220,7 +239,7 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
     ``compute`` may raise :class:`Cancelled`; nothing is cached then.
     """
     key = result_key(fingerprint, analysis, params)
-    if examples is not None:
+    if examples is not None and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
         if data is not None:
             return Found(data, "precomputed", key)
@@ -362,6 +381,6 @@ def digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-__all__ = ["Progress", "report", "scaled", "item_progress", "cancellable", "atomic_write", "ExampleStore",
+__all__ = ["Progress", "report", "scaled", "item_progress", "cancellable", "atomic_write", "ExampleStore", "recomputing",
            "results_cache", "Found", "lookup", "cached_entry", "result_key", "Result", "files_dir", "source_text",
            "digest", "Cancelled"]

@@ -66,7 +66,7 @@ def test_one_progress_convention_with_cancel():
     items = runner.item_progress(lambda f, m: seen.append((f, m)), "layers")
     items(1, 4, "q_proj")
     items(2, 4)
-    assert seen[-2:] == [(0.25, "layers: q_proj"), (0.5, "layers: 2/4")]
+    assert seen[-2:] == [(0.25, "layers 1/4: q_proj"), (0.5, "layers 2/4")]
     flag = threading.Event()
     checked = runner.cancellable(lambda f, m: seen.append((f, m)), flag.is_set)
     checked(0.1, "running")
