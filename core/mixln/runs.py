@@ -33,6 +33,7 @@ from core.errors import BadInputError
 from core.mixln.config import MixLNConfig, check_fits
 from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
+from core.mixln.placements import placement_label, sweep_alpha
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, eval_batches, latest_checkpoint, \
     train_iter
 
@@ -53,7 +54,6 @@ RECIPE = {
 }
 # Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer.
 SWEEP = {0.0: "pre-ln", 0.125: "mix-ln-0.125", 0.25: "mix-ln-0.25", 0.5: "mix-ln-0.5", 1.0: "post-ln"}
-NORM_LABELS = {"pre": "Pre-LN", "post": "Post-LN", "mix": "Mix-LN", "deepnorm": "DeepNorm", "sandwich": "Sandwich-LN"}
 
 # A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
 LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176)
@@ -207,9 +207,7 @@ def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, 
         spec = RECIPE[name]
         results[name] = train_run(root / name, spec["norm"], spec["alpha"], RECIPE_MODEL, RECIPE_TRAIN, tok_path,
                                   keep_checkpoints=False, callback=callback)
-        results[name] = compact_run(root / name)
-        from core.mixln.analysis import write_run_diagnostics
-        write_run_diagnostics(str(root / name))
+        results[name] = compact_run(root / name)  # the CLI's reproduce then precomputes each run's diagnostics
     return results
 
 
@@ -251,9 +249,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        norm = self.meta.get("norm", "?")
-        base = NORM_LABELS.get(norm, norm)
-        return f"{base} (alpha {self.meta.get('alpha'):g})" if norm == "mix" else base
+        return placement_label(self.meta.get("norm", "?"), self.meta.get("alpha"))
 
     @property
     def final_perplexity(self) -> float | None:
@@ -334,12 +330,12 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
     for name in runs or list_runs(root):
         r = load_run(name, root)
         m = r.meta
-        rows.append({"run": name, "norm": NORM_LABELS.get(m["norm"], m["norm"]), "alpha": m["alpha"],
+        rows.append({"run": name, "norm": placement_label(m["norm"]), "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
                      "steps": m.get("steps_done"), "status": m.get("status"),
                      "eval_loss": _round(m.get("final_eval_loss"), 4),
                      "eval_perplexity": _round(m.get("final_eval_perplexity"), 2),
-                     "wall_s": m.get("wall_seconds")})
+                     "wall_s": m.get("wall_seconds"), "placement": m["norm"]})
     return rows
 
 
@@ -349,8 +345,8 @@ def sweep_table(root=ASSETS, runs: list[str] | None = None) -> list[dict]:
     rows = []
     for name in names:
         r = load_run(name, root)
-        alpha = {"pre": 0.0, "post": 1.0}.get(r.meta["norm"], r.meta["alpha"])
-        if r.meta["norm"] not in ("pre", "post", "mix"):
+        alpha = sweep_alpha(r.meta["norm"], r.meta["alpha"])
+        if alpha is None:
             continue
         rows.append({"alpha": alpha, "run": name, "status": r.meta.get("status"),
                      "eval_perplexity": _round(r.final_perplexity, 2),
