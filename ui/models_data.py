@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from core.data import DATASETS, get_spec, load, record_to_row, split_sizes, status
-from core.data.records import ImageLabel
+from core.data import DATASETS, ImageLabel, get_spec, load, record_to_row, split_sizes, status
 from core.zoo import card_of, list_cards, registered_names
 from ui.errors import user_errors
 from ui.header import AppContext

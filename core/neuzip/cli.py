@@ -114,7 +114,7 @@ def run_tradeoff(args):
     text = (f"{args.model}: word-level perplexity on {r['words']:,} words ({r['tokens']:,} tokens) of {r['dataset']}\n"
             + table([{**x, "pareto": "*" if x["pareto"] else ""} for x in rows])
             + "\nPareto front: " + " -> ".join(r["pareto"]) + "\n" + "\n".join(r["notes"]))
-    emit(args, r, text, res)
+    emit(args, {**r, "source": res.source}, text, res)
 
 
 def _throughput_args(p):
