@@ -271,6 +271,8 @@ class Result:
     key : the result key (the download files of a key are written once); None for results that are not cached.
     stem : the file name stem.
     downloads : which file types the tab offers (the CLI can write any of json, csv, html the result has).
+    main_first : the first table / figure is the result's main one, written as ``<stem>.csv`` / ``<stem>.html``;
+        False names every file ``<stem>-<name>`` (a page of several equal parts).
     """
 
     status: str
@@ -282,10 +284,11 @@ class Result:
     key: str | None = None
     stem: str = "result"
     downloads: tuple[str, ...] = ("json", "csv", "html")
+    main_first: bool = True
 
     def _names(self, kind: str, items: dict) -> dict[str, Any]:
-        """The first table (figure) is ``<stem>.csv`` (``.html``), the others ``<stem>-<name>.csv``."""
-        return {(f"{self.stem}.{kind}" if i == 0 else f"{self.stem}-{name}.{kind}"): value
+        """The main table (figure) is ``<stem>.csv`` (``.html``), the others ``<stem>-<name>.csv``."""
+        return {(f"{self.stem}.{kind}" if i == 0 and self.main_first else f"{self.stem}-{name}.{kind}"): value
                 for i, (name, value) in enumerate(items.items())}
 
     def file_plan(self, kinds=("json", "csv", "html")) -> dict[str, tuple[str, Any]]:

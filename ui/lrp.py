@@ -132,15 +132,13 @@ def build_evaluation() -> list:
         faith_plot = gr.Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
         cons_plot = gr.Plot(cons, label="Conservation", elem_id="lrp-conservation")
         files = downloads_box(first, "Downloads: results (JSON), table (CSV), figures (HTML)", "lrp-eval-downloads")
-        with gr.Row():
-            long_range, key_token = lrp.committed_result("lm"), lrp.committed_result("key-token")
-            if long_range:
-                gr.Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
-            if key_token:
-                with gr.Column():
-                    gr.Markdown(key_token.status)
-                    gr.Dataframe(frame(key_token.views["hits"]), interactive=False, label="Key-token hit rate",
-                                 elem_id="lrp-key-token")
+        long_range, key_token = lrp.committed_result("lm"), lrp.committed_result("key-token")
+        if long_range:
+            gr.Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
+        if key_token:
+            gr.Markdown(key_token.status)
+            gr.Dataframe(frame(key_token.views["hits"]), interactive=False, label="Key-token hit rate",
+                         elem_id="lrp-key-token")
     outputs = [status, cons_plot, faith_plot, table, files]
     show = model.change(show_committed, model, outputs, api_name="lrp_eval_show")
     return [btn.click(evaluate, [model, n, steps, methods], outputs, api_name="lrp_evaluate"), show]

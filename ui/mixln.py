@@ -92,6 +92,7 @@ def build(ctx: AppContext) -> None:
                               label="Training step shown (solid lines)", scale=2)
         gr.Dataframe(value=frame(compare.tables["compare"]) if compare else None, interactive=False,
                      label="Comparison at equal steps", elem_id="mixln-compare-table")
+        downloads_box(compare, "Downloads: the comparison (JSON, CSV, HTML)", "mixln-compare-downloads")
         with gr.Row():
             loss_plot = _plot(runs_loss(default) if default else None, "Loss", "mixln-loss")
             grad_plot = _plot(runs_gradnorms(default) if default else None, "Gradient norms", "mixln-gradnorms")
@@ -101,7 +102,6 @@ def build(ctx: AppContext) -> None:
         one = gr.Dropdown(choices=have, value=(default or [None])[-1], label="Run for the angular-distance heatmap")
         angular_plot = _plot(run_angular(one.value) if one.value else None, "Angular distance", "mixln-run-angular")
         removal_plot = _plot(runs_removal(default) if default else None, "Layer removal", "mixln-run-removal")
-        downloads_box(compare, "Downloads: the comparison (JSON, CSV, HTML)", "mixln-compare-downloads")
     with gr.Accordion("Live run (a small model, trained here in about a minute)", open=True):
         with gr.Row():
             norm = gr.Radio(mixln.placement_choices(), value="mix", label="Norm placement", scale=3)

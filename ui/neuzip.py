@@ -113,9 +113,6 @@ def build(ctx: AppContext) -> None:
         b_stop = gr.Button("Stop", variant="stop", size="sm")
         b_files = gr.Button("Download files", size="sm")
     status = gr.Markdown(elem_id="neuzip-status")
-    files = downloads_box(nz.shown_result(parts) if parts else None,
-                          "Downloads (JSON, CSV, HTML) of what is shown: press Download files after measuring",
-                          "neuzip-downloads")
     gr.Markdown("### Bit fields and compression")
     weights_md = gr.Markdown(weights.status if weights else "", elem_id="neuzip-weights-summary")
     hist_plot = gr.Plot(figure_or(weights, "histograms", hint), label="Bit-field histograms", elem_id="neuzip-histograms")
@@ -132,6 +129,9 @@ def build(ctx: AppContext) -> None:
     throughput_md = gr.Markdown(throughput.status if throughput else "", elem_id="neuzip-throughput-summary")
     throughput_plot = gr.Plot(figure_or(throughput, "throughput", hint), label="Throughput",
                               elem_id="neuzip-throughput")
+    files = downloads_box(nz.shown_result(parts) if parts else None,
+                          "Downloads (JSON, CSV, HTML) of what is shown: press Download files after measuring",
+                          "neuzip-downloads")
 
     ev_w = b_weights.click(analyse_weights, inputs=[ctx.model, k, block, state],
                            outputs=[weights_md, hist_plot, table_plot, table_df, state], api_name="neuzip_weights")

@@ -126,7 +126,7 @@ def sweep_figure(rows: list[dict], title: str = "Alpha sweep: final held-out per
 def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm placement (equal steps)") -> go.Figure:
     fig = go.Figure()
     for i, r in enumerate(rows):
-        norm = r.get("placement") or next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
+        norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
         label = r["norm"] if not getattr(PLACEMENTS.get(norm), "has_alpha", False) else f"{r['norm']} alpha {r['alpha']:g}"
         fig.add_trace(go.Bar(x=[label], y=[r["eval_perplexity"]], name=label,
                              marker_color=run_color(norm, r["alpha"], i),

@@ -335,7 +335,7 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
                      "steps": m.get("steps_done"), "status": m.get("status"),
                      "eval_loss": _round(m.get("final_eval_loss"), 4),
                      "eval_perplexity": _round(m.get("final_eval_perplexity"), 2),
-                     "wall_s": m.get("wall_seconds"), "placement": m["norm"]})
+                     "wall_s": m.get("wall_seconds")})
     return rows
 
 

@@ -309,7 +309,7 @@ def shown_result(parts: dict, log_x: bool = False) -> Result:
         figures["throughput"] = F.throughput_figure(parts["throughput"])
     from core.runner import digest
     return Result(f"{', '.join(parts)} of {next(iter(parts.values())).get('model', '')}", parts, tables=tables,
-                  figures=figures, key="neuzip-" + digest(parts, log_x), stem="neuzip")
+                  figures=figures, key="neuzip-" + digest(parts, log_x), stem="neuzip", main_first=False)
 
 
 # ---- the committed example ----------------------------------------------------------------------------------------
