@@ -62,9 +62,6 @@ def table(rows: list[dict], cols: list[str] | None = None) -> str:
     return "\n".join(lines)
 
 
-_table = table
-
-
 class ProgressBar:
     """The CLI's progress display, a ``progress(fraction, message)`` callable (:mod:`core.runner`'s convention):
     one redrawn bar on a terminal, one line per new message in a log."""
@@ -130,7 +127,7 @@ def _register_builtin(reg: CommandGroups) -> None:
                          "status": "ready" if st.ready else "missing", "detail": st.detail, "fix": st.fix,
                          "splits": split_sizes(name) if st.ready else {}, "source": spec.source,
                          "license": spec.license})
-        _emit(args, rows, lambda r: _table(r, ["name", "task", "record", "status", "detail", "fix"]))
+        _emit(args, rows, lambda r: table(r, ["name", "task", "record", "status", "detail", "fix"]))
 
     def show_args(p):
         p.add_argument("name")
@@ -153,7 +150,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         for c in cards:
             c["status"] = "ready" if c["ready"] else "missing"
             c["params_M"] = round(c["parameters"] / 1e6, 2) if c["parameters"] else ""
-        _emit(args, cards, lambda r: _table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
+        _emit(args, cards, lambda r: table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
 
     def mprep_args(p):
         p.add_argument("names", nargs="*", help="packaged models (default: all)")

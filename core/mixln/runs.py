@@ -34,6 +34,7 @@ from core.mixln.config import MixLNConfig, check_fits
 from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
 from core.mixln.placements import placement_label, sweep_alpha
+from core.runner import atomic_write
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, eval_batches, latest_checkpoint, \
     train_iter
 
@@ -171,9 +172,7 @@ def _write_run(out: Path, model: MixLNForCausalLM, history: TrainHistory, meta: 
             "final_eval_perplexity": final["perplexity"] if final else None,
             "final_eval_step": final["step"] if final else None}
     for name, data in (("history.json", history.to_dict()), ("run.json", meta)):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(data, indent=None if name == "history.json" else 1))
-        tmp.replace(out / name)
+        atomic_write(out / name, json.dumps(data, indent=None if name == "history.json" else 1))
     if not keep_checkpoints:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
 
@@ -220,10 +219,9 @@ def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
     state = load_file(str(folder / "model.safetensors"))
     target = getattr(torch, dtype)
     if any(v.dtype != target for v in state.values()):
-        tmp = folder / ".model.safetensors.tmp"
-        save_file({k: v.to(target).contiguous() for k, v in state.items()}, str(tmp),
-                  metadata={"format": "pt", "model_type": "mixln"})
-        tmp.replace(folder / "model.safetensors")
+        half = {k: v.to(target).contiguous() for k, v in state.items()}
+        atomic_write(folder / "model.safetensors",
+                     lambda tmp: save_file(half, str(tmp), metadata={"format": "pt", "model_type": "mixln"}))
     if meta.get("final_eval_perplexity") is not None:
         meta.setdefault("final_eval_loss_float32", meta["final_eval_loss"])
         meta.setdefault("final_eval_perplexity_float32", meta["final_eval_perplexity"])
@@ -231,9 +229,7 @@ def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
         got = evaluate_run(str(folder))
         meta.update(final_eval_loss=got["loss"], final_eval_perplexity=got["perplexity"])
     meta["weights_dtype"] = dtype
-    tmp = folder / ".run.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1))
-    tmp.replace(folder / "run.json")
+    atomic_write(folder / "run.json", json.dumps(meta, indent=1))
     return meta
 
 
