@@ -262,10 +262,13 @@ def explanation_view(result: dict, source: str = "computed", key: str | None = N
 
 def example_result(kind: str) -> Result | None:
     """The first precomputed example of ``kind`` (``text`` or ``image``), or None."""
-    for e in EXAMPLES.entries(f"lrp/{kind}"):
-        from core.runner import result_key
-        return explanation_view(e["data"], "precomputed", result_key(e["fingerprint"], e["analysis"], e["params"]))
-    return None
+    from core.runner import result_key
+
+    entries = EXAMPLES.entries(f"lrp/{kind}")
+    if not entries:
+        return None
+    e = entries[0]
+    return explanation_view(e["data"], "precomputed", result_key(e["fingerprint"], e["analysis"], e["params"]))
 
 
 def default_requests() -> list[tuple[str, dict]]:

@@ -192,7 +192,10 @@ def train_run(out, norm="mix", alpha=0.25, model_sizes=None, train_config=None, 
 
 
 def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None) -> dict[str, dict]:
-    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data)."""
+    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data).
+
+    ``core.mixln.reproduce_result`` (``python -m core mixln reproduce``) calls this, then precomputes each run's
+    diagnostics (``core.mixln.write_run_diagnostics``); this module does not import the analyses."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tok_path = root / "tokenizer.json"
