@@ -16,8 +16,8 @@ PAGE_SIZE = 12
 DEFAULT_DATASET, DEFAULT_SPLIT = "movie-sentiment", "test"
 _TEXT_CHARS = 400
 # Each table's columns sized by what they hold, so no header is squeezed into a narrow column.
-MODEL_COLUMN_WIDTHS = ["14%", "13%", "6%", "6%", "5%", "6%", "8%", "24%", "18%"]
-DATASET_COLUMN_WIDTHS = ["11%", "11%", "10%", "5%", "8%", "11%", "6%", "10%", "20%", "8%"]
+MODEL_COLUMN_WIDTHS = ["14%", "13%", "6%", "8%", "6%", "6%", "8%", "24%", "15%"]
+DATASET_COLUMN_WIDTHS = [190, 190, 150, 80, 140, 160, 120, 260, 330, 140]  # wider than the page: it scrolls
 
 
 def models_table() -> pd.DataFrame:
