@@ -1,7 +1,7 @@
 """NeuZip figures on SmolLM2-135M, printed as JSON (a benchmark, never run by the test suite).
 
     python bench/neuzip.py                       # all figures (the trade-off takes minutes on 2 cores)
-    python bench/neuzip.py --words 2000 --example assets/neuzip/smollm2-135m.json
+    python bench/neuzip.py --words 2000 --example assets/neuzip/examples.json
 
 - lossless bits per weight on the model's linear layers (every stored byte) against the empirical
   entropy bound (exponent entropy + 1 + 7 bits), the gap in percent (target: within 1 %), and zstd / zlib
@@ -45,8 +45,14 @@ def main(argv=None) -> dict:
 
     import torch
 
-    from core.neuzip.tradeoff import tradeoff
-    from core.neuzip.views import model_histograms, model_table, model_throughput, tradeoff_rows, write_output
+    from core.neuzip import histograms_result, table_result, tradeoff, write_example
+    from core.neuzip.service import model_throughput, tradeoff_rows
+
+    def model_table(ref, k, b, progress=None):
+        return table_result(ref, k, b, progress=progress).data
+
+    def model_histograms(ref):
+        return histograms_result(ref).data
 
     out: dict = {"model": args.model, "machine": {"cpu_threads": torch.get_num_threads(),
                                                   "platform": platform.platform(), "torch": torch.__version__}}
@@ -86,7 +92,7 @@ def main(argv=None) -> dict:
                    "throughput": thr, "tradeoff": result,
                    "made_by": f"python bench/neuzip.py --words {args.words} --example {args.example}"}
         args.example.parent.mkdir(parents=True, exist_ok=True)
-        write_output(args.example, example)
+        write_example(args.example, example)
         out["example"] = str(args.example)
     print(json.dumps(out, indent=1))
     return out

@@ -54,11 +54,49 @@ def _progress(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
-def _table(rows: list[dict], cols: list[str]) -> str:
+def table(rows: list[dict], cols: list[str] | None = None) -> str:
+    """Rows as a plain-text table (the columns of the first row unless ``cols`` is given)."""
+    cols = cols or (list(rows[0]) if rows else [])
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in cols}
     lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
     return "\n".join(lines)
+
+
+class ProgressBar:
+    """The CLI's progress display, a ``progress(fraction, message)`` callable (:mod:`core.runner`'s convention):
+    one redrawn bar on a terminal, one line per new message in a log."""
+
+    def __init__(self) -> None:
+        import time
+        self._clock = time.perf_counter
+        self.t0 = self._clock()
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def __call__(self, fraction: float, message: str) -> None:
+        filled = int(30 * max(0.0, min(1.0, fraction)))
+        line = (f"[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}% {self._clock() - self.t0:6.0f}s "
+                f"{message}")
+        if self.tty:
+            print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
+        elif "window" not in message and message != self.last:  # a log: one line per step
+            print(line, file=sys.stderr, flush=True)
+        self.last = message
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, data, text: str, result=None) -> None:
+    """Print ``data`` as JSON (``--json``) or ``text``; with ``--out``, first write ``result``'s files there."""
+    out = getattr(args, "out", None)
+    if out and result is not None:
+        written = [str(p) for p in result.write(out)]
+        data = {**data, "written": written} if isinstance(data, dict) else data
+        text += "".join(f"\nwritten to {w}" for w in written)
+    print(json.dumps(data, indent=1, default=str) if args.json else text)
 
 
 def _register_builtin(reg: CommandGroups) -> None:
@@ -91,7 +129,7 @@ def _register_builtin(reg: CommandGroups) -> None:
                          "status": "ready" if st.ready else "missing", "detail": st.detail, "fix": st.fix,
                          "splits": split_sizes(name) if st.ready else {}, "source": spec.source,
                          "license": spec.license})
-        _emit(args, rows, lambda r: _table(r, ["name", "task", "record", "status", "detail", "fix"]))
+        _emit(args, rows, lambda r: table(r, ["name", "task", "record", "status", "detail", "fix"]))
 
     def show_args(p):
         p.add_argument("name")
@@ -114,7 +152,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         for c in cards:
             c["status"] = "ready" if c["ready"] else "missing"
             c["params_M"] = round(c["parameters"] / 1e6, 2) if c["parameters"] else ""
-        _emit(args, cards, lambda r: _table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
+        _emit(args, cards, lambda r: table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
 
     def mprep_args(p):
         p.add_argument("names", nargs="*", help="packaged models (default: all)")

@@ -74,3 +74,31 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_results(tmp_path_factory):
+    """Every test session gets its own results cache and download folder (the user's cache is never written);
+    a test that needs an empty cache patches ``core.runner.results_cache`` itself."""
+    from core import runner
+    from core.cache import ResultsCache
+
+    root = tmp_path_factory.mktemp("layerwise")
+    cache = ResultsCache(root / "results")
+    files = root / "files"
+    files.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "results_cache", lambda: cache)
+        mp.setattr(runner, "files_dir", lambda: files)
+        yield root
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty results cache for one test."""
+    from core import runner
+    from core.cache import ResultsCache
+
+    cache = ResultsCache(tmp_path / "results")
+    monkeypatch.setattr(runner, "results_cache", lambda: cache)
+    return cache

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +29,7 @@ from safetensors.torch import save_file
 from core.errors import BadInputError, LayerwiseError
 from core.neuzip import rans
 from core.neuzip.codec import CompressedTensor, check_params
+from core.runner import atomic_write
 from kernels.neuzip_bits import packed_length
 
 __all__ = ["save_compressed", "load_compressed"]
@@ -75,15 +75,7 @@ def save_compressed(path: str | os.PathLike, tensors: dict[str, CompressedTensor
     codec_json = json.dumps({name: ct.metadata() for name, ct in tensors.items()}, sort_keys=True)
     meta = {"format": FORMAT, "version": VERSION, "codec": codec_json, "sha256": _digest(codec_json, arrays)}
     stored = {k: torch.from_numpy(np.ascontiguousarray(a).view(_SIGNED[a.dtype])) for k, a in arrays.items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(stored, tmp, metadata=meta)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_write(path, lambda tmp: save_file(stored, str(tmp), metadata=meta))
 
 
 def _corrupt(path: Path, why: str) -> BadInputError:

@@ -63,7 +63,5 @@ def read_card_file(folder: Path) -> dict:
 
 
 def write_card_file(folder: Path, card: dict) -> None:
-    path = Path(folder) / "card.json"
-    tmp = path.with_name(".card.json.tmp")
-    tmp.write_text(json.dumps(card, indent=1, sort_keys=True))
-    tmp.replace(path)
+    from core.runner import atomic_write
+    atomic_write(Path(folder) / "card.json", json.dumps(card, indent=1, sort_keys=True))

@@ -178,11 +178,13 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         or a hub id like ``state-spaces/mamba-130m-hf`` (needs ``--online``).
     dtype : load in this dtype (default: as stored).
     trust_remote_code, allow_pickle : off by default; turn on only for checkpoints you trust.
-    use_cache : keep up to two loaded models in memory and return the same object for the same request.
+    use_cache : keep the two most recently used models in memory and return the same object for the same request
+        (the only model cache: every tab and command loads through here).
     """
     key = (ref, str(dtype), trust_remote_code, allow_pickle, kind)
     with _lock:
         if use_cache and key in _loaded:
+            _loaded[key] = _loaded.pop(key)  # most recently used last: the least recently used goes first
             return _loaded[key]
     how, folder = resolve(ref)
     if how == "registered":
@@ -216,6 +218,18 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
                 _loaded.pop(next(iter(_loaded)))
             _loaded[key] = loaded
     return loaded
+
+
+def fingerprint(ref: str) -> str:
+    """The fingerprint :func:`load_model` gives ``ref``, read from its weight files without loading the model
+    (a registered name or a folder with safetensors); anything else (a hub id) is loaded to find it."""
+    how, folder = resolve(ref)
+    files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
+    if files:
+        for f in files:
+            read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
+        return file_fingerprint(files)
+    return load_model(ref).fingerprint
 
 
 def clear_loaded() -> None:

@@ -7,8 +7,11 @@ import gradio as gr
 import pytest
 import torch
 
+import core.neuzip as nz
 import ui.neuzip as tab
 from core.neuzip import bitfield_histograms, compression_table, throughput
+from core.neuzip import service as S
+from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
 from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
 
@@ -21,8 +24,8 @@ def example():
     weights = {n: m.weight.detach() for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and n != "lm_head"}
     r = tradeoff_for_model(model, CharTokenizer(), TEXT, default_settings((7, 3, 0), 32, baselines=False), window=16)
-    r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 0], "block_size": 128,
-              "words": 2000})
+    r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 1, 0], "block_size": 128,
+              "words": 2000, "window": 512})
     x = weights["up"]
     thr = {"model": "smollm2-135m", "numel": x.numel(),
            "rows": [{"label": "k=7 (lossless)", "k": 7, "block_size": None, **throughput(x, 7, repeats=1)}]}
@@ -31,8 +34,14 @@ def example():
 
 
 @pytest.fixture
-def with_example(example, monkeypatch):
-    monkeypatch.setattr(tab, "load_example", lambda ref: copy.deepcopy(example) if ref == "smollm2-135m" else None)
+def with_example(example, monkeypatch, fresh_cache):
+    """The example store holds this tiny example as smollm2-135m's (whose weights are never read)."""
+    import core.zoo
+
+    real = core.zoo.fingerprint
+    monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "example-fp" if ref == "smollm2-135m" else real(ref))
+    store = ExampleStore.from_entries(S.example_entries(copy.deepcopy(example), "example-fp", baselines=True))
+    monkeypatch.setattr(S, "EXAMPLES", store)
     return example
 
 
@@ -72,7 +81,7 @@ def test_tradeoff_view_marks_the_pareto_front(with_example):
 
 
 def test_throughput_view_compares_with_memcpy(with_example, monkeypatch):
-    monkeypatch.setattr(tab, "model_throughput", lambda ref, settings, progress=None: with_example["throughput"])
+    monkeypatch.setattr(S, "model_throughput", lambda ref, settings, *a, **k: with_example["throughput"])
     summary, fig, state = tab.measure_throughput("smollm2-135m", 7, "none", None)
     title, xs, y = titles(fig)
     assert title.startswith("Throughput on this machine") and xs == ["NeuZip setting"] and "MB/s" in y
@@ -81,8 +90,8 @@ def test_throughput_view_compares_with_memcpy(with_example, monkeypatch):
 
 
 def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
-    state = tab._initial(tab._example("smollm2-135m"))[-1]
-    files = [Path(f) for f in tab.download_files(state, False)]
+    state, _ = nz.example_parts("smollm2-135m")
+    files = [Path(f) for f in tab.download_files(state, False)["value"]]
     assert {f.suffix for f in files} == {".json", ".csv", ".html"}
     assert all(f.stat().st_size > 0 for f in files)
     html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
@@ -116,12 +125,12 @@ def test_tab_builds_with_api_names(with_example):
 
 
 def test_the_committed_example_matches_the_live_defaults():
-    ex = tab.load_example(tab.EXAMPLE_MODEL)
-    if ex is None:
+    ex, _ = nz.example_parts(tab.EXAMPLE_MODEL)
+    if not ex:
         pytest.skip("assets/neuzip has no example yet")
     assert ex["table"]["mantissa_bits"] == 7 and ex["tradeoff"]["block_size"] == 128
     labels = [p["label"] for p in ex["tradeoff"]["points"]]
     assert labels[:2] == ["bf16", "NeuZip k=7 (lossless)"]
     by = {p["label"]: p for p in ex["tradeoff"]["points"]}
     assert by["bf16"]["perplexity"] == by["NeuZip k=7 (lossless)"]["perplexity"]
-    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "smollm2-135m.json").stat().st_size < 1_000_000
+    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "examples.json").stat().st_size < 1_000_000
