@@ -123,14 +123,14 @@ def test_hub_id_online_goes_to_the_hub_loader(monkeypatch, folder):
 
     seen = {}
 
-    def fake_load_hf(location, kind, dtype, trust_remote_code, allow_pickle):
-        seen.update(location=location, trust=trust_remote_code, pickle=allow_pickle)
-        return original, None
+    def fake_load_hf(location, kind, dtype, trust_remote_code, allow_pickle, hub):
+        seen.update(location=location, trust=trust_remote_code, pickle=allow_pickle, hub=hub)
+        return original, None, "no tokenizer files", "causal-lm"
 
     monkeypatch.setenv("LAYERWISE_ONLINE", "1")
     monkeypatch.setattr(loading, "_load_hf", fake_load_hf)
     lm = load_model("some-org/some-model", use_cache=False)
-    assert seen == {"location": "some-org/some-model", "trust": False, "pickle": False}
+    assert seen == {"location": "some-org/some-model", "trust": False, "pickle": False, "hub": True}
     assert lm.card.source == "hub" and lm.card.parameters > 0 and len(lm.fingerprint) == 24
 
 
