@@ -195,10 +195,10 @@ def _config_error(location: str, exc: Exception) -> ModelLoadError:
 
 
 def _load_project_class(folder: Path, model_class: str):
-    module_name, _, attr = model_class.partition(":")
-    if not module_name.startswith("core.") or not attr:
+    if model_class not in registry.MODEL_CLASSES:
         raise ModelLoadError(f"card.json names model_class {model_class!r}, which is not a Layerwise class.",
-                             fix="use 'hf' or 'core.<package>:<Class>'.")
+                             fix=f"use 'hf' or one of: {', '.join(registry.MODEL_CLASSES)}.")
+    module_name, _, attr = model_class.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     model = cls.from_pretrained(folder)
     tokenizer = None
