@@ -102,3 +102,33 @@ def fresh_cache(tmp_path, monkeypatch):
     cache = ResultsCache(tmp_path / "results")
     monkeypatch.setattr(runner, "results_cache", lambda: cache)
     return cache
+
+
+# ---- the hub, stood in locally (tests/hub.py) -----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hub_stand_in(tmp_path_factory):
+    """A local stand-in of the hub's file API serving tiny models and datasets under the papers' real ids."""
+    from tests.hub import HubStandIn
+    from tests.hub_repos import build_datasets, build_models
+
+    root = tmp_path_factory.mktemp("hub")
+    hub = HubStandIn(root / "served")
+    for repo_id, folder in build_models(root / "models").items():
+        hub.add(repo_id, folder)
+    for repo_id, folder in build_datasets(root / "datasets").items():
+        hub.add(repo_id, folder, kind="dataset")
+    hub.start()
+    yield hub
+    hub.stop()
+
+
+def online_env(hub, tmp_path, **extra) -> dict:
+    """Environment for a subprocess that talks to ``hub``: online, private caches under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                              "TRANSFORMERS_OFFLINE", "SPACE_ID")}
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), LAYERWISE_ONLINE="1",
+               LAYERWISE_HOME=str(tmp_path / "layerwise"), HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_ETAG_TIMEOUT="3", HF_HUB_DOWNLOAD_TIMEOUT="3", LAYERWISE_HUB_TIMEOUT="3",
+               PYTHONUNBUFFERED="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
