@@ -126,8 +126,14 @@ def online_env(hub, tmp_path, **extra) -> dict:
     """Environment for a subprocess that talks to ``hub``: online, private caches under ``tmp_path``."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
                                                               "TRANSFORMERS_OFFLINE", "SPACE_ID")}
+    home = tmp_path / "layerwise"  # private caches; the prepared datasets and models are read where they are
+    home.mkdir(exist_ok=True)
+    from core.paths import data_dir, models_dir
+    for name, real in (("data", data_dir()), ("models", models_dir())):
+        if not (home / name).exists():
+            (home / name).symlink_to(real, target_is_directory=True)
     env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), LAYERWISE_ONLINE="1",
-               LAYERWISE_HOME=str(tmp_path / "layerwise"), HF_HUB_DISABLE_TELEMETRY="1",
+               LAYERWISE_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1",
                HF_HUB_ETAG_TIMEOUT="3", HF_HUB_DOWNLOAD_TIMEOUT="3", LAYERWISE_HUB_TIMEOUT="3",
                PYTHONUNBUFFERED="1")
     env.update({k: str(v) for k, v in extra.items()})

@@ -58,8 +58,12 @@ def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Ten
     A classifier reads its last position (the EOS the tokenizer appends), so a long text keeps its first tokens
     and that EOS; a language model predicts what follows the end, so it keeps the last tokens.
     """
-    if loaded.tokenizer is None:
+    if kind(loaded) == "vision":
         raise BadInputError(f"{loaded.card.name} takes images, not text.", fix="Pick mamba-sentiment or mamba-lm.")
+    if loaded.tokenizer is None:
+        why = getattr(loaded, "tokenizer_error", "") or "no tokenizer was found"
+        raise BadInputError(f"{loaded.card.name} has no usable tokenizer: {why}.",
+                            fix="use a model folder or hub id that includes its tokenizer files.")
     if not isinstance(text, str) or not text.strip():
         raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
     enc = loaded.tokenizer(text, return_tensors="pt", return_offsets_mapping=loaded.tokenizer.is_fast)
@@ -87,7 +91,9 @@ def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Ten
 
 
 def pieces_of(loaded, ids: list[int]) -> list[str]:
-    return [loaded.tokenizer.convert_tokens_to_string([t]) for t in loaded.tokenizer.convert_ids_to_tokens(ids)]
+    """Token texts; ``<id N>`` for ids past the tokenizer (a padded embedding, as in mamba-130m-hf)."""
+    from core.zoo import token_texts
+    return token_texts(loaded.tokenizer, ids)
 
 
 def predictions(loaded, logits: torch.Tensor, k: int = 10) -> list[dict]:

@@ -2,10 +2,11 @@
 
 Public API: :func:`load_model` (the one bounded model cache), :func:`fingerprint` (without loading),
 :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
-:func:`module_fingerprint`; :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
+:func:`module_fingerprint`, :func:`token_texts` (``<id N>`` past the tokenizer); :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
 """
 from core.zoo.card import ModelCard
-from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, resolve
+from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, resolve, \
+    token_texts
 from core.zoo.registry import PACKAGED, card_of, list_cards, registered_names
 
 
@@ -22,4 +23,4 @@ def prepare_model(name: str, progress=None, force: bool = False):
 
 
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
-           "clear_loaded", "fingerprint", "module_fingerprint", "resolve", "PACKAGED"]
+           "clear_loaded", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED"]

@@ -208,6 +208,21 @@ def _load_project_class(folder: Path, model_class: str):
     return model, tokenizer
 
 
+def token_texts(tokenizer, ids) -> list[str]:
+    """The text of each token id; ``<id N>`` for an id the tokenizer has no token for.
+
+    A checkpoint's embedding may have more rows than its tokenizer has tokens (mamba-130m-hf: 50280 rows, 50277
+    tokens), so a predicted or listed id can lie past the tokenizer.
+    """
+    ids = [int(i) for i in ids]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    out = []
+    for i, tok in zip(ids, tokens):
+        text = tokenizer.convert_tokens_to_string([tok]) if tok is not None else None
+        out.append(text if isinstance(text, str) else f"<id {i}>")
+    return out
+
+
 def tokenizer_summary(model, tokenizer, error: str = "") -> str:
     """How the tokenizer fits the model, e.g. ``384 tokens; the model's vocabulary has 387 (ids 384-386 have no
     token)``, or why there is none."""

@@ -214,3 +214,14 @@ def test_packaged_smollm2_is_a_working_llama():
         nxt = lm.model(ids).logits[0, -1].argmax()
     assert "Paris" in lm.tokenizer.decode(nxt)
     assert paths.models_dir() in (paths.models_dir() / "smollm2-135m").parents
+
+
+def test_token_texts_name_ids_past_the_tokenizer():
+    from tests.hub_repos import tokenizer
+
+    from core.zoo import token_texts
+    tok = tokenizer(300)
+    n = len(tok)
+    ids = tok("the cat")["input_ids"]
+    assert token_texts(tok, ids) == [tok.decode([i]) for i in ids]
+    assert token_texts(tok, [n, n + 2]) == [f"<id {n}>", f"<id {n + 2}>"]
