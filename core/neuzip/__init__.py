@@ -1,8 +1,8 @@
 """NeuZip (Hao et al., 2024): lossless and lossy compression of bf16 weights.
 
 The 8 exponent bits of trained bf16 weights carry under 3 bits of information: NeuZip entropy-codes
-the exponent (chunked rANS, :mod:`core.neuzip.rans`) and keeps sign and mantissa raw (lossless,
-about 10.6 bits per weight), or keeps only the top ``k`` mantissa bits (``k in {0, 1, 3}``), with an
+the exponent (pairs of exponents, chunked rANS with 8 interleaved states, :mod:`core.neuzip.pairs`)
+and keeps sign and mantissa raw (lossless, about 10.6 bits per weight), or keeps only the top ``k`` mantissa bits (``k in {0, 1, 3}``), with an
 optional per-block normaliser, for inference.
 
 Public API
@@ -11,6 +11,7 @@ Public API
 - :func:`save_compressed` / :func:`load_compressed`: a checksummed safetensors checkpoint
 - :func:`compress_model`, :class:`CompressedLinear`, :func:`memory_report`, :func:`compressed_tensors`,
   :func:`apply_compressed` (put loaded compressed weights into a freshly built model),
+  :func:`set_decode_ahead` (decode the next layers in a background thread while one computes),
   :func:`decompress_model` (back to plain layers, for evaluations with many forwards)
 - :func:`bitfield_histograms`, :func:`compression_table`, :func:`throughput`: data for the views
 - :func:`tradeoff` (a model reference) / :func:`tradeoff_for_model`: memory / word-level perplexity
@@ -24,6 +25,7 @@ from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
 from core.neuzip.measure import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
 from core.neuzip.modules import (
     CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, memory_report,
+    set_decode_ahead,
 )
 from core.neuzip.tradeoff import METHODS as TRADEOFF_METHODS
 from core.neuzip.tradeoff import Cancelled, default_settings, pareto_front, tradeoff, tradeoff_for_model, word_perplexity
@@ -32,7 +34,7 @@ from kernels.neuzip_bits import MANTISSA_BITS
 __all__ = [
     "MANTISSA_BITS", "BLOCK_SIZES", "CompressedTensor", "compress", "save_compressed", "load_compressed",
     "CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
-    "memory_report",
+    "memory_report", "set_decode_ahead",
     "bitfield_histograms", "compression_table", "entropy_bits", "throughput", "zstd_available",
     "tradeoff", "tradeoff_for_model", "default_settings", "pareto_front", "word_perplexity", "TRADEOFF_METHODS",
     "Cancelled",
