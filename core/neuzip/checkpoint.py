@@ -149,11 +149,13 @@ def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTen
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 
+    m = {"block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.DEFAULT_PRECISION,
+         "source_dtype": "bfloat16", "note": None, **m}
+    m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
     table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))
-    if m.get("format") != 2:
-        raise ValueError(f"{name}: exponent format {m.get('format')!r} in a version-{VERSION} file")
-    stream = pairs.PairStream(table, part("states"), part("offsets"), part("words"), int(m["numel"]),
-                              int(m["chunk_size"]))
+    words = part("words")
+    offsets = np.concatenate([[0], part("offsets"), [words.size]]).astype(np.uint32)
+    stream = pairs.PairStream(table, part("states"), offsets, words, m["numel"], int(m["chunk_size"]))
     return _finish_rebuild(name, m, stream, arrays)
 
 
@@ -167,7 +169,7 @@ def _rebuild_version_1(name: str, m: dict, arrays: dict[str, np.ndarray]) -> Com
                           int(m["chunk_size"]))
     old.validate()
     stream = pairs.encode(rans.decode(old, validated=True))
-    return _finish_rebuild(name, {**m, "chunk_size": stream.chunk_size}, stream, arrays)
+    return _finish_rebuild(name, m, stream, arrays)
 
 
 def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[str, np.ndarray]) -> CompressedTensor:
@@ -179,7 +181,7 @@ def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[s
                           torch.from_numpy(part("fields").copy()),
                           None if scales is None else torch.from_numpy(scales.copy()),
                           m["source_dtype"], m["note"])
-    if int(np.prod(ct.shape, dtype=np.int64)) != ct.numel:
+    if any(int(d) < 0 for d in ct.shape) or int(np.prod(ct.shape, dtype=np.int64)) != ct.numel or ct.numel < 1:
         raise ValueError(f"{name}: shape does not match the element count")
     check_params(ct.mantissa_bits, ct.block_size)
     stream.validate()

@@ -130,18 +130,29 @@ class CompressedTensor:
         return self.mantissa_bits == 7
 
     def metadata(self) -> dict:
-        """The JSON-able codec metadata (everything but the arrays)."""
+        """The JSON-able codec metadata (everything but the arrays): ``shape`` and ``mantissa_bits``,
+        and ``block_size``, ``chunk_size``, ``precision``, ``source_dtype``, ``note`` when they differ
+        from their defaults (None, 2**17, 15, bfloat16, None); stored with each tensor."""
         t = self.exponents
-        return {"format": FORMAT_VERSION, "shape": list(self.shape), "mantissa_bits": self.mantissa_bits,
-                "block_size": self.block_size, "chunk_size": t.chunk_size,
-                "precision": t.table.precision, "numel": t.n, "source_dtype": self.source_dtype,
-                "note": self.note}
+        m = {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits}
+        if self.block_size is not None:
+            m["block_size"] = self.block_size
+        if t.chunk_size != pairs.DEFAULT_CHUNK:
+            m["chunk_size"] = t.chunk_size
+        if t.table.precision != pairs.DEFAULT_PRECISION:
+            m["precision"] = t.table.precision
+        if self.source_dtype != "bfloat16":
+            m["source_dtype"] = self.source_dtype
+        if self.note:
+            m["note"] = self.note
+        return m
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every stored array by part name (exponent stream, fields, scales)."""
+        """Every stored array by part name (exponent stream, fields, scales); of the chunk offsets only
+        the inner ones (the first is 0, the last the number of words)."""
         t = self.exponents
         parts = {"symbols": t.table.symbols, "counts": t.table.counts, "states": t.states,
-                 "offsets": t.offsets, "words": t.words, "fields": self.fields.cpu().numpy()}
+                 "offsets": t.offsets[1:-1], "words": t.words, "fields": self.fields.cpu().numpy()}
         if self.scales is not None:
             parts["scales"] = self.scales.cpu().numpy()
         return parts

@@ -5,6 +5,7 @@ exponents take ~2.6 bits each, so coding a *pair* of exponents as one symbol hal
 8 rANS states interleaved over one word stream let the CPU overlap 8 table lookups (1.9 GB/s of bf16
 out, against 0.6 GB/s for 4 states decoded one after another); chunks of 2**17 weights cost 36 bytes
 each (0.002 bits per weight, against 0.063 for format 1's 1,024-weight chunks with 8 bytes each).
+In memory ``offsets`` has ``C + 1`` entries; only the ``C - 1`` inner ones are stored.
 
 Format ("rans32x16-pairs", codec format 2)
 ------------------------------------------
@@ -34,7 +35,7 @@ Format ("rans32x16-pairs", codec format 2)
 - The encoder runs each chunk backwards from states ``2**16`` (:func:`encode`).
 
 Cost beyond the order-0 exponent entropy: the frequency quantization (~0.003 bits per exponent at
-precision 15), ``36`` bytes per chunk, ``K + 2 A`` bytes of table per tensor, escapes (8 raw bits for
+precision 15), ``36`` bytes per chunk (32 for a single chunk), ``K + 2 A`` bytes of table per tensor, escapes (8 raw bits for
 exponents outside the 15 most frequent: about 1 in 10**4 weights of trained models).
 
 :func:`decode_into` decodes chunk by chunk into a small scratch buffer and merges straight into the
@@ -170,8 +171,10 @@ class PairStream:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of every array (table included)."""
-        return int(self.table.nbytes + self.states.nbytes + self.offsets.nbytes + self.words.nbytes)
+        """Bytes stored: every array, table included; of the offsets only the ``C - 1`` inner ones
+        (the first is 0, the last the number of words)."""
+        inner = 4 * max(0, self.offsets.size - 2)
+        return int(self.table.nbytes + self.states.nbytes + inner + self.words.nbytes)
 
 
 # ------------------------------------------------------------------------------------------ encoder
