@@ -4,28 +4,27 @@ The stream format ("rans32x16-pairs", written by ``core.neuzip.pairs``): ``n`` e
 ``ceil(n / 2)`` pairs, cut into chunks of ``chunk_size`` weights. Each chunk has 8 rANS states
 (``states[c, :]``) sharing one stream of 16-bit words ``words[offsets[c]:offsets[c + 1]]``; pair ``j``
 of a chunk is decoded by state ``j % 8``. A decoder needs one per-slot table of ``2**precision``
-int64 entries: bits 0-15 the frequency, 16-31 ``slot - cdf``, 32-39 / 40-47 the two exponent bytes,
-bit 48 / 49 set when the first / second exponent is escaped (then it is a raw byte in the state)::
+int64 entries: bits 0-15 the frequency, 16-31 ``slot - cdf``, 32-39 / 40-47 the two exponent bytes::
 
     t = table[x & (2**precision - 1)]
     x = (t & 0xFFFF) * (x >> precision) + ((t >> 16) & 0xFFFF)
     if x < 2**16: x = (x << 16) | words[p]; p += 1
-    for each escaped exponent (first, then second):
-        exponent = x & 0xFF; x >>= 8
-        if x < 2**16: x = (x << 16) | words[p]; p += 1
 
-A well-formed chunk ends with all 8 states at ``2**16`` and ``p == offsets[c + 1]``; both
-implementations check it.
+An exponent that decodes to ``marker`` is an escape: it takes the chunk's next byte of ``escapes``
+(chunk ``c``'s are ``escapes[escape_offsets[c]:escape_offsets[c + 1]]``). A well-formed chunk ends
+with all 8 states at ``2**16``, ``p == offsets[c + 1]`` and every escape used; both implementations
+check it.
 
 Public functions, one signature
-``(states, offsets, words, table, n, chunk_size, precision) -> (n,) uint8``:
+``(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision) -> (n,) uint8``:
 
 - :func:`pair_rans_decode` dispatches (Triton on CUDA, reference elsewhere),
 - :func:`pair_rans_decode_triton`: one program decodes ``BLOCK`` chunks, one chunk per lane,
 - :func:`pair_rans_decode_ref`: the same lanes in plain PyTorch.
 
 Tensor types: ``states (C, 8) int64`` (values < 2**32), ``offsets (C + 1,) int64``, ``words (W,) int16``
-(the uint16 words, bit for bit), ``table (2**precision,) int64``.
+(the uint16 words, bit for bit), ``table (2**precision,) int64``, ``escapes (E,) uint8``,
+``escape_offsets (C + 1,) int64``; ``marker`` an int in [0, 255].
 
 (The CPU path of the codec decodes with numba, ``core.neuzip.pairs.decode_into``; these two are the
 GPU path and its reference.)
@@ -43,11 +42,11 @@ _L = 1 << 16
 _BLOCK = 32  # chunks per program
 
 
-def _check(states, offsets, words, table, n, chunk_size, precision) -> int:
+def _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision) -> int:
     if chunk_size < 2 * LANES or chunk_size % (2 * LANES):
         raise ValueError(f"chunk_size must be a positive multiple of {2 * LANES}")
     num = -(-n // chunk_size) if n > 0 else 0
-    if tuple(states.shape) != (num, LANES) or offsets.numel() != num + 1:
+    if tuple(states.shape) != (num, LANES) or offsets.numel() != num + 1 or escape_offsets.numel() != num + 1:
         raise ValueError(f"{n} symbols in chunks of {chunk_size} need ({num}, {LANES}) states and {num + 1} offsets")
     if not 8 <= precision <= 16 or table.numel() != 1 << precision:
         raise ValueError("the table must have 2**precision entries, precision in [8, 16]")
@@ -56,60 +55,56 @@ def _check(states, offsets, words, table, n, chunk_size, precision) -> int:
     return num
 
 
-def _corrupt(x_end: torch.Tensor, p_end: torch.Tensor, offsets: torch.Tensor) -> None:
-    if bool((x_end != _L).any()) or bool((p_end != offsets[1:]).any()):
+def _corrupt(x_end: torch.Tensor, p_end: torch.Tensor, offsets: torch.Tensor, q_end: torch.Tensor,
+             escape_offsets: torch.Tensor) -> None:
+    if bool((x_end != _L).any()) or bool((p_end != offsets[1:]).any()) or bool((q_end != escape_offsets[1:]).any()):
         raise ValueError("corrupt exponent stream: a chunk did not end in its initial state")
 
 
 def pair_rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
-                         n: int, chunk_size: int, precision: int) -> torch.Tensor:
+                         escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                         precision: int) -> torch.Tensor:
     """Decode all chunks as lanes of one vector, pair by pair. Plain PyTorch.
 
     Parameters
     ----------
     states : (C, 8) int64; offsets : (C + 1,) int64; words : (W,) int16; table : (2**precision,) int64
+    escapes : (E,) uint8; escape_offsets : (C + 1,) int64; marker : the byte escapes decode to
     n : number of exponents; chunk_size : weights per chunk (a multiple of 16; the last chunk may be shorter)
 
     Returns
     -------
     (n,) uint8
     """
-    num = _check(states, offsets, words, table, n, chunk_size, precision)
+    num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     device = states.device
     x = states.to(torch.int64).clone()
     p = offsets[:-1].to(torch.int64).clone()
+    q = escape_offsets[:-1].to(torch.int64).clone()
     count = (n - torch.arange(num, device=device, dtype=torch.int64) * chunk_size).clamp(max=chunk_size)
-    pairs = (count + 1) // 2
     w = torch.cat([words.to(torch.int64) & 0xFFFF, torch.zeros(1, dtype=torch.int64, device=device)])
-    last = w.numel() - 1
+    esc = torch.cat([escapes.to(torch.int64), torch.zeros(1, dtype=torch.int64, device=device)])
     table = table.to(torch.int64)
     out = torch.zeros(num, chunk_size, dtype=torch.uint8, device=device)
     mask = (1 << precision) - 1
-
-    def refill(xv, need, p):
-        xv = torch.where(need, (xv << 16) | w[p.clamp(max=last)], xv)
-        return xv, p + need.to(torch.int64)
-
     for j in range(min(chunk_size // 2, (n + 1) // 2)):
-        act = pairs > j
+        act = count > 2 * j
         lane = j % LANES
         xl = x[:, lane]
         t = table[xl & mask]
         xv = (t & 0xFFFF) * (xl >> precision) + ((t >> 16) & 0xFFFF)
-        xv, p = refill(xv, act & (xv < _L), p)
-        exps = []
+        need = act & (xv < _L)
+        xv = torch.where(need, (xv << 16) | w[p.clamp(max=w.numel() - 1)], xv)
+        p = p + need.to(torch.int64)
+        x[:, lane] = torch.where(act, xv, xl)
         for half in range(2):
             e = (t >> (32 + 8 * half)) & 0xFF
-            esc = act & (((t >> (48 + half)) & 1) == 1)
-            e = torch.where(esc, xv & 0xFF, e)
-            xv = torch.where(esc, xv >> 8, xv)
-            xv, p = refill(xv, esc & (xv < _L), p)
-            exps.append(e)
-        x[:, lane] = torch.where(act, xv, xl)
-        out[:, 2 * j] = exps[0].to(torch.uint8)
-        out[:, 2 * j + 1] = exps[1].to(torch.uint8)
+            hit = (count > 2 * j + half) & (e == marker)
+            e = torch.where(hit, esc[q.clamp(max=esc.numel() - 1)], e)
+            q = q + hit.to(torch.int64)
+            out[:, 2 * j + half] = e.to(torch.uint8)
     if num:
-        _corrupt(x, p, offsets.to(torch.int64))
+        _corrupt(x, p, offsets.to(torch.int64), q, escape_offsets.to(torch.int64))
     return out.reshape(-1)[:n]
 
 
@@ -118,8 +113,9 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
-    def _pair_rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, table_ptr, out_ptr, x_end_ptr, p_end_ptr,
-                                 n, num_chunks, chunk_size, num_words,
+    def _pair_rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, table_ptr, escapes_ptr, escape_offsets_ptr,
+                                 out_ptr, x_end_ptr, p_end_ptr, q_end_ptr, marker, n, num_chunks, chunk_size,
+                                 num_words, num_escapes,
                                  PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr):
         """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one per lane) for all pairs.
 
@@ -132,11 +128,11 @@ if triton_available():
         col = tl.arange(0, LANES_)
         X = tl.load(states_ptr + c[:, None] * LANES_ + col[None, :], mask=live[:, None], other=65536)
         p = tl.load(offsets_ptr + c, mask=live, other=0)
+        q = tl.load(escape_offsets_ptr + c, mask=live, other=0)
         start = c.to(tl.int64) * chunk_size
         count = tl.minimum(n - start, chunk_size)
-        pairs = (count + 1) // 2
         for j in range(0, chunk_size // 2):
-            act = live & (j < pairs)
+            act = live & (2 * j < count)
             sel = col[None, :] == (j % LANES_)
             xl = tl.sum(tl.where(sel, X, 0), axis=1)
             t = tl.load(table_ptr + (xl & ((1 << PRECISION) - 1)), mask=act, other=0)
@@ -145,55 +141,51 @@ if triton_available():
             wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFF
             xv = tl.where(need, (xv << 16) | wd, xv)
             p = p + need.to(tl.int64)
-            # first exponent
-            e0 = (t >> 32) & 0xFF
-            esc = act & (((t >> 48) & 1) == 1)
-            e0 = tl.where(esc, xv & 0xFF, e0)
-            xv = tl.where(esc, xv >> 8, xv)
-            need = esc & (xv < 65536)
-            wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFF
-            xv = tl.where(need, (xv << 16) | wd, xv)
-            p = p + need.to(tl.int64)
-            # second exponent
-            e1 = (t >> 40) & 0xFF
-            esc = act & (((t >> 49) & 1) == 1)
-            e1 = tl.where(esc, xv & 0xFF, e1)
-            xv = tl.where(esc, xv >> 8, xv)
-            need = esc & (xv < 65536)
-            wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFF
-            xv = tl.where(need, (xv << 16) | wd, xv)
-            p = p + need.to(tl.int64)
             X = tl.where(sel & act[:, None], xv[:, None], X)
+            e0 = (t >> 32) & 0xFF
+            hit = act & (e0 == marker)
+            e0 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e0)
+            q = q + hit.to(tl.int64)
+            e1 = (t >> 40) & 0xFF
+            hit = live & (2 * j + 1 < count) & (e1 == marker)
+            e1 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e1)
+            q = q + hit.to(tl.int64)
             tl.store(out_ptr + start + 2 * j, e0.to(tl.uint8), mask=act)
-            tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=act)
+            tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=live & (2 * j + 1 < count))
         tl.store(x_end_ptr + c[:, None] * LANES_ + col[None, :], X, mask=live[:, None])
         tl.store(p_end_ptr + c, p, mask=live)
+        tl.store(q_end_ptr + c, q, mask=live)
 
 
 def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
-                            n: int, chunk_size: int, precision: int) -> torch.Tensor:
+                            escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                            precision: int) -> torch.Tensor:
     """Triton twin of :func:`pair_rans_decode_ref` (CUDA, or CPU under ``TRITON_INTERPRET=1``); bit-identical."""
     if not triton_available():
         raise RuntimeError("triton is not installed; use pair_rans_decode_ref")
-    num = _check(states, offsets, words, table, n, chunk_size, precision)
+    num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     device = states.device
     out = torch.empty(num * chunk_size, dtype=torch.uint8, device=device)
     x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
     p_end = torch.empty(num, dtype=torch.int64, device=device)
+    q_end = torch.empty(num, dtype=torch.int64, device=device)
     if num:
         w = words if words.numel() else torch.zeros(1, dtype=torch.int16, device=device)
+        esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
         _pair_rans_decode_kernel[(triton.cdiv(num, _BLOCK),)](
             states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
-            table.to(torch.int64).contiguous(), out, x_end, p_end, n, num, chunk_size, words.numel(),
+            table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
+            out, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
             PRECISION=precision, LANES_=LANES, BLOCK=_BLOCK)
-        _corrupt(x_end, p_end, offsets.to(torch.int64))
+        _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
     return out[:n]
 
 
 def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
-                     n: int, chunk_size: int, precision: int) -> torch.Tensor:
+                     escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                     precision: int) -> torch.Tensor:
     """Decode a format-2 exponent stream: Triton on CUDA, reference elsewhere. See :func:`pair_rans_decode_ref`."""
-    args = (states, offsets, words, table, n, chunk_size, precision)
-    if use_triton(states, offsets, words, table):
+    args = (states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision)
+    if use_triton(states, offsets, words, table, escape_offsets):
         return pair_rans_decode_triton(*args)
     return pair_rans_decode_ref(*args)

@@ -14,6 +14,9 @@ Public API
   :func:`set_decode_ahead` (decode the next layers in a background thread while one computes),
   :func:`decompress_model` (back to plain layers, for evaluations with many forwards)
 - :func:`bitfield_histograms`, :func:`compression_table`, :func:`throughput`: data for the views
+- :func:`codec_comparison` (NeuZip beside ZipNN, zstd and a memory copy: bits per weight and
+  1-thread MB/s, the rows of a throughput chart, registry :data:`CODECS`), :func:`forward_ratio`
+  (compressed forward / bf16 forward), :func:`synthetic_weights` (Gaussian / Student-t weights)
 - :func:`tradeoff` (a model reference) / :func:`tradeoff_for_model`: memory / word-level perplexity
   points of bf16, NeuZip k = 7, 3, 1, 0 (with and without a block normaliser) and the quantization
   baselines registered in :data:`TRADEOFF_METHODS`, with :func:`pareto_front`; :func:`word_perplexity`
@@ -21,7 +24,8 @@ Public API
   and file output, shared by the tab and ``python -m core neuzip``
 """
 from core.neuzip.checkpoint import load_compressed, save_compressed
-from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
+from core.neuzip.codec import BLOCK_SIZES, FORMAT_VERSION, CompressedTensor, compress
+from core.neuzip.compare import CODECS, codec_comparison, forward_ratio, synthetic_weights, zipnn_available
 from core.neuzip.measure import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
 from core.neuzip.modules import (
     CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, memory_report,
@@ -32,10 +36,10 @@ from core.neuzip.tradeoff import Cancelled, default_settings, pareto_front, trad
 from kernels.neuzip_bits import MANTISSA_BITS
 
 __all__ = [
-    "MANTISSA_BITS", "BLOCK_SIZES", "CompressedTensor", "compress", "save_compressed", "load_compressed",
+    "MANTISSA_BITS", "BLOCK_SIZES", "FORMAT_VERSION", "CompressedTensor", "compress", "save_compressed", "load_compressed",
     "CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
     "memory_report", "set_decode_ahead",
     "bitfield_histograms", "compression_table", "entropy_bits", "throughput", "zstd_available",
     "tradeoff", "tradeoff_for_model", "default_settings", "pareto_front", "word_perplexity", "TRADEOFF_METHODS",
-    "Cancelled",
+    "Cancelled", "CODECS", "codec_comparison", "forward_ratio", "synthetic_weights", "zipnn_available",
 ]

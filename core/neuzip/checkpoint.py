@@ -3,7 +3,8 @@
 File layout
 -----------
 A safetensors file whose tensors are the stored arrays, named ``"{tensor name}::{part}"`` with
-``part`` in ``symbols, counts, states, offsets, words, fields, scales`` (unsigned arrays are stored
+``part`` in ``symbols, counts, states, offsets, words, escapes, escape_offsets, fields, scales``
+(:meth:`core.neuzip.CompressedTensor.arrays`; unsigned arrays are stored
 as the signed integer type of the same width, bit for bit), and whose string metadata holds
 
 - ``format``: ``"layerwise-neuzip"``, ``version``: ``"2"`` (the exponent stream of
@@ -45,7 +46,8 @@ VERSION = "2"
 READABLE_VERSIONS = ("1", "2")
 _SIGNED = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32}
 _PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "counts": np.uint16, "states": np.uint32,
-                "offsets": np.uint32, "words": np.uint16, "fields": np.uint8, "scales": np.uint8}
+                "offsets": np.uint32, "words": np.uint16, "escapes": np.uint8, "escape_offsets": np.uint32,
+                "fields": np.uint8, "scales": np.uint8}
 
 
 def _digest(codec_json: str, arrays: dict[str, np.ndarray]) -> str:
@@ -153,9 +155,11 @@ def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTen
          "source_dtype": "bfloat16", "note": None, **m}
     m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
     table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))
-    words = part("words")
+    words, escapes = part("words"), part("escapes")
     offsets = np.concatenate([[0], part("offsets"), [words.size]]).astype(np.uint32)
-    stream = pairs.PairStream(table, part("states"), offsets, words, m["numel"], int(m["chunk_size"]))
+    escape_offsets = np.concatenate([[0], part("escape_offsets"), [escapes.size]]).astype(np.uint32)
+    stream = pairs.PairStream(table, part("states"), offsets, words, escapes, escape_offsets, m["numel"],
+                              int(m["chunk_size"]))
     return _finish_rebuild(name, m, stream, arrays)
 
 

@@ -148,11 +148,12 @@ class CompressedTensor:
         return m
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every stored array by part name (exponent stream, fields, scales); of the chunk offsets only
-        the inner ones (the first is 0, the last the number of words)."""
+        """Every stored array by part name (exponent stream, fields, scales); of the two chunk offset
+        arrays only the inner entries (the first is 0, the last the array's length)."""
         t = self.exponents
         parts = {"symbols": t.table.symbols, "counts": t.table.counts, "states": t.states,
-                 "offsets": t.offsets[1:-1], "words": t.words, "fields": self.fields.cpu().numpy()}
+                 "offsets": t.offsets[1:-1], "words": t.words, "escapes": t.escapes,
+                 "escape_offsets": t.escape_offsets[1:-1], "fields": self.fields.cpu().numpy()}
         if self.scales is not None:
             parts["scales"] = self.scales.cpu().numpy()
         return parts

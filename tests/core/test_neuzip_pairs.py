@@ -1,5 +1,7 @@
 """Format-2 exponent streams (pairs, 8 interleaved rANS states): the fast numba coder against the plain
 reference decoder, integer frequency tables, sizes against the entropy, escapes and corrupt streams."""
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -79,23 +81,37 @@ def test_corrupt_streams_are_detected_without_reading_out_of_bounds():
     s = pairs.encode(e, chunk_size=1024)
     words = s.words.copy()
     words[10] ^= 0x5555
-    bad = pairs.PairStream(s.table, s.states, s.offsets, words, s.n, s.chunk_size)
+    bad = replace(s, words=words)
     for decode in (pairs.decode, pairs.decode_reference):
         with pytest.raises(ValueError, match="corrupt"):
             decode(bad)
     states = s.states.copy()
     states[2, 3] ^= 1 << 20
     with pytest.raises(ValueError, match="corrupt"):
-        pairs.decode(pairs.PairStream(s.table, states, s.offsets, s.words, s.n, s.chunk_size))
+        pairs.decode(replace(s, states=states))
+    moved = s.escape_offsets.copy()
+    moved[1:-1] += 1  # escapes shifted from chunk to chunk
+    for decode in (pairs.decode, pairs.decode_reference):
+        with pytest.raises(ValueError, match="corrupt"):
+            decode(replace(s, escape_offsets=moved))
     # a stream cut short: the offsets say so before decoding
     with pytest.raises(ValueError, match="offsets"):
-        pairs.decode(pairs.PairStream(s.table, s.states, s.offsets, s.words[:-5], s.n, s.chunk_size))
+        pairs.decode(replace(s, words=s.words[:-5]))
     # offsets shifted to the very end: the decoder runs out of words, reads nothing past them, fails cleanly
     short = np.zeros_like(s.offsets)
     short[-1] = s.words.size
     short[1:-1] = s.words.size - 1
     with pytest.raises(ValueError, match="corrupt"):
-        pairs.decode(pairs.PairStream(s.table, s.states, short, s.words, s.n, s.chunk_size))
+        pairs.decode(replace(s, offsets=short))
+
+
+def test_escapes_and_the_marker():
+    e = np.repeat(np.arange(40, dtype=np.uint8), 50)  # 25 of the 40 bytes escape, the marker among them
+    s = pairs.encode(e, chunk_size=512)
+    assert s.table.marker == 15 and s.escapes.size == 25 * 50 and 15 in s.escapes
+    assert np.array_equal(pairs.decode(s), e) and np.array_equal(pairs.decode_reference(s), e)
+    assert np.array_equal(np.diff(s.escape_offsets.astype(np.int64)),
+                          [np.sum(e[i:i + 512] >= 15) for i in range(0, e.size, 512)])
 
 
 @pytest.mark.parametrize("kwargs", [dict(chunk_size=24), dict(chunk_size=0), dict(precision=17)])

@@ -50,10 +50,15 @@ def test_triton_many_programs_and_precisions():
 @needs_triton
 @pytest.mark.parametrize("decode", [pair_rans_decode_ref, pair_rans_decode_triton])
 def test_corrupt_stream_is_detected(decode):
-    stream = pairs.encode(_exponents(512, 4), chunk_size=128)
+    stream = pairs.encode(_exponents(512, 4, escapes=5), chunk_size=128)
     args = list(pairs.kernel_args(stream))
     args[2] = args[2].clone()
     args[2][3] ^= 0x1234
+    with pytest.raises(ValueError, match="corrupt"):
+        decode(*args)
+    args = list(pairs.kernel_args(stream))
+    args[5] = args[5].clone()
+    args[5][1:-1] += 1  # escapes moved from chunk to chunk
     with pytest.raises(ValueError, match="corrupt"):
         decode(*args)
 
@@ -61,6 +66,6 @@ def test_corrupt_stream_is_detected(decode):
 def test_bad_arguments():
     args = list(pairs.kernel_args(pairs.encode(_exponents(100), chunk_size=32)))
     with pytest.raises(ValueError):
-        pair_rans_decode_ref(*args[:5], 48, args[6])  # chunk size that does not match the states
+        pair_rans_decode_ref(*args[:8], 48, args[9])  # chunk size that does not match the states
     with pytest.raises(TypeError):
         pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int32), *args[3:])
