@@ -151,7 +151,7 @@ def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTen
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 
-    m = {"block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.DEFAULT_PRECISION,
+    m = {"block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.PRECISION,
          "source_dtype": "bfloat16", "note": None, **m}
     m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
     table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))

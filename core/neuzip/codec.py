@@ -15,7 +15,7 @@ Stored parts of a compressed tensor
   offsets, words); files of format 1 (:mod:`core.neuzip.rans`) are converted when loaded;
 - ``fields``: ``(ceil(N / P),) uint8``, the packed ``1 + k`` bit sign/mantissa fields;
 - ``scales``: ``(ceil(N / B),) uint8`` normaliser codes, or None;
-- metadata: shape, ``k``, ``B``, chunk size, table precision, source dtype and a note.
+- metadata: shape, ``k``, ``B``, chunk size, source dtype and a note.
 
 Inputs that are not bf16 are converted (float32/float16 -> bf16 rounds the mantissa and is itself
 lossy), with a ``UserWarning`` and the reason kept in ``CompressedTensor.note``.
@@ -44,7 +44,7 @@ FORMAT_VERSION = 2  # of the exponent stream: 1 = core.neuzip.rans (read by conv
 
 
 def decode_workspace_bytes(numel: int, chunk_size: int = pairs.DEFAULT_CHUNK,
-                           precision: int = pairs.DEFAULT_PRECISION) -> int:
+                           precision: int = pairs.PRECISION) -> int:
     """Upper bound on the CPU temporaries of ``decompress()`` for a tensor of ``numel`` values
     (beyond the output): the decode table (8 bytes per slot) and the scratch of one chunk (its
     exponent pairs, 1 byte per value, and 4 bytes per value for the normaliser's float32 pass)."""
@@ -131,16 +131,14 @@ class CompressedTensor:
 
     def metadata(self) -> dict:
         """The JSON-able codec metadata (everything but the arrays): ``shape`` and ``mantissa_bits``,
-        and ``block_size``, ``chunk_size``, ``precision``, ``source_dtype``, ``note`` when they differ
-        from their defaults (None, 2**17, 15, bfloat16, None); stored with each tensor."""
+        and ``block_size``, ``chunk_size``, ``source_dtype``, ``note`` when they differ from their
+        defaults (None, 2**17, bfloat16, None); stored with each tensor."""
         t = self.exponents
         m = {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits}
         if self.block_size is not None:
             m["block_size"] = self.block_size
         if t.chunk_size != pairs.DEFAULT_CHUNK:
             m["chunk_size"] = t.chunk_size
-        if t.table.precision != pairs.DEFAULT_PRECISION:
-            m["precision"] = t.table.precision
         if self.source_dtype != "bfloat16":
             m["source_dtype"] = self.source_dtype
         if self.note:

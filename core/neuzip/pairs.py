@@ -17,7 +17,8 @@ Format ("rans32x16-pairs", codec format 2)
   count is below ``2**16``; a present index keeps a count >= 1). The pair ``(a, b)`` gets the
   weight ``counts[a] * counts[b]`` and an integer frequency ``freq[a * A + b]`` from
   :func:`pair_frequencies` (integers only, so encoder and decoder agree bit for bit), all present
-  pairs >= 1, summing to ``M = 2**precision`` (``precision`` 15 by default, at most 16).
+  pairs >= 1, summing to ``M = 2**precision``, ``precision = 15`` (a constant of the format: the
+  CPU decoder is compiled for it).
   ``cdf`` is the running sum of ``freq`` in pair-index order.
 - Pairs. Exponent ``2 i`` and ``2 i + 1`` form pair ``i`` (an odd count is padded with index 0,
   decoded and dropped). Chunk ``c`` holds weights ``[c * chunk_size, (c + 1) * chunk_size)``
@@ -54,12 +55,12 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-__all__ = ["LANES", "DEFAULT_PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable", "PairStream",
+__all__ = ["LANES", "PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable", "PairStream",
            "pair_frequencies", "build_table", "encode", "decode", "decode_into", "decode_reference",
            "decode_table", "kernel_args"]
 
 LANES = 8
-DEFAULT_PRECISION = 15
+PRECISION = 15  # table precision of format 2 (compiled into the CPU decoder)
 DEFAULT_CHUNK = 1 << 17  # weights per chunk
 MAX_DIRECT = 15  # exponents coded directly; the rest escape
 _L = 1 << 16
@@ -102,8 +103,8 @@ class PairTable:
 
     def validate(self) -> None:
         """Raise ValueError when the table cannot be well formed."""
-        if not 8 <= self.precision <= 16:
-            raise ValueError(f"corrupt table: precision {self.precision}")
+        if self.precision != PRECISION:
+            raise ValueError(f"corrupt table: precision {self.precision} (format 2 uses {PRECISION})")
         sym = self.symbols.astype(np.int64)
         if sym.size > MAX_DIRECT or np.any(np.diff(sym) <= 0) or self.counts.size != sym.size + 1:
             raise ValueError("corrupt table: symbols / counts")
@@ -149,10 +150,8 @@ def pair_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
     return f
 
 
-def build_table(exponents: np.ndarray, precision: int = DEFAULT_PRECISION) -> PairTable:
+def build_table(exponents: np.ndarray) -> PairTable:
     """The table for ``exponents (n,) uint8``: the 15 most frequent bytes and scaled counts."""
-    if not 8 <= precision <= 16:
-        raise ValueError(f"precision must be in [8, 16], got {precision}")
     counts = np.bincount(exponents, minlength=256).astype(np.int64)
     order = np.lexsort((np.arange(256), -counts))[:MAX_DIRECT]
     symbols = np.sort(order[counts[order] > 0])
@@ -160,7 +159,7 @@ def build_table(exponents: np.ndarray, precision: int = DEFAULT_PRECISION) -> Pa
     top = int(c.max())
     if top > _MAX_COUNT:  # scale down, keeping every present index >= 1
         c = np.where(c > 0, np.maximum(1, (c * _MAX_COUNT) // top), 0)
-    return PairTable(symbols.astype(np.uint8), c.astype(np.uint16), int(precision))
+    return PairTable(symbols.astype(np.uint8), c.astype(np.uint16), PRECISION)
 
 
 @dataclass(frozen=True)
@@ -236,15 +235,13 @@ def _encode_chunks(pair_index, freq, cdf, precision, chunk_pairs, states, counts
     return total
 
 
-def encode(exponents: np.ndarray, chunk_size: int | None = None, precision: int = DEFAULT_PRECISION,
-           table: PairTable | None = None) -> PairStream:
+def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTable | None = None) -> PairStream:
     """Entropy-code exponent bytes ``(n,) uint8`` (n >= 1) in format 2.
 
     Parameters
     ----------
     chunk_size : weights per chunk, a positive multiple of 16 (default :data:`DEFAULT_CHUNK`; smaller
         chunks give a GPU more independent lanes at 40 bytes each)
-    precision : table precision in bits, 8..16 (15 by default)
     table : a table to use instead of the exponents' own
     """
     e = np.ascontiguousarray(exponents, dtype=np.uint8).reshape(-1)
@@ -254,7 +251,7 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, precision: int 
     chunk_size = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
     if chunk_size < 2 * LANES or chunk_size % (2 * LANES):
         raise ValueError(f"chunk_size must be a positive multiple of {2 * LANES}, got {chunk_size}")
-    table = build_table(e, precision) if table is None else table
+    table = build_table(e) if table is None else table
     table.validate()
     alpha = table.alphabet
     lookup = np.full(256, alpha - 1, np.int64)
@@ -319,13 +316,13 @@ def _cpu_tables(freq, decoded, alpha, precision):
 
 
 @numba.njit(inline="always")
-def _step(x, t, precision, mask):
-    return (t & 0xFFFF) * (x >> precision) + (x & mask) - (t >> 48)
+def _step(x, t):
+    return (t & 0xFFFF) * (x >> PRECISION) + (x & ((1 << PRECISION) - 1)) - (t >> 48)
 
 
 @numba.njit(inline="always")
 def _refill(x, p, words):
-    w = np.int64(words[p])
+    w = np.int64(words[np.uint64(p)])  # an unsigned index: no negative-index wrap-around test
     if x < 65536:
         x = (x << 16) | w
         p += 1
@@ -335,18 +332,18 @@ def _refill(x, p, words):
 @numba.njit(inline="always")
 def _refill_checked(x, p, words):
     if x < 65536:
-        w = np.int64(words[p]) if p < words.size else 0
+        w = np.int64(words[np.uint64(p)]) if p < words.size else 0
         x = (x << 16) | w
         p += 1
     return x, p
 
 
 @numba.njit(nogil=True, cache=True)
-def _decode_chunk(words, p, x, slot_pair, info, precision, pairs, m):
+def _decode_chunk(words, p, x, slot_pair, info, pairs, m):
     """Decode ``m`` pairs of one chunk into ``pairs[:m]`` (uint16: first exponent in the low byte).
     ``x (8,)`` holds the states on entry and on exit; returns the word pointer. Reads never pass
     the end of ``words``, even for a corrupt stream (the caller checks the end states)."""
-    mask = (1 << precision) - 1
+    mask = (1 << PRECISION) - 1
     x0, x1, x2, x3, x4, x5, x6, x7 = x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]
     safe = words.size - 8  # a round reads at most one word per state
     o = 0
@@ -359,14 +356,14 @@ def _decode_chunk(words, p, x, slot_pair, info, precision, pairs, m):
         t5 = info[slot_pair[x5 & mask]]
         t6 = info[slot_pair[x6 & mask]]
         t7 = info[slot_pair[x7 & mask]]
-        x0 = _step(x0, t0, precision, mask)
-        x1 = _step(x1, t1, precision, mask)
-        x2 = _step(x2, t2, precision, mask)
-        x3 = _step(x3, t3, precision, mask)
-        x4 = _step(x4, t4, precision, mask)
-        x5 = _step(x5, t5, precision, mask)
-        x6 = _step(x6, t6, precision, mask)
-        x7 = _step(x7, t7, precision, mask)
+        x0 = _step(x0, t0)
+        x1 = _step(x1, t1)
+        x2 = _step(x2, t2)
+        x3 = _step(x3, t3)
+        x4 = _step(x4, t4)
+        x5 = _step(x5, t5)
+        x6 = _step(x6, t6)
+        x7 = _step(x7, t7)
         x0, p = _refill(x0, p, words)
         x1, p = _refill(x1, p, words)
         x2, p = _refill(x2, p, words)
@@ -388,19 +385,25 @@ def _decode_chunk(words, p, x, slot_pair, info, precision, pairs, m):
     for j in range(m - o):  # the rest, one pair at a time with checked reads
         xx = x[j % 8]
         t = info[slot_pair[xx & mask]]
-        xx, p = _refill_checked(_step(xx, t, precision, mask), p, words)
+        xx, p = _refill_checked(_step(xx, t), p, words)
         x[j % 8] = xx
         pairs[o + j] = np.uint16((t >> 16) & 0xFFFF)
     return p
 
 
 @numba.njit(nogil=True, cache=True)
-def _finish_chunk(pairs, count, escapes, q, q_end, marker, fields, scales, out, src, dst, k, block, field_bits,
-                  exponents_out):
-    """After :func:`_decode_chunk`: patch the markers with the chunk's escaped bytes ``escapes[q:q_end]``,
-    then merge into ``out`` (bf16 bits) at ``dst`` when ``out.size``, and/or copy the exponent bytes
-    to ``exponents_out[dst:]`` when its size is nonzero. Returns False when the escapes do not fit.
-    (A separate call from the decode loop: compiled together, the loop runs 35 % slower.)"""
+def _finish_chunk(x, p, p_end, pairs, count, escapes, q, q_end, marker, fields, scales, out, src, dst, k, block,
+                  field_bits, exponents_out):
+    """After :func:`_decode_chunk`: check the end states ``x`` and word pointer ``p``, patch the markers
+    with the chunk's escaped bytes ``escapes[q:q_end]``, then merge into ``out`` (bf16 bits) at ``dst``
+    when ``out.size``, and/or copy the exponent bytes to ``exponents_out[dst:]`` when its size is
+    nonzero. Returns False for a corrupt chunk. (A separate call from the decode loop: compiled
+    together, the loop runs 35 % slower.)"""
+    if p != p_end:
+        return False
+    for j in range(8):
+        if x[j] != 65536:
+            return False
     exps = pairs.view(np.uint8)
     if q < q_end:  # count markers per 256 bytes (a fixed trip count vectorises), patch where found
         for b0 in range(0, count, 256):
@@ -441,11 +444,10 @@ def _decode_chunks(stream: PairStream, first: int, last: int, fields, scales, ou
         lo = c * stream.chunk_size
         count = min(stream.n, lo + stream.chunk_size) - lo
         x[:] = stream.states[c]
-        p = _decode_chunk(stream.words, int(offsets[c]), x, slot_pair, info, t.precision, pairs, (count + 1) // 2)
-        if p != offsets[c + 1] or np.any(x != _L):
-            return c
-        if not _finish_chunk(pairs, count, stream.escapes, int(escape_offsets[c]), int(escape_offsets[c + 1]),
-                             marker, fields, scales, out, lo, lo - out_offset, k, block, field_bits, exponents_out):
+        p = _decode_chunk(stream.words, int(offsets[c]), x, slot_pair, info, pairs, (count + 1) // 2)
+        if not _finish_chunk(x, p, int(offsets[c + 1]), pairs, count, stream.escapes, int(escape_offsets[c]),
+                             int(escape_offsets[c + 1]), marker, fields, scales, out, lo, lo - out_offset, k, block,
+                             field_bits, exponents_out):
             return c
     return -1
 

@@ -40,11 +40,10 @@ def test_triton_matches_ref(n, chunk, escapes):
 
 
 @needs_triton
-def test_triton_many_programs_and_precisions():
+def test_triton_many_programs():
     e = _exponents(33 * 16 + 5, 3, escapes=20)  # 34 chunks: two programs of 32 lanes, a ragged last chunk
-    for precision in (10, 16):
-        stream = pairs.encode(e, chunk_size=16, precision=precision)
-        assert np.array_equal(pair_rans_decode_triton(*pairs.kernel_args(stream)).numpy(), e)
+    stream = pairs.encode(e, chunk_size=16)
+    assert np.array_equal(pair_rans_decode_triton(*pairs.kernel_args(stream)).numpy(), e)
 
 
 @needs_triton
