@@ -33,7 +33,7 @@ import torch
 from core.errors import BadInputError
 from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
-from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, split_bf16
+from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
 from kernels.neuzip_rans import pair_rans_decode
 
 __all__ = ["CompressedTensor", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
@@ -243,7 +243,13 @@ def split_fields(x: torch.Tensor, mantissa_bits: int, block_size: int | None
     scales = None
     if block_size is not None:
         x, scales = normalise(x, block_size)
-    exponent, fields = split_bf16(x, mantissa_bits)
+    if x.device.type != "cpu":
+        exponent, fields = split_bf16(x, mantissa_bits)
+        return exponent, fields, scales
+    exponent = torch.empty(x.numel(), dtype=torch.uint8)  # numba twin of split_bf16_ref, one pass
+    fields = torch.empty(packed_length(x.numel(), mantissa_bits), dtype=torch.uint8)
+    pairs.split_into(x.contiguous().view(torch.int16).numpy().view(np.uint16), int(mantissa_bits),
+                     exponent.numpy(), fields.numpy())
     return exponent, fields, scales
 
 

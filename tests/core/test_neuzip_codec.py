@@ -264,6 +264,17 @@ def test_cpu_decoder_matches_the_torch_twins_on_every_bf16_pattern(k, block):
     assert torch.equal(_i16(c.decompress().reshape(-1)), _i16(c._decode_on_device(torch.device("cpu"))))
 
 
+@pytest.mark.parametrize("k", [0, 1, 3, 7])
+def test_cpu_split_matches_the_torch_twin_on_every_bf16_pattern(k):
+    from core.neuzip.codec import split_fields
+    from kernels.neuzip_bits import split_bf16_ref
+
+    x = all_bf16()
+    exponent, fields, _ = split_fields(x, k, None)
+    want_exponent, want_fields = split_bf16_ref(x, k)
+    assert torch.equal(exponent, want_exponent) and torch.equal(fields, want_fields)
+
+
 def test_decompress_into_a_strided_out():
     x = weights(600).reshape(20, 30)
     c = compress(x)
