@@ -539,24 +539,24 @@ def _merge(exponents, fields, scales, out, src, dst, count, k, block, field_bits
         for i in range(count):
             dest[i] = field_bits[(np.int64(packed[i >> shift]) << shift) | (i & (per - 1))] | (np.uint16(exps[i]) << 7)
     if block > 0:  # times 1 + code / 128 in float32, rounded to bf16 (nearest even); NaNs pass unchanged
-        wide = np.empty(count, np.uint32)
+        wide = np.empty(block, np.uint32)  # one block at a time: stays in L1
         value = wide.view(np.float32)
-        for i in range(count):
-            wide[i] = np.uint32(dest[i]) << 16
         i = 0
         while i < count:
             b = (src + i) // block
-            end = min(count, (b + 1) * block - src)
+            size = min(count, (b + 1) * block - src) - i
+            seg = dest[i:i + size]
             scale = np.float32(1.0 + np.float32(scales[b]) / np.float32(128.0))
-            for j in range(i, end):
+            for j in range(size):
+                wide[j] = np.uint32(seg[j]) << 16
+            for j in range(size):
                 value[j] = value[j] * scale
-            i = end
-        for i in range(count):
-            v = wide[i]
-            rounded = np.uint16((v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
-            if (dest[i] & 0x7FFF) <= 0x7F80:
-                dest[i] = rounded
-
+            for j in range(size):
+                v = wide[j]
+                rounded = np.uint16((v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+                if (seg[j] & 0x7FFF) <= 0x7F80:
+                    seg[j] = rounded
+            i += size
 
 # ------------------------------------------------------------------------------------------ wrappers
 
