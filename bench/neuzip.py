@@ -91,7 +91,7 @@ def main(argv=None) -> dict:
     ap.add_argument("--sets", default="smollm2-135m,trained,gaussian,student-t")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=256)
-    ap.add_argument("--forward-repeats", type=int, default=3)
+    ap.add_argument("--forward-repeats", type=int, default=5)
     ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--skip-forward", action="store_true")
     ap.add_argument("--tradeoff", action="store_true", help="also the memory / perplexity table (minutes)")
@@ -169,7 +169,8 @@ def main(argv=None) -> dict:
         seconds["tradeoff"] = round(time.perf_counter() - t2, 1)
     out["seconds"] = seconds
     if args.example:
-        from core.neuzip.views import model_histograms, model_table, model_throughput, write_output
+        from core.figures import write_output
+        from core.neuzip.views import model_histograms, model_table, model_throughput
 
         example = {"model": "smollm2-135m", "histograms": model_histograms("smollm2-135m"),
                    "table": model_table("smollm2-135m", 7, None),
