@@ -43,7 +43,9 @@ class DecompressionBuffer:
     the next ``D`` layers (in the order the layers were registered, wrapping around to the first
     layer for the next forward) while the current one computes; ``D + 1`` buffers are then in use:
     the current layer's and the ``D`` in flight. The CPU decoder releases the GIL, so the decoding
-    runs on another core while torch computes. CUDA inputs decode synchronously.
+    runs on another core while torch computes; a layer whose decode has not started when it is
+    needed (no core free) is decoded by the calling thread instead of waiting. CUDA inputs decode
+    synchronously.
     """
 
     def __init__(self, ahead: int = 0) -> None:
@@ -101,7 +103,10 @@ class DecompressionBuffer:
             self._pending.pop(j)[0].result()  # a mispredicted decode: let it finish, drop it
         if i in self._pending:
             future, slot = self._pending.pop(i)
-            w = future.result()
+            if future.cancel():  # the decode thread has not got to it (a busy machine): decode it here
+                w = ct.decompress(out=self.take(ct.numel, device, slot))
+            else:
+                w = future.result()
         else:
             slot = self._free_slot()
             w = ct.decompress(out=self.take(ct.numel, device, slot))
