@@ -5,6 +5,7 @@ from __future__ import annotations
 import gradio as gr
 
 import core.lrp as lrp
+from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
@@ -150,7 +151,8 @@ def build(ctx: AppContext) -> None:
     rules = _rules_block()
     stop_btn = gr.Button("Stop", variant="stop", size="sm", elem_id="lrp-stop")
     with gr.Accordion("Text: token relevance", open=True):
-        text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS, "Text model (or a local Mamba folder)", "text")
+        text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
+                                                      "Text model (or a local Mamba folder)", "text")
         text = gr.Textbox(text_ex.data["text"] if text_ex else lrp.TEXT_EXAMPLES["mamba-sentiment"][0], lines=2,
                           label=f"Text (cut to {lrp.MAX_TOKENS} tokens)", elem_id="lrp-text")
         gr.Examples([[t, m] for m, ts in lrp.TEXT_EXAMPLES.items() for t in ts], [text, text_model],

@@ -17,23 +17,39 @@ import os
 
 from core.errors import ModelLoadError
 
-# The papers' checkpoints small enough for a CPU Space (MambaLRP: Mamba-130m/370m; MathNeuro, Mix-LN and NeuZip
-# work on Llama-architecture causal LMs: SmolLM2, Llama 3.2 1B (gated: needs HF_TOKEN), Qwen2.5 0.5B).
-PAPER_CHECKPOINTS = (
-    "state-spaces/mamba-130m-hf",
-    "state-spaces/mamba-370m-hf",
-    "HuggingFaceTB/SmolLM2-135M",
-    "HuggingFaceTB/SmolLM2-360M",
-    "meta-llama/Llama-3.2-1B",
-    "Qwen/Qwen2.5-0.5B",
-)
+# The papers' checkpoints small enough for a CPU Space, with the tabs that use them (MambaLRP: Mamba-130m/370m;
+# MathNeuro, Mix-LN and NeuZip: Llama-architecture causal LMs: SmolLM2, Llama 3.2 1B (gated: needs HF_TOKEN),
+# Qwen2.5 0.5B). The default allow-list on a Space, and what the pickers offer when online.
+PAPER_CHECKPOINTS: dict[str, tuple[str, ...]] = {
+    "state-spaces/mamba-130m-hf": ("lrp",),
+    "state-spaces/mamba-370m-hf": ("lrp",),
+    "HuggingFaceTB/SmolLM2-135M": ("mathneuro", "mixln", "neuzip"),
+    "HuggingFaceTB/SmolLM2-360M": ("mathneuro", "mixln", "neuzip"),
+    "meta-llama/Llama-3.2-1B": ("mathneuro", "mixln", "neuzip"),
+    "Qwen/Qwen2.5-0.5B": ("mathneuro", "mixln", "neuzip"),
+}
+
+
+def hub_choices(tab: str | None = None) -> list[str]:
+    """Hub ids a picker offers: none offline; online, the allow-list when there is one (else the papers'
+    checkpoints), those of ``tab`` first when it is given (an id outside :data:`PAPER_CHECKPOINTS` counts for
+    every tab)."""
+    from core.settings import is_online
+
+    if not is_online():
+        return []
+    allowed = allowed_hub_models()
+    ids = list(allowed if allowed is not None else PAPER_CHECKPOINTS)
+    if tab is None:
+        return ids
+    return [i for i in ids if tab in PAPER_CHECKPOINTS.get(i, (tab,))]
 
 
 def allowed_hub_models() -> tuple[str, ...] | None:
     """The hub ids that may be loaded, or None when any id may (see the module docstring)."""
     raw = os.environ.get("LAYERWISE_HUB_MODELS")
     if raw is None:
-        return PAPER_CHECKPOINTS if os.environ.get("SPACE_ID") else None
+        return tuple(PAPER_CHECKPOINTS) if os.environ.get("SPACE_ID") else None
     raw = raw.strip()
     if raw == "*":
         return None
