@@ -319,14 +319,20 @@ def test_intervention_applies_and_restores_bit_exact(mode, factor):
     model = tiny_llama()
     masks = some_masks(model)
     snap = snapshot(model)
-    params = dict(model.named_parameters())
-    with mn.intervened(model, masks, mode, factor):
+    with mn.intervened(model, masks, mode, factor) as view:
+        params = dict(view.named_parameters())
         mult = 0.0 if mode == "prune" else factor
         for name, mask in masks.items():
             before = snap[0][name]
             assert torch.equal(params[name][mask], before[mask] * mult)
             assert torch.equal(params[name][~mask], before[~mask])
         assert any(mask.any() for mask in masks.values())
+        assert_same(model, snap)  # the shared model is never written, not even inside the block
+    assert_same(model, snap)
+    # the in-place variant (for a model nobody else uses) writes the same values and restores them exactly
+    undo = mn.apply_intervention(model, masks, mode, factor)
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+    undo.restore()
     assert_same(model, snap)
 
 
