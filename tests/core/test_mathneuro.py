@@ -342,7 +342,7 @@ def test_model_untouched_after_errors_mid_intervention(monkeypatch):
     snap = snapshot(model)
     # an error inside the block
     with pytest.raises(RuntimeError):
-        with mn.intervened(model, masks, "scale", 2.0):
+        with mn.intervened(model, masks, "scale", 2.0) as _view:
             raise RuntimeError("evaluation failed")
     assert_same(model, snap)
     # an error half-way through applying (third matrix)
@@ -366,7 +366,7 @@ def test_model_untouched_after_errors_mid_intervention(monkeypatch):
                  (masks, "scale", float("inf")), (masks, "scale", float("nan")), (masks, "scale", None),
                  (masks, "shrink", 0.5)]:
         with pytest.raises(BadInputError):
-            with mn.intervened(model, *args):
+            with mn.intervened(model, *args) as _view:
                 pass
         assert_same(model, snap)
 

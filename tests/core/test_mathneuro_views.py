@@ -122,3 +122,17 @@ def test_saving_an_intervened_checkpoint_leaves_the_model_bit_identical(tmp_path
     saved = load_file(str(out / "model.safetensors"))
     for name, mask in masks.items():
         assert not saved[name][mask].any() and torch.equal(saved[name][~mask], snap[0][name][~mask])
+
+
+def test_every_intervened_block_uses_the_view():
+    """``intervened`` yields a private view and leaves the model alone: a block that does not bind the view (``as``)
+    would evaluate the unchanged model, so none may exist in the project's code."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    pattern = re.compile(r"with\s+(?:mn\.)?intervened\((?:[^()]|\([^()]*\))*\)\s*:")  # no "as view"
+    offenders = [f"{path.relative_to(root)}:{text[:m.start()].count(chr(10)) + 1}"
+                 for folder in ("core", "ui", "bench", "tests") for path in (root / folder).rglob("*.py")
+                 for text in [path.read_text()] for m in pattern.finditer(text)]
+    assert not offenders, offenders
