@@ -19,8 +19,8 @@ from pathlib import Path
 
 from core.errors import BadInputError
 
-TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, AdamW with warmup and cosine decay to "
-              "10%%, held-out perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
+TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
+              "betas 0.9/0.999, no weight decay, no clipping, warmup from 0 and cosine decay to 10%%, held-out perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
               "the run as 'diverged', curves kept). Data-parallel: run the same command under `torchrun "
               "--nproc_per_node N -m core mixln train ...` or `accelerate launch -m core mixln train ...` "
               "(DDP when WORLD_SIZE>1; untested multi-process). --recipe retrains all committed runs.")
@@ -85,6 +85,15 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=T["seq_len"], help="tokens per packed sequence")
     p.add_argument("--lr", type=float, default=T["lr"], help="peak learning rate")
     p.add_argument("--warmup", type=int, default=T["warmup_steps"])
+    p.add_argument("--min-lr-ratio", type=float, default=T["min_lr_ratio"], help="the cosine ends at this x lr")
+    p.add_argument("--betas", type=float, nargs=2, default=T["betas"], metavar=("B1", "B2"), help="Adam betas")
+    p.add_argument("--weight-decay", type=float, default=T["weight_decay"])
+    p.add_argument("--grad-clip", type=float, default=T["grad_clip"] or 0.0,
+                   help="clip the global gradient norm to this (0: no clipping, the authors' setting)")
+    p.add_argument("--embedding-std", type=float, default=M["embedding_init_std"],
+                   help="std of the embedding's normal init (the authors: sqrt(2/5))")
+    p.add_argument("--deepnorm-formula", choices=("mixln", "deepnet"), default=M["deepnorm_formula"],
+                   help="DeepNorm constants: the Mix-LN authors' code or the DeepNet paper's")
     p.add_argument("--eval-every", type=int, default=T["eval_every"])
     p.add_argument("--eval-batches", type=int, default=T["eval_batches"])
     p.add_argument("--grad-every", type=int, default=T["grad_log_every"], help="log per-layer grad norms every k steps")
@@ -114,7 +123,8 @@ def run_train(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.recipe:
-        return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None))
+        return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
+                                                skip_done=False, threads=0))
     _check_alpha(args.alpha)
     if args.quick:
         args.layers, args.hidden, args.heads, args.steps, args.batch, args.seq = 4, 32, 2, 6, 4, 32
@@ -128,11 +138,16 @@ def run_train(args) -> None:
         if getattr(args, name) < 1:
             raise BadInputError(f"--{name.replace('_', '-')} must be at least 1.", fix=f"pass a positive --{name}.")
     inter = args.intermediate or int(args.hidden * 8 / 3 / 16 + 1) * 16
+    if args.grad_clip < 0 or args.weight_decay < 0 or not args.embedding_std > 0:
+        raise BadInputError("--grad-clip and --weight-decay must be >= 0 and --embedding-std > 0.",
+                            fix="use e.g. --grad-clip 0 (no clipping), --weight-decay 0, --embedding-std 0.02.")
     sizes = dict(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                 intermediate_size=inter)
+                 intermediate_size=inter, embedding_init_std=args.embedding_std,
+                 deepnorm_formula=args.deepnorm_formula)
     tcfg = dict(steps=args.steps, batch_size=args.batch, seq_len=args.seq, lr=args.lr, warmup_steps=args.warmup,
-                eval_every=args.eval_every, eval_batches=args.eval_batches, grad_log_every=args.grad_every,
-                seed=args.seed)
+                min_lr_ratio=args.min_lr_ratio, betas=list(args.betas), weight_decay=args.weight_decay,
+                grad_clip=args.grad_clip or None, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                grad_log_every=args.grad_every, seed=args.seed)
     _progress("tokenizing the corpora and building the model")
     meta = runs.train_run(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
                           checkpoint_every=args.checkpoint_every, callback=_print_event)
@@ -145,22 +160,32 @@ def run_train(args) -> None:
 
 
 def _reproduce_args(p):
+    from core.mixln.runs import RUN_SETS
     p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
-    p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these runs")
+    p.add_argument("--set", dest="sets", nargs="+", choices=list(RUN_SETS), default=None,
+                   help="retrain only these run sets (default: all)")
+    p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these placements (e.g. pre-ln post-ln)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="retrain only these seeds")
+    p.add_argument("--skip-done", action="store_true", help="keep runs that already finished or diverged")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
 
 
 def run_reproduce(args) -> None:
+    import torch
     from core.mixln import runs
-    only = getattr(args, "only", None)
-    for name in only or []:
-        if name not in runs.RECIPE:
-            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(runs.RECIPE)}.")
+    if getattr(args, "threads", 0):
+        torch.set_num_threads(args.threads)
     root = Path(args.out) if args.out else runs.ASSETS
+    jobs = runs.recipe_jobs(getattr(args, "sets", None), getattr(args, "only", None), getattr(args, "seeds", None))
+    if not jobs:
+        raise BadInputError("no run matches the chosen sets, placements and seeds.",
+                            fix="see `python -m core mixln runs` for the run sets and their seeds.")
     t0 = time.perf_counter()
-    res = runs.reproduce(root, only, callback=_print_event)
+    res = runs.reproduce(root, callback=_print_event, skip_done=getattr(args, "skip_done", False), jobs=jobs)
     result = {"root": str(root), "seconds": round(time.perf_counter() - t0, 1),
-              "runs": {n: {k: m[k] for k in ("status", "final_eval_perplexity", "wall_seconds")} for n, m in res.items()},
-              "commands": {n: runs.recipe_command(n) for n in res}}
+              "runs": {k: {f: m.get(f) for f in ("status", "final_eval_perplexity", "wall_seconds")}
+                       for k, m in res.items()},
+              "commands": {j.key: runs.recipe_command(j.name, j) for j in jobs}}
     _emit(args, result, lambda r: "\n".join(f"{n}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'], 5)}, "
                                             f"{v['wall_seconds']} s" for n, v in r["runs"].items()))
 
@@ -299,8 +324,9 @@ def run_compare(args) -> None:
 def register(groups) -> None:
     g = "mixln"
     groups.command(g, "train", TRAIN_HELP, _train_args)(run_train)
-    groups.command(g, "reproduce", "retrain all committed runs in assets/mixln with the recipe (same seed, data, "
-                   "steps)", _reproduce_args)(run_reproduce)
+    groups.command(g, "reproduce", "retrain the committed runs in assets/mixln with the recipe (all run sets: 12 "
+                   "layers x 3 seeds, 24 layers x 3 seeds, the learning-rate sweep; or --set/--only/--seeds)",
+                   _reproduce_args)(run_reproduce)
     groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
     groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "
                    "any causal LM", _gradnorm_args)(run_gradnorms)

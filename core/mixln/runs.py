@@ -7,8 +7,9 @@ Checkpoints for ``--resume`` go to ``<run>/checkpoints/step-*``.
 
 - :func:`train_run`        train one run into a folder (the CLI ``mixln train`` and the tab's live run)
 - :func:`train_run_iter`   the same as a generator of :class:`~core.mixln.train.TrainEvent`
-- :data:`RECIPE`           the committed runs: name -> norm placement and alpha, all with one config
-- :func:`reproduce`        retrain the committed runs (``mixln reproduce``)
+- :data:`RECIPE`           the norm placements: name -> norm placement and alpha
+- :data:`RUN_SETS`         the committed run sets (12 layers x 3 seeds, 24 layers x 3 seeds, a learning-rate sweep)
+- :func:`reproduce`        retrain the committed runs (``mixln reproduce``); :func:`recipe_jobs`, :func:`train_job`
 - :func:`list_runs`, :func:`load_run`, :func:`run_model`, :func:`eval_tokens_of`  read committed runs
 - :func:`sweep_table`, :func:`compare_table`  final eval perplexity vs alpha / per norm placement
 
@@ -38,10 +39,24 @@ from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, ev
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "mixln"
 
-# The committed runs: deep and narrow (12 layers, width 64), equal steps, the same seed, data and tokenizer.
-RECIPE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=12, num_heads=4, intermediate_size=176)
-RECIPE_TRAIN = dict(steps=300, batch_size=16, seq_len=64, lr=3e-3, warmup_steps=30, eval_every=25, eval_batches=8,
+# The committed runs: deep and narrow (12 layers, width 64), equal steps, data and tokenizer, trained at the
+# Mix-LN authors' settings (pixeli99/MixLN torchrun_main.py + scripts/run_71m.sh, LLaMA-71M: 12 layers):
+# lr 1e-3, Adam betas (0.9, 0.999), weight decay 0, no gradient clipping, linear warmup over 10% of the steps
+# then cosine to 10% of the peak (their min_lr_ratio), embedding init N(0, sqrt(2/5)) and Linear N(0, 0.02).
+RECIPE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=12, num_heads=4, intermediate_size=176,
+                    embedding_init_std=(2 / 5) ** 0.5, deepnorm_formula="mixln")
+RECIPE_TRAIN = dict(steps=300, batch_size=16, seq_len=64, lr=1e-3, warmup_steps=30, min_lr_ratio=0.1,
+                    betas=[0.9, 0.999], weight_decay=0.0, grad_clip=None, eval_every=25, eval_batches=8,
                     grad_log_every=10, seed=0)
+# Where the recipe departs from the authors' runs, and why (recorded in every run.json, shown beside the charts).
+RECIPE_DEVIATIONS = (
+    "scale: 12 or 24 layers of width 64 and 300 steps of 16 x 64 tokens on a CPU (the authors: LLaMA-71M to 7B, "
+    "width 512+, 10k-150k steps of 512 x 256 tokens on GPUs)",
+    "data: the project's offline Wikipedia / OpenWebText / Python-docs paragraphs with its 4096-id BPE "
+    "(the authors: C4 with the T5 tokenizer)",
+    "precision: float32 (the authors: bfloat16)",
+)
+# Norm placements: run name -> placement and Mix-LN alpha (the one list every run set draws from).
 RECIPE = {
     "pre-ln": dict(norm="pre", alpha=0.0),
     "post-ln": dict(norm="post", alpha=1.0),
@@ -54,22 +69,108 @@ RECIPE = {
 # Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer.
 SWEEP = {0.0: "pre-ln", 0.125: "mix-ln-0.125", 0.25: "mix-ln-0.25", 0.5: "mix-ln-0.5", 1.0: "post-ln"}
 NORM_LABELS = {"pre": "Pre-LN", "post": "Post-LN", "mix": "Mix-LN", "deepnorm": "DeepNorm", "sandwich": "Sandwich-LN"}
-
-# A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
-LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176)
-LIVE_TRAIN = dict(steps=120, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=12, eval_every=20, eval_batches=4,
-                  grad_log_every=10, seed=0)
+SEEDS = (0, 1, 2)
 
 
-def recipe_command(name: str) -> str:
-    spec = RECIPE[name]
-    m, t = RECIPE_MODEL, RECIPE_TRAIN
+@dataclass(frozen=True)
+class RunSet:
+    """A group of committed runs: ``placements`` x ``seeds`` x ``lrs`` with one model size, under ``folder``.
+
+    Layout under the root (assets/mixln): ``<folder>/<placement>/`` is seed 0 at the recipe's rate,
+    ``<folder>/<placement>/seed-<k>/`` seed k, ``<folder>/<placement>/lr-<rate>/`` another rate (seed 0).
+    Only ``weights_for_seed`` keeps its model.safetensors (float16); every run keeps config, history, run.json
+    and, when ``diagnostics``, diagnostics.json (angular distance and layer removal)."""
+
+    folder: str
+    model: dict
+    placements: tuple[str, ...]
+    seeds: tuple[int, ...] = SEEDS
+    lrs: tuple[float, ...] = (RECIPE_TRAIN["lr"],)
+    diagnostics: bool = True
+    weights_for_seed: int | None = 0
+    title: str = ""
+
+
+RUN_SETS = {
+    "main": RunSet("", RECIPE_MODEL, tuple(RECIPE), title="12 layers, width 64"),
+    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24}, ("pre-ln", "post-ln", "mix-ln-0.25"),
+                       title="24 layers, width 64"),
+    "lr-sweep": RunSet("lr-sweep", RECIPE_MODEL, tuple(RECIPE), seeds=(0,), lrs=(3e-4, 3e-3), diagnostics=False,
+                       weights_for_seed=None, title="12 layers, width 64, one seed per rate"),
+}
+LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the recipe: run set, placement name (a key of RECIPE), seed and peak learning rate."""
+
+    set: str
+    name: str
+    seed: int = 0
+    lr: float = RECIPE_TRAIN["lr"]
+
+    @property
+    def key(self) -> str:
+        return f"{self.set}/{self.name}/seed-{self.seed}/lr-{self.lr:g}"
+
+    @property
+    def relative_folder(self) -> Path:
+        spec = RUN_SETS[self.set]
+        folder = Path(spec.folder) / self.name
+        if self.lr != RECIPE_TRAIN["lr"]:
+            folder = folder / f"lr-{self.lr:g}"
+        if self.seed != 0:
+            folder = folder / f"seed-{self.seed}"
+        return folder
+
+    @property
+    def model(self) -> dict:
+        return dict(RUN_SETS[self.set].model)
+
+    @property
+    def train(self) -> dict:
+        return {**RECIPE_TRAIN, "seed": self.seed, "lr": self.lr}
+
+    @property
+    def keep_weights(self) -> bool:
+        return RUN_SETS[self.set].weights_for_seed == self.seed
+
+
+def recipe_jobs(sets: list[str] | None = None, names: list[str] | None = None,
+                seeds: list[int] | None = None) -> list[Job]:
+    """Every run of the recipe (or of the chosen sets / placements / seeds): set by set, seed by seed."""
+    for s in sets or []:
+        if s not in RUN_SETS:
+            raise BadInputError(f"unknown run set {s!r}.", fix=f"use one of: {', '.join(RUN_SETS)}.")
+    for n in names or []:
+        if n not in RECIPE:
+            raise BadInputError(f"unknown run {n!r}.", fix=f"use one of: {', '.join(RECIPE)}.")
+    return [Job(s, n, seed, lr) for s in (sets or list(RUN_SETS)) for lr in RUN_SETS[s].lrs
+            for seed in RUN_SETS[s].seeds for n in RUN_SETS[s].placements
+            if (names is None or n in names) and (seeds is None or seed in seeds)]
+
+
+def recipe_command(name: str, job: Job | None = None) -> str:
+    """The ``mixln train`` command line of one recipe run (``name``: seed 0 of the main set)."""
+    job = job or Job("main", name)
+    spec, m, t = RECIPE[job.name], job.model, job.train
     return (f"python -m core mixln train --norm {spec['norm']} --alpha {spec['alpha']} --layers {m['num_layers']} "
             f"--hidden {m['hidden_size']} --heads {m['num_heads']} --intermediate {m['intermediate_size']} "
-            f"--vocab {m['vocab_size']} --steps {t['steps']} --batch {t['batch_size']} --seq {t['seq_len']} "
-            f"--lr {t['lr']} --warmup {t['warmup_steps']} --eval-every {t['eval_every']} "
+            f"--vocab {m['vocab_size']} --embedding-std {m['embedding_init_std']!r} "
+            f"--deepnorm-formula {m['deepnorm_formula']} --steps {t['steps']} --batch {t['batch_size']} "
+            f"--seq {t['seq_len']} --lr {t['lr']:g} --warmup {t['warmup_steps']} --min-lr-ratio {t['min_lr_ratio']} "
+            f"--betas {t['betas'][0]} {t['betas'][1]} --weight-decay {t['weight_decay']} "
+            f"--grad-clip {t['grad_clip'] or 0} --eval-every {t['eval_every']} "
             f"--eval-batches {t['eval_batches']} --grad-every {t['grad_log_every']} --seed {t['seed']} "
-            f"--tokenizer assets/mixln/tokenizer.json --out assets/mixln/{name}")
+            f"--tokenizer assets/mixln/tokenizer.json --out assets/mixln/{job.relative_folder.as_posix()}")
+
+
+# A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
+LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176,
+                  embedding_init_std=(2 / 5) ** 0.5)
+LIVE_TRAIN = dict(steps=120, batch_size=8, seq_len=64, lr=1e-3, warmup_steps=12, eval_every=20, eval_batches=4,
+                  grad_log_every=10, seed=0)
 
 
 # ---- training a run ----------------------------------------------------------------------------------
@@ -84,6 +185,27 @@ def build_model(norm: str, alpha: float = 0.25, seed: int = 0, **sizes) -> MixLN
     model = MixLNForCausalLM(config)
     model.reset_parameters(seed)
     return model
+
+
+def run_settings(model_config: MixLNConfig, config: TrainConfig) -> dict:
+    """Every setting that decides the training, spelled out for run.json (and checked by the tests)."""
+    c = model_config
+    settings = {
+        "optimizer": "Adam" if config.weight_decay == 0 else "AdamW",
+        "lr": config.lr, "betas": list(config.betas), "eps": 1e-8, "weight_decay": config.weight_decay,
+        "schedule": "linear warmup from 0, then cosine to min_lr_ratio * lr (the Mix-LN authors' "
+                    "get_cyclical_cosine_schedule_with_min_lr, one cycle)",
+        "warmup_steps": config.warmup_steps, "min_lr_ratio": config.min_lr_ratio, "steps": config.steps,
+        "grad_clip": config.grad_clip, "seed": config.seed, "batch_size": config.batch_size,
+        "seq_len": config.seq_len, "dtype": "bfloat16 autocast" if config.bf16 else "float32",
+        "init": {"linear_std": c.initializer_range, "embedding_std": c.embedding_std},
+        "deviations": list(RECIPE_DEVIATIONS),
+    }
+    if "deepnorm" in c.layer_norms():
+        settings["deepnorm"] = {"formula": c.deepnorm_formula, "alpha": c.deepnorm_alpha,
+                                "gain_value_output_mlp": c.deepnorm_gain, "gain_query_key": 1.0,
+                                "init": "Xavier normal"}
+    return settings
 
 
 def _dist_info() -> tuple[int, int]:
@@ -135,10 +257,12 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
         net = torch.nn.parallel.DistributedDataParallel(model)
     meta = {"norm": norm, "alpha": float(alpha), "model": sizes,
             "train": {k: v for k, v in asdict(config).items() if k in tcfg or k in RECIPE_TRAIN},
+            "settings": run_settings(model.config, config),
             "eval_split": corpus.eval_split, "train_tokens": int(corpus.train.numel()),
             "eval_tokens": int(corpus.eval.numel()), "parameters": model.num_parameters(),
             "torch_threads": torch.get_num_threads(), "world_size": world}
     meta["train"]["seed"] = tcfg.get("seed", 0)
+    meta["settings"]["seed"] = tcfg.get("seed", 0)
     t0 = time.perf_counter()
     last: TrainEvent | None = None
     try:
@@ -158,7 +282,7 @@ def _write_run(out: Path, model: MixLNForCausalLM, history: TrainHistory, meta: 
                tokenizer_path, keep_checkpoints: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    shared = (out.resolve() / "tokenizer.json", out.resolve().parent / "tokenizer.json")
+    shared = [f / "tokenizer.json" for f in (out.resolve(), *out.resolve().parents[:3])]
     if tokenizer_path is None or Path(tokenizer_path).resolve() not in shared:
         tok.save(str(out / "tokenizer.json"))
     final = history.eval[-1] if history.eval else None
@@ -192,8 +316,13 @@ def train_run(out, norm="mix", alpha=0.25, model_sizes=None, train_config=None, 
     return json.loads((Path(out) / "run.json").read_text())
 
 
-def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None) -> dict[str, dict]:
-    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data)."""
+def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None,
+              sets: list[str] | None = None, seeds: list[int] | None = None, skip_done: bool = False,
+              jobs: list[Job] | None = None, keep_all_weights: bool = False) -> dict[str, dict]:
+    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same data): every
+    :data:`RUN_SETS` entry by default, or the chosen sets / placements (``names``) / seeds, or ``jobs``.
+    ``skip_done`` keeps runs whose run.json says finished or diverged; ``keep_all_weights`` keeps every run's
+    weights (a scratch folder), not only those the repository holds. Returns run.json per job key."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tok_path = root / "tokenizer.json"
@@ -201,16 +330,38 @@ def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, 
         corpus = prepare_corpus(RECIPE_MODEL["vocab_size"])
         corpus.tokenizer.save(str(tok_path))
     results = {}
-    for name in names or list(RECIPE):
-        if name not in RECIPE:
-            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(RECIPE)}.")
-        spec = RECIPE[name]
-        results[name] = train_run(root / name, spec["norm"], spec["alpha"], RECIPE_MODEL, RECIPE_TRAIN, tok_path,
-                                  keep_checkpoints=False, callback=callback)
-        results[name] = compact_run(root / name)
-        from core.mixln.analysis import write_run_diagnostics
-        write_run_diagnostics(str(root / name))
+    for job in jobs if jobs is not None else recipe_jobs(sets, names, seeds):
+        done = root / job.relative_folder / "run.json"
+        if skip_done and done.is_file() and json.loads(done.read_text()).get("status") in ("finished", "diverged"):
+            results[job.key] = json.loads(done.read_text())
+            continue
+        results[job.key] = train_job(job, root, callback, keep_all_weights)
     return results
+
+
+def train_job(job: Job, root: str | os.PathLike = ASSETS, callback=None, keep_all_weights: bool = False) -> dict:
+    """Train one recipe run into ``root / job.relative_folder`` and store it as committed: float16 weights
+    (re-evaluated), diagnostics.json when its set asks for it, the weights dropped unless kept for its seed."""
+    root = Path(root)
+    folder = root / job.relative_folder
+    for sub in ("model.safetensors", "diagnostics.json", "run.json", "history.json"):
+        (folder / sub).unlink(missing_ok=True)
+    spec = RECIPE[job.name]
+    train_run(folder, spec["norm"], spec["alpha"], job.model, job.train, root / "tokenizer.json",
+              keep_checkpoints=False, callback=callback)
+    meta = compact_run(folder)
+    if RUN_SETS[job.set].diagnostics:
+        from core.mixln.analysis import write_run_diagnostics
+        write_run_diagnostics(str(folder))
+    if not job.keep_weights:
+        if not keep_all_weights:
+            (folder / "model.safetensors").unlink(missing_ok=True)
+        meta["weights"] = "not kept (only seed %s of this set is committed with weights)" % RUN_SETS[job.set].weights_for_seed
+    meta["job"] = {"set": job.set, "name": job.name, "seed": job.seed, "lr": job.lr}
+    tmp = folder / ".run.json.tmp"
+    tmp.write_text(json.dumps(meta, indent=1))
+    tmp.replace(folder / "run.json")
+    return meta
 
 
 def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
@@ -293,17 +444,24 @@ def run_model(ref, root=ASSETS) -> MixLNForCausalLM:
     return MixLNForCausalLM.from_pretrained(resolve_run(ref, root))
 
 
+def tokenizer_file(folder: str | os.PathLike) -> Path:
+    """The run's own tokenizer.json, else the nearest one in the folders above it (the shared one of a root)."""
+    folder = Path(folder)
+    for f in (folder, *folder.resolve().parents[:3]):
+        if (f / "tokenizer.json").is_file():
+            return f / "tokenizer.json"
+    raise BadInputError(f"no tokenizer.json in {folder} or the folders above it.",
+                        fix="train the run again, or copy its tokenizer.json beside it.")
+
+
 def run_tokenizer(ref, root=ASSETS):
-    folder = resolve_run(ref, root)
-    own = folder / "tokenizer.json"
-    return load_tokenizer(own if own.is_file() else folder.parent / "tokenizer.json")
+    return load_tokenizer(tokenizer_file(resolve_run(ref, root)))
 
 
 def eval_tokens_of(ref, root=ASSETS, split: str | None = None) -> torch.Tensor:
     """The run's held-out evaluation windows (N, T), exactly those its recorded eval perplexity used."""
     run = load_run(ref, root)
-    folder = run.folder
-    tok = folder / "tokenizer.json" if (folder / "tokenizer.json").is_file() else folder.parent / "tokenizer.json"
+    tok = tokenizer_file(run.folder)
     corpus = prepare_corpus(run.meta["model"]["vocab_size"], tok, split or run.meta.get("eval_split", "validation"))
     cfg = TrainConfig(**{k: v for k, v in run.meta["train"].items() if k in TrainConfig.__dataclass_fields__})
     return torch.cat(eval_batches(corpus.eval, cfg))
