@@ -225,6 +225,8 @@ def evaluation_rows(result: dict) -> list[dict]:
                        share_beyond_half=s["share_beyond_half"])
         if "hit_rate" in result:
             row["hit_rate"] = result["hit_rate"][m]
+            if "hit_rate_std" in result:  # mean over seeds, with its spread
+                row.update(hit_rate_std=result["hit_rate_std"][m], n_seeds=result["n_seeds"])
         if "timing" in result and "explain_s" in result["timing"]:
             row["explain_s"] = result["timing"]["explain_s"][m]
         rows.append(row)
@@ -344,7 +346,7 @@ def run_key_token(args) -> dict:
     options = _setup(args)
     result = key_token_evaluation(n=args.n, methods=args.methods, k=args.k, seed=args.seed, options=options,
                                   progress=_progress, cache=not args.no_cache)
-    return _report(args, "key-token", result, ["hit_rate"])
+    return _report(args, "key-token", result, ["hit_rate", "hit_rate_std"])
 
 
 def _stem(model: str) -> str:
