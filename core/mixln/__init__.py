@@ -15,7 +15,10 @@ Public API (tabs and the CLI use only this):
 - data pipeline (:mod:`core.mixln.data`): :func:`train_tokenizer`, :func:`load_tokenizer`, :func:`encode_stream`,
   :func:`pack`, :func:`prepare_corpus`
 - runs (:mod:`core.mixln.runs`): :func:`train_run`, :func:`train_run_iter`, :func:`reproduce`, :data:`RECIPE`,
-  :func:`list_runs`, :func:`load_run`, :func:`evaluate_run`, :func:`compare_table`, :func:`sweep_table`
+  :data:`RUN_SETS`, :func:`list_runs`, :func:`load_run`, :func:`evaluate_run`, :func:`compare_table`,
+  :func:`sweep_table`
+- summaries over seeds (:mod:`core.mixln.summary`): :func:`seed_table`, :func:`loss_bands`, :func:`lr_sweep_table`,
+  :func:`depth_profiles`
 - results for the tab and CLI (:mod:`core.mixln.analysis`): :func:`angular_result`, :func:`removal_result`,
   :func:`gradnorm_result`, :func:`run_gradnorms`; plotly figures in :mod:`core.mixln.figures`
 """
@@ -27,8 +30,9 @@ from core.mixln.model import CausalLMOutput, MixLNForCausalLM, causal_lm_loss
 from core.mixln.train import (TrainConfig, TrainEvent, TrainHistory, latest_checkpoint, lr_at, save_checkpoint,
                               train, train_iter)
 from core.mixln.data import encode_stream, load_tokenizer, pack, prepare_corpus, train_tokenizer
-from core.mixln.runs import (RECIPE, compare_table, evaluate_run, list_runs, load_run, reproduce, sweep_table,
-                             train_run, train_run_iter)
+from core.mixln.runs import (RECIPE, RUN_SETS, compare_table, evaluate_run, list_runs, load_run, reproduce,
+                             sweep_table, train_run, train_run_iter)
+from core.mixln.summary import depth_profiles, loss_bands, lr_sweep_table, seed_table
 from core.mixln.analysis import angular_result, gradnorm_result, removal_result, run_gradnorms  # noqa: E402
 
 # The diagnostics a view can list: name -> callable(model, tokens, ...).
@@ -44,6 +48,7 @@ __all__ = ["NORMS", "MixLNConfig", "MixLNForCausalLM", "CausalLMOutput", "causal
            "angular_distance_heatmap", "AngularHeatmap", "layer_removal", "LayerRemovalResult", "evaluate_loss",
            "skip_layer", "hidden_states_of", "find_decoder_layers", "DIAGNOSTICS", "estimate_memory_bytes",
            "check_fits", "available_memory_bytes", "train_tokenizer", "load_tokenizer", "encode_stream", "pack",
-           "prepare_corpus", "RECIPE", "train_run", "train_run_iter", "reproduce", "list_runs", "load_run",
+           "prepare_corpus", "RECIPE", "RUN_SETS", "seed_table", "loss_bands", "lr_sweep_table", "depth_profiles",
+           "train_run", "train_run_iter", "reproduce", "list_runs", "load_run",
            "evaluate_run", "compare_table", "sweep_table", "angular_result", "removal_result", "gradnorm_result",
            "run_gradnorms"]

@@ -1,6 +1,7 @@
 """``python -m core mixln ...``: train Pre/Post/Mix-LN runs and chart what their layers do.
 
-Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``.
+Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
+``curves``, ``lr-sweep``, ``depth`` (the last four over the seeds of the committed run sets).
 Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plotly figure).
 
 Data-parallel training: the same ``train`` command runs under ``torchrun --nproc_per_node N -m core mixln
@@ -203,7 +204,7 @@ def run_runs(args) -> None:
         r["recipe"] = runs.recipe_command(r["run"]) if r["run"] in runs.RECIPE else ""
     from core.cli import _table
     _emit(args, rows, lambda rs: _table(rs, ["run", "norm", "alpha", "layers", "width", "steps", "status",
-                                             "eval_perplexity", "wall_s"]))
+                                             "n_seeds", "eval_perplexity_mean", "eval_perplexity_std", "wall_s"]))
 
 
 def _subject_args(p, samples=8):
@@ -305,7 +306,8 @@ def run_sweep(args) -> None:
         raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
     written = _write_out(args.out, rows, lambda: sweep_figure(rows))
     from core.cli import _table
-    _emit(args, rows, lambda r: _table(r, ["alpha", "run", "post_ln_layers", "status", "eval_perplexity"])
+    _emit(args, rows, lambda r: _table(r, ["alpha", "run", "post_ln_layers", "n", "diverged", "eval_perplexity_mean",
+                                           "eval_perplexity_std", "eval_perplexity_min", "eval_perplexity_max"])
           + (f"\nwrote {written}" if written else ""))
 
 
@@ -317,8 +319,67 @@ def run_compare(args) -> None:
         raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
     written = _write_out(args.out, rows, lambda: compare_figure(rows))
     from core.cli import _table
-    _emit(args, rows, lambda r: _table(r, ["run", "norm", "alpha", "steps", "status", "eval_loss", "eval_perplexity"])
+    _emit(args, rows, lambda r: _table(r, ["run", "norm", "alpha", "steps", "n_seeds", "diverged", "eval_loss_mean",
+                                           "eval_loss_std", "eval_perplexity_mean", "eval_perplexity_std"])
           + (f"\nwrote {written}" if written else ""))
+
+
+def _curves_args(p):
+    from core.mixln.runs import RUN_SETS
+    p.add_argument("--set", dest="set_name", choices=[s for s in RUN_SETS if s != "lr-sweep"], default="main",
+                   help="which run set (default main: 12 layers)")
+    p.add_argument("--metric", choices=("loss", "perplexity"), default="loss")
+    _table_out_args(p)
+
+
+def run_curves(args) -> None:
+    from core.mixln import summary
+    from core.mixln.figures import loss_band_figure
+    bands = summary.loss_bands(set_name=args.set_name)
+    if not bands:
+        raise BadInputError(f"no runs of the set {args.set_name} found.", fix="run `python -m core mixln reproduce`.")
+    key = "eval_loss" if args.metric == "loss" else "eval_perplexity"
+    rows = [{"run": b["run"], "n": b["n"], "step": t, "mean": m, "min": lo, "max": hi}
+            for b in bands for t, m, lo, hi in zip(b[key]["steps"], b[key]["mean"], b[key]["min"], b[key]["max"])]
+    written = _write_out(args.out, rows, lambda: loss_band_figure(bands, args.metric))
+    from core.cli import _table
+    last = [r for r in rows if r["step"] == max(x["step"] for x in rows if x["run"] == r["run"])]
+    _emit(args, rows, lambda r: _table(last, ["run", "n", "step", "mean", "min", "max"])
+          + (f"\nwrote {written}" if written else ""))
+
+
+def run_lr_sweep(args) -> None:
+    from core.mixln import summary
+    from core.mixln.figures import lr_sweep_figure
+    rows = summary.lr_sweep_table()
+    if not rows:
+        raise BadInputError("no learning-rate sweep runs found.",
+                            fix="run `python -m core mixln reproduce --set lr-sweep` first.")
+    written = _write_out(args.out, rows, lambda: lr_sweep_figure(rows))
+    from core.cli import _table
+    _emit(args, rows, lambda r: _table(r, ["run", "lr", "status", "diverged_at", "eval_loss", "eval_perplexity"])
+          + (f"\nwrote {written}" if written else ""))
+
+
+def run_depth(args) -> None:
+    from core.mixln import summary
+    from core.mixln.figures import depth_figure
+    profiles = summary.depth_profiles()
+    if not profiles:
+        raise BadInputError("no runs with diagnostics found.", fix="run `python -m core mixln reproduce` first.")
+    rows = [{"set": p["set"], "run": p["run"], "layers": p["layers"], "n": p["n"], "layer": l,
+             **{f"{k}_{stat}": p[k][stat][l] if l < len(p[k][stat]) else None
+                for k in ("angular", "grad_norm", "removal") for stat in ("mean", "min", "max")}}
+            for p in profiles for l in range(p["layers"])]
+    written = _write_out(args.out, rows, lambda: depth_figure(profiles))
+
+    def text(_):
+        lines = []
+        for p in profiles:
+            lines.append(f"{p['run']} ({p['layers']} layers, n = {p['n']}): d(h_l, h_l+1) mean per layer "
+                         + " ".join(f"{x:.3f}" for x in p["angular"]["mean"] if x is not None))
+        return "\n".join(lines + ([f"wrote {written}"] if written else []))
+    _emit(args, rows, text)
 
 
 def register(groups) -> None:
@@ -335,5 +396,11 @@ def register(groups) -> None:
     groups.command(g, "removal", "held-out loss/perplexity increase when each layer is skipped", _subject_args)(
         run_removal)
     groups.command(g, "sweep", "final held-out perplexity vs Mix-LN alpha (committed runs)", _table_out_args)(run_sweep)
-    groups.command(g, "compare", "held-out perplexity per norm placement at equal steps (committed runs)",
-                   _table_out_args)(run_compare)
+    groups.command(g, "compare", "held-out perplexity per norm placement at equal steps (committed runs, mean and "
+                   "spread over seeds)", _table_out_args)(run_compare)
+    groups.command(g, "curves", "held-out loss / perplexity curves over seeds (mean, min-max band)",
+                   _curves_args)(run_curves)
+    groups.command(g, "lr-sweep", "final held-out loss per placement and peak learning rate (one seed)",
+                   _table_out_args)(run_lr_sweep)
+    groups.command(g, "depth", "12 vs 24 layers: per-layer angular distance, gradient norm and removal loss over "
+                   "seeds", _table_out_args)(run_depth)

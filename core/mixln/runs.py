@@ -11,7 +11,8 @@ Checkpoints for ``--resume`` go to ``<run>/checkpoints/step-*``.
 - :data:`RUN_SETS`         the committed run sets (12 layers x 3 seeds, 24 layers x 3 seeds, a learning-rate sweep)
 - :func:`reproduce`        retrain the committed runs (``mixln reproduce``); :func:`recipe_jobs`, :func:`train_job`
 - :func:`list_runs`, :func:`load_run`, :func:`run_model`, :func:`eval_tokens_of`  read committed runs
-- :func:`sweep_table`, :func:`compare_table`  final eval perplexity vs alpha / per norm placement
+- :func:`sweep_table`, :func:`compare_table`  final eval perplexity vs alpha / per norm placement, over seeds
+  (:mod:`core.mixln.summary` holds the other summaries over seeds: curves, LR sweep, depth profiles)
 
 Data-parallel: when ``WORLD_SIZE > 1`` (``torchrun --nproc_per_node N -m core mixln train ...`` or
 ``accelerate launch -m core mixln train ...``) the model is wrapped in DistributedDataParallel, each rank
@@ -487,33 +488,34 @@ def sample_windows(ref, root=ASSETS, n: int = 16, seq_len: int | None = None) ->
 # ---- tables over runs ------------------------------------------------------------------------------------
 
 def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
-    """One row per run: norm placement, alpha, steps, status, final eval loss and perplexity, wall time."""
+    """One row per run folder of ``root`` (committed runs by default): norm placement, alpha, size, steps, the
+    final held-out loss and perplexity over its seeds (mean, std with ddof 1, min, max; ``n_seeds`` finished
+    seeds, ``diverged`` seeds that diverged; a run without seed folders is its own single seed), wall time."""
+    from core.mixln.summary import seed_runs, spread
     rows = []
     for name in runs or list_runs(root):
         r = load_run(name, root)
         m = r.meta
+        group = seed_runs(name, "main", root) if name in RECIPE and r.folder.parent == Path(root) else [r]
+        loss = spread([g.meta.get("final_eval_loss") for g in group])
+        ppl = spread([g.meta.get("final_eval_perplexity") for g in group])
         rows.append({"run": name, "norm": NORM_LABELS.get(m["norm"], m["norm"]), "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
-                     "steps": m.get("steps_done"), "status": m.get("status"),
-                     "eval_loss": _round(m.get("final_eval_loss"), 4),
-                     "eval_perplexity": _round(m.get("final_eval_perplexity"), 2),
+                     "steps": m.get("steps_done"), "lr": m["train"]["lr"], "status": m.get("status"),
+                     "n_seeds": loss["n"], "diverged": sum(g.meta.get("status") == "diverged" for g in group),
+                     "eval_loss_mean": _round(loss["mean"], 4), "eval_loss_std": _round(loss["std"], 4),
+                     "eval_perplexity_mean": _round(ppl["mean"], 2), "eval_perplexity_std": _round(ppl["std"], 2),
+                     "eval_perplexity_min": _round(ppl["min"], 2), "eval_perplexity_max": _round(ppl["max"], 2),
                      "wall_s": m.get("wall_seconds")})
     return rows
 
 
 def sweep_table(root=ASSETS, runs: list[str] | None = None) -> list[dict]:
-    """Final eval perplexity vs alpha: the recipe's sweep runs (or ``runs``) that exist, sorted by alpha."""
-    names = runs or [n for n in SWEEP.values() if n in list_runs(root)]
-    rows = []
-    for name in names:
-        r = load_run(name, root)
-        alpha = {"pre": 0.0, "post": 1.0}.get(r.meta["norm"], r.meta["alpha"])
-        if r.meta["norm"] not in ("pre", "post", "mix"):
-            continue
-        rows.append({"alpha": alpha, "run": name, "status": r.meta.get("status"),
-                     "eval_perplexity": _round(r.final_perplexity, 2),
-                     "post_ln_layers": math.floor(alpha * r.meta["model"]["num_layers"] + 1e-9)})
-    return sorted(rows, key=lambda x: x["alpha"])
+    """Final held-out perplexity vs alpha over seeds (:func:`core.mixln.summary.sweep_rows`), sorted by alpha;
+    ``runs`` keeps only those placements."""
+    from core.mixln.summary import sweep_rows
+    rows = sweep_rows(root)
+    return [r for r in rows if runs is None or r["run"] in runs]
 
 
 def _round(x, nd):
