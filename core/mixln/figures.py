@@ -216,8 +216,9 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
             _band(fig, x, v["min"], v["max"], color, group, row, col)
             fig.add_trace(go.Scatter(x=x, y=_finite(v["mean"]), mode="lines+markers", line=dict(color=color, width=2.2),
                                      marker=dict(size=5), legendgroup=group, showlegend=group not in seen,
-                                     name=f"{group} (n = {v['n']} seeds per depth)",
-                                     hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}}<extra></extra>"),
+                                     name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth)",
+                                     hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}} (mean of {v['n']})"
+                                                   "<extra></extra>"),
                           row=row, col=col)
             seen.add(group)
     for row, (_, label, kind) in enumerate(metrics, start=1):

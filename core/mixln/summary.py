@@ -179,6 +179,7 @@ def depth_profiles(names: list[str] | None = None, sets: tuple[str, ...] = ("mai
             layers = group[0].meta["model"]["num_layers"]
             out.append({"set": set_name, "run": name, "label": _label(name), "norm": RECIPE[name]["norm"],
                         "alpha": RECIPE[name]["alpha"], "layers": layers, "n": len(group),
+                        "diverged": sum(r.meta.get("status") == "diverged" for r in group),
                         "grad_step": (group[0].history.get("grad_norms") or [{}])[-1].get("step"),
                         "angular": _per_layer(angular), "grad_norm": _per_layer(grads),
                         "removal": _per_layer(removal)})
