@@ -117,8 +117,8 @@ def removal_figure(results: list[dict], title: str = "Layer removal: held-out lo
     return _layout(fig, title, "skipped layer (0 = first)", "increase in held-out loss (nats / token)")
 
 
-def sweep_figure(rows: list[dict], title: str = "Alpha sweep: final held-out perplexity vs alpha",
-                 note: str | None = None) -> go.Figure:
+def sweep_figure(rows: list[dict], note: str | None = None,
+                 title: str = "Alpha sweep: final held-out perplexity vs alpha (lower is better)") -> go.Figure:
     """rows: :func:`core.mixln.runs.sweep_table` (mean, min, max over seeds): mean line, min-max error bars."""
     fig = go.Figure()
     ok = [r for r in rows if r.get("eval_perplexity_mean") is not None]
@@ -135,8 +135,8 @@ def sweep_figure(rows: list[dict], title: str = "Alpha sweep: final held-out per
             fig.add_annotation(x=r["alpha"], y=1, yref="paper", text=f"{r['diverged']} diverged", showarrow=False)
     fig.update_xaxes(dtick=0.25, range=[-0.05, 1.05])
     fig = _layout(fig, _title(title, note if note is not None else settings_note()),
-                  "alpha (fraction of layers that are Post-LN)", "final held-out perplexity (lower is better)")
-    fig.update_layout(margin=dict(t=110))
+                  "alpha (fraction of layers that are Post-LN)", "final held-out perplexity", height=540)
+    fig.update_layout(margin=dict(t=130))
     return fig
 
 
@@ -158,9 +158,10 @@ def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm 
                              textposition="outside", cliponaxis=False))
     top = max([r["eval_perplexity_max"] for r in rows if r.get("eval_perplexity_max")] or [1])
     fig.update_yaxes(range=[0, top * 1.2])
-    fig = _layout(fig, _title(title + ": mean, bars min-max over seeds", note if note is not None else settings_note()),
-                  "run (norm placement)", "final held-out perplexity (lower is better)")
-    fig.update_layout(margin=dict(t=110))
+    fig = _layout(fig, _title(title + ": mean, bars min-max over seeds (lower is better)",
+                              note if note is not None else settings_note()),
+                  "run (norm placement)", "final held-out perplexity", height=540)
+    fig.update_layout(margin=dict(t=130))
     return fig
 
 
@@ -185,10 +186,10 @@ def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final h
                                      hovertemplate="lr %{x:g}: %{text}<extra></extra>"))
     fig.update_xaxes(type="log", exponentformat="e")
     train = {**RECIPE_TRAIN, "lr": float("nan")}
-    note = note if note is not None else settings_note(train=train).replace("Adam lr nan", "Adam")
+    note = note if note is not None else settings_note(train=train).replace("Adam lr nan, ", "Adam, ")
     fig = _layout(fig, _title(title, note), "peak learning rate (log scale)", "final held-out loss (nats / token)",
-                  height=480)
-    fig.update_layout(margin=dict(t=110))
+                  height=540)
+    fig.update_layout(margin=dict(t=130))
     return fig
 
 
@@ -229,7 +230,7 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
                              showline=True, linecolor="#475569")
     style(fig, _title(title + ": mean over seeds, band min-max", note if note is not None else settings_note()),
           height=300 * len(metrics) + 120)
-    fig.update_layout(showlegend=True, margin=dict(t=120), legend=dict(orientation="h", y=-0.06))
+    fig.update_layout(showlegend=True, margin=dict(t=150), legend=dict(orientation="h", y=-0.06))
     return fig
 
 
@@ -239,14 +240,17 @@ def settings_note(model: dict | None = None, train: dict | None = None) -> str:
     """One line of the training settings (the Mix-LN authors', with the deviations), shown under chart titles."""
     m, t = model or RECIPE_MODEL, train or RECIPE_TRAIN
     clip = "no clipping" if not t.get("grad_clip") else f"clipping {t['grad_clip']:g}"
-    return (f"Adam lr {t['lr']:g} (betas {t['betas'][0]:g}/{t['betas'][1]:g}, wd {t['weight_decay']:g}, {clip}), "
-            f"warmup {t['warmup_steps']} then cosine to {t['min_lr_ratio']:g} x lr, {t['steps']} steps of "
-            f"{t['batch_size']}x{t['seq_len']} tokens, width {m['hidden_size']}; DeepNorm: the Mix-LN authors' "
-            f"constants (a = 2√2, Xavier gain (8L)^1/4)")
+    return (f"The Mix-LN authors' settings: Adam lr {t['lr']:g}, betas {t['betas'][0]:g}/{t['betas'][1]:g}, "
+            f"weight decay {t['weight_decay']:g}, {clip}, warmup {t['warmup_steps']} steps then cosine to "
+            f"{t['min_lr_ratio']:g} x lr.<br>Smaller: {t['steps']} steps of {t['batch_size']}x{t['seq_len']} "
+            f"tokens, width {m['hidden_size']}, float32 on CPU. DeepNorm: the authors' constants "
+            f"(a = 2√2, Xavier gain (8L)^1/4).")
 
 
 def _title(title: str, note: str | None) -> str:
-    return f"{title}<br><sup>{note}</sup>" if note else title
+    if not note:
+        return title
+    return title + "".join(f"<br><span style='font-size:12px'>{line}</span>" for line in note.split("<br>"))
 
 
 def _rgba(color: str, alpha: float) -> str:
@@ -285,10 +289,10 @@ def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None 
     if title is None:
         title = f"Held-out {metric} over seeds (mean, band: min-max)"
     y = "held-out loss (nats / token)" if metric == "loss" else "held-out perplexity (lower is better)"
-    fig = _layout(fig, _title(title, note if note is not None else settings_note()), "training step", y, height=480)
+    fig = _layout(fig, _title(title, note if note is not None else settings_note()), "training step", y, height=540)
     if metric == "perplexity":
         fig.update_yaxes(type="log")
-    fig.update_layout(margin=dict(t=110))
+    fig.update_layout(margin=dict(t=130))
     return fig
 
 
