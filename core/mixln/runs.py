@@ -357,7 +357,8 @@ def train_job(job: Job, root: str | os.PathLike = ASSETS, callback=None, keep_al
     if not job.keep_weights:
         if not keep_all_weights:
             (folder / "model.safetensors").unlink(missing_ok=True)
-        meta["weights"] = "not kept (only seed %s of this set is committed with weights)" % RUN_SETS[job.set].weights_for_seed
+        kept = RUN_SETS[job.set].weights_for_seed
+        meta["weights"] = f"not kept (only seed {kept} of this set is committed with weights)"
     meta["job"] = {"set": job.set, "name": job.name, "seed": job.seed, "lr": job.lr}
     tmp = folder / ".run.json.tmp"
     tmp.write_text(json.dumps(meta, indent=1))

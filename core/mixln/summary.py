@@ -114,7 +114,8 @@ def loss_bands(names: list[str] | None = None, set_name: str = "main",
             continue
         hist = [r.history for r in group]
         out.append({"run": name, "label": _label(name), "norm": RECIPE[name]["norm"],
-                    "alpha": RECIPE[name]["alpha"], "n": len(group), "diverged": sum(h.get("status") == "diverged" for h in hist),
+                    "alpha": RECIPE[name]["alpha"], "n": len(group),
+                    "diverged": sum(h.get("status") == "diverged" for h in hist),
                     "eval_loss": _curve_stats(hist, "eval", "loss"),
                     "eval_perplexity": _curve_stats(hist, "eval", "perplexity"),
                     "train_loss": _curve_stats(hist, "train", "loss")})

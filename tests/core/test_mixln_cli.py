@@ -102,7 +102,8 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     (tmp_path / "tokenizer.json").write_text("{}")
     code, out, _ = run_cli(capsys, "reproduce", "--out", str(tmp_path), "--set", "depth-24", "--seeds", "1", "2",
                            "--only", "pre-ln", "--json")
-    assert code == 0 and [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
+    assert code == 0
+    assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
     assert len(runs.recipe_jobs()) == 7 * 3 + 3 * 3 + 7 * 2          # everything `mixln reproduce` retrains
 

@@ -104,7 +104,8 @@ def test_charts_draw_the_spread_and_state_n(root):
     assert {t.name for t in means} == {"Pre-LN (n = 3 seeds)", "Post-LN (n = 3 seeds, 1 diverged)"}
     fills = [t for t in fig.data if t.fill == "tonexty"]
     assert len(fills) == 2 and list(fills[0].y) == [8.0, 6.0]          # the band's lower edge: min over seeds
-    assert "no clipping" in fig.layout.title.text and "lr 0.001" in fig.layout.title.text and "2√2" in fig.layout.title.text
+    title = fig.layout.title.text
+    assert "no clipping" in title and "lr 0.001" in title and "2√2" in title
     assert _titles(fig) == ["training step", "held-out loss (nats / token)"]
     ppl = figures.loss_band_figure(bands, "perplexity")
     assert ppl.layout.yaxis.type == "log"
