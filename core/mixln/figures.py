@@ -119,23 +119,32 @@ def removal_figure(results: list[dict], title: str = "Layer removal: held-out lo
 
 def sweep_figure(rows: list[dict], note: str | None = None,
                  title: str = "Alpha sweep: final held-out perplexity vs alpha (lower is better)") -> go.Figure:
-    """rows: :func:`core.mixln.runs.sweep_table` (mean, min, max over seeds): mean line, min-max error bars."""
+    """rows: :func:`core.mixln.runs.sweep_table` (mean, min, max over seeds), one line per depth: mean line,
+    min-max error bars."""
     fig = go.Figure()
-    ok = [r for r in rows if r.get("eval_perplexity_mean") is not None]
-    n = sorted({r["n"] for r in ok})
-    fig.add_trace(go.Scatter(
-        x=[r["alpha"] for r in ok], y=[r["eval_perplexity_mean"] for r in ok], mode="lines+markers",
-        name=f"Mix-LN, alpha 0 = Pre-LN, 1 = Post-LN (mean of n = {'/'.join(map(str, n))} seeds, bars min-max)",
-        line=dict(color="#009E73", width=2.5), error_y=_minmax_error(ok, "eval_perplexity"),
-        marker=dict(size=11, color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
-        text=[_std_text(r["eval_perplexity_mean"], r["eval_perplexity_std"], r["n"]) for r in ok],
-        hovertemplate="alpha %{x}: ppl %{text}<extra></extra>"))
+    depths = list(dict.fromkeys(r["layers"] for r in rows))
+    for i, layers in enumerate(depths):
+        ok = [r for r in rows if r["layers"] == layers and r.get("eval_perplexity_mean") is not None]
+        if not ok:
+            continue
+        n = sorted({r["n"] for r in ok})
+        fig.add_trace(go.Scatter(
+            x=[r["alpha"] for r in ok], y=[r["eval_perplexity_mean"] for r in ok], mode="lines+markers",
+            name=f"{layers} layers (mean of n = {'/'.join(map(str, n))} seeds, bars min-max)",
+            line=dict(color="#009E73", width=2.5, dash="solid" if i == 0 else "dash"),
+            error_y=_minmax_error(ok, "eval_perplexity"),
+            marker=dict(size=11, symbol="circle" if i == 0 else "diamond",
+                        color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
+            text=[_std_text(r["eval_perplexity_mean"], r["eval_perplexity_std"], r["n"]) for r in ok],
+            hovertemplate=f"{layers} layers, alpha %{{x}}: ppl %{{text}}<extra></extra>"))
     for r in rows:
         if r.get("diverged"):
-            fig.add_annotation(x=r["alpha"], y=1, yref="paper", text=f"{r['diverged']} diverged", showarrow=False)
+            fig.add_annotation(x=r["alpha"], y=1, yref="paper", showarrow=False,
+                               text=f"{r['layers']} layers: {r['diverged']} diverged")
     fig.update_xaxes(dtick=0.25, range=[-0.05, 1.05])
     fig = _layout(fig, _title(title, note if note is not None else settings_note()),
-                  "alpha (fraction of layers that are Post-LN)", "final held-out perplexity", height=540)
+                  "alpha (fraction of layers that are Post-LN; 0 = Pre-LN, 1 = Post-LN)", "final held-out perplexity",
+                  height=540)
     fig.update_layout(margin=dict(t=130))
     return fig
 

@@ -94,8 +94,9 @@ class RunSet:
 
 RUN_SETS = {
     "main": RunSet("", RECIPE_MODEL, tuple(RECIPE), title="12 layers, width 64"),
-    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24}, ("pre-ln", "post-ln", "mix-ln-0.25"),
-                       title="24 layers, width 64"),
+    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24},
+                       ("pre-ln", "post-ln", "mix-ln-0.25", "mix-ln-0.125", "mix-ln-0.5"),
+                       title="24 layers, width 64 (the alpha sweep)"),
     "lr-sweep": RunSet("lr-sweep", RECIPE_MODEL, tuple(RECIPE), seeds=(0,), lrs=(3e-4, 3e-3), diagnostics=False,
                        weights_for_seed=None, title="12 layers, width 64, one seed per rate"),
 }
@@ -511,11 +512,11 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
     return rows
 
 
-def sweep_table(root=ASSETS, runs: list[str] | None = None) -> list[dict]:
-    """Final held-out perplexity vs alpha over seeds (:func:`core.mixln.summary.sweep_rows`), sorted by alpha;
-    ``runs`` keeps only those placements."""
+def sweep_table(root=ASSETS, runs: list[str] | None = None, sets: tuple[str, ...] = ("main", "depth-24")) -> list[dict]:
+    """Final held-out perplexity vs alpha over seeds (:func:`core.mixln.summary.sweep_rows`), 12 layers then 24,
+    each sorted by alpha; ``runs`` keeps only those placements."""
     from core.mixln.summary import sweep_rows
-    rows = sweep_rows(root)
+    rows = [r for s in sets for r in sweep_rows(root, s)]
     return [r for r in rows if runs is None or r["run"] in runs]
 
 

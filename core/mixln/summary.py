@@ -81,14 +81,15 @@ def seed_table(set_name: str = "main", root: str | os.PathLike = ASSETS) -> list
     return rows
 
 
-def sweep_rows(root: str | os.PathLike = ASSETS) -> list[dict]:
-    """The alpha sweep (main set): final held-out perplexity per alpha over seeds, sorted by alpha."""
-    by_run = {r["run"]: r for r in seed_table("main", root)}
+def sweep_rows(root: str | os.PathLike = ASSETS, set_name: str = "main") -> list[dict]:
+    """The alpha sweep of a run set: final held-out perplexity per alpha over seeds, sorted by alpha."""
+    by_run = {r["run"]: r for r in seed_table(set_name, root)}
     rows = []
     for alpha, name in sorted(SWEEP.items()):
         if name in by_run:
             r = by_run[name]
-            rows.append({**r, "alpha": alpha, "post_ln_layers": math.floor(alpha * r["layers"] + 1e-9)})
+            rows.append({**r, "set": set_name, "alpha": alpha,
+                         "post_ln_layers": math.floor(alpha * r["layers"] + 1e-9)})
     return rows
 
 

@@ -105,7 +105,7 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     assert code == 0
     assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
-    assert len(runs.recipe_jobs()) == 7 * 3 + 3 * 3 + 7 * 2          # everything `mixln reproduce` retrains
+    assert len(runs.recipe_jobs()) == 7 * 3 + 5 * 3 + 7 * 2          # everything `mixln reproduce` retrains
 
 
 def test_exit_code_2_from_the_real_command():

@@ -167,9 +167,12 @@ def test_committed_model_is_the_recorded_placement():
 
 @needs_runs
 def test_sweep_and_compare_tables_over_seeds():
-    sweep = runs.sweep_table()
-    assert [r["alpha"] for r in sweep] == sorted(runs.SWEEP)
+    both = runs.sweep_table()
+    sweep = [r for r in both if r["layers"] == 12]
+    deep = [r for r in both if r["layers"] == 24]
+    assert [r["alpha"] for r in sweep] == [r["alpha"] for r in deep] == sorted(runs.SWEEP)
     assert [r["post_ln_layers"] for r in sweep] == [0, 1, 3, 6, 12]
+    assert [r["post_ln_layers"] for r in deep] == [0, 3, 6, 12, 24]
     rows = {r["run"]: r for r in runs.compare_table()}
     for r in sweep:
         c = rows[r["run"]]
