@@ -122,8 +122,11 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
     assert all(r["n_seeds"] + r["diverged"] == 3 for r in rows if r["run"] in runs.RECIPE)
     code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
-    alphas = [r["alpha"] for r in json.loads(out)]
-    assert code == 0 and alphas == sorted(alphas) and 0.25 in alphas
+    rows = json.loads(out)
+    assert code == 0 and [r["layers"] for r in rows] == [12] * 5 + [24] * 5
+    for layers in (12, 24):
+        alphas = [r["alpha"] for r in rows if r["layers"] == layers]
+        assert alphas == sorted(alphas) and 0.25 in alphas
     html = (tmp_path / "s.html").read_text()
     assert "plotly" in html.lower() and "Alpha sweep" in html
     for cmd, title in (("curves", "Held-out loss over seeds"), ("lr-sweep", "Learning-rate sweep"),
