@@ -145,7 +145,7 @@ def sweep_figure(rows: list[dict], note: str | None = None,
     fig = _layout(fig, _title(title, note if note is not None else settings_note()),
                   "alpha (fraction of layers that are Post-LN; 0 = Pre-LN, 1 = Post-LN)", "final held-out perplexity",
                   height=540)
-    fig.update_layout(margin=dict(t=130))
+    fig.update_layout(margin=dict(t=130), legend=dict(x=0.02, y=0.98, xanchor="left", yanchor="top"))
     return fig
 
 
@@ -193,7 +193,8 @@ def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final h
                                      name=f"{rs[0]['label']} diverged", marker=dict(symbol="x", size=13, color=color),
                                      text=[f"diverged at step {r.get('diverged_at')}" for r in bad],
                                      hovertemplate="lr %{x:g}: %{text}<extra></extra>"))
-    fig.update_xaxes(type="log", exponentformat="e")
+    rates = sorted({r["lr"] for r in rows})
+    fig.update_xaxes(type="log", tickvals=rates, ticktext=[f"{lr:.0e}".replace("e-0", "e-") for lr in rates])
     train = {**RECIPE_TRAIN, "lr": float("nan")}
     note = note if note is not None else settings_note(train=train).replace("Adam lr nan, ", "Adam, ")
     fig = _layout(fig, _title(title, note), "peak learning rate (log scale)", "final held-out loss (nats / token)",
@@ -203,11 +204,14 @@ def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final h
 
 
 def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does at 12 and 24 layers",
-                 note: str | None = None) -> go.Figure:
+                 note: str | None = None, common_only: bool = True) -> go.Figure:
     """profiles: :func:`core.mixln.summary.depth_profiles` rows. Rows: angular distance d(h_l, h_l+1), weight-
     gradient norm at the end of training (log), loss increase when the layer is skipped; one column per depth.
-    Lines are means over seeds, bands min-max."""
+    Lines are means over seeds, bands min-max. ``common_only``: only the placements trained at every depth."""
     depths = sorted({p["layers"] for p in profiles})
+    if common_only:
+        common = set.intersection(*({p["run"] for p in profiles if p["layers"] == d} for d in depths))
+        profiles = [p for p in profiles if p["run"] in common]
     metrics = [("angular", "d(h_l, h_l+1) (fraction of π)", "linear"),
                ("grad_norm", "weight-gradient L2 norm (log)", "log"),
                ("removal", "loss increase when skipped (nats)", "linear")]

@@ -131,6 +131,10 @@ def test_charts_draw_the_spread_and_state_n(root):
     depth = figures.depth_figure(summary.depth_profiles(root=root))
     assert [a.text for a in depth.layout.annotations][:2] == ["12 layers", "24 layers"]
     named = [t for t in depth.data if t.showlegend]
-    assert [t.name for t in named] == ["Pre-LN (n = 3 seeds per depth)", "Post-LN (n = 3 seeds, 1 diverged per depth)"]
-    # Pre-LN: 2 depths x 3 metrics, Post-LN (12 layers, no diagnostics): gradient norms only; each a band and a mean
-    assert depth.layout.yaxis3.type == "log" and len(depth.data) == 3 * (2 * 3 + 1)
+    assert [t.name for t in named] == ["Pre-LN (n = 3 seeds per depth)"]  # only placements trained at both depths
+    assert depth.layout.yaxis3.type == "log" and len(depth.data) == 2 * 3 * 3  # 2 depths x 3 metrics x (band, mean)
+    every = figures.depth_figure(summary.depth_profiles(root=root), common_only=False)
+    named = [t.name for t in every.data if t.showlegend]
+    assert named == ["Pre-LN (n = 3 seeds per depth)", "Post-LN (n = 3 seeds, 1 diverged per depth)"]
+    # Post-LN (12 layers, no diagnostics): gradient norms only
+    assert len(every.data) == 3 * (2 * 3 + 1)
