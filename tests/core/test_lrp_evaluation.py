@@ -115,6 +115,7 @@ def test_cli_writes_a_folder(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_key_token_ground_truth_over_seeds():
+    torch.set_num_threads(1)  # two tiny trainings: a second thread only adds contention on a shared CPU
     r = key_token_evaluation(n=20, methods=["lrp_ln", "random"], cache=False, seeds=2)
     assert r["seeds"] == [0, 1] and r["n_seeds"] == 2 and r["n_done"] == 40 and r["complete"]
     assert min(r["model"]["accuracy_per_seed"]) > 0.95
