@@ -353,6 +353,9 @@ def evaluation_rows(result: dict) -> list[dict]:
                        share_beyond_half=s["share_beyond_half"])
         if "hit_rate" in result:
             row["hit_rate"] = result["hit_rate"][m]
+            if "hit_rate_std" in result:  # mean over seeds, with its spread
+                row.update(hit_rate_std=result["hit_rate_std"][m], hit_rate_min=result["hit_rate_min"][m],
+                           hit_rate_max=result["hit_rate_max"][m], n_seeds=result["n_seeds"])
         if "timing" in result and "explain_s" in result["timing"]:
             row["explain_s"] = result["timing"]["explain_s"][m]
         rows.append(row)
