@@ -174,7 +174,7 @@ def main(argv=None) -> dict:
 
         example = {"model": "smollm2-135m", "histograms": histograms_result("smollm2-135m").data,
                    "table": table_result("smollm2-135m", 7, None).data,
-                   "throughput": model_throughput("smollm2-135m", [(7, None), (3, args.block_size)]),
+                   "throughput": model_throughput("smollm2-135m", [(3, args.block_size)]),
                    "tradeoff": result}
         write_example(args.example, example)
         out["example"] = str(args.example)

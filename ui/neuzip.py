@@ -25,6 +25,18 @@ INTRO = ("**NeuZip** stores bf16 weights with the exponent entropy-coded (rANS) 
 TABLE_COLUMNS = {"bits_per_weight": "NeuZip bits/weight", "entropy_bound": "entropy bound",
                  "exponent_entropy": "H(exponent)", "zstd_bits_per_weight": "zstd bits/weight",
                  "zlib_bits_per_weight": "zlib bits/weight"}
+WEIGHTS_NOTE = (
+    "**Which weights.** *Bit fields* and *bits per weight*: every linear weight of the model (embeddings and head left "
+    "out); *memory / perplexity*: the whole model, its linear weights stored in each format; *throughput*: its first "
+    f"linear weight tensors (at least {nz.THROUGHPUT_NUMEL / 1e6:.1f} M weights). The precomputed figures are of "
+    f"`{EXAMPLE_MODEL}`, which is special: the packaged checkpoint is de-quantized from a 4-bit GGUF (Q4_1), so each "
+    "block of 32 weights holds only about 13 distinct values (native weights: about 31.5) and its exponent statistics "
+    "are not those of a native bf16 checkpoint (zstd does unusually well on it). The README's codec table sets it "
+    "beside weights with native statistics: `smollm2-135m` / `trained` (this project's models) / `gaussian` / "
+    "`student-t` (SmolLM2's shapes), from `python bench/neuzip.py`.")
+THROUGHPUT_COLUMNS = {"codec": "codec", "bits_per_weight": "bits/weight", "gap_to_bound_percent": "% over the bound",
+                      "compress_MBps": "compress MB/s", "decompress_MBps": "decompress MB/s",
+                      "decompress_time_vs_copy": "decompress time / copy"}
 TRADEOFF_COLUMNS = {"memory_MB": "memory (MB)", "linear_bits_per_weight": "bits/weight (linear)",
                     "word_perplexity": "word perplexity", "token_perplexity": "token perplexity"}
 
@@ -40,6 +52,10 @@ def _block(value) -> int | None:
 
 def _table_frame(res):
     return frame(res.tables["table"]).rename(columns=TABLE_COLUMNS)
+
+
+def _throughput_frame(res):
+    return frame(res.tables["throughput"]).rename(columns=THROUGHPUT_COLUMNS)
 
 
 def _tradeoff_frame(res):
@@ -81,9 +97,10 @@ def redraw_tradeoff(log_x, state=None):
 
 @user_errors
 def measure_throughput(ref, k, block, state=None, request: gr.Request = None, progress=gr.Progress()):
-    """Compress / decompress MB/s on this machine against a memory copy (lossless, and the chosen k)."""
+    """Bits/weight and one-thread compress / decompress MB/s of NeuZip (lossless, and the chosen k and B), ZipNN (when
+    installed), zstd and a memory copy, side by side on this machine."""
     res = nz.throughput_result(ref, int(k), _block(block), progress=job(request, progress))
-    return res.status, res.figures["throughput"], {**(state or {}), "throughput": res.data}
+    return res.status, res.figures["throughput"], _throughput_frame(res), {**(state or {}), "throughput": res.data}
 
 
 @user_errors
@@ -97,11 +114,12 @@ def build(ctx: AppContext) -> None:
     weights, tradeoff, throughput = ex.get("weights"), ex.get("tradeoff"), ex.get("throughput")
     hint = "No precomputed example for this model: press a button above."
     gr.Markdown(INTRO)
+    gr.Markdown(WEIGHTS_NOTE, elem_id="neuzip-weights-note")
     state = gr.State(parts)
     with gr.Row():
         k = gr.Radio(K_CHOICES, value=7, label="k: mantissa bits kept", info="7 is lossless")
         block = gr.Dropdown(BLOCK_CHOICES, value="128", label="B: normaliser block size",
-                            info="for k < 7 and the trade-off; none = no normaliser")
+                            info="for k < 7, the trade-off and throughput; none = no normaliser")
         words = gr.Number(value=tradeoff.data["words"] if tradeoff else nz.DEFAULT_WORDS, precision=0, minimum=100,
                           maximum=MAX_WORDS, label="evaluation words",
                           info="test split of the Wikipedia paragraphs; ~1 min per setting per 2,000 words here")
@@ -129,6 +147,8 @@ def build(ctx: AppContext) -> None:
     throughput_md = gr.Markdown(throughput.status if throughput else "", elem_id="neuzip-throughput-summary")
     throughput_plot = gr.Plot(figure_or(throughput, "throughput", hint), label="Throughput",
                               elem_id="neuzip-throughput")
+    throughput_df = gr.Dataframe(_throughput_frame(throughput) if throughput else None, interactive=False,
+                                 label="Codecs (one thread each)", elem_id="neuzip-throughput-table")
     files = downloads_box(nz.shown_result(parts) if parts else None,
                           "Downloads (JSON, CSV, HTML) of what is shown: press Download files after measuring",
                           "neuzip-downloads")
@@ -138,7 +158,8 @@ def build(ctx: AppContext) -> None:
     ev_r = b_tradeoff.click(measure_tradeoff, inputs=[ctx.model, block, words, log_x, state],
                             outputs=[tradeoff_md, tradeoff_plot, tradeoff_df, state], api_name="neuzip_tradeoff")
     ev_t = b_throughput.click(measure_throughput, inputs=[ctx.model, k, block, state],
-                              outputs=[throughput_md, throughput_plot, state], api_name="neuzip_throughput")
+                              outputs=[throughput_md, throughput_plot, throughput_df, state],
+                              api_name="neuzip_throughput")
     b_stop.click(stop, outputs=status, api_name="neuzip_stop", cancels=[ev_w, ev_r, ev_t])
     log_x.change(redraw_tradeoff, inputs=[log_x, state], outputs=tradeoff_plot, api_name="neuzip_tradeoff_axis")
     b_files.click(download_files, inputs=[state, log_x], outputs=files, api_name="neuzip_downloads")

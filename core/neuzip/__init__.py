@@ -23,8 +23,8 @@ Public API
 - :data:`TRADEOFF_METHODS`: the registry of weight formats (label, legend family, style, default settings)
 - the service (what the tab and ``python -m core neuzip`` call; each returns a ``core.runner.Result``):
   :func:`weights_result`, :func:`histograms_result`, :func:`table_result`, :func:`tradeoff_result`,
-  :func:`throughput_result`, :func:`compress_result`, :func:`decompress_result`, :func:`shown_result`,
-  :func:`example_parts`, :func:`precompute_examples`, :func:`write_example`, :func:`linear_weights`
+  :func:`throughput_result` (NeuZip beside ZipNN, zstd and a memory copy), :func:`compress_result`,
+  :func:`decompress_result`, :func:`shown_result`, :func:`example_parts`, :func:`precompute_examples`, :func:`write_example`, :func:`linear_weights`
 """
 from core.neuzip.checkpoint import load_compressed, save_compressed
 from core.neuzip.codec import BLOCK_SIZES, FORMAT_VERSION, CompressedTensor, check_params, compress
@@ -37,9 +37,9 @@ from core.neuzip.modules import (
 from core.neuzip.tradeoff import METHODS as TRADEOFF_METHODS
 from core.neuzip.tradeoff import (DEFAULT_WINDOW, DEFAULT_WORDS, Cancelled, Method, Style, default_settings,
                                   pareto_front, setting_label, tradeoff, tradeoff_for_model, word_perplexity)
-from core.neuzip.service import (EXAMPLE_MODEL, THROUGHPUT_NUMEL, compress_result, decompress_result, example_parts,
-                                 histograms_result, linear_weights, precompute_examples, shown_result, table_result,
-                                 throughput_result, tradeoff_result, weights_result, write_example)
+from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, THROUGHPUT_NUMEL, compress_result, decompress_result,
+                                 example_parts, histograms_result, linear_weights, precompute_examples, shown_result,
+                                 table_result, throughput_result, tradeoff_result, weights_result, write_example)
 from kernels.neuzip_bits import MANTISSA_BITS
 
 __all__ = [
@@ -50,8 +50,8 @@ __all__ = [
     "bitfield_histograms", "compression_table", "entropy_bits", "throughput", "zstd_available",
     "tradeoff", "tradeoff_for_model", "default_settings", "pareto_front", "word_perplexity", "TRADEOFF_METHODS",
     "Cancelled", "Method", "Style", "setting_label", "DEFAULT_WORDS", "DEFAULT_WINDOW",
-    "EXAMPLE_MODEL", "THROUGHPUT_NUMEL", "weights_result", "histograms_result", "table_result", "tradeoff_result",
-    "throughput_result", "compress_result", "decompress_result", "shown_result", "example_parts",
+    "EXAMPLE_MODEL", "EXAMPLE_PARTS", "THROUGHPUT_NUMEL", "weights_result", "histograms_result", "table_result",
+    "tradeoff_result", "throughput_result", "compress_result", "decompress_result", "shown_result", "example_parts",
     "precompute_examples", "write_example", "linear_weights",
     "CODECS", "codec_comparison", "forward_ratio", "synthetic_weights", "zipnn_available",
 ]

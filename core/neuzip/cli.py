@@ -3,10 +3,10 @@
     python -m core neuzip histograms --model smollm2-135m [--out hist.html]
     python -m core neuzip table      --model smollm2-135m --k 7 [--block-size B] [--out table.csv]
     python -m core neuzip tradeoff   --model smollm2-135m --k 7 3 1 0 --block-size 128 --words 2000 [--out f.html]
-    python -m core neuzip throughput --model smollm2-135m --k 7 [--block-size B] [--numel N]
+    python -m core neuzip throughput --model smollm2-135m --k 3 --block-size 128 [--numel N]   # NeuZip, ZipNN, ...
     python -m core neuzip compress   --model smollm2-135m --k 7 --out weights.neuzip.safetensors
     python -m core neuzip decompress weights.neuzip.safetensors [--model smollm2-135m] [--out plain.safetensors]
-    python -m core neuzip precompute [--model smollm2-135m] [--words 2000]   # the tab's example
+    python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
 
 ``--out`` writes data as ``.json`` / ``.csv`` or the figure as a self-contained ``.html`` (plotly.js
 included, works offline). Every parameter is checked before a model is loaded; bad input exits with
@@ -121,8 +121,10 @@ def _throughput_args(p):
     THROUGHPUT_NUMEL = nz.THROUGHPUT_NUMEL
     _model_arg(p)
     _k_arg(p)
-    p.add_argument("--numel", type=int, default=THROUGHPUT_NUMEL, help="weights to time (from the linear layers)")
-    p.add_argument("--repeats", type=int, default=3, help="best of this many runs")
+    p.add_argument("--numel", type=int, default=THROUGHPUT_NUMEL,
+                   help="time at least this many weights: whole linear weight tensors, in the model's order")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per codec and tensor, the codecs taking turns "
+                                                          "(the median counts)")
     _out_arg(p)
 
 
@@ -134,9 +136,8 @@ def run_throughput(args):
     bar = ProgressBar()
     res = nz.throughput_result(args.model, args.k, _block(args.block_size), args.numel, args.repeats, progress=bar)
     bar.close()
-    r = res.data
-    emit(args, r, f"{args.model}: {r['numel']:,} weights ({2 * r['numel'] / 1e6:.1f} MB bf16)\n"
-                  + table(res.tables["throughput"]), res)
+    emit(args, res.data, res.status.replace("**", "").replace("`", "") + "\n"
+         + table([{k: ("" if v is None else v) for k, v in r.items()} for r in res.tables["throughput"]]), res)
 
 
 def _compress_args(p):
@@ -171,11 +172,14 @@ def _precompute_args(p):
     p.add_argument("--words", type=int, default=nz.DEFAULT_WORDS, help="evaluation words of the trade-off")
     p.add_argument("--block-size", type=int, default=128, metavar="B", help="normaliser block size")
     p.add_argument("--out", metavar="FILE", help="the example store (default assets/neuzip/examples.json)")
+    p.add_argument("--only", nargs="+", choices=list(nz.EXAMPLE_PARTS), metavar="PART",
+                   help="measure only these parts (" + ", ".join(nz.EXAMPLE_PARTS) + ") and keep the others from the "
+                        "store at --out")
 
 
 def run_precompute(args):
     bar = ProgressBar()
-    path = nz.precompute_examples(args.model, args.words, args.block_size, args.out, progress=bar)
+    path = nz.precompute_examples(args.model, args.words, args.block_size, args.out, progress=bar, only=args.only)
     bar.close()
     emit(args, {"written": str(path)}, f"wrote {path}")
 
@@ -188,7 +192,8 @@ def register(groups) -> None:
     cmd("table", "bits per weight per layer vs the entropy bound, zstd and zlib", _table_args)(run_table)
     cmd("tradeoff", "memory / word-level perplexity of bf16, NeuZip k=7,3,1,0 and quantization baselines",
         _tradeoff_args)(run_tradeoff)
-    cmd("throughput", "compress / decompress MB/s against a plain memory copy", _throughput_args)(run_throughput)
+    cmd("throughput", "bits/weight and 1-thread compress / decompress MB/s: NeuZip, ZipNN, zstd, a memory copy",
+        _throughput_args)(run_throughput)
     cmd("compress", "write a model's linear weights as a NeuZip checkpoint", _compress_args)(run_compress)
     cmd("decompress", "read a NeuZip checkpoint back (and check it against the model)",
         _decompress_args)(run_decompress)

@@ -4,7 +4,8 @@
   plain memory copy as the speed limit), each with its label and colour;
 - :func:`codec_comparison`: bits per weight (every stored byte) and 1-thread compress / decompress
   MB/s of each codec on the same bf16 tensors, with NeuZip's bits broken down (entropy, coding loss,
-  tables, chunk headers, metadata). Its ``rows`` are what a throughput chart needs;
+  tables, chunk headers, metadata), and optionally NeuZip's lossy settings timed in the same turns.
+  Its ``rows`` are what a throughput chart needs;
 - :func:`forward_ratio`: the forward time of a compressed model over the bf16 model's, on one torch
   thread, for lossless and lossy settings, with and without decoding ahead;
 - :func:`synthetic_weights`: Gaussian / Student-t weights of given shapes and scales (weights with
@@ -25,10 +26,13 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.neuzip.codec import CompressedTensor, check_params, compress, to_bf16
+from core.neuzip.codec import CompressedTensor, check_params, compress, split_fields, to_bf16
 from core.neuzip.measure import entropy_bits
+from core.neuzip.normaliser import denormalise
+from kernels.neuzip_bits import merge_bf16
 
-__all__ = ["Codec", "CODECS", "codec_comparison", "forward_ratio", "synthetic_weights", "zipnn_available"]
+__all__ = ["Codec", "CODECS", "codec_comparison", "forward_ratio", "lossy_label", "synthetic_weights",
+           "truncated_reference", "zipnn_available"]
 
 Progress = Callable[[int, int, str], None]
 
@@ -45,7 +49,8 @@ def _zstd_available() -> bool:
 @dataclass(frozen=True)
 class Codec:
     """A lossless codec of bf16 bytes: ``make()`` returns ``(compress(x) -> blob, decompress(blob) ->
-    bf16 tensor, nbytes(blob) -> int)`` for ``x: (N,) bfloat16``."""
+    bf16 tensor, nbytes(blob) -> int)`` for ``x: (N,) bfloat16``. A codec with lossy settings too
+    (NeuZip) has ``make_lossy(k, block_size)`` of the same shape and ``lossy_colour`` for their rows."""
 
     name: str
     label: str
@@ -53,13 +58,33 @@ class Codec:
     available: Callable[[], bool]
     make: Callable[[], tuple[Callable, Callable, Callable]]
     note: str = ""
+    make_lossy: Callable[[int, int | None], tuple[Callable, Callable, Callable]] | None = None
+    lossy_colour: str = ""
 
 
 def _neuzip() -> tuple[Callable, Callable, Callable]:
+    return _neuzip_lossy(7, None)
+
+
+def _neuzip_lossy(k: int, block_size: int | None) -> tuple[Callable, Callable, Callable]:
     def decompress(ct: CompressedTensor) -> torch.Tensor:
         return ct.decompress()
 
-    return (lambda x: compress(x), decompress, lambda ct: ct.nbytes)
+    return (lambda x: compress(x, k, block_size), decompress, lambda ct: ct.nbytes)
+
+
+def truncated_reference(x: torch.Tensor, k: int, block_size: int | None) -> torch.Tensor:
+    """What a lossy NeuZip round trip of ``x: (N,) bfloat16`` must give bit for bit: the normaliser and the
+    mantissa rounding alone, merged back by the kernels' dispatcher (its PyTorch twin on CPU), with no entropy
+    coding: ``(N,) bfloat16``."""
+    exponent, fields, scales = split_fields(x, k, block_size)
+    y = merge_bf16(exponent, fields, k)
+    return y if scales is None else denormalise(y, scales, block_size)
+
+
+def lossy_label(k: int, block_size: int | None) -> str:
+    """``NeuZip k=3, B=128``: the label of a lossy NeuZip row."""
+    return f"NeuZip k={k}" + (f", B={block_size}" if block_size else "")
 
 
 def _zipnn() -> tuple[Callable, Callable, Callable]:
@@ -95,7 +120,8 @@ def _memcpy() -> tuple[Callable, Callable, Callable]:
 
 CODECS: dict[str, Codec] = {
     "neuzip": Codec("neuzip", "NeuZip (lossless)", "#0072B2", lambda: True, _neuzip,
-                    "exponent pairs rANS-coded, 8 interleaved states, numba, decoded into a new tensor"),
+                    "exponent pairs rANS-coded, 8 interleaved states, numba, decoded into a new tensor",
+                    make_lossy=_neuzip_lossy, lossy_colour="#56B4E9"),
     "zipnn": Codec("zipnn", "ZipNN 0.5.4", "#E69F00", zipnn_available, _zipnn,
                    "pip install zipnn==0.5.4 (Huffman-coded exponent bytes), threads=1"),
     "zstd": Codec("zstd", "zstd -3 (raw bytes)", "#009E73", _zstd_available, _zstd, "zstandard level 3, one thread"),
@@ -113,7 +139,8 @@ class _OneThread:
 
 
 def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] = ("neuzip", "zipnn", "zstd", "memcpy"),
-                     repeats: int = 5, progress: Progress | None = None) -> dict:
+                     repeats: int = 5, progress: Progress | None = None,
+                     lossy: tuple[tuple[int, int | None], ...] = ()) -> dict:
     """Lossless bits per weight and one-thread MB/s of each codec on the same tensors, side by side.
 
     Parameters
@@ -121,16 +148,20 @@ def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] =
     tensors : ``{name: tensor}`` of floating weights (converted to bf16; the result says so)
     codecs : names in :data:`CODECS`; one not installed is skipped with a note
     repeats : each (tensor, codec) is timed this many times, the codecs taking turns; the median counts
+    lossy : NeuZip ``(k, block_size)`` settings with ``k < 7``, each timed as one more row in the same turns
 
     Returns
     -------
     dict with ``weights``, ``bytes`` (bf16), ``tensors``, ``exponent_entropy`` and ``entropy_bound``
     (bits per weight: the order-0 exponent entropy of each tensor, weighted, + 8 for sign and
-    mantissa), ``rows`` (one per codec: ``codec``, ``label``, ``colour``, ``bits_per_weight``,
-    ``gap_percent`` over the bound, ``compress_MBps``, ``decompress_MBps``: MB = 1e6 bytes of bf16,
-    the codec's own API, timings summed over tensors), ``neuzip_breakdown`` (bits per weight: the
-    entropy, coding loss, tables, chunk headers, metadata), ``skipped`` (codec -> why), ``threads``
-    (1) and ``note`` (a dtype conversion, or None). Every round trip is checked bit for bit.
+    mantissa), ``rows`` (one per codec, each lossy setting right after NeuZip's lossless row: ``codec``,
+    ``label``, ``colour``, ``lossless``, ``k`` and ``block_size`` (NeuZip rows; None for the others),
+    ``bits_per_weight``, ``gap_percent`` over the bound (lossless codecs), ``compress_MBps``,
+    ``decompress_MBps``: MB = 1e6 bytes of bf16, the codec's own API, timings summed over tensors),
+    ``neuzip_breakdown`` (bits per weight: the entropy, coding loss, tables, chunk headers, metadata),
+    ``skipped`` (codec -> why), ``threads`` (1) and ``note`` (a dtype conversion, or None). Every
+    lossless round trip is checked bit for bit, and a lossy one bit for bit against
+    :func:`truncated_reference` (the same truncation without entropy coding).
     NeuZip's coding loss counts the rANS words and the escaped bytes against the entropy.
     """
     if not tensors:
@@ -138,10 +169,21 @@ def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] =
     unknown = [c for c in codecs if c not in CODECS]
     if unknown:
         raise BadInputError(f"unknown codec(s) {unknown}.", fix="pick from " + ", ".join(CODECS))
+    lossy = tuple((int(k), None if b is None else int(b)) for k, b in lossy)
+    for k, b in lossy:
+        check_params(k, b)
+        if k == 7:
+            raise BadInputError("a lossy setting needs k < 7 (k = 7 is NeuZip's lossless row).")
     chosen = {c: CODECS[c] for c in codecs if CODECS[c].available()}
     skipped = {c: f"not installed ({CODECS[c].note})" for c in codecs if c not in chosen}
-    impl = {c: codec.make() for c, codec in chosen.items()}
-    stats = {c: {"bytes": 0, "comp": 0.0, "decomp": 0.0} for c in chosen}
+    # one entry per row: (codec, label, colour, k, block_size, (compress, decompress, nbytes))
+    entries: dict[str, tuple] = {}
+    for c, codec in chosen.items():
+        entries[c] = (c, codec.label, codec.colour, 7 if c == "neuzip" else None, None, codec.make())
+        if c == "neuzip":
+            for k, b in lossy:
+                entries[lossy_label(k, b)] = (c, lossy_label(k, b), codec.lossy_colour, k, b, codec.make_lossy(k, b))
+    stats = {r: {"bytes": 0, "comp": 0.0, "decomp": 0.0} for r in entries}
     parts = {"entropy": 0.0, "words": 0, "tables": 0, "chunk_headers": 0, "metadata": 0, "fields": 0}
     n_total, notes = 0, set()
     with _OneThread(), warnings.catch_warnings():
@@ -158,12 +200,13 @@ def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] =
             h = entropy_bits(np.bincount(((bits.numpy().view(np.uint16) >> 7) & 0xFF), minlength=256))
             parts["entropy"] += h * n
             blobs = {}
-            for c, (comp, decomp, size) in impl.items():
-                blobs[c] = blob = comp(x)
-                if not torch.equal(decomp(blob).reshape(-1).view(torch.int16), bits):
-                    raise RuntimeError(f"{c} did not round-trip {name} bit for bit")
-                stats[c]["bytes"] += size(blob)
-                if c == "neuzip":
+            for r, (c, _, _, k, b, (comp, decomp, size)) in entries.items():
+                blobs[r] = blob = comp(x)
+                want = bits if k in (None, 7) else truncated_reference(x, k, b).view(torch.int16)
+                if not torch.equal(decomp(blob).reshape(-1).view(torch.int16), want):
+                    raise RuntimeError(f"{r} did not round-trip {name} bit for bit")
+                stats[r]["bytes"] += size(blob)
+                if r == "neuzip":
                     s = blob.exponents
                     parts["words"] += s.words.nbytes + s.escapes.nbytes
                     parts["tables"] += s.table.nbytes
@@ -171,26 +214,29 @@ def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] =
                     parts["fields"] += blob.fields.numel()
                     parts["metadata"] += blob.nbytes - s.nbytes - blob.fields.numel()
             # the codecs take turns within each repeat, so a change in the machine's load hits them alike
-            times = {c: ([], []) for c in impl}
+            times = {r: ([], []) for r in entries}
             for _ in range(repeats):
-                for c, (comp, decomp, _) in impl.items():
+                for r, (*_, (comp, decomp, _)) in entries.items():
                     t0 = time.perf_counter()
                     comp(x)
                     t1 = time.perf_counter()
-                    decomp(blobs[c])
+                    decomp(blobs[r])
                     t2 = time.perf_counter()
-                    times[c][0].append(t1 - t0)
-                    times[c][1].append(t2 - t1)
-            for c, (tc, td) in times.items():
-                stats[c]["comp"] += statistics.median(tc)
-                stats[c]["decomp"] += statistics.median(td)
+                    times[r][0].append(t1 - t0)
+                    times[r][1].append(t2 - t1)
+            for r, (tc, td) in times.items():
+                stats[r]["comp"] += statistics.median(tc)
+                stats[r]["decomp"] += statistics.median(td)
     h = parts["entropy"] / n_total
     bound = h + 8.0
     rows = []
-    for c, st in stats.items():
+    for r, st in stats.items():
+        c, label, colour, k, b, _ = entries[r]
         bpw = 8.0 * st["bytes"] / n_total
-        rows.append({"codec": c, "label": chosen[c].label, "colour": chosen[c].colour,
-                     "bits_per_weight": bpw, "gap_percent": None if c == "memcpy" else 100.0 * (bpw - bound) / bound,
+        lossless = k in (None, 7)
+        rows.append({"codec": c, "label": label, "colour": colour, "lossless": lossless, "k": k, "block_size": b,
+                     "bits_per_weight": bpw,
+                     "gap_percent": 100.0 * (bpw - bound) / bound if lossless and c != "memcpy" else None,
                      "compress_MBps": None if c == "memcpy" else 2 * n_total / st["comp"] / 1e6,
                      "decompress_MBps": 2 * n_total / st["decomp"] / 1e6, "note": chosen[c].note})
     breakdown = None

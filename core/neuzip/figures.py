@@ -122,21 +122,63 @@ def tradeoff_figure(result: dict, log_x: bool = False):
     return fig
 
 
+def _speed_text(v) -> str:
+    return "" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.2g}"
+
+
 def throughput_figure(result: dict):
-    """Compress / decompress MB/s against a plain copy of the same bytes (log scale)."""
+    """Left: compress and decompress MB/s of each codec (one thread, log scale), the memory copy as the limit line;
+    right: each codec's bits per weight against the entropy bound and bf16's 16. Colours and labels come from the
+    codec registry (:data:`core.neuzip.compare.CODECS`), one legend entry per codec for both panels."""
     import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
 
     rows = result["rows"]
-    labels = [r["label"] for r in rows]
-    fig = go.Figure()
-    for key, name, colour in (("compress_MBps", "compress", PALETTE[0]), ("decompress_MBps", "decompress", PALETTE[1]),
-                              ("memcpy_MBps", "memory copy (the limit)", "#475569")):
-        ys = [r[key] for r in rows]
-        fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker_color=colour, text=[f"{y:,.0f}" if y >= 100 else f"{y:.3g}" for y in ys],
-                             textposition="outside"))
-    device = rows[0].get("device", "cpu") if rows else "cpu"
-    style(fig, f"Throughput on this machine ({device}), {2 * result['numel'] / 1e6:.3g} MB of bf16 weights",
-           "NeuZip setting", "MB/s of bf16 input (log scale)")
-    fig.update_layout(barmode="group")
-    fig.update_yaxes(type="log")
+    codecs = [r for r in rows if r["codec"] != "memcpy"]
+    copy = next((r for r in rows if r["codec"] == "memcpy"), None)
+    bound = result.get("entropy_bound")
+    fig = make_subplots(rows=1, cols=2, column_widths=[0.6, 0.4], horizontal_spacing=0.2,
+                        subplot_titles=("speed, one thread (higher is better)", "size (lower is better)"))
+    for r in codecs:
+        hover = (f"{r['label']}<br>%{{x}}: %{{y:,.1f}} MB/s<br>{r['bits_per_weight']:.3f} bits/weight"
+                 + ("" if r["gap_percent"] is None else f" ({r['gap_percent']:.2f} % over the bound)")
+                 + ("" if r["lossless"] else "<br>lossy (mantissa rounded)") + "<extra></extra>")
+        ys = [r["compress_MBps"], r["decompress_MBps"]]
+        fig.add_trace(go.Bar(x=["compress", "decompress"], y=ys, name=r["label"], legendgroup=r["label"],
+                             marker_color=r["colour"], text=[_speed_text(y) for y in ys], textposition="outside",
+                             cliponaxis=False, hovertemplate=hover), 1, 1)
+        fig.add_trace(go.Bar(x=[r["bits_per_weight"]], y=[r["label"]], orientation="h", name=r["label"],
+                             legendgroup=r["label"], showlegend=False, marker_color=r["colour"],
+                             text=[f"{r['bits_per_weight']:.3f}"], textposition="outside", cliponaxis=False,
+                             hovertemplate=f"{r['label']}: %{{x:.3f}} bits/weight<extra></extra>"), 1, 2)
+    references = ([("entropy bound (lossless)", bound)] if bound else []) + [("bf16", 16.0)]
+    fig.add_trace(go.Bar(x=[v for _, v in references], y=[n for n, _ in references], orientation="h",
+                         marker_color="#cbd5e1", showlegend=False, text=[f"{v:.3f}" if v != 16 else "16"
+                                                                          for _, v in references],
+                         textposition="outside", cliponaxis=False,
+                         hovertemplate="%{y}: %{x:.3f} bits/weight<extra></extra>"), 1, 2)
+    if bound:
+        fig.add_vline(x=bound, line_dash="dot", line_color="#475569", row=1, col=2)
+    speeds = [y for r in codecs for y in (r["compress_MBps"], r["decompress_MBps"]) if y]
+    if copy is not None:
+        mbps = copy["decompress_MBps"]
+        speeds.append(mbps)
+        name = f"{copy['label']}: {_speed_text(mbps)} MB/s (the limit)"
+        fig.add_hline(y=mbps, line_dash="dash", line_color=copy["colour"], line_width=2, row=1, col=1)
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name, hoverinfo="skip",
+                                 line={"color": copy["colour"], "dash": "dash", "width": 2}), 1, 1)
+        fig.add_annotation(text=name, x=1, y=math.log10(mbps), xref="x domain", yref="y", xanchor="right",
+                           yanchor="bottom", showarrow=False, font={"size": 13})
+    model = result.get("model")
+    style(fig, f"Throughput on this machine ({result.get('device', 'cpu')}, 1 thread): {2 * result['numel'] / 1e6:.3g} "
+               f"MB of bf16 weights" + (f" of {model}" if model else ""), None, None, height=500)
+    fig.update_xaxes(title_text="operation on the bf16 weights", showline=True, linecolor="#475569", row=1, col=1)
+    lo, hi = (math.log10(min(speeds)) - 0.3, math.log10(max(speeds)) + 0.35) if speeds else (0, 4)
+    ticks = [m * 10 ** e for e in range(-1, 7) for m in (1, 3) if lo <= math.log10(m * 10 ** e) <= hi]
+    fig.update_yaxes(title_text="MB/s of bf16 input (log scale)", type="log", range=[lo, hi], tickvals=ticks,
+                     tickformat=",", showline=True, linecolor="#475569", row=1, col=1)
+    fig.update_xaxes(title_text="bits per weight (every stored byte)", range=[0, 18.5], showline=True,
+                     linecolor="#475569", row=1, col=2)
+    fig.update_yaxes(autorange="reversed", row=1, col=2)
+    fig.update_layout(barmode="group", bargap=0.25, legend={"orientation": "h", "y": -0.2, "x": 0})
     return fig

@@ -4,7 +4,7 @@
     weights_result(ref, k, block_size)        bit-field histograms + the per-layer compression table
     histograms_result(ref), table_result(...) each of the two alone (the CLI's commands)
     tradeoff_result(ref, ...)                 memory / word-level perplexity points, Pareto front marked
-    throughput_result(ref, k, block_size)     compress / decompress MB/s against a memory copy (timed now)
+    throughput_result(ref, k, block_size)     bits/weight and 1-thread MB/s of NeuZip, ZipNN, zstd, a memory copy
     compress_result(...), decompress_result(...)   a model's linear weights as a NeuZip checkpoint and back
     shown_result(parts)                       the files of what a page shows
     example_parts(), precompute_examples()    the committed example (``assets/neuzip/examples.json``)
@@ -24,7 +24,8 @@ from torch import nn
 from core.errors import BadInputError
 from core.neuzip import figures as F
 from core.neuzip.codec import check_params, compress
-from core.neuzip.measure import bitfield_histograms, compression_table, throughput
+from core.neuzip.compare import codec_comparison
+from core.neuzip.measure import bitfield_histograms, compression_table
 from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, SKIP, METHODS, default_settings,
                                   tradeoff)
 from core.paths import ASSETS_DIR
@@ -32,7 +33,7 @@ from core.runner import ExampleStore, Result, item_progress, lookup, report, res
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "neuzip" / "examples.json")
 EXAMPLE_MODEL = "smollm2-135m"
-THROUGHPUT_NUMEL = 4 * 1024 * 1024  # weights timed by default (8 MB of bf16)
+THROUGHPUT_NUMEL = 4 * 1024 * 1024  # weights timed by default, at least (whole tensors: 5.3 M on SmolLM2)
 KS = (7, 3, 1, 0)
 
 
@@ -175,55 +176,70 @@ def tradeoff_view(r: dict, source: str = "computed", key: str | None = None, log
 
 
 def throughput_rows(result: dict) -> list[dict]:
-    return [{"setting": r["label"], "compress_MBps": round(r["compress_MBps"], 1),
-             "decompress_MBps": round(r["decompress_MBps"], 1), "memcpy_MBps": round(r["memcpy_MBps"], 1),
-             "decompress_vs_memcpy": round(r["decompress_vs_memcpy"], 1), "bits_per_weight": round(r["bits_per_weight"], 3)}
-            for r in result["rows"]]
+    """One row per codec (and lossy NeuZip setting): bits per weight and one-thread MB/s, rounded for display."""
+    copy = next((r["decompress_MBps"] for r in result["rows"] if r["codec"] == "memcpy"), None)
+
+    def rnd(v, d):
+        return None if v is None else round(v, d)
+    return [{"codec": r["label"], "bits_per_weight": rnd(r["bits_per_weight"], 3),
+             "gap_to_bound_percent": rnd(r["gap_percent"], 3), "compress_MBps": rnd(r["compress_MBps"], 1),
+             "decompress_MBps": rnd(r["decompress_MBps"], 1),
+             "decompress_time_vs_copy": None if copy is None or r["codec"] == "memcpy"
+             else round(copy / r["decompress_MBps"], 1)} for r in result["rows"]]
 
 
-def model_throughput(ref: str, settings=((7, None),), numel: int = THROUGHPUT_NUMEL, repeats: int = 3,
-                     progress=None) -> dict:
-    """Compress / decompress speed for each ``(k, block_size)`` on the first ``numel`` linear weights of the model
-    (concatenated), against a copy of the same bytes: ``{"model", "numel", "rows"}``."""
-    for k, b in settings:
-        check_params(k, b)
+def first_weights(ref: str, numel: int = THROUGHPUT_NUMEL, progress=None) -> dict[str, torch.Tensor]:
+    """The model's linear weights in order, whole tensors, until they hold at least ``numel`` weights."""
     if isinstance(numel, bool) or not isinstance(numel, int) or numel < 1024:
         raise BadInputError(f"numel must be an integer >= 1024, got {numel!r}.")
-    parts, total = [], 0
-    for w in _weights(ref, progress).values():
-        take = w.reshape(-1)[: numel - total]
-        parts.append(take.to(torch.bfloat16))
-        total += take.numel()
+    chosen, total = {}, 0
+    for name, w in _weights(ref, progress).items():
+        chosen[name] = w
+        total += w.numel()
         if total >= numel:
             break
-    x = torch.cat(parts)
-    rows = []
-    for i, (k, b) in enumerate(settings):
-        report(progress, i / len(settings), f"timing k={k}" + (f", B={b}" if b else ""))
-        rows.append({"label": f"k={k}" + (f", B={b}" if b else "") + (" (lossless)" if k == 7 else ""),
-                     "k": k, "block_size": b, **throughput(x, k, b, repeats=repeats)})
-    return {"model": ref, "numel": int(x.numel()), "rows": rows}
+    return chosen
+
+
+def model_throughput(ref: str, lossy=(), numel: int = THROUGHPUT_NUMEL, repeats: int = 5, progress=None) -> dict:
+    """:func:`core.neuzip.codec_comparison` of every installed codec (NeuZip, ZipNN, zstd, a memory copy) and the
+    NeuZip ``lossy`` settings ``[(k, block_size)]`` on the first linear weights of the model (whole tensors, at least
+    ``numel`` weights), one thread each, side by side: its dict plus ``model``, ``numel`` and ``names``."""
+    weights = first_weights(ref, numel, progress)
+    report(progress, 0.1, f"timing the codecs on {len(weights)} tensors")
+    r = codec_comparison(weights, repeats=repeats, lossy=tuple(lossy),
+                         progress=item_progress(progress, "timing the codecs on tensor", 0.1, 1.0))
+    return {"model": ref, "numel": r["weights"], "names": list(weights), "device": "cpu", **r}
 
 
 def throughput_result(ref: str, k: int = 7, block_size: int | None = None, numel: int = THROUGHPUT_NUMEL,
-                      repeats: int = 3, progress=None) -> Result:
-    """Compress / decompress MB/s on this machine (lossless, and ``k`` when lossy), timed now (never cached)."""
+                      repeats: int = 5, progress=None) -> Result:
+    """Bits per weight and one-thread compress / decompress MB/s of NeuZip (lossless, and ``k`` / ``block_size``
+    when ``k < 7``), ZipNN (when installed), zstd and a memory copy, side by side, timed now (never cached)."""
     ref = _ref(ref)
     block_size = None if int(k) == 7 else block_size
     check_params(k, block_size)
-    if repeats < 1:
-        raise BadInputError("--repeats must be >= 1.")
-    settings = [(7, None)] if int(k) == 7 else [(7, None), (int(k), block_size)]
-    return throughput_view(model_throughput(ref, settings, numel, repeats, progress=progress))
+    if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+        raise BadInputError(f"repeats must be an integer >= 1, got {repeats!r}.")
+    lossy = [] if int(k) == 7 else [(int(k), block_size)]
+    return throughput_view(model_throughput(ref, lossy, numel, repeats, progress=progress))
 
 
 def throughput_view(r: dict, source: str = "computed") -> Result:
-    parts = [f"{x['label']}: compress {x['compress_MBps']:.3g} MB/s, decompress {x['decompress_MBps']:.3g} MB/s "
-             f"({x['decompress_vs_memcpy']:,.0f}x the time of a memory copy at {x['memcpy_MBps']:,.0f} MB/s)"
-             for x in r["rows"]]
-    src = "precomputed example" if source == "precomputed" else "measured now"
-    return Result(f"{src} on {2 * r['numel'] / 1e6:.3g} MB of bf16 weights: " + "; ".join(parts) + ".", r,
-                  tables={"throughput": throughput_rows(r)}, figures={"throughput": F.throughput_figure(r)},
+    def speed(v):
+        return "-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    parts = [f"{x['label']}: {x['bits_per_weight']:.3f} bits/weight, compress {speed(x['compress_MBps'])} / "
+             f"decompress **{speed(x['decompress_MBps'])}** MB/s" for x in r["rows"] if x["codec"] != "memcpy"]
+    copy = [x for x in r["rows"] if x["codec"] == "memcpy"]
+    src = "Precomputed example" if source == "precomputed" else "Measured now"
+    status = (f"{src}, one thread each, the codecs taking turns (median of {r['repeats']}; every round trip checked "
+              f"bit for bit), on the first {r['tensors']} linear weight tensors of `{r['model']}` "
+              f"({2 * r['numel'] / 1e6:.3g} MB of bf16; entropy bound {r['entropy_bound']:.3f} bits/weight): "
+              + "; ".join(parts) + (f"; a memory copy {speed(copy[0]['decompress_MBps'])} MB/s." if copy else "."))
+    if "zipnn" in r.get("skipped", {}):
+        status += (" ZipNN is not installed here, so it is left out: `pip install zipnn==0.5.4` (pinned in "
+                   "requirements-dev.txt) adds it.")
+    return Result(status, r, tables={"throughput": throughput_rows(r)}, figures={"throughput": F.throughput_figure(r)},
                   source=source, stem="neuzip-throughput")
 
 
@@ -314,19 +330,20 @@ def shown_result(parts: dict, log_x: bool = False) -> Result:
 
 # ---- the committed example ----------------------------------------------------------------------------------------
 def example_entries(example: dict, fingerprint: str, baselines: bool | None = None) -> list[dict]:
-    """Store entries of one precomputed example ``{"model", "histograms", "table", "throughput", "tradeoff"}``,
-    keyed as :func:`histograms_result`, :func:`table_result` and :func:`tradeoff_result` look them up (``baselines``:
-    whether the trade-off was asked with the baselines; default: whether it has any)."""
+    """Store entries of one precomputed example ``{"model", "histograms", "table", "throughput", "tradeoff"}`` (a part
+    may be absent), keyed as :func:`histograms_result`, :func:`table_result` and :func:`tradeoff_result` look them up
+    (``baselines``: whether the trade-off was asked with the baselines; default: whether it has any)."""
     model, entries = example["model"], []
 
     def add(analysis, params, data):
         entries.append({"model": model, "fingerprint": fingerprint, "analysis": analysis,
                         "params": {**params, "version": CACHE_VERSION}, "data": data})
-    h = {k: v for k, v in example["histograms"].items() if k != "model"}
-    add("neuzip/histograms", {"skip": list(SKIP)}, h)
-    t = example["table"]
-    add("neuzip/table", {"k": t["mantissa_bits"], "block_size": t.get("block_size"), "skip": list(SKIP)},
-        {k: v for k, v in t.items() if k != "model"})
+    if example.get("histograms"):
+        add("neuzip/histograms", {"skip": list(SKIP)}, {k: v for k, v in example["histograms"].items() if k != "model"})
+    if example.get("table"):
+        t = example["table"]
+        add("neuzip/table", {"k": t["mantissa_bits"], "block_size": t.get("block_size"), "skip": list(SKIP)},
+            {k: v for k, v in t.items() if k != "model"})
     if example.get("tradeoff"):
         r = example["tradeoff"]
         if baselines is None:
@@ -347,14 +364,15 @@ def write_example(path, example: dict) -> Path:
 
 def example_parts(ref: str = EXAMPLE_MODEL) -> tuple[dict, dict[str, Result]]:
     """The committed example of ``ref`` for the first view: its data parts and their Results (empty when none, or
-    when it was computed with other weights)."""
+    when it was computed with other weights or an older codec)."""
     from core.zoo import fingerprint
 
     try:
         fp = fingerprint(ref)
     except BadInputError:
         return {}, {}
-    by = {e["analysis"]: e for e in EXAMPLES.entries() if e["fingerprint"] == fp}
+    by = {e["analysis"]: e for e in EXAMPLES.entries()
+          if e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION}  # not a stale codec's figures
     if "neuzip/histograms" not in by or "neuzip/table" not in by:
         return {}, {}
 
@@ -375,15 +393,40 @@ def example_parts(ref: str = EXAMPLE_MODEL) -> tuple[dict, dict[str, Result]]:
     return parts, results
 
 
-def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, block_size: int = 128, path=None,
-                        progress=None) -> Path:
-    """Measure the first view of the tab afresh and write it as the example store (minutes per setting on 2 cores)."""
-    from core.runner import recomputing
+EXAMPLE_PARTS = {"histograms": "neuzip/histograms", "table": "neuzip/table", "throughput": "neuzip/throughput",
+         "tradeoff": "neuzip/tradeoff-result"}  # the parts of the example -> their store analysis
 
+
+def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, block_size: int = 128, path=None,
+                        progress=None, only=None) -> Path:
+    """Measure the first view of the tab afresh and write it as the example store (minutes per setting on 2 cores).
+
+    ``only``: measure just these parts (names in :data:`EXAMPLE_PARTS`) and keep the other parts of ``ref`` from the store
+    already at ``path`` (e.g. ``only=("throughput",)`` re-times the codecs without redoing the trade-off)."""
+    from core.runner import recomputing
+    from core.zoo import fingerprint
+
+    only = tuple(EXAMPLE_PARTS) if only is None else tuple(only)
+    unknown = [p for p in only if p not in EXAMPLE_PARTS]
+    if unknown or not only:
+        raise BadInputError(f"unknown example part(s) {unknown or only}.", fix="pick from " + ", ".join(EXAMPLE_PARTS))
+    path = Path(path or EXAMPLES.path)
+    fp = fingerprint(ref)
+    keep = {EXAMPLE_PARTS[p] for p in EXAMPLE_PARTS if p not in only}
+    kept = [e for e in ExampleStore(path).entries() if e["fingerprint"] == fp and e["analysis"] in keep
+            and e["params"].get("version") == CACHE_VERSION] if keep else []
+    missing = [p for p in EXAMPLE_PARTS if p not in only and EXAMPLE_PARTS[p] not in {e["analysis"] for e in kept}]
+    if missing:
+        raise BadInputError(f"{path} holds no current {', '.join(missing)} of {ref} to keep.",
+                            fix="precompute every part (leave out --only)")
+    example = {"model": ref}
     with recomputing():
-        h = histograms_result(ref, progress=scaled(progress, 0.0, 0.05)).data
-        t = table_result(ref, 7, None, progress=scaled(progress, 0.05, 0.1)).data
-        thr = model_throughput(ref, [(7, None), (3, block_size)], progress=scaled(progress, 0.1, 0.15))
-        r = tradeoff_result(ref, KS, block_size, words, progress=scaled(progress, 0.15, 1.0)).data
-    return write_example(path or EXAMPLES.path, {"model": ref, "histograms": h, "table": t, "throughput": thr,
-                                                 "tradeoff": r})
+        if "histograms" in only:
+            example["histograms"] = histograms_result(ref, progress=scaled(progress, 0.0, 0.05)).data
+        if "table" in only:
+            example["table"] = table_result(ref, 7, None, progress=scaled(progress, 0.05, 0.1)).data
+        if "throughput" in only:
+            example["throughput"] = model_throughput(ref, [(3, block_size)], progress=scaled(progress, 0.1, 0.15))
+        if "tradeoff" in only:
+            example["tradeoff"] = tradeoff_result(ref, KS, block_size, words, progress=scaled(progress, 0.15, 1.0)).data
+    return ExampleStore.write(path, kept + example_entries(example, fp))

@@ -78,3 +78,46 @@ def test_forward_ratio_rows():
     assert [(row["k"], row["decode_ahead"]) for row in r["rows"]] == [(7, 0), (7, 1), (1, 0), (1, 1)]
     assert all(row["ratio"] > 0 and np.isfinite(row["seconds"]) for row in r["rows"])
     assert r["rows"][0]["max_abs_logit_diff"] == 0.0 and r["rows"][2]["max_abs_logit_diff"] > 0
+
+
+def test_lossy_settings_are_timed_beside_the_lossless_codecs():
+    r = codec_comparison(_weights(), codecs=("neuzip", "zstd", "memcpy"), repeats=1, lossy=((3, 64), (0, None)))
+    assert [row["label"] for row in r["rows"]] == ["NeuZip (lossless)", "NeuZip k=3, B=64", "NeuZip k=0",
+                                                   "zstd -3 (raw bytes)", "memory copy"]
+    lossy = [row for row in r["rows"] if not row["lossless"]]
+    assert [(row["codec"], row["k"], row["block_size"]) for row in lossy] == [("neuzip", 3, 64), ("neuzip", 0, None)]
+    assert all(row["colour"] == CODECS["neuzip"].lossy_colour and row["gap_percent"] is None for row in lossy)
+    # every stored byte, as when compressing alone (k=3: sign + 3 mantissa bits, the exponents, the scales)
+    from core.neuzip import compress
+    alone = sum(compress(w.reshape(-1), 3, 64).nbytes for w in _weights().values())  # measured flat
+    assert math.isclose(lossy[0]["bits_per_weight"], 8 * alone / r["weights"])
+    assert lossy[1]["bits_per_weight"] < lossy[0]["bits_per_weight"] < r["rows"][0]["bits_per_weight"]
+    with pytest.raises(BadInputError):
+        codec_comparison(_weights(), codecs=("neuzip",), lossy=((7, None),))
+    with pytest.raises(BadInputError):
+        codec_comparison(_weights(), codecs=("neuzip",), lossy=((3, 100),))
+
+
+def test_the_truncation_reference_rounds_within_half_a_last_bit():
+    x = synthetic_weights({"w": ((50, 40), 0.02)}, "student-t", seed=3)["w"].reshape(-1)
+    for k in (0, 1, 3):
+        y = compare.truncated_reference(x, k, None).float()
+        assert float(((y - x.float()).abs() / x.float().abs().clamp_min(1e-30)).max()) <= 2.0 ** -(k + 1)
+        assert torch.equal(compare.truncated_reference(y.to(torch.bfloat16), k, None).float(), y)  # idempotent
+
+
+@pytest.mark.parametrize("lossy", [False, True])
+def test_a_round_trip_that_is_not_bit_exact_is_caught(monkeypatch, lossy):
+    import dataclasses
+
+    def off_by_one(make):
+        def wrapped(*args):
+            comp, decomp, size = make(*args)
+            return comp, (lambda blob: (decomp(blob).reshape(-1).view(torch.int16) ^ 1).view(torch.bfloat16)), size
+        return wrapped
+    nz = CODECS["neuzip"]
+    bad = (dataclasses.replace(nz, make_lossy=off_by_one(nz.make_lossy)) if lossy
+           else dataclasses.replace(nz, make=off_by_one(nz.make)))
+    monkeypatch.setitem(CODECS, "neuzip", bad)
+    with pytest.raises(RuntimeError, match="bit for bit"):
+        codec_comparison(_weights(), codecs=("neuzip",), repeats=1, lossy=((1, 32),) if lossy else ())

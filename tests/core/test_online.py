@@ -35,10 +35,13 @@ def one_clear_line(proc, *words):
     return lines[0]
 
 
-def test_the_stand_in_answers_like_the_hub(hub_stand_in, tmp_path):
-    from huggingface_hub import HfApi, hf_hub_download
+def test_the_stand_in_answers_like_the_hub(hub_stand_in, tmp_path, monkeypatch):
+    from huggingface_hub import HfApi, constants, hf_hub_download
     from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError
 
+    # In-process: an earlier import of core.settings may have switched huggingface_hub offline
+    # (its flag is read once, at import); this test talks to the stand-in directly.
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     api = HfApi(endpoint=hub_stand_in.url)
     info = api.model_info(MAMBA_ID)
     assert {s.rfilename for s in info.siblings} >= {"config.json", "model.safetensors", "tokenizer.json"}

@@ -9,7 +9,7 @@ import torch
 
 import core.neuzip as nz
 import ui.neuzip as tab
-from core.neuzip import bitfield_histograms, compression_table, throughput
+from core.neuzip import CODECS, bitfield_histograms, codec_comparison, compression_table
 from core.neuzip import service as S
 from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
@@ -26,9 +26,8 @@ def example():
     r = tradeoff_for_model(model, CharTokenizer(), TEXT, default_settings((7, 3, 0), 32, baselines=False), window=16)
     r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 1, 0], "block_size": 128,
               "words": 2000, "window": 512})
-    x = weights["up"]
-    thr = {"model": "smollm2-135m", "numel": x.numel(),
-           "rows": [{"label": "k=7 (lossless)", "k": 7, "block_size": None, **throughput(x, 7, repeats=1)}]}
+    r_thr = codec_comparison(weights, repeats=1, lossy=((3, 128),))
+    thr = {"model": "smollm2-135m", "numel": r_thr["weights"], "names": list(weights), "device": "cpu", **r_thr}
     return {"model": "smollm2-135m", "histograms": {"model": "smollm2-135m", **bitfield_histograms(weights)},
             "table": {"model": "smollm2-135m", **compression_table(weights)}, "tradeoff": r, "throughput": thr}
 
@@ -80,13 +79,32 @@ def test_tradeoff_view_marks_the_pareto_front(with_example):
     assert log_fig.layout.xaxis.type == "log" and "log scale" in log_fig.layout.xaxis.title.text
 
 
-def test_throughput_view_compares_with_memcpy(with_example, monkeypatch):
-    monkeypatch.setattr(S, "model_throughput", lambda ref, settings, *a, **k: with_example["throughput"])
-    summary, fig, state = tab.measure_throughput("smollm2-135m", 7, "none", None)
-    title, xs, y = titles(fig)
-    assert title.startswith("Throughput on this machine") and xs == ["NeuZip setting"] and "MB/s" in y
-    assert [t.name for t in fig.data] == ["compress", "decompress", "memory copy (the limit)"]
-    assert "memory copy" in summary and state["throughput"]["rows"]
+def test_throughput_view_compares_the_codecs(with_example, monkeypatch):
+    weights = {n: torch.randn(96, 64).to(torch.bfloat16) * 0.02 for n in ("a.weight", "b.weight")}
+    monkeypatch.setattr(S, "_weights", lambda ref, progress=None: weights)
+    summary, fig, table, state = tab.measure_throughput("smollm2-135m", 3, "32", None)
+    lay = fig.layout
+    assert lay.title.text.startswith("Throughput on this machine") and "MB/s of bf16 input" in lay.yaxis.title.text
+    assert lay.yaxis.type == "log" and lay.xaxis.title.text and lay.xaxis2.title.text.startswith("bits per weight")
+    installed = [c.label for c in CODECS.values() if c.available() and c.name != "memcpy"]
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend[:2] == ["NeuZip (lossless)", "NeuZip k=3, B=32"] and set(installed) <= set(legend)
+    assert any(n.startswith("memory copy: ") and n.endswith("(the limit)") for n in legend)
+    colours = {t.name: t.marker.color for t in fig.data if t.type == "bar" and t.showlegend is not False}
+    assert all(colours[c.label] == c.colour for c in CODECS.values() if c.label in colours)
+    assert list(table["codec"]) == [r["label"] for r in state["throughput"]["rows"]] and "bits/weight" in table
+    assert "Measured now" in summary and "NeuZip k=3, B=32" in summary
+
+
+def test_the_precomputed_throughput_shows_at_once(with_example):
+    with gr.Blocks() as demo:
+        model = gr.Dropdown(choices=["smollm2-135m"], value="smollm2-135m", allow_custom_value=True)
+        tab.build(type("Ctx", (), {"model": model})())
+    shown = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    assert "Precomputed example" in shown["neuzip-throughput-summary"].value
+    assert "4-bit GGUF" in shown["neuzip-weights-note"].value and "student-t" in shown["neuzip-weights-note"].value
+    rows = shown["neuzip-throughput-table"].value["data"]
+    assert len(rows) == len(with_example["throughput"]["rows"]) and rows[1][0] == "NeuZip k=3, B=128"
 
 
 def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
