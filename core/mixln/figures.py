@@ -238,7 +238,7 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
                              showline=True, linecolor="#475569")
     style(fig, _title(title + ": mean over seeds, band min-max", note if note is not None else settings_note()),
           height=300 * len(metrics) + 120)
-    fig.update_layout(showlegend=True, margin=dict(t=150), legend=dict(orientation="h", y=-0.06))
+    fig.update_layout(showlegend=True, margin=dict(t=150, b=110), legend=dict(orientation="h", y=-0.1, yanchor="top"))
     return fig
 
 

@@ -68,8 +68,8 @@ def loss_result(names=DEFAULT_RUNS) -> Result:
     rows = [{"run": r.name, "split": split, "step": e["step"], "loss": e["loss"]} for r in loaded
             for split in ("train", "eval") for e in r.history.get(split, [])]
     return Result(f"Loss of {', '.join(r.label for r in loaded)}.", {"runs": [r.name for r in loaded]},
-                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss of the committed runs "
-                                                                                  "(equal steps)")}, stem="mixln-loss")
+                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss, seed 0 of 3 (spread: below)")},
+                  stem="mixln-loss")
 
 
 def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None = None) -> Result:
@@ -80,8 +80,8 @@ def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None
             k = max([i for i, s in enumerate(r["steps"]) if s <= max(float(step), r["steps"][0])] or [0])
             r["final_step"], r["final"] = r["steps"][k], r["per_step"][k]
     shown = results[0]["final_step"]
-    fig = F.gradnorm_figure(F.gradnorm_series(results), f"Gradient norm per layer: init (dotted), step {shown} "
-                            "(solid)", kind)
+    fig = F.gradnorm_figure(F.gradnorm_series(results), f"Grad norm per layer: init (dotted), step {shown}, "
+                            "seed 0 of 3", kind)
     rows = [{"subject": r["run"], "layer": layer, "init": r["init"][layer], "final": r["final"][layer]}
             for r in results for layer in r["layers"]]
     return Result(f"{kind} gradient norms at initialisation and at step {shown}.", results,
@@ -235,8 +235,9 @@ def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress=Non
         results.append(r)
     colours = [r.get("colour", PALETTE[i % len(PALETTE)]) for i, r in enumerate(results)]
     one = results[0]
-    title = ("Layer removal: held-out loss increase when one layer is skipped" if len(results) > 1 or "label" in one
-             else f"Layer removal: {one['subject']}")
+    title = ("Layer removal: held-out loss increase when one layer is skipped"
+             + (" (seed 0 of 3; spread in the depth chart)" if "label" in one else "")
+             if len(results) > 1 or "label" in one else f"Layer removal: {one['subject']}")
     worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
     source = "computed" if any(r["source"] == "computed" for r in results) else results[0]["source"]
     status = (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
