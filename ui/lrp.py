@@ -138,8 +138,10 @@ def build_evaluation() -> list:
             gr.Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
         if key_token:
             gr.Markdown(key_token.status)
-            gr.Dataframe(frame(key_token.views["hits"]), interactive=False, label="Key-token hit rate",
-                         elem_id="lrp-key-token")
+            with gr.Row():
+                gr.Dataframe(frame(key_token.views["hits"]), interactive=False, elem_id="lrp-key-token",
+                             label="Key-token hit rate over seeds (mean, ± std, min, max)", scale=3)
+                gr.Markdown(key_token.views["last-token"], elem_id="lrp-key-token-last")
     outputs = [status, cons_plot, faith_plot, table, files]
     show = model.change(show_committed, model, outputs, api_name="lrp_eval_show")
     return [btn.click(evaluate, [model, n, steps, methods], outputs, api_name="lrp_evaluate"), show]

@@ -16,8 +16,9 @@ TITLE = "Mix-LN"
 DEFAULT_RUNS = list(mixln.DEFAULT_RUNS)
 INTRO = ("**Mix-LN** puts Post-LN in the first alpha x L layers and Pre-LN in the rest. Pre-LN's deep layers get small "
          "gradients and barely change the hidden state; Post-LN's early layers do. Below: small deep-and-narrow runs "
-         "committed with the project (12 layers, width 64, equal steps, same seed and data), a live run, and the "
-         "same diagnostics for any model in the picker.")
+         "committed with the project (12 and 24 layers, width 64, 3 seeds each, equal steps and data), a learning-"
+         "rate sweep, a live run, and the same diagnostics for any model in the picker.")
+SETS = [("12 layers", "main"), ("24 layers", "depth-24")]
 
 
 @user_errors
@@ -37,6 +38,23 @@ def runs_compare():
 
 def runs_sweep():
     return mixln.sweep_result().figures["sweep"]
+
+
+@user_errors
+def runs_curves(set_name="main"):
+    """(loss figure, perplexity figure, status) of the set's placements over seeds: mean line, min-max band."""
+    loss, ppl = (mixln.curves_result(None, set_name, m) for m in ("loss", "perplexity"))
+    return loss.figures["curves"], ppl.figures["curves"], loss.status
+
+
+def runs_lr_sweep():
+    res = mixln.lr_sweep_result()
+    return res.figures["lr-sweep"], res.status
+
+
+def runs_depth():
+    res = mixln.depth_result()
+    return res.figures["depth"], res.status
 
 
 @user_errors
@@ -90,15 +108,25 @@ def build(ctx: AppContext) -> None:
                             value="param", label="Gradient norm of", scale=2)
             gstep = gr.Slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
                               label="Training step shown (solid lines)", scale=2)
+        gr.Markdown(mixln.settings_text(), elem_id="mixln-settings")
         gr.Dataframe(value=frame(compare.tables["compare"]) if compare else None, interactive=False,
-                     label="Comparison at equal steps", elem_id="mixln-compare-table")
+                     label="Comparison at equal steps (mean, std, min, max over n_seeds)", elem_id="mixln-compare-table")
         downloads_box(compare, "Downloads: the comparison (JSON, CSV, HTML)", "mixln-compare-downloads")
         with gr.Row():
             loss_plot = _plot(runs_loss(default) if default else None, "Loss", "mixln-loss")
             grad_plot = _plot(runs_gradnorms(default) if default else None, "Gradient norms", "mixln-gradnorms")
-        with gr.Row():
-            _plot(compare.figures["compare"] if compare else None, "Comparison", "mixln-compare")
-            _plot(runs_sweep() if have else None, "Alpha sweep", "mixln-sweep")
+        _plot(compare.figures["compare"] if compare else None, "Comparison", "mixln-compare")
+        _plot(runs_sweep() if have else None, "Alpha sweep", "mixln-sweep")
+        curves = runs_curves() if have else (None, None, "")
+        depth_set = gr.Radio(SETS, value="main", label="Seed curves of the run set", elem_id="mixln-curves-set")
+        curves_status = gr.Markdown(curves[2], elem_id="mixln-curves-status")
+        curves_loss = _plot(curves[0], "Held-out loss over seeds", "mixln-curves-loss")
+        curves_ppl = _plot(curves[1], "Held-out perplexity over seeds", "mixln-curves-perplexity")
+        lr, depth = (runs_lr_sweep(), runs_depth()) if have else ((None, ""), (None, ""))
+        gr.Markdown(lr[1], elem_id="mixln-lr-status")
+        _plot(lr[0], "Learning-rate sweep", "mixln-lr-sweep")
+        gr.Markdown(depth[1], elem_id="mixln-depth-status")
+        _plot(depth[0], "12 vs 24 layers", "mixln-depth")
         one = gr.Dropdown(choices=have, value=(default or [None])[-1], label="Run for the angular-distance heatmap")
         angular_plot = _plot(run_angular(one.value) if one.value else None, "Angular distance", "mixln-run-angular")
         removal_plot = _plot(runs_removal(default) if default else None, "Layer removal", "mixln-run-removal")
@@ -130,6 +158,8 @@ def build(ctx: AppContext) -> None:
                           "Layer removal (model)", "mixln-model-removal")
         model_files = downloads_box(None, "Downloads: the last analysis (JSON, CSV, HTML)", "mixln-model-downloads")
 
+    depth_set.change(runs_curves, inputs=depth_set, outputs=[curves_loss, curves_ppl, curves_status],
+                     api_name="mixln_runs_curves")
     picked.change(runs_loss, inputs=picked, outputs=loss_plot, api_name="mixln_runs_loss")
     picked.change(runs_gradnorms, inputs=[picked, kind, gstep], outputs=grad_plot, api_name="mixln_runs_gradnorms")
     picked.change(runs_removal, inputs=picked, outputs=removal_plot, api_name="mixln_runs_removal")

@@ -203,7 +203,7 @@ def run_key_token(args) -> dict:
     options = _method_options(args)
     res = lrp.key_token_result(args.n, args.methods, args.k, ProgressBar(), seed=args.seed, options=options,
                                cache=not args.no_cache)
-    return _report(args, res, ["hit_rate"])
+    return _report(args, res, ["hit_rate", "hit_rate_std"])
 
 
 def run_precompute_evaluation(args) -> dict:

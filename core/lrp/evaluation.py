@@ -428,18 +428,20 @@ KEY_TOKEN_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 16, 
                    "batch_size": 32, "lr": 3e-3, "length": 16, "vocab_size": 64}
 
 
-def train_key_token_model(seed: int = 0, progress: Progress = None) -> tuple[torch.nn.Module, dict]:
+def train_key_token_model(seed: int = 0, progress: Progress = None,
+                          config: dict | None = None) -> tuple[torch.nn.Module, dict]:
     """A tiny bias-free :class:`MambaSequenceClassifier` trained on ``key_token_task`` (train split), seconds on CPU.
 
     No model trained on the key-token task ships in assets/, so the ground-truth evaluation trains this
-    one, seeded, inside the evaluation. Returns ``(model in eval mode, {"accuracy" (test), config...})``.
+    one, seeded, inside the evaluation. ``config`` overrides entries of :data:`KEY_TOKEN_MODEL`. Returns
+    ``(model in eval mode, {"accuracy" (test), config...})``.
     """
     from transformers import MambaConfig
 
     from core.data.synthetic import key_token_task
     from core.lrp.models import MambaSequenceClassifier
 
-    c = KEY_TOKEN_MODEL
+    c = {**KEY_TOKEN_MODEL, **(config or {})}
     torch.manual_seed(seed)
     cfg = MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
                       num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
@@ -466,55 +468,193 @@ def train_key_token_model(seed: int = 0, progress: Progress = None) -> tuple[tor
     return model, {"accuracy": acc, "loss_last": float(loss.detach()), **c, "seed": seed}
 
 
-def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, options: dict | None = None,
-                         progress: Progress = None, cache: bool = True) -> dict:
-    """Ground-truth hit rate: how often each method ranks the planted key token in its top-``k``.
+KEY_TOKEN_SEEDS = 5          # independent (model, sequences) draws behind every committed key-token number
 
-    Trains :func:`train_key_token_model` (seeded, seconds), then explains the gold label of ``n`` fresh
-    key-token sequences. Returns ``analysis`` ("lrp-key-token"), ``model`` (what was trained, with its test
-    ``accuracy``), ``n``, ``n_done``, ``complete``, ``k``, ``seed``, ``methods``, ``labels``, ``method_options``,
-    ``hit_rate`` (method -> share of samples whose key token is in the top-k), ``chance`` (k / length),
-    ``timing``, ``cached``.
-    """
+
+def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: list[int]) -> list[float]:
+    """target logit of the input minus the target logit with the embedding at each position replaced by
+    zeros (the faithfulness baseline): one value per position. input_ids: (1, T)."""
+    from core.lrp.adapters import adapter_for
+    from core.lrp.context import lrp_rules
+
+    adapter = adapter_for(model)
+    embeds = adapter.embed(input_ids, None)
+    batch = [embeds]
+    for pos in positions:
+        x = embeds.clone()
+        x[0, pos] = 0.0
+        batch.append(x)
+    with torch.no_grad(), lrp_rules(model, None):
+        logits = adapter.logits(torch.cat(batch))[:, target].double()
+    return (logits[0] - logits[1:]).tolist()
+
+
+def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, progress: Progress) -> dict:
+    """One seed: train the classifier, explain ``n`` fresh sequences, hits and the last-token measurements."""
     from core.data.synthetic import key_token_task
 
+    t0 = time.perf_counter()
+    model, info = train_key_token_model(seed, progress)
+    c = KEY_TOKEN_MODEL
+    records = key_token_task(n, seed=seed + 3000, length=c["length"], vocab_size=c["vocab_size"])
+    samples = [{"input_ids": torch.tensor([list(r.tokens)]), "target": int(r.label)} for r in records]
+    hits = {m: [] for m in names}
+    first = {m: [] for m in names}          # each method's top-1 position per sample
+
+    def each(i, method, e, seconds):
+        rel = e.relevance.reshape(-1)
+        top = torch.topk(rel, min(k, rel.numel())).indices.tolist()
+        hits[method].append(bool(set(top) & set(records[i].key_positions)))
+        first[method].append(int(torch.argmax(rel)))
+
+    def stage(f, msg):
+        if progress is not None:
+            progress(0.3 + 0.7 * f, msg)
+
+    complete = _explained(model, samples, names, opts, stage, each)
+    n_done = min(len(v) for v in hits.values())
+    last = c["length"] - 1
+    drops = []   # per sample: {position: target-logit drop when that token is zeroed} for key, last, each top-1
+    for i in range(n_done):
+        key = records[i].key_positions[0]
+        positions = sorted({key, last, *(first[m][i] for m in names)})
+        drops.append(dict(zip(positions, _zeroed_logit_drops(model, samples[i]["input_ids"], samples[i]["target"],
+                                                            positions))))
+    per_method = {}
+    for m in names:
+        misses = [i for i in range(n_done) if first[m][i] not in records[i].key_positions]
+        per_method[m] = {
+            "misses": len(misses),
+            "last_first_in_misses": [first[m][i] == last for i in misses],
+            "drop_top1_in_misses": [drops[i][first[m][i]] for i in misses],
+            "drop_key_in_misses": [drops[i][records[i].key_positions[0]] for i in misses]}
+    return {"seed": seed, "model": info, "n_done": n_done, "complete": complete,
+            "hit_rate": {m: _mean(hits[m][:n_done]) for m in names},
+            "drop_key": [d[records[i].key_positions[0]] for i, d in enumerate(drops)],
+            "drop_last": [d[last] for d in drops], "methods": per_method,
+            "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _spread(values: list[float]) -> dict:
+    """mean, std (ddof 1; 0 for one value), min, max and n of per-seed values."""
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if not len(v):
+        return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0,
+            "min": float(v.min()), "max": float(v.max()), "n": int(len(v))}
+
+
+def _median(values) -> float | None:
+    return float(np.median(values)) if len(values) else None
+
+
+def _last_token_summary(per_seed: list[dict], names: list[str], last: int) -> dict:
+    """The misses of each method pooled over seeds: how often the top-1 token is the last one, and how much
+    zeroing the top-1 token vs the key moves the target logit (medians of |change|; signed drops kept)."""
+    def pooled(key):
+        return [x for r in per_seed for x in r[key]]
+
+    def absolute(values):
+        return [abs(x) for x in values]
+
+    out = {"last_position": last,
+           "perturbation": "the token's input embedding replaced by zeros (the faithfulness baseline 'zero'); "
+                           "change = target logit before - after; medians of |change| over the pooled seeds",
+           "median_abs_change_key": _median(absolute(pooled("drop_key"))),
+           "median_abs_change_last": _median(absolute(pooled("drop_last"))),
+           "median_abs_change_key_per_seed": [_median(absolute(r["drop_key"])) for r in per_seed],
+           "median_abs_change_last_per_seed": [_median(absolute(r["drop_last"])) for r in per_seed],
+           "methods": {}}
+    for m in names:
+        rows = [r["methods"][m] for r in per_seed]
+        last_first = [x for r in rows for x in r["last_first_in_misses"]]
+        top1 = absolute([x for r in rows for x in r["drop_top1_in_misses"]])
+        key = absolute([x for r in rows for x in r["drop_key_in_misses"]])
+        out["methods"][m] = {
+            "misses": sum(r["misses"] for r in rows), "misses_per_seed": [r["misses"] for r in rows],
+            "last_first_share_of_misses": _mean(last_first),
+            "last_first_share_of_misses_per_seed": [_mean(r["last_first_in_misses"]) for r in rows],
+            "median_abs_change_top1_in_misses": _median(top1), "median_abs_change_key_in_misses": _median(key),
+            "top1_moves_more_share_of_misses": _mean([a > b for a, b in zip(top1, key)])}
+    return out
+
+
+def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, options: dict | None = None,
+                         progress: Progress = None, cache: bool = True, seeds: int = KEY_TOKEN_SEEDS) -> dict:
+    """Ground-truth hit rate over ``seeds`` seeds (``seed``, ``seed + 1``, ...): how often each method ranks the
+    planted key token in its top-``k``, with its spread over seeds, and the last-token observation.
+
+    Per seed, trains :func:`train_key_token_model` (seconds) and explains the gold label of ``n`` fresh key-token
+    sequences. Returns ``analysis`` ("lrp-key-token"), ``model`` (config, mean test ``accuracy`` and
+    ``accuracy_per_seed``), ``n`` (per seed), ``n_done`` (summed over seeds), ``complete``, ``k``, ``seed``,
+    ``seeds`` (the list), ``n_seeds``, ``methods``, ``labels``, ``method_options``, ``hit_rate`` (method -> mean
+    over seeds), ``hit_rate_std`` (ddof 1), ``hit_rate_min``, ``hit_rate_max``, ``hit_rate_per_seed``, ``chance``
+    (k / length), ``last_token`` (:func:`_last_token_summary`: in each method's misses, the share whose top-1
+    token is the last one and the median target-logit drop when that token or the key is zeroed), ``timing``,
+    ``cached``. Each seed is cached on its own; the whole result is answered from the committed one
+    (``assets/lrp/evaluation/key-token.json``) or the cache when the request is the same.
+    """
     n = _check_n(n)
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or k < 1:
         raise BadInputError(f"k must be >= 1, got {k!r}.")
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, np.integer)) or not 1 <= seeds <= 50:
+        raise BadInputError(f"seeds must be a whole number from 1 to 50, got {seeds!r}.",
+                            fix="use e.g. 5 seeds (the committed result).")
     names = method_names(methods)
     opts = _options(names, options)
-    params = {"n": n, "k": int(k), "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL}
+    params = {**_key_token_params(n, int(k), seed, names, opts), "seeds": int(seeds)}
+    return _cached(cache, f"key-token-{seed}", "lrp-key-token", params,
+                   lambda: _key_token_seeds(n, names, int(k), seed, opts, progress, cache, int(seeds)))
 
-    def compute() -> dict:
-        t0 = time.perf_counter()
-        model, info = train_key_token_model(seed, progress)
-        c = KEY_TOKEN_MODEL
-        records = key_token_task(n, seed=seed + 3000, length=c["length"], vocab_size=c["vocab_size"])
-        samples = [{"input_ids": torch.tensor([list(r.tokens)]), "target": int(r.label)} for r in records]
-        hits = {m: [] for m in names}
 
-        def each(i, method, e, seconds):
-            top = torch.topk(e.relevance.reshape(-1), min(k, e.relevance.numel())).indices.tolist()
-            hits[method].append(bool(set(top) & set(records[i].key_positions)))
+def _key_token_params(n: int, k: int, seed: int, names: list[str], opts: dict) -> dict:
+    """The key of a key-token result (version 2: over seeds, with the last-token measurements)."""
+    return {"n": n, "k": k, "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL, "version": 2}
 
-        def stage(f, msg):
-            if progress is not None:
-                progress(0.3 + 0.7 * f, msg)
 
-        complete = _explained(model, samples, names, opts, stage, each)
-        n_done = min(len(v) for v in hits.values())
-        result = {"analysis": "lrp-key-token", "model": {"name": "key-token classifier (trained in the evaluation)",
-                                                         **info},
-                  "dataset": "key-token (core.data.synthetic.key_token_task)", "n": n, "n_done": n_done,
-                  "complete": complete, "k": int(k), "seed": seed, "methods": names,
-                  "labels": {m: METHODS[m].label for m in names}, "method_options": opts,
-                  "hit_rate": {m: _mean(hits[m][:n_done]) for m in names}, "chance": k / c["length"],
-                  "timing": {"total_s": round(time.perf_counter() - t0, 3)}, "cached": False}
-        if not complete:
-            raise Cancelled("Stopped.", partial=result)
-        return result
+def _key_token_seeds(n: int, names: list[str], k: int, seed: int, opts: dict, progress: Progress, cache: bool,
+                     seeds: int) -> dict:
+    """:func:`key_token_evaluation` computed: one cached result per seed, then the summary over seeds."""
+    t0 = time.perf_counter()
+    per_seed = []
+    for j, s in enumerate(range(seed, seed + seeds)):
+        def sub(f, msg, j=j, s=s):
+            report(progress, (j + f) / seeds, f"seed {s}: {msg}")
 
-    return _cached(cache, "key-token-" + str(seed), "lrp-key-token", params, compute)
+        def compute(s=s, sub=sub) -> dict:
+            r = _key_token_seed(s, n, names, opts, k, sub)
+            if not r["complete"]:
+                raise Cancelled("Stopped.", partial=r)
+            return r
+
+        r = _cached(cache, "key-token-" + str(s), "lrp-key-token-seed", _key_token_params(n, k, s, names, opts),
+                    compute)
+        per_seed.append(r)
+        if not r["complete"]:
+            break
+    c = KEY_TOKEN_MODEL
+    complete = len(per_seed) == seeds and all(r["complete"] for r in per_seed)
+    rates = {m: [r["hit_rate"][m] for r in per_seed] for m in names}
+    spread = {m: _spread(v) for m, v in rates.items()}
+    accuracy = [r["model"]["accuracy"] for r in per_seed]
+    info = {k_: v for k_, v in per_seed[0]["model"].items() if k_ not in ("accuracy", "loss_last", "seed")}
+    result = {"analysis": "lrp-key-token",
+              "model": {"name": "key-token classifier (trained in the evaluation, one per seed)", **info,
+                        "accuracy": float(np.mean(accuracy)), "accuracy_per_seed": accuracy},
+              "dataset": "key-token (core.data.synthetic.key_token_task)", "n": n,
+              "n_done": sum(r["n_done"] for r in per_seed), "complete": complete, "k": k, "seed": seed,
+              "seeds": [r["seed"] for r in per_seed], "n_seeds": len(per_seed), "methods": names,
+              "labels": {m: METHODS[m].label for m in names}, "method_options": opts,
+              "hit_rate": {m: spread[m]["mean"] for m in names},
+              "hit_rate_std": {m: spread[m]["std"] for m in names},
+              "hit_rate_min": {m: spread[m]["min"] for m in names},
+              "hit_rate_max": {m: spread[m]["max"] for m in names},
+              "hit_rate_per_seed": rates, "chance": k / c["length"],
+              "last_token": _last_token_summary(per_seed, names, c["length"] - 1),
+              "timing": {"total_s": round(time.perf_counter() - t0, 3)}, "cached": False}
+    if not complete:
+        raise Cancelled("Stopped.", partial=result)
+    return result
 
 
 __all__ = ["DEFAULT_DATASETS", "FAST_OPTIONS", "evaluate", "key_token_evaluation", "long_range_evaluation",
@@ -567,6 +707,9 @@ def committed_examples(folder=None):
         elif res["analysis"] == "lrp-long-range":
             params = {**common, "dataset": res["dataset"], "split": res["split"], "target": res["target"],
                       "k": res["k"], "max_tokens": res["length"]}
+        elif "n_seeds" in res:  # version 2: over seeds
+            params = {**_key_token_params(res["n"], res["k"], res["seed"], res["methods"], res["method_options"]),
+                      "seeds": res["n_seeds"]}
         else:
             params = {**common, "k": res["k"], "model": KEY_TOKEN_MODEL}
         fingerprint = res.get("fingerprint") or f"key-token-{res['seed']}"

@@ -353,6 +353,9 @@ def evaluation_rows(result: dict) -> list[dict]:
                        share_beyond_half=s["share_beyond_half"])
         if "hit_rate" in result:
             row["hit_rate"] = result["hit_rate"][m]
+            if "hit_rate_std" in result:  # mean over seeds, with its spread
+                row.update(hit_rate_std=result["hit_rate_std"][m], hit_rate_min=result["hit_rate_min"][m],
+                           hit_rate_max=result["hit_rate_max"][m], n_seeds=result["n_seeds"])
         if "timing" in result and "explain_s" in result["timing"]:
             row["explain_s"] = result["timing"]["explain_s"][m]
         rows.append(row)
@@ -360,9 +363,46 @@ def evaluation_rows(result: dict) -> list[dict]:
 
 
 def key_token_rows(res: dict) -> list[dict]:
+    """One row per method, best first: the hit rate (mean over seeds), its std (ddof 1), min and max over the
+    seeds and the n behind it (results of one seed give the rate alone)."""
     col = f"key token in top-{res['k']} (%)"
-    rows = [{"method": res["labels"].get(m, m), col: round(100 * v, 1)} for m, v in res["hit_rate"].items()]
-    return sorted(rows, key=lambda r: -r[col])
+    rows = []
+    for m, v in sorted(res["hit_rate"].items(), key=lambda kv: -kv[1]):
+        row = {"method": res["labels"].get(m, m), col: round(100 * v, 1)}
+        if "hit_rate_std" in res:
+            row.update({"± std": round(100 * res["hit_rate_std"][m], 1), "min": round(100 * res["hit_rate_min"][m], 1),
+                        "max": round(100 * res["hit_rate_max"][m], 1), "seeds": res["n_seeds"],
+                        "sequences per seed": res["n"]})
+        rows.append(row)
+    return rows
+
+
+def last_token_text(res: dict) -> str:
+    """The last-token observation of a key-token result over seeds, as Markdown ('' when it was not measured):
+    where MambaLRP misses the key it ranks the last token first, and zeroing that token moves the target logit
+    more than zeroing the key (medians of |change|, the misses pooled over the seeds)."""
+    lt = res.get("last_token")
+    if not lt or "mambalrp" not in lt["methods"] or not lt["methods"]["mambalrp"]["misses"]:
+        return ""
+    m, n_seeds, pos = lt["methods"]["mambalrp"], res["n_seeds"], lt["last_position"] + 1
+    shares = [x for x in m["last_first_share_of_misses_per_seed"] if x is not None]
+    lines = [f"**Where MambaLRP misses the key** ({m['misses']} of {res['n_done']} sequences, "
+             f"{n_seeds} seeds x {res['n']}; misses per seed {', '.join(map(str, m['misses_per_seed']))}), "
+             f"its top token is the last one (position {pos} of {pos}) in **{100 * m['last_first_share_of_misses']:.0f}%**"
+             f" of them ("
+             + ("in every seed" if min(shares) == max(shares) else
+                f"per seed {min(shares) * 100:.0f}-{max(shares) * 100:.0f}%") + ").",
+             f"Zeroing that token's embedding moves the target logit by a median **{m['median_abs_change_top1_in_misses']:.2f}**, "
+             f"zeroing the key by **{m['median_abs_change_key_in_misses']:.2f}** (|change|, pooled misses); the "
+             f"last token moves it more in {100 * m['top1_moves_more_share_of_misses']:.0f}% of the misses.",
+             f"Over all sequences: key {lt['median_abs_change_key']:.2f}, last token {lt['median_abs_change_last']:.2f} "
+             f"(per-seed medians {min(lt['median_abs_change_key_per_seed']):.2f}-"
+             f"{max(lt['median_abs_change_key_per_seed']):.2f} and {min(lt['median_abs_change_last_per_seed']):.2f}-"
+             f"{max(lt['median_abs_change_last_per_seed']):.2f}). So the planted key is not the only token the "
+             "trained model depends on: the classifier reads its label from the last token's hidden state, and a "
+             "miss that names the last token is faithful to the model even though it is not the task's ground "
+             "truth."]
+    return "\n\n".join(lines)
 
 
 def _evaluation_text(res: dict) -> str:
@@ -411,13 +451,15 @@ def evaluation_view(res: dict) -> Result:
         status = (f"**{res['model']}**: the {res['k']} most relevant tokens of {res['n_done']} contexts of "
                   f"{res['length']} tokens ({source_text(source)}).")
     else:
-        views["hits"] = key_token_rows(res)
+        views["hits"], views["last-token"] = key_token_rows(res), last_token_text(res)
         figures["hit-rate"] = F.key_token_figure(res)
         stem = "key-token"
         status = (f"**Ground truth** (`{res['dataset']}`): a key token planted at a random position alone decides the "
                   f"label; how often each method ranks it first over {res['n_done']} sequences (chance "
                   f"{100 * res['chance']:.1f}%; the classifier is trained in the evaluation, "
-                  f"{100 * res['model']['accuracy']:.1f}% accurate).")
+                  f"{100 * res['model']['accuracy']:.1f}% accurate)."
+                  + (f" Mean ± std, min and max over {res['n_seeds']} seeds (a classifier and {res['n']} fresh "
+                     f"sequences per seed)." if "n_seeds" in res else ""))
     return Result(status, res, tables=tables, figures=figures, views=views, source=source, key=key, stem=stem)
 
 

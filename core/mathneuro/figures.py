@@ -8,6 +8,7 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.figures import PALETTE, style
+from core.mathneuro.tasks import limitation
 MODULE_COLORS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
                  "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}
 METHOD_COLORS = {"mathneuro": "#D55E00", "wanda": "#0072B2", "random": "#009E73", "lape": "#CC79A7"}
@@ -90,6 +91,7 @@ def effect_figure(result: dict) -> go.Figure:
                                  legendgroup="ideal", showlegend=c == 1,
                                  marker={"size": 20, "symbol": "star-open", "color": "#D55E00", "line": {"width": 2}},
                                  hovertemplate="ideal corner<extra></extra>"), row=1, col=c)
+        _mark_limits(fig, metrics[nm], before[nm], (result.get("levels") or {}).get(nm), "x", c)
         fig.update_xaxes(title_text=f"{nm} {_unit(metrics[nm])}", row=1, col=c)
         fig.update_yaxes(title_text=f"{math_name} {_unit(metrics[math_name])}", row=1, col=c)
         if metrics[math_name] == "accuracy":
@@ -99,7 +101,32 @@ def effect_figure(result: dict) -> go.Figure:
                        f"identification samples, {p['eval_n']} test items per dataset</sup>", height=480)
 
 
-def _two_metric_figure(result: dict, x_key: str, x_title: str, title: str, log_x: bool = False) -> go.Figure:
+def _mark_limits(fig: go.Figure, metric: str, before: float, levels: dict | None, axis: str, col: int = 1,
+                 secondary_y: bool = False) -> None:
+    """Draw the comparator's no-skill level (chance accuracy or uniform-guess loss ln V) as a dotted line on its
+    ``axis`` and, when the unmodified model sits at chance, at ceiling or beyond uniform guessing, say so in red
+    inside the panel (:func:`core.mathneuro.tasks.limitation`)."""
+    levels = levels or {}
+    level = levels.get("chance") if metric == "accuracy" else levels.get("uniform_loss")
+    name = "chance" if metric == "accuracy" else "uniform guessing (ln V)"
+    kw = {"row": 1, "col": col} | ({"secondary_y": True} if secondary_y else {})
+    line = {"color": "#475569", "dash": "dot", "width": 1.5}
+    if level is not None:
+        (fig.add_vline if axis == "x" else fig.add_hline)(level, line=line, annotation_text=name,
+                                                          annotation_font_size=11, **kw)
+    why = limitation(metric, before, levels)
+    if why:
+        xref = "x domain" if col == 1 else f"x{col} domain"
+        yref = "y domain" if col == 1 else f"y{col} domain"
+        fig.add_annotation(text="Comparator limit: " + why.replace(": ", ":<br>", 1), x=0.02, y=0.02,
+                           xref=xref, yref=yref, showarrow=False, xanchor="left", yanchor="bottom", align="left",
+                           font={"size": 11, "color": "#B91C1C"}, bgcolor="rgba(255,255,255,0.85)")
+
+
+def _two_metric_figure(result: dict, x_key: str, x_title: str, title: str, log_x: bool = False,
+                       unmodified: float | None = None) -> go.Figure:
+    """Math and non-math metric against ``x_key``; ``unmodified``: the non-math score of the unmodified model (its
+    limits are marked)."""
     p, metrics, rows = result["params"], result["metrics"], result["rows"]
     math_name, nm = p["math"], p["nonmath"]
     same = metrics[math_name] == metrics[nm]
@@ -117,6 +144,8 @@ def _two_metric_figure(result: dict, x_key: str, x_title: str, title: str, log_x
         fig.update_yaxes(title_text=f"math {_unit(metrics[math_name])}", secondary_y=False)
         fig.update_yaxes(title_text=f"non-math {_unit(metrics[nm])}", secondary_y=True)
     fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear")
+    if unmodified is not None:
+        _mark_limits(fig, metrics[nm], unmodified, (result.get("levels") or {}).get(nm), "y", secondary_y=not same)
     return _style(fig, title)
 
 
@@ -126,7 +155,8 @@ def proportion_figure(result: dict) -> go.Figure:
     p = result["params"]
     fig = _two_metric_figure(res, "K%", "K (% of each matrix, log scale)",
                              f"Pruning the {p['method']} set as K grows<br><sup>N = {p['n']}, {p['eval_n']} test "
-                             "items per dataset</sup>", log_x=True)
+                             "items per dataset</sup>", log_x=True, unmodified=next(
+                                 (r["nonmath"] for r in result["rows"] if r["proportion"] == 0), None))
     base = next((r for r in result["rows"] if r["proportion"] == 0), None)
     if base is not None:
         fig.add_annotation(text=f"unpruned: math {base['math']:.3g}, non-math {base['nonmath']:.3g}", x=0.0, y=1.0,
@@ -140,7 +170,8 @@ def scale_figure(result: dict) -> go.Figure:
     p = result["params"]
     fig = _two_metric_figure(result, "factor", "scale factor on the selected weights (x)",
                              f"Scaling the {p['method']} set<br><sup>K = {100 * p['proportion']:g}%, "
-                             f"{result.get('selected', 0):,} parameters, {p['eval_n']} test items per dataset</sup>")
+                             f"{result.get('selected', 0):,} parameters, {p['eval_n']} test items per dataset</sup>",
+                             unmodified=next((r["nonmath"] for r in result["rows"] if r["factor"] == 1.0), None))
     fig.add_vline(x=1.0, line={"color": "#475569", "dash": "dot"}, annotation_text="unchanged",
                   annotation_position="top left")
     return fig

@@ -1,15 +1,30 @@
-"""LAPE (Tang et al., 2024), neuron level: per MLP neuron, how often it fires on each dataset.
+"""LAPE (Tang et al., 2024), neuron level, as MathNeuro's authors run it (bryanchrist/MathNeuro ``LAPE.py``).
 
 For every MLP block (a module with a ``down_proj`` ``nn.Linear``) the neuron activation is
 ``act_fn(gate_proj(x))`` when the block has ``gate_proj`` and ``act_fn`` (Llama, Mistral, Qwen), else
 the input of ``down_proj``. The statistic kept is, per neuron, the number of tokens where the
 activation is positive: one ``(d_ff,)`` int64 vector per block and dataset.
 
-Selection (:func:`lape_masks`): with ``p_d`` the firing rate on dataset ``d`` (math / non-math), the
-neuron's entropy is that of ``p / sum(p)``; the ``int(n_neurons * K)`` neurons of lowest entropy
-(over all blocks; lowest index first among ties; never a neuron that does not fire at all) are
-specific, and they belong to math when ``p_math > p_nonmath``. A math neuron ``j`` selects row
-``j`` of ``gate_proj`` and ``up_proj`` and column ``j`` of ``down_proj``; nothing else is selected.
+Selection (:func:`math_neurons`), with ``p_d`` a neuron's firing probability on dataset ``d`` (math,
+non-math) and all neurons of all blocks pooled:
+
+1. entropy: the entropy of ``p / sum_d p_d`` (a neuron that never fires has none: ``inf``);
+2. filter: with ``t_f`` the ``round(filter_rate * N)``-th smallest of all N = 2 x neurons probabilities
+   (the 95th percentile for the authors' ``filter_rate = 0.95``), a neuron whose ``p_d <= t_f`` on every
+   dataset is dismissed (entropy ``inf``);
+3. the ``round(n_neurons * K)`` neurons of lowest entropy are taken (lowest index first among ties);
+4. activation bar: with ``t_a`` the ``round(activation_bar_ratio * N)``-th smallest probability (the
+   authors: 0.95 as well), a taken neuron belongs to math when ``p_math > t_a``.
+
+Where this differs from the script: the firing probability is per token (LAPE's definition; the
+script divides the positive-activation count by the number of sequences), and the math set is
+math's (the script intervenes on ``activation_mask[0]``, the first dataset's set, which with math
+appended last is a calibration dataset's).
+
+The intervention of the authors multiplies a math neuron's activation ``act_fn(gate_j(x))`` by a
+scalar (0 to prune). Since ``down_proj`` is linear, multiplying column ``j`` of ``down_proj`` by the
+same scalar gives exactly the same output, so a math neuron ``j`` selects that column and nothing
+else: prune and scale through the masks are the authors' pruning and scaling.
 """
 from __future__ import annotations
 
@@ -100,14 +115,40 @@ def neuron_entropy(rate_math: torch.Tensor, rate_nonmath: torch.Tensor) -> torch
     return torch.where(total > 0, ent, torch.full_like(ent, float("inf"))).to(torch.float32)
 
 
-def math_neurons(math: FiringCounts, nonmath: FiringCounts, proportion: float) -> dict[str, torch.Tensor]:
-    """Per MLP block, a (d_ff,) bool vector of the neurons LAPE assigns to math."""
+FILTER_RATE = 0.95            # the authors' filter_rate: dismiss neurons below the 95th percentile everywhere
+ACTIVATION_BAR_RATIO = 0.95   # the authors' activation_bar_ratio: a neuron belongs to a dataset above it
+
+
+def kth_smallest(values: torch.Tensor, ratio: float) -> float:
+    """The ``round(ratio * n)``-th smallest of ``values`` (1-based, at least the first), as the authors'
+    ``flattened_probs.kthvalue(round(len(flattened_probs) * ratio))``."""
+    flat = values.flatten().double()
+    k = min(max(1, round(flat.numel() * ratio)), flat.numel())
+    return float(flat.kthvalue(k).values)
+
+
+def _check_rate(name: str, value: float) -> float:
+    if not isinstance(value, (int, float)) or not 0.0 < float(value) <= 1.0:
+        raise BadInputError(f"LAPE {name} = {value!r} is outside (0, 1].",
+                            fix=f"use a fraction such as the authors' 0.95 for {name}.")
+    return float(value)
+
+
+def math_neurons(math: FiringCounts, nonmath: FiringCounts, proportion: float,
+                 filter_rate: float = FILTER_RATE,
+                 activation_bar_ratio: float = ACTIVATION_BAR_RATIO) -> dict[str, torch.Tensor]:
+    """Per MLP block, a (d_ff,) bool vector of the neurons LAPE assigns to math (module docstring)."""
+    filter_rate = _check_rate("filter_rate", filter_rate)
+    activation_bar_ratio = _check_rate("activation_bar_ratio", activation_bar_ratio)
     names = list(math.positive)
     rate_m = torch.cat([math.positive[n].cpu() for n in names]).double() / max(math.tokens, 1)
     rate_n = torch.cat([nonmath.positive[n].cpu() for n in names]).double() / max(nonmath.tokens, 1)
+    probs = torch.stack([rate_m, rate_n], dim=-1)                     # (neurons, datasets)
     entropy = neuron_entropy(rate_m, rate_n)
-    specific = topk_mask(-entropy, int(entropy.numel() * proportion)) & torch.isfinite(entropy)
-    is_math = specific & (rate_m > rate_n)
+    kept = (probs > kth_smallest(probs, filter_rate)).any(-1)
+    entropy = torch.where(kept, entropy, torch.full_like(entropy, float("inf")))
+    taken = topk_mask(-entropy, min(round(entropy.numel() * proportion), entropy.numel()))
+    is_math = taken & (rate_m > kth_smallest(probs, activation_bar_ratio))
     out, start = {}, 0
     for n in names:
         size = math.positive[n].numel()
@@ -117,22 +158,17 @@ def math_neurons(math: FiringCounts, nonmath: FiringCounts, proportion: float) -
 
 
 def lape_masks(model: nn.Module, math: FiringCounts, nonmath: FiringCounts, proportion: float,
-               seed: int = 0) -> dict[str, torch.Tensor]:
-    """Parameter masks of LAPE's math neurons (see the module docstring); every scored weight is a key."""
+               seed: int = 0, filter_rate: float = FILTER_RATE,
+               activation_bar_ratio: float = ACTIVATION_BAR_RATIO) -> dict[str, torch.Tensor]:
+    """Parameter masks of LAPE's math neurons: column ``j`` of ``down_proj`` for each math neuron ``j`` (see
+    the module docstring); every scored weight is a key."""
     blocks = mlp_blocks(model)
-    neurons = math_neurons(math, nonmath, proportion)
+    neurons = math_neurons(math, nonmath, proportion, filter_rate, activation_bar_ratio)
     masks = {n: torch.zeros_like(m.weight, dtype=torch.bool) for n, m in scored_linears(model).items()}
     ids = {id(m): n for n, m in scored_linears(model).items()}
     for block_name, block in blocks.items():
-        sel = neurons[block_name]
-        for attr, axis in (("gate_proj", 0), ("up_proj", 0), ("down_proj", 1)):
-            layer = getattr(block, attr, None)
-            pname = ids.get(id(layer))
-            if pname is None:
-                continue
-            rows = sel.to(layer.weight.device)
-            if axis == 0 and layer.out_features == rows.numel():
-                masks[pname][rows, :] = True
-            elif axis == 1 and layer.in_features == rows.numel():
-                masks[pname][:, rows] = True
+        pname = ids.get(id(block.down_proj))
+        cols = neurons[block_name].to(block.down_proj.weight.device)
+        if pname is not None and block.down_proj.in_features == cols.numel():
+            masks[pname][:, cols] = True
     return masks

@@ -11,13 +11,13 @@ Methods
 mathneuro  math top-K minus non-math top-K, per weight matrix (Christ et al., 2024)
 wanda      math top-K, no filtering (Sun et al., 2023 scores)
 random     as many parameters per matrix as MathNeuro selects, uniformly at random (seeded)
-lape       neurons with low-entropy firing rates assigned to math (Tang et al., 2024), see ``lape.py``
+lape       neurons with low-entropy firing probabilities above the authors' bars (Tang et al., 2024), see ``lape.py``
 """
 from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -103,8 +103,9 @@ def _select_random(model, stats: Statistics, proportion: float, seed: int = 0) -
     return out
 
 
-def _select_lape(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
-    return lape.lape_masks(model, stats.math, stats.nonmath, proportion, seed)
+def _select_lape(model, stats: Statistics, proportion: float, seed: int = 0, *, filter_rate: float = lape.FILTER_RATE,
+                 activation_bar_ratio: float = lape.ACTIVATION_BAR_RATIO) -> Masks:
+    return lape.lape_masks(model, stats.math, stats.nonmath, proportion, seed, filter_rate, activation_bar_ratio)
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,8 @@ class Method:
     description : one line for the UI
     statistics : kind of statistics it needs (methods with the same kind can share them)
     collect : (model, math_inputs, nonmath_inputs, *, max_length, progress) -> Statistics
-    select : (model, Statistics, proportion, seed) -> Masks
+    select : (model, Statistics, proportion, seed, **options) -> Masks
+    options : the method's own options and their defaults (keywords of ``select``)
     """
 
     name: str
@@ -127,6 +129,7 @@ class Method:
     statistics: str
     collect: Callable[..., Statistics]
     select: Callable[..., Masks]
+    options: dict = field(default_factory=dict)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
@@ -136,9 +139,10 @@ METHODS: dict[str, Method] = {m.name: m for m in (
            "column_norms", _collect_norms, _select_wanda),
     Method("random", "Random", "As many parameters per matrix as MathNeuro selects, drawn at random (seeded).",
            "column_norms", _collect_norms, _select_random),
-    Method("lape", "LAPE (neurons)", "MLP neurons whose firing rates have low entropy across the two datasets "
-           "and fire more on math; their gate/up rows and down columns.", "firing_counts", _collect_firing,
-           _select_lape),
+    Method("lape", "LAPE (neurons)", "MLP neurons whose firing probabilities have low entropy across the two "
+           "datasets (after the authors' 95th-percentile filter) and exceed the activation bar on math; their "
+           "down-projection columns (scaling them scales the neuron).", "firing_counts", _collect_firing,
+           _select_lape, {"filter_rate": lape.FILTER_RATE, "activation_bar_ratio": lape.ACTIVATION_BAR_RATIO}),
 )}
 
 
@@ -156,20 +160,30 @@ def collect(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_input
     return get_method(method).collect(model, math_inputs, nonmath_inputs, max_length=max_length, progress=progress)
 
 
+def _options(m: Method, options: dict | None) -> dict:
+    unknown = set(options or {}) - set(m.options)
+    if unknown:
+        raise BadInputError(f"Method {m.name!r} has no option {', '.join(sorted(unknown))}.",
+                            fix=f"Use {', '.join(m.options) or 'no options'}.")
+    return {**m.options, **(options or {})}
+
+
 def select(model: nn.Module, statistics: Statistics, proportion: float, method: str = "mathneuro",
-           seed: int = 0) -> Masks:
-    """Masks from statistics already collected (for sweeps over K and seeds)."""
+           seed: int = 0, options: dict | None = None) -> Masks:
+    """Masks from statistics already collected (for sweeps over K and seeds); ``options`` override the
+    method's defaults (:attr:`Method.options`)."""
     m = get_method(method)
+    opts = _options(m, options)
     proportion = check_proportion(proportion)
     if statistics.kind != m.statistics:
         raise BadInputError(f"Method {method!r} needs {m.statistics} statistics, got {statistics.kind}.",
                             fix=f"Collect them with collect(..., method={method!r}).")
-    return m.select(model, statistics, proportion, seed)
+    return m.select(model, statistics, proportion, seed, **opts)
 
 
 def identify(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inputs: Iterable[torch.Tensor],
              proportion: float, method: str = "mathneuro", seed: int = 0, *, max_length: int | None = None,
-             progress: Progress | None = None) -> Masks:
+             progress: Progress | None = None, options: dict | None = None) -> Masks:
     """Find the parameters ``method`` calls math-specific.
 
     Parameters
@@ -184,6 +198,7 @@ def identify(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inpu
     method : a key of :data:`METHODS`
     seed : used by ``random``
     progress : ``progress(done, total, stage)``, optional; may raise to cancel.
+    options : the method's options (:attr:`Method.options`), e.g. ``{"filter_rate": 0.9}`` for ``lape``
 
     Returns
     -------
@@ -192,8 +207,9 @@ def identify(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inpu
     """
     m = get_method(method)
     proportion = check_proportion(proportion)
+    opts = _options(m, options)
     stats = m.collect(model, math_inputs, nonmath_inputs, max_length=max_length, progress=progress)
-    return m.select(model, stats, proportion, seed)
+    return m.select(model, stats, proportion, seed, **opts)
 
 
 def column_norm_statistics(math: ColumnNorms, nonmath: ColumnNorms) -> Statistics:

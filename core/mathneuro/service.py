@@ -33,7 +33,8 @@ from core.mathneuro.figures import FIGURES
 from core.mathneuro.interventions import intervened, save_masks
 from core.mathneuro.methods import METHODS, Statistics, get_method, select
 from core.mathneuro.recipe import DEMO_NAME, SENTIMENT
-from core.mathneuro.tasks import MAX_LENGTH, check_count, load_records, metric_label, resolve_metric, score
+from core.mathneuro.tasks import (MAX_LENGTH, check_count, limitation, load_records, metric_label,
+                                  reference_levels, resolve_metric, score)
 from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion
 from core.paths import ASSETS_DIR
 from core.runner import ExampleStore, Result, cached_entry, item_progress, lookup, report, result_key, source_text
@@ -187,6 +188,12 @@ def _evaluation_sets(math: str, nonmath: list[str], eval_n: int, metric: str) ->
     return sets, metrics
 
 
+def _levels(sets: dict, metrics: dict, tokenizer) -> dict:
+    """Each evaluation set's chance accuracy or uniform-guess loss (:func:`core.mathneuro.tasks.reference_levels`),
+    stored with the result so the charts can mark a comparator at chance, at ceiling or beyond uniform guessing."""
+    return {name: reference_levels(metrics[name], recs, tokenizer) for name, recs in sets.items()}
+
+
 def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, methods=None, eval_n: int = 100,
                   metric: str = "auto", mode: str = "prune", factor: float | None = None, progress=None) -> Result:
     """Math and non-math metric before and after the intervention, per method and non-math dataset."""
@@ -220,7 +227,8 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
                              "nonmath_before": before[nm], "nonmath_after": n_after})
                 done += 1
                 report(progress, done / total, f"evaluations: {done}/{total}")
-        return {"params": params, "metrics": metrics, "before": before, "rows": rows}
+        return {"params": params, "metrics": metrics, "before": before, "rows": rows,
+                "levels": _levels(sets, metrics, tok)}
     return analysis_view("effect", *_lookup(ref, "effect", params, compute))
 
 
@@ -248,7 +256,7 @@ def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportio
                              "math": score(view, tok, sets[math], metrics[math], math),
                              "nonmath": score(view, tok, sets[nonmath], metrics[nonmath], nonmath)})
             report(progress, (i + 1) / len(proportions), f"proportions: {i + 1}/{len(proportions)}")
-        return {"params": params, "metrics": metrics, "rows": rows}
+        return {"params": params, "metrics": metrics, "rows": rows, "levels": _levels(sets, metrics, tok)}
     return analysis_view("proportion-sweep", *_lookup(ref, "proportion-sweep", params, compute))
 
 
@@ -280,7 +288,7 @@ def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: fl
                 rows.append({"factor": f, "math": score(view, tok, sets[math], metrics[math], math),
                              "nonmath": score(view, tok, sets[nonmath], metrics[nonmath], nonmath)})
             report(progress, (i + 1) / len(factors), f"scale factors: {i + 1}/{len(factors)}")
-        return {"params": params, "metrics": metrics, "rows": rows,
+        return {"params": params, "metrics": metrics, "rows": rows, "levels": _levels(sets, metrics, tok),
                 "selected": A.selection_summary(masks)["selected"]}
     return analysis_view("scale-sweep", *_lookup(ref, "scale-sweep", params, compute), factor=factor)
 
@@ -362,12 +370,13 @@ def _status(analysis: str, res: dict, source: str, factor=None) -> str:
         for r in (r for r in res["rows"] if r["method"] == "mathneuro"):
             text += (f" MathNeuro vs {r['nonmath']}: math {r['math_before']:.3g} → {r['math_after']:.3g}, "
                      f"non-math {r['nonmath_before']:.3g} → {r['nonmath_after']:.3g}.")
-        return text
+        return text + _limitations_text(res, [k for k in res["metrics"] if k != p["math"]], res.get("before", {}))
     if analysis == "layers":
         sel = ", ".join(f"{nm}: {part['selected']:,} of {part['total']:,}" for nm, part in res["by_nonmath"].items())
         return f"Layer distribution of **{p['method']}** ({src}): {sel} selected."
     if analysis == "proportion-sweep":
-        return f"Proportion sweep of **{p['method']}** against {p['nonmath']} ({src})."
+        return (f"Proportion sweep of **{p['method']}** against {p['nonmath']} ({src})."
+                + _limitations_text(res, [p["nonmath"]], {p["nonmath"]: res["rows"][0]["nonmath"]}))
     if analysis == "scale-sweep":
         row = next((r for r in res["rows"] if factor is not None and abs(r["factor"] - factor) < 1e-9), None)
         extra = f" At x{factor:g}: math {row['math']:.3g}, non-math {row['nonmath']:.3g}." if row else ""
@@ -379,6 +388,14 @@ def _status(analysis: str, res: dict, source: str, factor=None) -> str:
     top_c = sorted(range(len(cols)), key=lambda i: -cols[i])[:3]
     return (f"**{res['name']}** {res['shape'][0]}×{res['shape'][1]} ({src}): rows with most selected entries "
             f"{', '.join(f'{i} ({rows[i]})' for i in top_r)}; columns {', '.join(f'{i} ({cols[i]})' for i in top_c)}.")
+
+
+def _limitations_text(res: dict, names: list[str], before: dict) -> str:
+    """' Limits: ...' for the non-math comparators that cannot show a side effect (at chance, at ceiling, loss
+    beyond uniform guessing; :func:`core.mathneuro.tasks.limitation`), else ''."""
+    notes = [f"{nm} {why}" for nm in names
+             if (why := limitation(res["metrics"][nm], before.get(nm), (res.get("levels") or {}).get(nm)))]
+    return (" Limits of the comparators: " + "; ".join(notes) + ".") if notes else ""
 
 
 def analysis_view(analysis: str, data: dict, source: str = "computed", key: str | None = None, *,

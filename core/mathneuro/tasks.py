@@ -2,6 +2,8 @@
 texts from ``core.data``, plus the embedded model's synthetic ``review-sentiment``; accuracy or teacher-forced loss."""
 from __future__ import annotations
 
+import math
+
 from core.errors import BadInputError
 from core.mathneuro.evaluation import math_accuracy, multiple_choice_accuracy, teacher_forced_loss
 from core.mathneuro.recipe import SENTIMENT, sentiment_split
@@ -77,3 +79,31 @@ def score(model, tokenizer, records, metric: str, dataset: str) -> float:
         tokens = 24 if dataset == "arithmetic-words" else 256
         return 100.0 * math_accuracy(model, tokenizer, records, max_new_tokens=tokens)["accuracy"]
     return 100.0 * multiple_choice_accuracy(model, tokenizer, records)["accuracy"]
+
+
+def reference_levels(metric: str, records, tokenizer) -> dict:
+    """What a score on ``records`` means without any skill: ``chance`` accuracy (%) of a multiple-choice set (one
+    over the number of options, averaged), or the ``uniform_loss`` ln V (nats/token) of guessing every token of the
+    tokenizer's V with equal probability. Empty for exact-answer math (chance is ~0)."""
+    if metric == "loss":
+        return {"uniform_loss": math.log(len(tokenizer))}
+    if task_of(records[0]) == "choice":
+        return {"chance": 100.0 * sum(1.0 / len(r.choices) for r in records) / len(records)}
+    return {}
+
+
+def limitation(metric: str, value: float | None, levels: dict | None) -> str | None:
+    """Why a comparator's score cannot show what an intervention does, or None: accuracy at the ceiling (only
+    damage can show), at chance (damage cannot show), or a loss at or above uniform guessing (the model does not
+    model that text at all)."""
+    levels = levels or {}
+    if value is None:
+        return None
+    if metric == "accuracy" and value >= 99.5:
+        return "at ceiling (100%): only damage can show, not a smaller side effect"
+    if metric == "accuracy" and levels.get("chance") is not None and value <= levels["chance"] + 5:
+        return f"at chance ({levels['chance']:.0f}%): damage cannot show"
+    if metric == "loss" and levels.get("uniform_loss") is not None and value >= levels["uniform_loss"]:
+        return (f"loss above uniform guessing (ln V = {levels['uniform_loss']:.2f}): the model never learned "
+                "this text, so its loss says nothing about damage")
+    return None

@@ -76,6 +76,10 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
         raise BadInputError("no model or run chosen.", fix="pick a committed run or a model.")
     if is_run(ref):
         folder = _runs.resolve_run(ref)
+        if not any(folder.glob("*.safetensors")):
+            raise BadInputError(f"the run {ref} was stored without its weights (only seed 0 of each run set keeps "
+                                "them), and this diagnostic was not precomputed for it.",
+                                fix="use the run's default diagnostics, seed 0, or retrain it with `mixln train`.")
         return Subject(folder.name, _runs.run_model(ref), _runs.sample_windows(ref, n=samples, seq_len=seq_len),
                        run_fingerprint(folder), folder)
     from core.zoo import load_model, require_kind
@@ -88,9 +92,9 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
 
 
 def run_fingerprint(folder) -> str:
-    """The fingerprint of a run's weights (its ``model.safetensors``), as the zoo computes one."""
-    from core.zoo.loading import file_fingerprint
-    return file_fingerprint(sorted(Path(folder).glob("*.safetensors")))
+    """The fingerprint of a run's weights (its ``model.safetensors``), as the zoo computes one; for a run stored
+    without weights, the one its run.json recorded (:func:`core.mixln.runs.weights_fingerprint`)."""
+    return _runs.weights_fingerprint(folder)
 
 
 def _cached(subject: Subject, analysis: str, params: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
@@ -139,9 +143,17 @@ def write_run_diagnostics(ref: str) -> Path:
         res = fn(str(folder))
         res.pop("cached", None)
         res.pop("source", None)
-        entries.append({"model": folder.name, "fingerprint": run_fingerprint(folder), "analysis": name,
+        entries.append({"model": _run_name(folder), "fingerprint": run_fingerprint(folder), "analysis": name,
                         "params": _params_of(res), "data": res})
     return ExampleStore.write(path, entries)
+
+
+def _run_name(folder: Path) -> str:
+    """A run folder's name under the committed runs (``pre-ln/seed-1``), else its own name."""
+    try:
+        return folder.resolve().relative_to(_runs.ASSETS.resolve()).as_posix()
+    except ValueError:
+        return folder.name
 
 
 def _clean(x: float) -> float | None:

@@ -1,6 +1,7 @@
 """``python -m core mixln ...``: train Pre/Post/Mix-LN runs and chart what their layers do.
 
-Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``.
+Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
+``curves``, ``lr-sweep``, ``depth`` (the last four over the seeds of the committed run sets).
 Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plotly figure).
 
 Data-parallel training: the same ``train`` command runs under ``torchrun --nproc_per_node N -m core mixln
@@ -20,8 +21,9 @@ import core.mixln as mixln
 from core.cli import ProgressBar, emit, table
 from core.errors import BadInputError
 
-TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, AdamW with warmup and cosine decay to "
-              "10%%, held-out perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
+TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
+              "betas 0.9/0.999, no weight decay, no clipping, warmup from 0 and cosine decay to 10%%, held-out "
+              "perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
               "the run as 'diverged', curves kept). Data-parallel: run the same command under `torchrun "
               "--nproc_per_node N -m core mixln train ...` or `accelerate launch -m core mixln train ...` "
               "(DDP when WORLD_SIZE>1; untested multi-process). --recipe retrains all committed runs.")
@@ -66,6 +68,15 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seq", type=int, default=T["seq_len"], help="tokens per packed sequence")
     p.add_argument("--lr", type=float, default=T["lr"], help="peak learning rate")
     p.add_argument("--warmup", type=int, default=T["warmup_steps"])
+    p.add_argument("--min-lr-ratio", type=float, default=T["min_lr_ratio"], help="the cosine ends at this x lr")
+    p.add_argument("--betas", type=float, nargs=2, default=T["betas"], metavar=("B1", "B2"), help="Adam betas")
+    p.add_argument("--weight-decay", type=float, default=T["weight_decay"])
+    p.add_argument("--grad-clip", type=float, default=T["grad_clip"] or 0.0,
+                   help="clip the global gradient norm to this (0: no clipping, the authors' setting)")
+    p.add_argument("--embedding-std", type=float, default=M["embedding_init_std"],
+                   help="std of the embedding's normal init (the authors: sqrt(2/5))")
+    p.add_argument("--deepnorm-formula", choices=mixln.DEEPNORM_FORMULAS, default=M["deepnorm_formula"],
+                   help="DeepNorm constants: the Mix-LN authors' code (mixln) or the DeepNet paper's (deepnet)")
     p.add_argument("--eval-every", type=int, default=T["eval_every"])
     p.add_argument("--eval-batches", type=int, default=T["eval_batches"])
     p.add_argument("--grad-every", type=int, default=T["grad_log_every"], help="log per-layer grad norms every k steps")
@@ -94,7 +105,8 @@ def run_train(args) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.recipe:
-        return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None))
+        return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
+                                                skip_done=False, threads=0))
     _check_alpha(args.alpha)
     if args.quick:
         args.layers, args.hidden, args.heads, args.steps, args.batch, args.seq = 4, 32, 2, 6, 4, 32
@@ -107,11 +119,16 @@ def run_train(args) -> None:
         if getattr(args, name) < 1:
             raise BadInputError(f"--{name.replace('_', '-')} must be at least 1.", fix=f"pass a positive --{name}.")
     inter = args.intermediate or int(args.hidden * 8 / 3 / 16 + 1) * 16
+    if args.grad_clip < 0 or args.weight_decay < 0 or not args.embedding_std > 0:
+        raise BadInputError("--grad-clip and --weight-decay must be >= 0 and --embedding-std > 0.",
+                            fix="use e.g. --grad-clip 0 (no clipping), --weight-decay 0, --embedding-std 0.02.")
     sizes = dict(vocab_size=args.vocab, hidden_size=args.hidden, num_layers=args.layers, num_heads=args.heads,
-                 intermediate_size=inter)
+                 intermediate_size=inter, embedding_init_std=args.embedding_std,
+                 deepnorm_formula=args.deepnorm_formula)
     tcfg = dict(steps=args.steps, batch_size=args.batch, seq_len=args.seq, lr=args.lr, warmup_steps=args.warmup,
-                eval_every=args.eval_every, eval_batches=args.eval_batches, grad_log_every=args.grad_every,
-                seed=args.seed)
+                min_lr_ratio=args.min_lr_ratio, betas=list(args.betas), weight_decay=args.weight_decay,
+                grad_clip=args.grad_clip or None, eval_every=args.eval_every, eval_batches=args.eval_batches,
+                grad_log_every=args.grad_every, seed=args.seed)
     _progress("tokenizing the corpora and building the model")
     res = mixln.train_result(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
                              args.checkpoint_every, callback=_print_event)
@@ -120,12 +137,22 @@ def run_train(args) -> None:
 
 def _reproduce_args(p):
     p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
-    p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these runs")
+    p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
+                   help="retrain only these run sets (default: all)")
+    p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these placements (e.g. pre-ln post-ln)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="retrain only these seeds")
+    p.add_argument("--skip-done", action="store_true", help="keep runs that already finished or diverged")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
 
 
 def run_reproduce(args) -> None:
+    import torch
+    if getattr(args, "threads", 0):
+        torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    res = mixln.reproduce_result(args.out, getattr(args, "only", None), callback=_print_event)
+    res = mixln.reproduce_result(args.out, getattr(args, "only", None), callback=_print_event,
+                                 sets=getattr(args, "sets", None), seeds=getattr(args, "seeds", None),
+                                 skip_done=getattr(args, "skip_done", False))
     _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
 
 
@@ -140,7 +167,7 @@ def run_runs(args) -> None:
     for r in rows:
         r["recipe"] = mixln.recipe_command(r["run"]) if r["run"] in mixln.RECIPE else ""
     _emit(args, rows, lambda rs: table(rs, ["run", "norm", "alpha", "layers", "width", "steps", "status",
-                                            "eval_perplexity", "wall_s"]))
+                                            "n_seeds", "eval_perplexity_mean", "eval_perplexity_std", "wall_s"]))
 
 
 def _subject_args(p, samples=8):
@@ -214,20 +241,51 @@ def _table_out_args(p):
 
 def run_sweep(args) -> None:
     res = mixln.sweep_result()
-    emit(args, res.data, table(res.data, ["alpha", "run", "post_ln_layers", "status", "eval_perplexity"]), res)
+    emit(args, res.data, table(res.data, ["layers", "alpha", "run", "post_ln_layers", "n", "diverged",
+                                          "eval_perplexity_mean", "eval_perplexity_std", "eval_perplexity_min",
+                                          "eval_perplexity_max"]), res)
 
 
 def run_compare(args) -> None:
     res = mixln.compare_result()
-    emit(args, res.data, table(res.data, ["run", "norm", "alpha", "steps", "status", "eval_loss",
-                                          "eval_perplexity"]), res)
+    emit(args, res.data, res.status + "\n" + table(res.data, [
+        "run", "layers", "alpha", "steps", "n_seeds", "diverged", "eval_loss_mean", "eval_loss_std",
+        "eval_perplexity_mean", "eval_perplexity_std"]), res)
+
+
+def _curves_args(p):
+    p.add_argument("--set", dest="set_name", choices=[s for s in mixln.RUN_SETS if s != "lr-sweep"], default="main",
+                   help="which run set (default main: 12 layers)")
+    p.add_argument("--metric", choices=("loss", "perplexity"), default="loss")
+    _table_out_args(p)
+
+
+def run_curves(args) -> None:
+    res = mixln.curves_result(None, args.set_name, args.metric)
+    rows = res.tables["curves"]
+    last = [r for r in rows if r["step"] == max(x["step"] for x in rows if x["run"] == r["run"])]
+    emit(args, res.data, res.status + "\n" + table(last, ["run", "n", "step", "mean", "std", "min", "max"]), res)
+
+
+def run_lr_sweep(args) -> None:
+    res = mixln.lr_sweep_result()
+    emit(args, res.data, res.status + "\n" + table(res.data, ["run", "lr", "status", "diverged_at", "eval_loss",
+                                                               "eval_perplexity"]), res)
+
+
+def run_depth(args) -> None:
+    res = mixln.depth_result()
+    lines = [f"{p['run']} ({p['layers']} layers, n = {p['n']}): d(h_l, h_l+1) mean per layer "
+             + " ".join(f"{x:.3f}" for x in p["angular"]["mean"] if x is not None) for p in res.data]
+    emit(args, res.data, "\n".join(lines), res)
 
 
 def register(groups) -> None:
     g = "mixln"
     groups.command(g, "train", TRAIN_HELP, _train_args)(run_train)
-    groups.command(g, "reproduce", "retrain all committed runs in assets/mixln with the recipe (same seed, data, "
-                   "steps)", _reproduce_args)(run_reproduce)
+    groups.command(g, "reproduce", "retrain the committed runs in assets/mixln with the recipe (all run sets: 12 "
+                   "layers x 3 seeds, 24 layers x 3 seeds, the learning-rate sweep; or --set/--only/--seeds) and "
+                   "precompute their diagnostics", _reproduce_args)(run_reproduce)
     groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
     groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "
                    "any causal LM", _gradnorm_args)(run_gradnorms)
@@ -236,5 +294,11 @@ def register(groups) -> None:
     groups.command(g, "removal", "held-out loss/perplexity increase when each layer is skipped", _subject_args)(
         run_removal)
     groups.command(g, "sweep", "final held-out perplexity vs Mix-LN alpha (committed runs)", _table_out_args)(run_sweep)
-    groups.command(g, "compare", "held-out perplexity per norm placement at equal steps (committed runs)",
-                   _table_out_args)(run_compare)
+    groups.command(g, "compare", "held-out perplexity per norm placement at equal steps (committed runs at 12 and "
+                   "24 layers, mean and spread over seeds)", _table_out_args)(run_compare)
+    groups.command(g, "curves", "held-out loss / perplexity curves over seeds (mean, min-max band)",
+                   _curves_args)(run_curves)
+    groups.command(g, "lr-sweep", "final held-out loss per placement and peak learning rate (one seed)",
+                   _table_out_args)(run_lr_sweep)
+    groups.command(g, "depth", "12 vs 24 layers: per-layer angular distance, gradient norm and removal loss over "
+                   "seeds", _table_out_args)(run_depth)

@@ -5,10 +5,22 @@ Norm placements (``norm``), per decoder layer, with N an RMSNorm and F the atten
 - ``pre``:      x + F(N(x))                      (LLaMA, GPT-2)
 - ``post``:     N(x + F(x))                      (original Transformer, BERT)
 - ``mix``:      Post-LN for the first floor(post_ln_ratio * L) layers, Pre-LN for the rest (Mix-LN)
-- ``deepnorm``: N(a * x + F(x)) with a = (2L)^(1/4), branch weights initialised times b = (8L)^(-1/4)
+- ``deepnorm``: N(a * x + F(x)), Post-LN with the residual up-scaled by a and a Xavier-normal branch init
+  (constants below)
 - ``sandwich``: x + N(F(N(x)))                   (CogView, Gemma 2)
 
 The final norm before the head is kept in every placement.
+
+DeepNorm constants (``deepnorm_formula``), L = number of layers:
+
+- ``"mixln"`` (default; the Mix-LN authors' code, pixeli99/MixLN ``NORM_TYPE=deeppost``, the comparison they
+  published): a = 2 * sqrt(2) for every depth (DeepNet's (2L)^(1/4) at L = 32); value, output and the three MLP
+  weights Xavier-normal with gain (8L)^(1/4); query and key Xavier-normal with gain 1.
+- ``"deepnet"`` (the DeepNet paper, Wang et al. 2022, decoder-only): a = (2L)^(1/4); value, output and MLP
+  weights Xavier-normal with gain b = (8L)^(-1/4); query and key gain 1. The authors' gain is 1 / b.
+
+Initialisation otherwise: every Linear N(0, ``initializer_range``); the embedding N(0, ``embedding_init_std``)
+(None: ``initializer_range``; the Mix-LN authors' code uses sqrt(2/5) for every placement); norms 1.
 """
 from __future__ import annotations
 
@@ -23,6 +35,7 @@ from core.errors import BadInputError
 from core.mixln.placements import PLACEMENTS
 
 NORMS = tuple(PLACEMENTS)  # the registry's names (core.mixln.placements)
+DEEPNORM_FORMULAS = ("mixln", "deepnet")
 
 
 @dataclass
@@ -38,7 +51,9 @@ class MixLNConfig:
     max_position_embeddings: int = 2048
     rope_theta: float = 10000.0
     rms_norm_eps: float = 1e-6
-    initializer_range: float = 0.02     # std of the normal init of every Linear and the embedding
+    initializer_range: float = 0.02     # std of the normal init of every Linear (and the embedding if the next is None)
+    embedding_init_std: float | None = None  # std of the embedding's normal init; None: initializer_range
+    deepnorm_formula: str = "mixln"     # one of DEEPNORM_FORMULAS: the Mix-LN authors' constants or DeepNet's
     tie_word_embeddings: bool = False   # share the embedding matrix with the LM head
 
     def __post_init__(self) -> None:
@@ -46,6 +61,13 @@ class MixLNConfig:
             self.num_kv_heads = self.num_heads
         if self.norm not in PLACEMENTS:
             raise BadInputError(f"unknown norm placement {self.norm!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
+        if self.deepnorm_formula not in DEEPNORM_FORMULAS:
+            raise BadInputError(f"unknown DeepNorm formula {self.deepnorm_formula!r}.",
+                                fix=f"use one of: {', '.join(DEEPNORM_FORMULAS)}.")
+        if self.embedding_init_std is not None and not (isinstance(self.embedding_init_std, (int, float))
+                                                        and 0 < float(self.embedding_init_std) < math.inf):
+            raise BadInputError(f"embedding_init_std = {self.embedding_init_std!r} must be a positive number.",
+                                fix="use e.g. 0.02, or None to use initializer_range.")
         if not isinstance(self.post_ln_ratio, (int, float)) or not 0.0 <= float(self.post_ln_ratio) <= 1.0 \
                 or math.isnan(float(self.post_ln_ratio)):
             raise BadInputError(f"Mix-LN ratio alpha = {self.post_ln_ratio} is outside [0, 1].",
@@ -86,13 +108,22 @@ class MixLNConfig:
 
     @property
     def deepnorm_alpha(self) -> float:
-        """DeepNet's residual scale for a decoder-only model, (2L)^(1/4)."""
+        """The residual scale a: 2 * sqrt(2) (Mix-LN authors' code) or (2L)^(1/4) (DeepNet, decoder-only)."""
+        if self.deepnorm_formula == "mixln":
+            return 2.0 * math.sqrt(2.0)
         return (2.0 * self.num_layers) ** 0.25
 
     @property
-    def deepnorm_beta(self) -> float:
-        """DeepNet's initialisation scale for value, output and MLP weights, (8L)^(-1/4)."""
+    def deepnorm_gain(self) -> float:
+        """Xavier-normal gain of the value, output and MLP weights: (8L)^(1/4) (Mix-LN authors' code) or
+        b = (8L)^(-1/4) (DeepNet). Query and key weights use gain 1 in both."""
+        if self.deepnorm_formula == "mixln":
+            return (8.0 * self.num_layers) ** 0.25
         return (8.0 * self.num_layers) ** -0.25
+
+    @property
+    def embedding_std(self) -> float:
+        return self.initializer_range if self.embedding_init_std is None else float(self.embedding_init_std)
 
     def num_parameters(self) -> int:
         d, i, v, L = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_layers

@@ -1,7 +1,9 @@
 """Plotly figures of the Mix-LN results (shared by the tab and ``--out FILE.html`` of the CLI).
 
 Every figure has a title, axis titles with units and a legend; colours are the Okabe-Ito palette
-(colour-blind safe), one fixed colour per norm placement; heatmaps use Viridis.
+(colour-blind safe), one fixed colour per norm placement (and per Mix-LN alpha); heatmaps use Viridis.
+Figures over seeds draw the mean as a line or bar and the min-max range over the seeds as a band or error
+bars, with n in the legend or the text; the training settings (:func:`settings_note`) sit under the title.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from plotly.subplots import make_subplots
 from core.figures import PALETTE, style
 from core.mixln.placements import MIX_ALPHA_COLOURS as ALPHA_COLORS
 from core.mixln.placements import PLACEMENTS, placement_colour
+from core.mixln.runs import RECIPE_MODEL, RECIPE_TRAIN
 
 run_color = placement_colour  # colours come from the placement registry
 
@@ -109,29 +112,211 @@ def removal_figure(results: list[dict], title: str = "Layer removal: held-out lo
     return _layout(fig, title, "skipped layer (0 = first)", "increase in held-out loss (nats / token)")
 
 
-def sweep_figure(rows: list[dict], title: str = "Alpha sweep: final held-out perplexity vs alpha") -> go.Figure:
+def sweep_figure(rows: list[dict], note: str | None = None,
+                 title: str = "Alpha sweep: final held-out perplexity vs alpha (lower is better)") -> go.Figure:
+    """rows: :func:`core.mixln.runs.sweep_table` (mean, min, max over seeds), one line per depth: mean line,
+    min-max error bars."""
     fig = go.Figure()
-    ok = [r for r in rows if r.get("eval_perplexity") is not None]
-    fig.add_trace(go.Scatter(x=[r["alpha"] for r in ok], y=[r["eval_perplexity"] for r in ok], mode="lines+markers",
-                             name="Mix-LN (alpha 0 = Pre-LN, 1 = Post-LN)", line=dict(color="#009E73", width=2.5),
-                             marker=dict(size=10, color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
-                             text=[r["run"] for r in ok], hovertemplate="alpha %{x}: ppl %{y:.1f} (%{text})<extra></extra>"))
+    depths = list(dict.fromkeys(r["layers"] for r in rows))
+    for i, layers in enumerate(depths):
+        ok = [r for r in rows if r["layers"] == layers and r.get("eval_perplexity_mean") is not None]
+        if not ok:
+            continue
+        n = sorted({r["n"] for r in ok})
+        fig.add_trace(go.Scatter(
+            x=[r["alpha"] for r in ok], y=[r["eval_perplexity_mean"] for r in ok], mode="lines+markers",
+            name=f"{layers} layers (mean of n = {'/'.join(map(str, n))} seeds, bars min-max)",
+            line=dict(color="#009E73", width=2.5, dash="solid" if i == 0 else "dash"),
+            error_y=_minmax_error(ok, "eval_perplexity"),
+            marker=dict(size=11, symbol="circle" if i == 0 else "diamond",
+                        color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
+            text=[_std_text(r["eval_perplexity_mean"], r["eval_perplexity_std"], r["n"]) for r in ok],
+            hovertemplate=f"{layers} layers, alpha %{{x}}: ppl %{{text}}<extra></extra>"))
     for r in rows:
-        if r.get("eval_perplexity") is None:
-            fig.add_annotation(x=r["alpha"], y=0, yref="paper", text=f"{r['run']}: {r['status']}", showarrow=False)
+        if r.get("diverged"):
+            fig.add_annotation(x=r["alpha"], y=1, yref="paper", showarrow=False,
+                               text=f"{r['layers']} layers: {r['diverged']} diverged")
     fig.update_xaxes(dtick=0.25, range=[-0.05, 1.05])
-    return _layout(fig, title, "alpha (fraction of layers that are Post-LN)", "final held-out perplexity (lower is better)")
+    fig = _layout(fig, _title(title, note if note is not None else settings_note()),
+                  "alpha (fraction of layers that are Post-LN; 0 = Pre-LN, 1 = Post-LN)", "final held-out perplexity",
+                  height=540)
+    fig.update_layout(margin=dict(t=130), legend=dict(x=0.02, y=0.98, xanchor="left", yanchor="top"))
+    return fig
 
 
-def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm placement (equal steps)") -> go.Figure:
+def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm placement (equal steps)",
+                   note: str | None = None) -> go.Figure:
+    """rows: :func:`core.mixln.runs.compare_table`: bar = mean over seeds, error bar = min-max, text mean ± std (n)."""
     fig = go.Figure()
     for i, r in enumerate(rows):
         norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
-        label = r["norm"] if not getattr(PLACEMENTS.get(norm), "has_alpha", False) else f"{r['norm']} alpha {r['alpha']:g}"
-        fig.add_trace(go.Bar(x=[label], y=[r["eval_perplexity"]], name=label,
-                             marker_color=run_color(norm, r["alpha"], i),
-                             text=[f"{r['eval_perplexity']:.1f}" if r["eval_perplexity"] else r["status"]],
+        has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
+        label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
+        if r.get("layers") not in (None, RECIPE_MODEL["num_layers"]):
+            label += f" ({r['layers']} layers)"
+        mean = r.get("eval_perplexity_mean")
+        fig.add_trace(go.Bar(x=[label], y=[mean], name=label, marker_color=run_color(norm, r["alpha"], i),
+                             error_y=_minmax_error([r], "eval_perplexity") if mean is not None else None,
+                             text=[_std_text(mean, r.get("eval_perplexity_std"), r.get("n_seeds"))
+                                   + (f", {r['diverged']} diverged" if r.get("diverged") else "")],
                              textposition="outside", cliponaxis=False))
-    top = max([r["eval_perplexity"] for r in rows if r["eval_perplexity"]] or [1])
-    fig.update_yaxes(range=[0, top * 1.15])
-    return _layout(fig, title, "run (norm placement)", "final held-out perplexity (lower is better)")
+    top = max([r["eval_perplexity_max"] for r in rows if r.get("eval_perplexity_max")] or [1])
+    fig.update_yaxes(range=[0, top * 1.2])
+    fig = _layout(fig, _title(title + ": mean, bars min-max over seeds (lower is better)",
+                              note if note is not None else settings_note()),
+                  "run (norm placement)", "final held-out perplexity", height=540)
+    fig.update_layout(margin=dict(t=130))
+    return fig
+
+
+def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final held-out loss per placement (one seed)",
+                    note: str | None = None) -> go.Figure:
+    """rows: :func:`core.mixln.summary.lr_sweep_table`; a diverged run is an x at the top of the chart."""
+    fig = go.Figure()
+    names = list(dict.fromkeys(r["run"] for r in rows))
+    finite = [r["eval_loss"] for r in rows if r.get("eval_loss") is not None]
+    top = max(finite) + 0.1 if finite else 1.0
+    for i, name in enumerate(names):
+        rs = sorted((r for r in rows if r["run"] == name), key=lambda r: r["lr"])
+        color = run_color(rs[0]["norm"], rs[0]["alpha"], i)
+        fig.add_trace(go.Scatter(x=[r["lr"] for r in rs], y=[r["eval_loss"] for r in rs], mode="lines+markers",
+                                 name=rs[0]["label"], legendgroup=name, line=dict(color=color, width=2.5),
+                                 marker=dict(size=9), hovertemplate="lr %{x:g}: loss %{y:.3f}<extra></extra>"))
+        bad = [r for r in rs if r.get("eval_loss") is None]
+        if bad:
+            fig.add_trace(go.Scatter(x=[r["lr"] for r in bad], y=[top] * len(bad), mode="markers", legendgroup=name,
+                                     name=f"{rs[0]['label']} diverged", marker=dict(symbol="x", size=13, color=color),
+                                     text=[f"diverged at step {r.get('diverged_at')}" for r in bad],
+                                     hovertemplate="lr %{x:g}: %{text}<extra></extra>"))
+    rates = sorted({r["lr"] for r in rows})
+    fig.update_xaxes(type="log", tickvals=rates, ticktext=[f"{lr:.0e}".replace("e-0", "e-") for lr in rates])
+    train = {**RECIPE_TRAIN, "lr": float("nan")}
+    note = note if note is not None else settings_note(train=train).replace("Adam lr nan, ", "Adam, ")
+    fig = _layout(fig, _title(title, note), "peak learning rate (log scale)", "final held-out loss (nats / token)",
+                  height=540)
+    fig.update_layout(margin=dict(t=130))
+    return fig
+
+
+def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does at 12 and 24 layers",
+                 note: str | None = None, common_only: bool = True) -> go.Figure:
+    """profiles: :func:`core.mixln.summary.depth_profiles` rows. Rows: angular distance d(h_l, h_l+1), weight-
+    gradient norm at the end of training (log), loss increase when the layer is skipped; one column per depth.
+    Lines are means over seeds, bands min-max. ``common_only``: only the placements trained at every depth."""
+    depths = sorted({p["layers"] for p in profiles})
+    if common_only:
+        common = set.intersection(*({p["run"] for p in profiles if p["layers"] == d} for d in depths))
+        profiles = [p for p in profiles if p["run"] in common]
+    metrics = [("angular", "d(h_l, h_l+1) (fraction of π)", "linear"),
+               ("grad_norm", "weight-gradient L2 norm (log)", "log"),
+               ("removal", "loss increase when skipped (nats)", "linear")]
+    fig = make_subplots(rows=len(metrics), cols=len(depths), shared_xaxes=False, vertical_spacing=0.08,
+                        horizontal_spacing=0.08, column_titles=[f"{d} layers" for d in depths])
+    seen = set()
+    for p in profiles:
+        col = depths.index(p["layers"]) + 1
+        color = run_color(p["norm"], p["alpha"])
+        group = p["label"]
+        for row, (key, _, _) in enumerate(metrics, start=1):
+            v = p[key]
+            if not v["mean"]:
+                continue
+            x = list(range(len(v["mean"])))
+            _band(fig, x, v["min"], v["max"], color, group, row, col)
+            fig.add_trace(go.Scatter(x=x, y=_finite(v["mean"]), mode="lines+markers", line=dict(color=color, width=2.2),
+                                     marker=dict(size=5), legendgroup=group, showlegend=group not in seen,
+                                     name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth)",
+                                     hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}} (mean of {v['n']})"
+                                                   "<extra></extra>"),
+                          row=row, col=col)
+            seen.add(group)
+    for row, (_, label, kind) in enumerate(metrics, start=1):
+        for col in range(1, len(depths) + 1):
+            fig.update_yaxes(title_text=label if col == 1 else None, type=kind, row=row, col=col,
+                             exponentformat="power", showline=True, linecolor="#475569")
+            fig.update_xaxes(title_text="layer (0 = first)" if row == len(metrics) else None, row=row, col=col,
+                             showline=True, linecolor="#475569")
+    style(fig, _title(title + ": mean over seeds, band min-max", note if note is not None else settings_note()),
+          height=300 * len(metrics) + 120)
+    fig.update_layout(showlegend=True, margin=dict(t=150, b=110), legend=dict(orientation="h", y=-0.1, yanchor="top"))
+    return fig
+
+
+# ---- over seeds ------------------------------------------------------------------------------------------
+
+def settings_note(model: dict | None = None, train: dict | None = None) -> str:
+    """One line of the training settings (the Mix-LN authors', with the deviations), shown under chart titles."""
+    m, t = model or RECIPE_MODEL, train or RECIPE_TRAIN
+    clip = "no clipping" if not t.get("grad_clip") else f"clipping {t['grad_clip']:g}"
+    return (f"The Mix-LN authors' settings: Adam lr {t['lr']:g}, betas {t['betas'][0]:g}/{t['betas'][1]:g}, "
+            f"weight decay {t['weight_decay']:g}, {clip}, warmup {t['warmup_steps']} steps then cosine to "
+            f"{t['min_lr_ratio']:g} x lr.<br>Smaller: {t['steps']} steps of {t['batch_size']}x{t['seq_len']} "
+            f"tokens, width {m['hidden_size']}, float32 on CPU. "
+            f"DeepNorm: {DEEPNORM_NOTES[m.get('deepnorm_formula', 'mixln')]}.")
+
+
+# How the settings line names the DeepNorm constants (core.mixln.config.DEEPNORM_FORMULAS).
+DEEPNORM_NOTES = {"mixln": "the Mix-LN authors' constants (a = 2√2, Xavier gain (8L)^1/4)",
+                  "deepnet": "DeepNet's constants (a = (2L)^1/4, Xavier gain (8L)^-1/4)"}
+
+
+def _title(title: str, note: str | None) -> str:
+    if not note:
+        return title
+    return title + "".join(f"<br><span style='font-size:12px'>{line}</span>" for line in note.split("<br>"))
+
+
+def _rgba(color: str, alpha: float) -> str:
+    c = color.lstrip("#")
+    return f"rgba({int(c[0:2], 16)},{int(c[2:4], 16)},{int(c[4:6], 16)},{alpha})"
+
+
+def _band(fig: go.Figure, x, lo, hi, color: str, group: str, row=None, col=None) -> None:
+    """A filled min-max band (no legend entry of its own)."""
+    kw = {} if row is None else {"row": row, "col": col}
+    fig.add_trace(go.Scatter(x=list(x), y=_finite(hi), mode="lines", line=dict(width=0), showlegend=False,
+                             legendgroup=group, hoverinfo="skip", name=f"{group} max"), **kw)
+    fig.add_trace(go.Scatter(x=list(x), y=_finite(lo), mode="lines", line=dict(width=0), fill="tonexty",
+                             fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group, hoverinfo="skip",
+                             name=f"{group} min"), **kw)
+
+
+def _n_text(n: int, diverged: int = 0) -> str:
+    return f"n = {n} seed{'s' if n != 1 else ''}" + (f", {diverged} diverged" if diverged else "")
+
+
+def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None = None,
+                     note: str | None = None) -> go.Figure:
+    """Held-out loss (``metric="loss"``) or perplexity curves over seeds: mean line, min-max band.
+    bands: :func:`core.mixln.summary.loss_bands` rows."""
+    key = {"loss": "eval_loss", "perplexity": "eval_perplexity"}[metric]
+    fig = go.Figure()
+    for i, b in enumerate(bands):
+        c = b[key]
+        color = run_color(b["norm"], b["alpha"], i)
+        _band(fig, c["steps"], c["min"], c["max"], color, b["label"])
+        fig.add_trace(go.Scatter(x=c["steps"], y=_finite(c["mean"]), mode="lines+markers", legendgroup=b["label"],
+                                 name=f"{b['label']} ({_n_text(b['n'], b['diverged'])})",
+                                 line=dict(color=color, width=2.5), marker=dict(size=5),
+                                 hovertemplate="step %{x}: mean %{y:.3f}<extra>" + b["label"] + "</extra>"))
+    if title is None:
+        title = f"Held-out {metric} over seeds (mean, band: min-max)"
+    y = "held-out loss (nats / token)" if metric == "loss" else "held-out perplexity (lower is better)"
+    fig = _layout(fig, _title(title, note if note is not None else settings_note()), "training step", y, height=540)
+    if metric == "perplexity":
+        fig.update_yaxes(type="log")
+    fig.update_layout(margin=dict(t=130))
+    return fig
+
+
+def _minmax_error(rows: list[dict], prefix: str) -> dict:
+    means = [r[f"{prefix}_mean"] for r in rows]
+    return dict(type="data", symmetric=False, thickness=1.5, width=6, color="#334155",
+                array=[(r[f"{prefix}_max"] - m) if m is not None else None for r, m in zip(rows, means)],
+                arrayminus=[(m - r[f"{prefix}_min"]) if m is not None else None for r, m in zip(rows, means)])
+
+
+def _std_text(mean, std, n, nd=1) -> str:
+    if mean is None:
+        return "no finished seed"
+    return f"{mean:.{nd}f} ± {std:.{nd}f} (n={n})"

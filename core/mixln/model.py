@@ -14,6 +14,7 @@ Every residual-add followed by a norm goes through the fused op :func:`kernels.r
 """
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -198,21 +199,24 @@ class MixLNForCausalLM(nn.Module):
 
     @torch.no_grad()
     def reset_parameters(self, seed: int | None = None) -> None:
-        """Normal(0, initializer_range) for every Linear and the embedding, ones for norms; DeepNorm
-        layers scale their value, output and MLP weights by beta = (8L)^(-1/4)."""
+        """Normal(0, initializer_range) for every Linear, Normal(0, embedding_std) for the embedding, ones for
+        norms; DeepNorm layers draw their query/key weights Xavier-normal with gain 1 and their value, output
+        and MLP weights Xavier-normal with gain ``config.deepnorm_gain`` (see :mod:`core.mixln.config`)."""
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                w = torch.empty(module.weight.shape).normal_(0.0, std, generator=gen)
-                module.weight.copy_(w)
+                s = self.config.embedding_std if isinstance(module, nn.Embedding) else std
+                module.weight.copy_(torch.empty(module.weight.shape).normal_(0.0, s, generator=gen))
             elif isinstance(module, RMSNorm):
                 module.weight.fill_(1.0)
         for layer in self.model.layers:
             if layer.placement == "deepnorm":
-                for lin in (layer.self_attn.v_proj, layer.self_attn.o_proj, layer.mlp.gate_proj,
-                            layer.mlp.up_proj, layer.mlp.down_proj):
-                    lin.weight.mul_(self.config.deepnorm_beta)
+                attn, mlp = layer.self_attn, layer.mlp
+                for lin, gain in ((attn.q_proj, 1.0), (attn.k_proj, 1.0), (attn.v_proj, self.config.deepnorm_gain),
+                                  (attn.o_proj, self.config.deepnorm_gain), (mlp.gate_proj, self.config.deepnorm_gain),
+                                  (mlp.up_proj, self.config.deepnorm_gain), (mlp.down_proj, self.config.deepnorm_gain)):
+                    lin.weight.copy_(xavier_normal(lin.weight.shape, gain, gen))
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -276,6 +280,12 @@ class MixLNForCausalLM(nn.Module):
                            rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
                            initializer_range=c.initializer_range, tie_word_embeddings=c.tie_word_embeddings,
                            attention_bias=False, mlp_bias=False, attn_implementation="sdpa")
+
+
+def xavier_normal(shape: torch.Size, gain: float, generator: torch.Generator | None = None) -> torch.Tensor:
+    """Normal(0, gain * sqrt(2 / (fan_in + fan_out))) for a Linear weight of ``shape`` (out, in)."""
+    fan_out, fan_in = shape
+    return torch.empty(shape).normal_(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:

@@ -41,10 +41,13 @@ PLACEMENTS: dict[str, Placement] = {
     "post": Placement("Post-LN", "#D55E00", "N(x + F(x))", "the original Transformer, BERT", 1.0, sweep_alpha=1.0),
     "mix": Placement("Mix-LN", "#009E73", "Post-LN in the first floor(alpha * L) layers, Pre-LN in the rest",
                      "Li, Yin and Liu (2024)", 0.25, has_alpha=True),
-    "deepnorm": Placement("DeepNorm", "#CC79A7", "N(a * x + F(x)), a = (2L)^(1/4)", "DeepNet (Wang et al., 2022)", 1.0),
-    "sandwich": Placement("Sandwich-LN", "#E69F00", "x + N(F(N(x)))", "CogView, Gemma 2", 0.0),
+    "deepnorm": Placement("DeepNorm", "#CC79A7",
+                          "N(a * x + F(x)), a = 2√2 (the Mix-LN authors' code; DeepNet's formula: (2L)^(1/4))",
+                          "DeepNet (Wang et al., 2022)", 1.0),
+    "sandwich": Placement("Sandwich-LN", "#000000", "x + N(F(N(x)))", "CogView, Gemma 2", 0.0),
 }
-# Mix-LN runs with another alpha than the paper's get their own colour (the paper's 0.25 keeps Mix-LN's).
+# Mix-LN runs with another alpha than the paper's get their own colour (the paper's 0.25 keeps Mix-LN's); no two
+# committed runs share a colour (Sandwich-LN is black, Mix-LN 0.5 orange).
 MIX_ALPHA_COLOURS = {0.0: "#0072B2", 0.125: "#56B4E9", 0.25: "#009E73", 0.5: "#E69F00", 1.0: "#D55E00"}
 
 

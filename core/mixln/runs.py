@@ -7,10 +7,14 @@ Checkpoints for ``--resume`` go to ``<run>/checkpoints/step-*``.
 
 - :func:`train_run`        train one run into a folder (the CLI ``mixln train`` and the tab's live run)
 - :func:`train_run_iter`   the same as a generator of :class:`~core.mixln.train.TrainEvent`
-- :data:`RECIPE`           the committed runs: name -> norm placement and alpha, all with one config
-- :func:`reproduce`        retrain the committed runs (``mixln reproduce``)
+- :data:`RECIPE`           the norm placements: name -> norm placement and alpha
+- :data:`RUN_SETS`         the committed run sets (12 layers x 3 seeds, 24 layers x 3 seeds, a learning-rate sweep)
+- :func:`reproduce`        retrain the committed runs (``mixln reproduce``); :func:`recipe_jobs`, :func:`train_job`.
+  ``core.mixln.reproduce_result`` passes ``diagnostics=core.mixln.write_run_diagnostics`` so each run's diagnostics
+  are precomputed while its weights are there; this module does not import the analyses
 - :func:`list_runs`, :func:`load_run`, :func:`run_model`, :func:`eval_tokens_of`  read committed runs
-- :func:`sweep_table`, :func:`compare_table`  final eval perplexity vs alpha / per norm placement
+- :func:`sweep_table`, :func:`compare_table`  final eval perplexity vs alpha / per norm placement, over seeds
+  (:mod:`core.mixln.summary` holds the other summaries over seeds: curves, LR sweep, depth profiles)
 
 Data-parallel: when ``WORLD_SIZE > 1`` (``torchrun --nproc_per_node N -m core mixln train ...`` or
 ``accelerate launch -m core mixln train ...``) the model is wrapped in DistributedDataParallel, each rank
@@ -40,10 +44,25 @@ from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, ev
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "mixln"
 
-# The committed runs: deep and narrow (12 layers, width 64), equal steps, the same seed, data and tokenizer.
-RECIPE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=12, num_heads=4, intermediate_size=176)
-RECIPE_TRAIN = dict(steps=300, batch_size=16, seq_len=64, lr=3e-3, warmup_steps=30, eval_every=25, eval_batches=8,
+# The committed runs: deep and narrow (12 layers, width 64), equal steps, data and tokenizer, trained at the
+# Mix-LN authors' settings (pixeli99/MixLN torchrun_main.py + scripts/run_71m.sh, LLaMA-71M: 12 layers):
+# lr 1e-3, Adam betas (0.9, 0.999), weight decay 0, no gradient clipping, linear warmup over 10% of the steps
+# then cosine to 10% of the peak (their min_lr_ratio), embedding init N(0, sqrt(2/5)) and Linear N(0, 0.02).
+RECIPE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=12, num_heads=4, intermediate_size=176,
+                    embedding_init_std=(2 / 5) ** 0.5, deepnorm_formula="mixln")
+RECIPE_TRAIN = dict(steps=300, batch_size=16, seq_len=64, lr=1e-3, warmup_steps=30, min_lr_ratio=0.1,
+                    betas=[0.9, 0.999], weight_decay=0.0, grad_clip=None, eval_every=25, eval_batches=8,
                     grad_log_every=10, seed=0)
+# Where the recipe departs from the authors' runs, and why (recorded in every run.json, shown beside the charts).
+RECIPE_DEVIATIONS = (
+    "scale: 12 or 24 layers of width 64 and 300 steps of 16 x 64 tokens on a CPU (the authors: LLaMA-71M to 7B, "
+    "width 512+, 10k-150k steps of 512 x 256 tokens on GPUs)",
+    "data: the project's offline Wikipedia / OpenWebText / Python-docs paragraphs with its 4096-id BPE "
+    "(the authors: C4 with the T5 tokenizer)",
+    "precision: float32 (the authors: bfloat16)",
+)
+# The recipe's runs: run name -> norm placement (a key of core.mixln.placements.PLACEMENTS, which holds its label,
+# colour and formula) and Mix-LN alpha; every run set draws from this list.
 RECIPE = {
     "pre-ln": dict(norm="pre", alpha=0.0),
     "post-ln": dict(norm="post", alpha=1.0),
@@ -53,24 +72,119 @@ RECIPE = {
     "deepnorm": dict(norm="deepnorm", alpha=1.0),
     "sandwich-ln": dict(norm="sandwich", alpha=0.0),
 }
-# Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer.
-SWEEP = {0.0: "pre-ln", 0.125: "mix-ln-0.125", 0.25: "mix-ln-0.25", 0.5: "mix-ln-0.5", 1.0: "post-ln"}
-
-# A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
-LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176)
-LIVE_TRAIN = dict(steps=120, batch_size=8, seq_len=64, lr=3e-3, warmup_steps=12, eval_every=20, eval_batches=4,
-                  grad_log_every=10, seed=0)
+# Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer (the registry's
+# sweep_alpha): alpha -> run name.
+SWEEP = {sweep_alpha(spec["norm"], spec["alpha"]): name for name, spec in RECIPE.items()
+         if sweep_alpha(spec["norm"], spec["alpha"]) is not None}
+SEEDS = (0, 1, 2)
 
 
-def recipe_command(name: str) -> str:
+def recipe_label(name: str) -> str:
+    """How legends and tables name a recipe run (from the placement registry): ``Pre-LN``, ``Mix-LN (alpha 0.5)``."""
     spec = RECIPE[name]
-    m, t = RECIPE_MODEL, RECIPE_TRAIN
+    return placement_label(spec["norm"], spec["alpha"])
+
+
+@dataclass(frozen=True)
+class RunSet:
+    """A group of committed runs: ``placements`` x ``seeds`` x ``lrs`` with one model size, under ``folder``.
+
+    Layout under the root (assets/mixln): ``<folder>/<placement>/`` is seed 0 at the recipe's rate,
+    ``<folder>/<placement>/seed-<k>/`` seed k, ``<folder>/<placement>/lr-<rate>/`` another rate (seed 0).
+    Only ``weights_for_seed`` keeps its model.safetensors (float16); every run keeps config, history, run.json
+    and, when ``diagnostics``, diagnostics.json (angular distance and layer removal)."""
+
+    folder: str
+    model: dict
+    placements: tuple[str, ...]
+    seeds: tuple[int, ...] = SEEDS
+    lrs: tuple[float, ...] = (RECIPE_TRAIN["lr"],)
+    diagnostics: bool = True
+    weights_for_seed: int | None = 0
+    title: str = ""
+
+
+RUN_SETS = {
+    "main": RunSet("", RECIPE_MODEL, tuple(RECIPE), title="12 layers, width 64"),
+    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24},
+                       ("pre-ln", "post-ln", "mix-ln-0.25", "mix-ln-0.125", "mix-ln-0.5"),
+                       title="24 layers, width 64 (the alpha sweep)"),
+    "lr-sweep": RunSet("lr-sweep", RECIPE_MODEL, tuple(RECIPE), seeds=(0,), lrs=(3e-4, 3e-3), diagnostics=False,
+                       weights_for_seed=None, title="12 layers, width 64, one seed per rate"),
+}
+LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run of the recipe: run set, placement name (a key of RECIPE), seed and peak learning rate."""
+
+    set: str
+    name: str
+    seed: int = 0
+    lr: float = RECIPE_TRAIN["lr"]
+
+    @property
+    def key(self) -> str:
+        return f"{self.set}/{self.name}/seed-{self.seed}/lr-{self.lr:g}"
+
+    @property
+    def relative_folder(self) -> Path:
+        spec = RUN_SETS[self.set]
+        folder = Path(spec.folder) / self.name
+        if self.lr != RECIPE_TRAIN["lr"]:
+            folder = folder / f"lr-{self.lr:g}"
+        if self.seed != 0:
+            folder = folder / f"seed-{self.seed}"
+        return folder
+
+    @property
+    def model(self) -> dict:
+        return dict(RUN_SETS[self.set].model)
+
+    @property
+    def train(self) -> dict:
+        return {**RECIPE_TRAIN, "seed": self.seed, "lr": self.lr}
+
+    @property
+    def keep_weights(self) -> bool:
+        return RUN_SETS[self.set].weights_for_seed == self.seed
+
+
+def recipe_jobs(sets: list[str] | None = None, names: list[str] | None = None,
+                seeds: list[int] | None = None) -> list[Job]:
+    """Every run of the recipe (or of the chosen sets / placements / seeds): set by set, seed by seed."""
+    for s in sets or []:
+        if s not in RUN_SETS:
+            raise BadInputError(f"unknown run set {s!r}.", fix=f"use one of: {', '.join(RUN_SETS)}.")
+    for n in names or []:
+        if n not in RECIPE:
+            raise BadInputError(f"unknown run {n!r}.", fix=f"use one of: {', '.join(RECIPE)}.")
+    return [Job(s, n, seed, lr) for s in (sets or list(RUN_SETS)) for lr in RUN_SETS[s].lrs
+            for seed in RUN_SETS[s].seeds for n in RUN_SETS[s].placements
+            if (names is None or n in names) and (seeds is None or seed in seeds)]
+
+
+def recipe_command(name: str, job: Job | None = None) -> str:
+    """The ``mixln train`` command line of one recipe run (``name``: seed 0 of the main set)."""
+    job = job or Job("main", name)
+    spec, m, t = RECIPE[job.name], job.model, job.train
     return (f"python -m core mixln train --norm {spec['norm']} --alpha {spec['alpha']} --layers {m['num_layers']} "
             f"--hidden {m['hidden_size']} --heads {m['num_heads']} --intermediate {m['intermediate_size']} "
-            f"--vocab {m['vocab_size']} --steps {t['steps']} --batch {t['batch_size']} --seq {t['seq_len']} "
-            f"--lr {t['lr']} --warmup {t['warmup_steps']} --eval-every {t['eval_every']} "
+            f"--vocab {m['vocab_size']} --embedding-std {m['embedding_init_std']!r} "
+            f"--deepnorm-formula {m['deepnorm_formula']} --steps {t['steps']} --batch {t['batch_size']} "
+            f"--seq {t['seq_len']} --lr {t['lr']:g} --warmup {t['warmup_steps']} --min-lr-ratio {t['min_lr_ratio']} "
+            f"--betas {t['betas'][0]} {t['betas'][1]} --weight-decay {t['weight_decay']} "
+            f"--grad-clip {t['grad_clip'] or 0} --eval-every {t['eval_every']} "
             f"--eval-batches {t['eval_batches']} --grad-every {t['grad_log_every']} --seed {t['seed']} "
-            f"--tokenizer assets/mixln/tokenizer.json --out assets/mixln/{name}")
+            f"--tokenizer assets/mixln/tokenizer.json --out assets/mixln/{job.relative_folder.as_posix()}")
+
+
+# A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
+LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176,
+                  embedding_init_std=(2 / 5) ** 0.5)
+LIVE_TRAIN = dict(steps=120, batch_size=8, seq_len=64, lr=1e-3, warmup_steps=12, eval_every=20, eval_batches=4,
+                  grad_log_every=10, seed=0)
 
 
 # ---- training a run ----------------------------------------------------------------------------------
@@ -85,6 +199,27 @@ def build_model(norm: str, alpha: float = 0.25, seed: int = 0, **sizes) -> MixLN
     model = MixLNForCausalLM(config)
     model.reset_parameters(seed)
     return model
+
+
+def run_settings(model_config: MixLNConfig, config: TrainConfig) -> dict:
+    """Every setting that decides the training, spelled out for run.json (and checked by the tests)."""
+    c = model_config
+    settings = {
+        "optimizer": "Adam" if config.weight_decay == 0 else "AdamW",
+        "lr": config.lr, "betas": list(config.betas), "eps": 1e-8, "weight_decay": config.weight_decay,
+        "schedule": "linear warmup from 0, then cosine to min_lr_ratio * lr (the Mix-LN authors' "
+                    "get_cyclical_cosine_schedule_with_min_lr, one cycle)",
+        "warmup_steps": config.warmup_steps, "min_lr_ratio": config.min_lr_ratio, "steps": config.steps,
+        "grad_clip": config.grad_clip, "seed": config.seed, "batch_size": config.batch_size,
+        "seq_len": config.seq_len, "dtype": "bfloat16 autocast" if config.bf16 else "float32",
+        "init": {"linear_std": c.initializer_range, "embedding_std": c.embedding_std},
+        "deviations": list(RECIPE_DEVIATIONS),
+    }
+    if "deepnorm" in c.layer_norms():
+        settings["deepnorm"] = {"formula": c.deepnorm_formula, "alpha": c.deepnorm_alpha,
+                                "gain_value_output_mlp": c.deepnorm_gain, "gain_query_key": 1.0,
+                                "init": "Xavier normal"}
+    return settings
 
 
 def _dist_info() -> tuple[int, int]:
@@ -136,10 +271,12 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
         net = torch.nn.parallel.DistributedDataParallel(model)
     meta = {"norm": norm, "alpha": float(alpha), "model": sizes,
             "train": {k: v for k, v in asdict(config).items() if k in tcfg or k in RECIPE_TRAIN},
+            "settings": run_settings(model.config, config),
             "eval_split": corpus.eval_split, "train_tokens": int(corpus.train.numel()),
             "eval_tokens": int(corpus.eval.numel()), "parameters": model.num_parameters(),
             "torch_threads": torch.get_num_threads(), "world_size": world}
     meta["train"]["seed"] = tcfg.get("seed", 0)
+    meta["settings"]["seed"] = tcfg.get("seed", 0)
     t0 = time.perf_counter()
     last: TrainEvent | None = None
     try:
@@ -159,7 +296,7 @@ def _write_run(out: Path, model: MixLNForCausalLM, history: TrainHistory, meta: 
                tokenizer_path, keep_checkpoints: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    shared = (out.resolve() / "tokenizer.json", out.resolve().parent / "tokenizer.json")
+    shared = [f / "tokenizer.json" for f in (out.resolve(), *out.resolve().parents[:3])]
     if tokenizer_path is None or Path(tokenizer_path).resolve() not in shared:
         tok.save(str(out / "tokenizer.json"))
     final = history.eval[-1] if history.eval else None
@@ -191,26 +328,54 @@ def train_run(out, norm="mix", alpha=0.25, model_sizes=None, train_config=None, 
     return json.loads((Path(out) / "run.json").read_text())
 
 
-def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None) -> dict[str, dict]:
-    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data).
-
-    ``core.mixln.reproduce_result`` (``python -m core mixln reproduce``) calls this, then precomputes each run's
-    diagnostics (``core.mixln.write_run_diagnostics``); this module does not import the analyses."""
+def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None,
+              sets: list[str] | None = None, seeds: list[int] | None = None, skip_done: bool = False,
+              jobs: list[Job] | None = None, keep_all_weights: bool = False,
+              diagnostics: Callable[[str], object] | None = None) -> dict[str, dict]:
+    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same data): every
+    :data:`RUN_SETS` entry by default, or the chosen sets / placements (``names``) / seeds, or ``jobs``.
+    ``skip_done`` keeps runs whose run.json says finished or diverged; ``keep_all_weights`` keeps every run's
+    weights (a scratch folder), not only those the repository holds; ``diagnostics(folder)`` precomputes a run's
+    diagnostics (see :func:`train_job`). Returns run.json per job key."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tok_path = root / "tokenizer.json"
     if not tok_path.is_file():
         corpus = prepare_corpus(RECIPE_MODEL["vocab_size"])
-        corpus.tokenizer.save(str(tok_path))
+        atomic_write(tok_path, lambda tmp: corpus.tokenizer.save(str(tmp)))
     results = {}
-    for name in names or list(RECIPE):
-        if name not in RECIPE:
-            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(RECIPE)}.")
-        spec = RECIPE[name]
-        results[name] = train_run(root / name, spec["norm"], spec["alpha"], RECIPE_MODEL, RECIPE_TRAIN, tok_path,
-                                  keep_checkpoints=False, callback=callback)
-        results[name] = compact_run(root / name)  # the CLI's reproduce then precomputes each run's diagnostics
+    for job in jobs if jobs is not None else recipe_jobs(sets, names, seeds):
+        done = root / job.relative_folder / "run.json"
+        if skip_done and done.is_file() and json.loads(done.read_text()).get("status") in ("finished", "diverged"):
+            results[job.key] = json.loads(done.read_text())
+            continue
+        results[job.key] = train_job(job, root, callback, keep_all_weights, diagnostics)
     return results
+
+
+def train_job(job: Job, root: str | os.PathLike = ASSETS, callback=None, keep_all_weights: bool = False,
+              diagnostics: Callable[[str], object] | None = None) -> dict:
+    """Train one recipe run into ``root / job.relative_folder`` and store it as committed: float16 weights
+    (re-evaluated, their fingerprint in run.json), ``diagnostics(folder)`` called while the weights are there when
+    the run's set asks for diagnostics, then the weights dropped unless kept for its seed."""
+    root = Path(root)
+    folder = root / job.relative_folder
+    for sub in ("model.safetensors", "diagnostics.json", "run.json", "history.json"):
+        (folder / sub).unlink(missing_ok=True)
+    spec = RECIPE[job.name]
+    train_run(folder, spec["norm"], spec["alpha"], job.model, job.train, root / "tokenizer.json",
+              keep_checkpoints=False, callback=callback)
+    meta = compact_run(folder)
+    if RUN_SETS[job.set].diagnostics and diagnostics is not None:
+        diagnostics(str(folder))
+    if not job.keep_weights:
+        if not keep_all_weights:
+            (folder / "model.safetensors").unlink(missing_ok=True)
+        kept = RUN_SETS[job.set].weights_for_seed
+        meta["weights"] = f"not kept (only seed {kept} of this set is committed with weights)"
+    meta["job"] = {"set": job.set, "name": job.name, "seed": job.seed, "lr": job.lr}
+    atomic_write(folder / "run.json", json.dumps(meta, indent=1))
+    return meta
 
 
 def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
@@ -228,12 +393,36 @@ def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
     if meta.get("final_eval_perplexity") is not None:
         meta.setdefault("final_eval_loss_float32", meta["final_eval_loss"])
         meta.setdefault("final_eval_perplexity_float32", meta["final_eval_perplexity"])
-        (folder / "run.json").write_text(json.dumps(meta, indent=1))
+        atomic_write(folder / "run.json", json.dumps(meta, indent=1))
         got = evaluate_run(str(folder))
         meta.update(final_eval_loss=got["loss"], final_eval_perplexity=got["perplexity"])
     meta["weights_dtype"] = dtype
+    meta["weights_fingerprint"] = weights_fingerprint(folder)  # keys the run's diagnostics once the weights are gone
     atomic_write(folder / "run.json", json.dumps(meta, indent=1))
     return meta
+
+
+def weights_fingerprint(folder: str | os.PathLike) -> str:
+    """The fingerprint of a run's weights as the zoo computes one (sha256 over the ``*.safetensors`` bytes); for a
+    run stored without weights, the one recorded in its run.json, else a digest of its history.json (what identifies
+    a run whose weights were never kept)."""
+    from core.zoo.loading import file_fingerprint
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors"))
+    if files:
+        return file_fingerprint(files)
+    try:
+        recorded = json.loads((folder / "run.json").read_text()).get("weights_fingerprint")
+    except (OSError, ValueError):
+        recorded = None
+    if recorded:
+        return recorded
+    import hashlib
+    history = folder / "history.json"
+    if not history.is_file():
+        raise BadInputError(f"{folder} holds no weights and no history.json.", fix="pick a run folder.")
+    return "history-" + hashlib.sha256(history.read_bytes()).hexdigest()[:24]
 
 
 # ---- reading runs --------------------------------------------------------------------------------------
@@ -288,17 +477,24 @@ def run_model(ref, root=ASSETS) -> MixLNForCausalLM:
     return MixLNForCausalLM.from_pretrained(resolve_run(ref, root))
 
 
+def tokenizer_file(folder: str | os.PathLike) -> Path:
+    """The run's own tokenizer.json, else the nearest one in the folders above it (the shared one of a root)."""
+    folder = Path(folder)
+    for f in (folder, *folder.resolve().parents[:3]):
+        if (f / "tokenizer.json").is_file():
+            return f / "tokenizer.json"
+    raise BadInputError(f"no tokenizer.json in {folder} or the folders above it.",
+                        fix="train the run again, or copy its tokenizer.json beside it.")
+
+
 def run_tokenizer(ref, root=ASSETS):
-    folder = resolve_run(ref, root)
-    own = folder / "tokenizer.json"
-    return load_tokenizer(own if own.is_file() else folder.parent / "tokenizer.json")
+    return load_tokenizer(tokenizer_file(resolve_run(ref, root)))
 
 
 def eval_tokens_of(ref, root=ASSETS, split: str | None = None) -> torch.Tensor:
     """The run's held-out evaluation windows (N, T), exactly those its recorded eval perplexity used."""
     run = load_run(ref, root)
-    folder = run.folder
-    tok = folder / "tokenizer.json" if (folder / "tokenizer.json").is_file() else folder.parent / "tokenizer.json"
+    tok = tokenizer_file(run.folder)
     corpus = prepare_corpus(run.meta["model"]["vocab_size"], tok, split or run.meta.get("eval_split", "validation"))
     cfg = TrainConfig(**{k: v for k, v in run.meta["train"].items() if k in TrainConfig.__dataclass_fields__})
     return torch.cat(eval_batches(corpus.eval, cfg))
@@ -324,33 +520,34 @@ def sample_windows(ref, root=ASSETS, n: int = 16, seq_len: int | None = None) ->
 # ---- tables over runs ------------------------------------------------------------------------------------
 
 def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
-    """One row per run: norm placement, alpha, steps, status, final eval loss and perplexity, wall time."""
+    """One row per run folder of ``root`` (committed runs by default): norm placement, alpha, size, steps, the
+    final held-out loss and perplexity over its seeds (mean, std with ddof 1, min, max; ``n_seeds`` finished
+    seeds, ``diverged`` seeds that diverged; a run without seed folders is its own single seed), wall time."""
+    from core.mixln.summary import seed_runs, spread
     rows = []
     for name in runs or list_runs(root):
         r = load_run(name, root)
         m = r.meta
+        group = seed_runs(name, "main", root) if name in RECIPE and r.folder.parent == Path(root) else [r]
+        loss = spread([g.meta.get("final_eval_loss") for g in group])
+        ppl = spread([g.meta.get("final_eval_perplexity") for g in group])
         rows.append({"run": name, "norm": placement_label(m["norm"]), "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
-                     "steps": m.get("steps_done"), "status": m.get("status"),
-                     "eval_loss": _round(m.get("final_eval_loss"), 4),
-                     "eval_perplexity": _round(m.get("final_eval_perplexity"), 2),
-                     "wall_s": m.get("wall_seconds")})
+                     "steps": m.get("steps_done"), "lr": m["train"]["lr"], "status": m.get("status"),
+                     "n_seeds": loss["n"], "diverged": sum(g.meta.get("status") == "diverged" for g in group),
+                     "eval_loss_mean": _round(loss["mean"], 4), "eval_loss_std": _round(loss["std"], 4),
+                     "eval_perplexity_mean": _round(ppl["mean"], 2), "eval_perplexity_std": _round(ppl["std"], 2),
+                     "eval_perplexity_min": _round(ppl["min"], 2), "eval_perplexity_max": _round(ppl["max"], 2),
+                     "wall_s": m.get("wall_seconds"), "label": r.label})
     return rows
 
 
-def sweep_table(root=ASSETS, runs: list[str] | None = None) -> list[dict]:
-    """Final eval perplexity vs alpha: the recipe's sweep runs (or ``runs``) that exist, sorted by alpha."""
-    names = runs or [n for n in SWEEP.values() if n in list_runs(root)]
-    rows = []
-    for name in names:
-        r = load_run(name, root)
-        alpha = sweep_alpha(r.meta["norm"], r.meta["alpha"])
-        if alpha is None:
-            continue
-        rows.append({"alpha": alpha, "run": name, "status": r.meta.get("status"),
-                     "eval_perplexity": _round(r.final_perplexity, 2),
-                     "post_ln_layers": math.floor(alpha * r.meta["model"]["num_layers"] + 1e-9)})
-    return sorted(rows, key=lambda x: x["alpha"])
+def sweep_table(root=ASSETS, runs: list[str] | None = None, sets: tuple[str, ...] = ("main", "depth-24")) -> list[dict]:
+    """Final held-out perplexity vs alpha over seeds (:func:`core.mixln.summary.sweep_rows`), 12 layers then 24,
+    each sorted by alpha; ``runs`` keeps only those placements."""
+    from core.mixln.summary import sweep_rows
+    rows = [r for s in sets for r in sweep_rows(root, s)]
+    return [r for r in rows if runs is None or r["run"] in runs]
 
 
 def _round(x, nd):

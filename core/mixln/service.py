@@ -3,7 +3,12 @@
 
     loss_result(runs)                         training and held-out loss of committed runs
     gradnorms_result(runs, kind, step)        per-layer gradient norms logged at init and at a step
-    compare_result(), sweep_result()          held-out perplexity per placement / against alpha
+    compare_result(), sweep_result()          final held-out perplexity per placement / against alpha, over seeds,
+                                              at 12 and 24 layers (mean, error bars min-max, n)
+    curves_result(runs, set, metric)          held-out loss / perplexity curves over seeds (mean, min-max band)
+    lr_sweep_result()                         final held-out loss per placement and peak learning rate (one seed)
+    depth_result()                            12 vs 24 layers: per-layer angular distance, gradient norm, removal
+    settings_text()                           the training settings of the committed runs and their deviations
     angular_distance_result(refs)             d(h_l, h_l+n) heatmap of a run or any causal LM (precomputed / cached)
     layer_removal_result(refs)                held-out loss increase when each layer is skipped
     model_gradnorms_result(ref)               gradient norms of one batch for any causal LM
@@ -20,7 +25,7 @@ from typing import Iterator
 
 from core.errors import BadInputError, Cancelled
 from core.figures import PALETTE
-from core.mixln import analysis, runs
+from core.mixln import analysis, runs, summary
 from core.mixln import figures as F
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.runner import Result, digest, report, source_text
@@ -63,8 +68,8 @@ def loss_result(names=DEFAULT_RUNS) -> Result:
     rows = [{"run": r.name, "split": split, "step": e["step"], "loss": e["loss"]} for r in loaded
             for split in ("train", "eval") for e in r.history.get(split, [])]
     return Result(f"Loss of {', '.join(r.label for r in loaded)}.", {"runs": [r.name for r in loaded]},
-                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss of the committed runs "
-                                                                                  "(equal steps)")}, stem="mixln-loss")
+                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss, seed 0 of 3 (spread: below)")},
+                  stem="mixln-loss")
 
 
 def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None = None) -> Result:
@@ -75,33 +80,129 @@ def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None
             k = max([i for i, s in enumerate(r["steps"]) if s <= max(float(step), r["steps"][0])] or [0])
             r["final_step"], r["final"] = r["steps"][k], r["per_step"][k]
     shown = results[0]["final_step"]
-    fig = F.gradnorm_figure(F.gradnorm_series(results), f"Gradient norm per layer: init (dotted), step {shown} "
-                            "(solid)", kind)
+    fig = F.gradnorm_figure(F.gradnorm_series(results), f"Grad norm per layer: init (dotted), step {shown}, "
+                            "seed 0 of 3", kind)
     rows = [{"subject": r["run"], "layer": layer, "init": r["init"][layer], "final": r["final"][layer]}
             for r in results for layer in r["layers"]]
     return Result(f"{kind} gradient norms at initialisation and at step {shown}.", results,
                   tables={"gradnorms": rows}, figures={"gradnorms": fig}, stem="mixln-gradnorms")
 
 
-def compare_result(names=None) -> Result:
-    """One row per committed run: placement, alpha, steps, status, final held-out loss and perplexity."""
-    rows = runs.compare_table(list(names) if names else None)
+def _set_root(set_name: str) -> Path:
+    return runs.ASSETS / runs.RUN_SETS[set_name].folder
+
+
+def _spread_text(row: dict, prefix: str = "eval_perplexity", nd: int = 1) -> str:
+    mean, std = row.get(f"{prefix}_mean"), row.get(f"{prefix}_std")
+    n = row.get("n_seeds", row.get("n"))
+    if mean is None:
+        return "no finished seed"
+    return f"{mean:.{nd}f} ± {std:.{nd}f} (n = {n} seeds)"
+
+
+def compare_result(names=None, sets=("main", "depth-24")) -> Result:
+    """One row per committed run and depth: placement, alpha, steps, status, final held-out loss and perplexity over
+    the seeds (mean, std, min, max, n; :func:`core.mixln.compare_table`); the chart draws min-max error bars."""
+    rows = []
+    for s in sets:
+        root = _set_root(s)
+        present = runs.list_runs(root)
+        picked = [n for n in (names or present) if n in present]
+        rows += runs.compare_table(picked, root) if picked else []
     if not rows:
         raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
-    best = min((r for r in rows if r["eval_perplexity"]), key=lambda r: r["eval_perplexity"], default=None)
-    status = (f"{len(rows)} runs at equal steps; lowest held-out perplexity: **{best['run']}** "
-              f"({best['eval_perplexity']:.1f})." if best else f"{len(rows)} runs.")
+    parts = []
+    for layers in dict.fromkeys(r["layers"] for r in rows):
+        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
+        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
+        if best:
+            parts.append(f"{layers} layers: lowest mean held-out perplexity **{best['label']}**, {_spread_text(best)}")
+    diverged = sum(r["diverged"] for r in rows)
+    status = (f"{len(rows)} runs at equal steps, mean ± std over seeds. " + "; ".join(parts) + "."
+              + (f" {diverged} seed(s) diverged." if diverged else ""))
     return Result(status, rows, tables={"compare": rows}, figures={"compare": F.compare_figure(rows)},
                   key="mixln-compare-" + digest(rows), stem="mixln-compare")
 
 
 def sweep_result() -> Result:
-    """Final held-out perplexity against Mix-LN's alpha (0 = all Pre-LN, 1 = all Post-LN)."""
+    """Final held-out perplexity against Mix-LN's alpha (0 = all Pre-LN, 1 = all Post-LN), over seeds, at 12 and 24
+    layers."""
     rows = runs.sweep_table()
     if not rows:
         raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
-    return Result(f"Alpha sweep over {len(rows)} runs.", rows, tables={"sweep": rows},
-                  figures={"sweep": F.sweep_figure(rows)}, stem="mixln-sweep")
+    parts = []
+    for layers in dict.fromkeys(r["layers"] for r in rows):
+        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
+        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
+        if best:
+            parts.append(f"{layers} layers: best alpha {best['alpha']:g}, {_spread_text(best)}")
+    return Result(f"Alpha sweep over {len(rows)} run groups; " + "; ".join(parts) + ".", rows,
+                  tables={"sweep": rows}, figures={"sweep": F.sweep_figure(rows)},
+                  key="mixln-sweep-" + digest(rows), stem="mixln-sweep")
+
+
+def curves_result(names=None, set_name: str = "main", metric: str = "loss") -> Result:
+    """Held-out loss (or perplexity) curves of the committed placements over their seeds: mean line, min-max band."""
+    if set_name not in runs.RUN_SETS or set_name == "lr-sweep":
+        raise BadInputError(f"no seed curves for run set {set_name!r}.", fix="use main (12 layers) or depth-24.")
+    if metric not in ("loss", "perplexity"):
+        raise BadInputError(f"unknown metric {metric!r}.", fix="use loss or perplexity.")
+    bands = summary.loss_bands(list(names) if names else None, set_name)
+    if not bands:
+        raise BadInputError(f"no runs of the set {set_name} found.", fix="run `python -m core mixln reproduce`.")
+    key = "eval_loss" if metric == "loss" else "eval_perplexity"
+    rows = [{"run": b["run"], "label": b["label"], "n": b["n"], "step": t, "mean": m, "std": sd, "min": lo,
+             "max": hi} for b in bands
+            for t, m, sd, lo, hi in zip(*(b[key][f] for f in ("steps", "mean", "std", "min", "max")))]
+    layers = runs.RUN_SETS[set_name].model["num_layers"]
+    fig = F.loss_band_figure(bands, metric, f"Held-out {metric} over seeds at {layers} layers (mean, band min-max)")
+    ends = [f"{b['label']} {b[key]['mean'][-1]:.3g} ± {b[key]['std'][-1]:.2g} (n = {b['n']})" for b in bands
+            if b[key]["mean"] and b[key]["mean"][-1] is not None]
+    return Result(f"Final held-out {metric}, {layers} layers, mean ± std over seeds: " + "; ".join(ends) + ".",
+                  {"set": set_name, "metric": metric, "bands": bands}, tables={"curves": rows},
+                  figures={"curves": fig}, key=f"mixln-curves-{set_name}-{metric}-" + digest(rows),
+                  stem=f"mixln-{metric}-curves")
+
+
+def lr_sweep_result() -> Result:
+    """Final held-out loss per placement and peak learning rate (one seed per rate): what makes the comparison fair."""
+    rows = summary.lr_sweep_table()
+    if not rows:
+        raise BadInputError("no learning-rate sweep runs found.",
+                            fix="run `python -m core mixln reproduce --set lr-sweep` first.")
+    best = {}
+    for r in rows:
+        if r["eval_loss"] is not None and (r["run"] not in best or r["eval_loss"] < best[r["run"]]["eval_loss"]):
+            best[r["run"]] = r
+    diverged = [f"{r['label']} at {r['lr']:g}" for r in rows if r["eval_loss"] is None]
+    status = ("Best peak rate per placement (one seed, so differences under the seed spread of the comparison are "
+              "not resolved): " + "; ".join(f"{r['label']} {r['lr']:g}" for r in best.values()) + "."
+              + (f" Diverged: {', '.join(diverged)}." if diverged else ""))
+    return Result(status, rows, tables={"lr-sweep": rows}, figures={"lr-sweep": F.lr_sweep_figure(rows)},
+                  key="mixln-lr-sweep-" + digest(rows), stem="mixln-lr-sweep")
+
+
+def depth_result(names=None) -> Result:
+    """12 vs 24 layers: per-layer angular distance d(h_l, h_l+1), weight-gradient norm at the end of training and
+    loss increase when the layer is skipped, per placement, mean and min-max over seeds."""
+    profiles = summary.depth_profiles(list(names) if names else None)
+    if not profiles:
+        raise BadInputError("no runs with diagnostics found.", fix="run `python -m core mixln reproduce` first.")
+    rows = [{"set": p["set"], "run": p["run"], "layers": p["layers"], "n": p["n"], "layer": layer,
+             **{f"{k}_{stat}": p[k][stat][layer] if layer < len(p[k][stat]) else None
+                for k in ("angular", "grad_norm", "removal") for stat in ("mean", "min", "max")}}
+            for p in profiles for layer in range(p["layers"])]
+    n = sorted({p["n"] for p in profiles})
+    return Result(f"Per-layer profiles of {len(profiles)} placement-depth groups (n = {'/'.join(map(str, n))} seeds "
+                  "each; diagnostics on 8 held-out sequences of 64 tokens).", profiles, tables={"depth": rows},
+                  figures={"depth": F.depth_figure(profiles)}, key="mixln-depth-" + digest(rows), stem="mixln-depth")
+
+
+def settings_text() -> str:
+    """The committed runs' training settings (the Mix-LN authors') and where they depart from them, as Markdown."""
+    note = F.settings_note().replace("<br>", " ")
+    return (f"**Settings of every committed run.** {note} Departures from the authors' runs: "
+            + "; ".join(runs.RECIPE_DEVIATIONS) + ".")
 
 
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
@@ -134,8 +235,9 @@ def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress=Non
         results.append(r)
     colours = [r.get("colour", PALETTE[i % len(PALETTE)]) for i, r in enumerate(results)]
     one = results[0]
-    title = ("Layer removal: held-out loss increase when one layer is skipped" if len(results) > 1 or "label" in one
-             else f"Layer removal: {one['subject']}")
+    title = ("Layer removal: held-out loss increase when one layer is skipped"
+             + (" (seed 0 of 3; spread in the depth chart)" if "label" in one else "")
+             if len(results) > 1 or "label" in one else f"Layer removal: {one['subject']}")
     worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
     source = "computed" if any(r["source"] == "computed" for r in results) else results[0]["source"]
     status = (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
@@ -225,18 +327,20 @@ def train_result(out, placement: str = "mix", alpha: float = 0.25, model_sizes: 
     return Result(status, meta, stem="mixln-train")
 
 
-def reproduce_result(root=None, names=None, callback=None) -> Result:
-    """Retrain the committed runs with the recipe and precompute each run's diagnostics (what the tab opens on)."""
-    for name in names or []:
-        if name not in runs.RECIPE:
-            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(runs.RECIPE)}.")
+def reproduce_result(root=None, names=None, callback=None, sets=None, seeds=None, skip_done: bool = False) -> Result:
+    """Retrain the committed runs with the recipe (all run sets, or the chosen sets / placements / seeds) and
+    precompute each run's diagnostics while its weights are there (what the tab opens on)."""
+    jobs = runs.recipe_jobs(sets, names, seeds)  # unknown sets / placements -> BadInputError
+    if not jobs:
+        raise BadInputError("no run matches the chosen sets, placements and seeds.",
+                            fix="see `python -m core mixln runs` for the run sets and their seeds.")
     root = Path(root) if root else runs.ASSETS
-    done = runs.reproduce(root, names, callback=callback)
-    for name in done:
-        analysis.write_run_diagnostics(str(root / name))
-    data = {"root": str(root), "runs": {n: {k: m[k] for k in ("status", "final_eval_perplexity", "wall_seconds")}
-                                        for n, m in done.items()},
-            "commands": {n: runs.recipe_command(n) for n in done}}
-    status = "\n".join(f"{n}: {v['status']}, ppl {v['final_eval_perplexity']}, {v['wall_seconds']} s"
-                       for n, v in data["runs"].items())
+    done = runs.reproduce(root, callback=callback, skip_done=skip_done, jobs=jobs,
+                          diagnostics=analysis.write_run_diagnostics)
+    data = {"root": str(root), "runs": {k: {f: m.get(f) for f in ("status", "final_eval_perplexity", "wall_seconds")}
+                                        for k, m in done.items()},
+            "commands": {j.key: runs.recipe_command(j.name, j) for j in jobs}}
+    fmt = (lambda x: "-" if x is None else f"{x:.5g}")
+    status = "\n".join(f"{k}: {v['status']}, ppl {fmt(v['final_eval_perplexity'])}, {v['wall_seconds']} s"
+                       for k, v in data["runs"].items())
     return Result(status, data, stem="mixln-reproduce")

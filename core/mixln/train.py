@@ -2,7 +2,9 @@
 
 ``train_iter(model, train_tokens, eval_tokens, config)`` is a generator of :class:`TrainEvent`; a UI
 iterates it (and stops by passing ``stop=`` or by closing the generator), the CLI and tests call
-:func:`train`, which drains it. Adam with linear warmup and cosine decay to ``min_lr_ratio * lr``;
+:func:`train`, which drains it. The defaults are the Mix-LN authors' (pixeli99/MixLN ``torchrun_main.py``
+and ``scripts/run_*.sh``): Adam, betas (0.9, 0.999), no weight decay, no gradient clipping, and their
+schedule, a linear warmup from 0 and a cosine decay to ``min_lr_ratio * lr`` (:func:`lr_at`);
 held-out perplexity every ``eval_every`` steps; per-layer gradient norms every ``grad_log_every`` steps
 (and at step 1, i.e. at initialisation); checkpoints every ``checkpoint_every`` steps and at the end,
 from which ``resume_from=`` continues exactly. A non-finite loss or gradient ends the run as
@@ -36,12 +38,13 @@ class TrainConfig:
     steps: int = 1000
     batch_size: int = 8
     seq_len: int = 128
-    lr: float = 1e-3                  # peak learning rate
-    warmup_steps: int = 100           # linear warmup from 0
-    min_lr_ratio: float = 0.1         # cosine decay ends at lr * min_lr_ratio
-    betas: tuple[float, float] = (0.9, 0.95)
-    weight_decay: float = 0.0
-    grad_clip: float | None = 1.0     # None: no clipping (the norm is still measured)
+    lr: float = 1e-3                  # peak learning rate (the Mix-LN authors' 1e-3 for LLaMA-71M..250M)
+    warmup_steps: int = 100           # linear warmup from 0 (the authors: 10% of the steps)
+    min_lr_ratio: float = 0.1         # cosine decay ends at lr * min_lr_ratio (the authors' default)
+    betas: tuple[float, float] = (0.9, 0.999)  # torch.optim.Adam's defaults, as the authors use them
+    weight_decay: float = 0.0         # the authors: 0 (so AdamW here is exactly their Adam)
+    grad_clip: float | None = None    # max global norm; None: no clipping, as the authors' scripts
+                                      # (--grad_clipping 0.0); the norm is still measured
     eval_every: int = 100             # 0: evaluate only at the end
     eval_batches: int = 4             # held-out batches per evaluation (contiguous windows, fixed)
     grad_log_every: int = 50          # k: per-layer gradient norms every k steps (and at step 1)
@@ -63,13 +66,16 @@ class TrainConfig:
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
-    """Learning rate of (1-based) ``step``: linear warmup, then cosine from lr to lr * min_lr_ratio."""
-    if config.warmup_steps > 0 and step <= config.warmup_steps:
-        return config.lr * step / config.warmup_steps
-    span = max(1, config.steps - config.warmup_steps)
-    progress = min(1.0, (step - config.warmup_steps) / span)
-    floor = config.lr * config.min_lr_ratio
-    return floor + (config.lr - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    """Learning rate of (1-based) ``step``, the Mix-LN authors' one-cycle schedule
+    (``_get_cyclical_cosine_schedule_with_min_lr_lambda`` behind ``LambdaLR``): with s = step - 1 updates done
+    and W warmup steps, lr * s / W while s < W, then lr * (m + (1 - m) * (1 + cos(pi * (s - W) / (T - W))) / 2)
+    with m = ``min_lr_ratio`` and T = ``steps``. The first update has lr 0, as theirs does."""
+    s, w = step - 1, config.warmup_steps
+    if s < w:
+        return config.lr * s / w
+    progress = min(1.0, (s - w) / max(1, config.steps - w))
+    m = config.min_lr_ratio
+    return config.lr * (m + (1.0 - m) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 @dataclass

@@ -224,15 +224,52 @@ def test_registry_lists_all_methods_and_identify_contract():
                        mn.identify(model, samples(2), samples(2, seed=1), 0.1)["lm_head.weight"])
 
 
-def test_lape_neuron_selection_hand_made():
-    math_counts = lape.FiringCounts({"mlp": torch.tensor([10, 5, 0, 2])}, tokens=10)
-    non_counts = lape.FiringCounts({"mlp": torch.tensor([0, 5, 0, 9])}, tokens=10)
+def _counts(rates_math, rates_non, tokens=20):
+    """Firing counts whose per-token probabilities are the given rates (tokens chosen so they are exact)."""
+    return (lape.FiringCounts({"mlp": torch.tensor([round(r * tokens) for r in rates_math])}, tokens=tokens),
+            lape.FiringCounts({"mlp": torch.tensor([round(r * tokens) for r in rates_non])}, tokens=tokens))
+
+
+def test_lape_neuron_entropy_hand_made():
     ent = lape.neuron_entropy(torch.tensor([1.0, 0.5, 0.0, 0.2]), torch.tensor([0.0, 0.5, 0.0, 0.9]))
     p = 0.2 / 1.1
     torch.testing.assert_close(ent[:2], torch.tensor([0.0, math.log(2)]))
     assert math.isinf(ent[2]) and ent[3] == pytest.approx(-(p * math.log(p) + (1 - p) * math.log(1 - p)))
-    # K = 0.5: the two lowest-entropy neurons are 0 and 3; only neuron 0 fires more on math
-    assert lape.math_neurons(math_counts, non_counts, 0.5)["mlp"].tolist() == [True, False, False, False]
+
+
+def test_lape_selection_follows_the_authors_definition_by_hand():
+    """Ten neurons, two datasets; the answer worked out by hand from LAPE.py's activation():
+    sorted, the 20 probabilities are 0 0 0 0 .05 .1 .1 .1 .2 .2 .3 .3 .4 .5 .5 .6 .6 .8 .9 .9."""
+    rm = [0.9, 0.5, 0.0, 0.2, 0.8, 0.1, 0.3, 0.1, 0.0, 0.6]
+    rn = [0.0, 0.5, 0.0, 0.9, 0.4, 0.1, 0.2, 0.3, 0.05, 0.6]
+    m, n = _counts(rm, rn)
+    probs = torch.tensor([rm, rn]).T
+    assert lape.kth_smallest(probs, 0.75) == pytest.approx(0.5)     # round(0.75 * 20) = 15th smallest
+    assert lape.kth_smallest(probs, 0.95) == pytest.approx(0.9)     # 19th smallest
+    # filter 0.75: only neurons with a probability > 0.5 stay: 0 (H 0), 3 (H 0.474), 4 (H 0.637), 9 (H ln 2).
+    # K = 0.3 takes round(3) = 3 of lowest entropy: 0, 3, 4; the bar (0.5) keeps those with p_math > 0.5: 0, 4.
+    got = lape.math_neurons(m, n, 0.3, filter_rate=0.75, activation_bar_ratio=0.75)["mlp"]
+    assert got.nonzero().flatten().tolist() == [0, 4]
+    # a lower bar (0.1, the 6th smallest = 0.1) lets neuron 3 in too (p_math 0.2 > 0.1)
+    got = lape.math_neurons(m, n, 0.3, filter_rate=0.75, activation_bar_ratio=0.3)["mlp"]
+    assert got.nonzero().flatten().tolist() == [0, 3, 4]
+    # the authors' defaults (0.95): the bar is 0.9 and nothing is above it, so no neuron is math
+    assert not lape.math_neurons(m, n, 0.3)["mlp"].any()
+    # without the filter (rate 0.05 keeps every neuron that fires above the 1st smallest, 0) neuron 8 (0 vs
+    # 0.05, entropy 0) is taken before 3 and 4, and is not math
+    got = lape.math_neurons(m, n, 0.3, filter_rate=0.05, activation_bar_ratio=0.75)["mlp"]
+    assert got.nonzero().flatten().tolist() == [0]
+
+
+def test_lape_defaults_are_the_authors_and_reach_the_registry():
+    assert (lape.FILTER_RATE, lape.ACTIVATION_BAR_RATIO) == (0.95, 0.95)
+    assert mn.METHODS["lape"].options == {"filter_rate": 0.95, "activation_bar_ratio": 0.95}
+    rm = [1.0] + [0.1] * 9                       # one clear outlier: above the 19th smallest (0.1)
+    rn = [0.0] + [0.1] * 9
+    m, n = _counts(rm, rn)
+    assert lape.math_neurons(m, n, 0.1)["mlp"].nonzero().flatten().tolist() == [0]
+    with pytest.raises(BadInputError, match="filter_rate"):
+        lape.math_neurons(m, n, 0.1, filter_rate=1.5)
 
 
 def test_lape_counts_and_masks_follow_neurons():
@@ -248,15 +285,55 @@ def test_lape_counts_and_masks_follow_neurons():
         h.remove()
         slow = sum((layer.mlp.act_fn(o) > 0).reshape(-1, o.shape[-1]).sum(0) for o in outs)
         assert torch.equal(counts.positive[f"model.layers.{i}.mlp"], slow)
-    masks = mn.identify(model, data, samples(2, seed=9, high=8), 0.3, method="lape")
+    stats = mn.collect(model, data, samples(2, seed=9, high=8), "lape")
+    neurons = lape.math_neurons(stats.math, stats.nonmath, 0.3, filter_rate=0.5, activation_bar_ratio=0.5)
+    masks = mn.select(model, stats, 0.3, "lape", options={"filter_rate": 0.5, "activation_bar_ratio": 0.5})
+    assert torch.equal(masks["model.layers.0.mlp.down_proj.weight"],
+                       mn.identify(model, data, samples(2, seed=9, high=8), 0.3, method="lape",
+                                   options={"filter_rate": 0.5, "activation_bar_ratio": 0.5})[
+                           "model.layers.0.mlp.down_proj.weight"])
     for i in range(2):
         pre = f"model.layers.{i}."
-        rows = masks[pre + "mlp.gate_proj.weight"].all(1)
-        assert torch.equal(masks[pre + "mlp.gate_proj.weight"], rows[:, None].expand(-1, 16))
-        assert torch.equal(masks[pre + "mlp.up_proj.weight"].all(1), rows)
-        assert torch.equal(masks[pre + "mlp.down_proj.weight"].all(0), rows)
+        cols = neurons[f"model.layers.{i}.mlp"]
+        assert torch.equal(masks[pre + "mlp.down_proj.weight"], cols[None, :].expand(16, -1))
+        assert not masks[pre + "mlp.gate_proj.weight"].any() and not masks[pre + "mlp.up_proj.weight"].any()
         assert not masks[pre + "self_attn.q_proj.weight"].any()
     assert sum(int(masks[f"model.layers.{i}.mlp.down_proj.weight"].all(0).sum()) for i in range(2)) > 0
+    with pytest.raises(BadInputError, match="no option"):
+        mn.select(model, stats, 0.3, "lape", options={"bar": 0.5})
+
+
+def test_lape_scaling_through_masks_is_the_authors_activation_scaling():
+    """LAPE.py multiplies act_fn(gate_proj(x))[..., j] of each math neuron by a scalar; scaling the masked
+    down_proj columns by the same scalar gives the same logits (prune: scalar 0)."""
+    from core.mathneuro.interventions import intervened
+    model = tiny_llama()
+    data = samples(2)
+    stats = mn.collect(model, data, samples(2, seed=9, high=8), "lape")
+    opts = {"filter_rate": 0.5, "activation_bar_ratio": 0.5}
+    masks = mn.select(model, stats, 0.3, "lape", options=opts)
+    neurons = lape.math_neurons(stats.math, stats.nonmath, 0.3, **opts)
+    assert sum(int(v.sum()) for v in neurons.values()) > 0
+    ids = data[0]
+    for scalar in (0.0, 1.7):
+        handles = []
+        for i, layer in enumerate(model.model.layers):
+            cols = neurons[f"model.layers.{i}.mlp"]
+
+            def hook(module, args, output, cols=cols):
+                out = output.clone()
+                out[..., cols] = out[..., cols] * scalar
+                return out
+            assert isinstance(layer.mlp.act_fn, nn.Module)
+            handles.append(layer.mlp.act_fn.register_forward_hook(hook))
+        with torch.no_grad():
+            authors = model(ids).logits
+        for h in handles:
+            h.remove()
+        mode = ("prune", None) if scalar == 0 else ("scale", scalar)
+        with torch.no_grad(), intervened(model, masks, *mode):
+            ours = model(ids).logits
+        torch.testing.assert_close(ours, authors, atol=1e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------------------------

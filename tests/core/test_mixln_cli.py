@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from core.cli import main
+import core.mixln as mixln
 from core.mixln import MixLNForCausalLM, runs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -75,6 +76,41 @@ def test_bad_alpha_and_unknown_run_exit_2(capsys):
     assert code == 2 and "--out" in err
 
 
+@pytest.mark.parametrize("job", [runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "mix-ln-0.25", 0),
+                                 runs.Job("lr-sweep", "post-ln", 0, 3e-3)], ids=lambda j: j.key)
+def test_recipe_command_trains_exactly_the_recipe_run(job, monkeypatch, capsys):
+    """The printed `mixln train` command of a recipe run passes the same model and training settings."""
+    seen = {}
+
+    def fake_train_run(out, norm, alpha, sizes, tcfg, tokenizer, resume, **kw):
+        seen.update(out=out, norm=norm, alpha=alpha, sizes=sizes, tcfg=tcfg)
+        return {"status": "finished", "norm": norm, "alpha": alpha, "steps_done": 0, "wall_seconds": 0,
+                "train_tokens_per_s": 0, "final_eval_perplexity": None, "final_eval_loss": None, "message": ""}
+
+    monkeypatch.setattr(runs, "train_run", fake_train_run)
+    args = runs.recipe_command(job.name, job).split()[3:]    # drop "python -m core"
+    assert main(args) == 0
+    spec = runs.RECIPE[job.name]
+    assert (seen["norm"], seen["alpha"]) == (spec["norm"], spec["alpha"])
+    assert seen["sizes"] == job.model and seen["tcfg"] == job.train
+    assert seen["out"].endswith(job.relative_folder.as_posix())
+
+
+def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys):
+    done, hooks = [], set()
+    monkeypatch.setattr(runs, "train_job", lambda job, root, callback=None, keep_all_weights=False, diagnostics=None:
+                        done.append(job) or hooks.add(diagnostics)
+                        or {"status": "finished", "final_eval_perplexity": 1.0, "wall_seconds": 0})
+    (tmp_path / "tokenizer.json").write_text("{}")
+    code, out, _ = run_cli(capsys, "reproduce", "--out", str(tmp_path), "--set", "depth-24", "--seeds", "1", "2",
+                           "--only", "pre-ln", "--json")
+    assert code == 0
+    assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
+    assert set(json.loads(out)["commands"]) == {j.key for j in done}
+    assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
+    assert len(runs.recipe_jobs()) == 7 * 3 + 5 * 3 + 7 * 2          # everything `mixln reproduce` retrains
+
+
 def test_exit_code_2_from_the_real_command():
     out = subprocess.run([sys.executable, "-m", "core", "mixln", "train", "--alpha", "2", "--out", "x"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
@@ -87,11 +123,19 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     rows = json.loads(out)
     assert code == 0 and {r["run"] for r in rows} >= {"pre-ln", "post-ln", "mix-ln-0.25"}
     assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
+    assert all(r["n_seeds"] + r["diverged"] == 3 for r in rows if r["run"] in runs.RECIPE)
     code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
-    alphas = [r["alpha"] for r in json.loads(out)]
-    assert code == 0 and alphas == sorted(alphas) and 0.25 in alphas
+    rows = json.loads(out)
+    assert code == 0 and [r["layers"] for r in rows] == [12] * 5 + [24] * 5
+    for layers in (12, 24):
+        alphas = [r["alpha"] for r in rows if r["layers"] == layers]
+        assert alphas == sorted(alphas) and 0.25 in alphas
     html = (tmp_path / "s.html").read_text()
     assert "plotly" in html.lower() and "Alpha sweep" in html
+    for cmd, title in (("curves", "Held-out loss over seeds"), ("lr-sweep", "Learning-rate sweep"),
+                       ("depth", "Depth: what each layer does")):
+        code, out, _ = run_cli(capsys, cmd, "--json", "--out", str(tmp_path / f"{cmd}.html"))
+        assert code == 0 and json.loads(out) and title in (tmp_path / f"{cmd}.html").read_text()
     code, out, _ = run_cli(capsys, "gradnorms", "--json", "--out", str(tmp_path / "g.json"))
     res = json.loads(out)
     assert code == 0 and [r["run"] for r in res] == ["pre-ln", "post-ln", "mix-ln-0.25"]

@@ -73,8 +73,8 @@ def test_one_layer_placement_matches_formula(norm):
     elif norm == "post":       # h = N(x + Attn(x)); y = N(h + MLP(h))
         h = _n(x + attn(x), w["post_attention_layernorm"], eps)
         y = _n(h + mlp(h), w["post_feedforward_layernorm"], eps)
-    elif norm == "deepnorm":   # h = N(a x + Attn(x)); y = N(a h + MLP(h)), a = (2L)^(1/4)
-        a = 2 ** 0.25
+    elif norm == "deepnorm":   # h = N(a x + Attn(x)); y = N(a h + MLP(h)), a = 2 sqrt(2) (the Mix-LN authors')
+        a = 2 * 2 ** 0.5
         h = _n(a * x + attn(x), w["post_attention_layernorm"], eps)
         y = _n(a * h + mlp(h), w["post_feedforward_layernorm"], eps)
     else:                      # x + N(F(N(x)))
@@ -190,16 +190,62 @@ def test_load_from_wrong_folder_is_a_clear_error(tmp_path):
         MixLNForCausalLM.from_pretrained(tmp_path)
 
 
-def test_deepnorm_init_and_residual_scale():
-    config = tiny("deepnorm", layers=4, initializer_range=0.02)
-    torch.manual_seed(5)
+def _xavier_std(lin, gain):
+    fan_out, fan_in = lin.weight.shape
+    return gain * math.sqrt(2.0 / (fan_in + fan_out))
+
+
+@pytest.mark.parametrize("layers", [4, 12, 24])
+def test_deepnorm_constants_follow_the_mix_ln_authors_code(layers):
+    """pixeli99/MixLN, NORM_TYPE=deeppost: residual x 2.8284271247461903 at every depth; v, o and the MLP
+    Xavier-normal with gain (8L)^(1/4); q and k Xavier-normal with gain 1; the rest N(0, 0.02)."""
+    config = tiny("deepnorm", layers=layers, hidden_size=64, intermediate_size=128, num_heads=4)
+    assert config.deepnorm_formula == "mixln"
+    assert config.deepnorm_alpha == 2.8284271247461903 == pytest.approx(8 ** 0.5)
+    assert config.deepnorm_gain == pytest.approx((8 * layers) ** 0.25)
     model = MixLNForCausalLM(config)
-    beta = (8 * 4) ** -0.25
+    for layer in model.model.layers:
+        assert layer.residual_scale == config.deepnorm_alpha
+    weights = {n: torch.cat([getattr(getattr(l, part), n).weight.flatten() for l in model.model.layers])
+               for part, names in (("self_attn", ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                   ("mlp", ("gate_proj", "up_proj", "down_proj"))) for n in names}
     layer = model.model.layers[0]
-    assert layer.residual_scale == pytest.approx((2 * 4) ** 0.25)
-    assert layer.self_attn.v_proj.weight.std().item() == pytest.approx(0.02 * beta, rel=0.15)
-    assert layer.mlp.down_proj.weight.std().item() == pytest.approx(0.02 * beta, rel=0.15)
-    assert layer.self_attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.15)
+    gain = (8 * layers) ** 0.25
+    for name, g in (("q_proj", 1.0), ("k_proj", 1.0), ("v_proj", gain), ("o_proj", gain)):
+        assert weights[name].std().item() == pytest.approx(_xavier_std(getattr(layer.self_attn, name), g), rel=0.05)
+    for name in ("gate_proj", "up_proj", "down_proj"):
+        assert weights[name].std().item() == pytest.approx(_xavier_std(getattr(layer.mlp, name), gain), rel=0.05)
+    assert model.lm_head.weight.std().item() == pytest.approx(0.02, rel=0.05)
+
+
+@pytest.mark.parametrize("layers", [4, 24])
+def test_deepnorm_constants_of_the_deepnet_paper(layers):
+    """DeepNet (Wang et al. 2022), decoder-only: a = (2L)^(1/4), Xavier gain b = (8L)^(-1/4) on v, o and MLP."""
+    config = tiny("deepnorm", layers=layers, hidden_size=64, intermediate_size=128, num_heads=4,
+                  deepnorm_formula="deepnet")
+    assert config.deepnorm_alpha == pytest.approx((2 * layers) ** 0.25)
+    assert config.deepnorm_gain == pytest.approx((8 * layers) ** -0.25)
+    model = MixLNForCausalLM(config)
+    v = torch.cat([l.self_attn.v_proj.weight.flatten() for l in model.model.layers])
+    q = torch.cat([l.self_attn.q_proj.weight.flatten() for l in model.model.layers])
+    lin = model.model.layers[0].self_attn.v_proj
+    assert v.std().item() == pytest.approx(_xavier_std(lin, (8 * layers) ** -0.25), rel=0.05)
+    assert q.std().item() == pytest.approx(_xavier_std(lin, 1.0), rel=0.05)
+    assert model.model.layers[0].residual_scale == pytest.approx((2 * layers) ** 0.25)
+    with pytest.raises(BadInputError, match="DeepNorm formula"):
+        tiny("deepnorm", deepnorm_formula="deepnorm2")
+
+
+def test_embedding_init_std_is_its_own_setting():
+    torch.manual_seed(0)
+    model = MixLNForCausalLM(tiny("pre", hidden_size=64, intermediate_size=128, num_heads=4,
+                                  embedding_init_std=(2 / 5) ** 0.5))
+    assert model.model.embed_tokens.weight.std().item() == pytest.approx((2 / 5) ** 0.5, rel=0.05)
+    assert model.model.layers[0].self_attn.q_proj.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    default = MixLNForCausalLM(tiny("pre", hidden_size=64, intermediate_size=128, num_heads=4))
+    assert default.model.embed_tokens.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    with pytest.raises(BadInputError, match="embedding_init_std"):
+        tiny("pre", embedding_init_std=-1.0)
 
 
 @pytest.mark.parametrize("alpha", [-0.1, 1.5, float("nan")])

@@ -8,6 +8,7 @@ import torch
 
 from core.mixln import MixLNForCausalLM, analysis, runs
 from core.mixln.data import EOS, corpus_texts, encode_stream, load_tokenizer, pack, train_tokenizer
+from core.mixln.train import TrainConfig, lr_at
 
 needs_runs = pytest.mark.skipif(not runs.list_runs(), reason="no committed runs in assets/mixln")
 
@@ -60,29 +61,90 @@ def test_empty_corpus_is_a_clear_error():
         pack(torch.arange(3), 8)
 
 
+def _jobs_present():
+    return [j for j in runs.recipe_jobs() if (runs.ASSETS / j.relative_folder / "run.json").is_file()]
+
+
 @needs_runs
-def test_committed_runs_share_config_seed_and_steps():
-    names = runs.list_runs()
-    assert set(runs.RECIPE) <= set(names)
-    metas = [runs.load_run(n).meta for n in runs.RECIPE]
-    for m in metas:
-        assert m["model"] == runs.RECIPE_MODEL and m["model"]["num_layers"] >= 12
-        assert {k: m["train"][k] for k in runs.RECIPE_TRAIN} == runs.RECIPE_TRAIN
-        assert m["steps_done"] == runs.RECIPE_TRAIN["steps"] or m["status"] == "diverged"
-    for name in runs.RECIPE:
-        hist = runs.load_run(name).history
-        steps = [g["step"] for g in hist["grad_norms"]]
-        assert steps[0] == 1 and all(len(g["param"]) == 12 for g in hist["grad_norms"])
+def test_every_recipe_run_is_committed_with_weights_only_for_seed_0():
+    jobs = runs.recipe_jobs()
+    missing = [j.key for j in jobs if not (runs.ASSETS / j.relative_folder / "run.json").is_file()]
+    assert not missing, f"run `python -m core mixln reproduce` for {missing[:5]}"
+    for job in jobs:
+        folder = runs.ASSETS / job.relative_folder
+        assert (folder / "model.safetensors").is_file() == job.keep_weights, job.key
+        assert (folder / "diagnostics.json").is_file() == runs.RUN_SETS[job.set].diagnostics, job.key
+        assert not (folder / "checkpoints").exists()
+    # seed 0 of the 12-layer set is where the tab's committed runs have always been
+    assert set(runs.RECIPE) <= set(runs.list_runs())
+
+
+@needs_runs
+def test_committed_runs_record_the_authors_settings():
+    """lr 1e-3 (the sweep: its own rate), Adam betas (0.9, 0.999), no weight decay, no clipping, warmup 10% of the
+    steps then cosine to 10%, the seed, the embedding init sqrt(2/5) and the DeepNorm constants of the authors."""
+    for job in _jobs_present():
+        run = runs.load_run(runs.ASSETS / job.relative_folder)
+        m, t, st = run.meta, run.meta["train"], run.meta["settings"]
+        assert t == {**runs.RECIPE_TRAIN, "seed": job.seed, "lr": job.lr}, job.key
+        assert m["model"] == job.model and run.config["num_layers"] == job.model["num_layers"]
+        assert (st["lr"], st["betas"], st["weight_decay"], st["grad_clip"]) == (job.lr, [0.9, 0.999], 0.0, None)
+        assert st["optimizer"] == "Adam" and (st["warmup_steps"], st["min_lr_ratio"]) == (30, 0.1)
+        assert t["warmup_steps"] == t["steps"] // 10 and st["seed"] == job.seed
+        assert st["init"] == {"linear_std": 0.02, "embedding_std": (2 / 5) ** 0.5}
+        assert run.config["embedding_init_std"] == (2 / 5) ** 0.5
+        assert st["deviations"] == list(runs.RECIPE_DEVIATIONS)
+        if m["norm"] == "deepnorm":
+            L = m["model"]["num_layers"]
+            assert st["deepnorm"]["formula"] == "mixln" == run.config["deepnorm_formula"]
+            assert st["deepnorm"]["alpha"] == pytest.approx(2 * math.sqrt(2))
+            assert st["deepnorm"]["gain_value_output_mlp"] == pytest.approx((8 * L) ** 0.25)
+        else:
+            assert "deepnorm" not in st
+        # the recorded learning rate of every step is the authors' schedule
+        cfg = TrainConfig(**{k: v for k, v in t.items() if k in TrainConfig.__dataclass_fields__})
+        lrs = [r["lr"] for r in run.history["train"]]
+        assert lrs == [pytest.approx(lr_at(s, cfg), abs=1e-15) for s in range(1, len(lrs) + 1)]
+        assert m["steps_done"] == t["steps"] or m["status"] == "diverged"
+        steps = [g["step"] for g in run.history["grad_norms"]]
+        assert steps[0] == 1 and all(len(g["param"]) == job.model["num_layers"] for g in run.history["grad_norms"])
+
+
+PREFIX_STEPS = 25  # inside the warmup (30 steps), so the schedule of the prefix is that of the full run
 
 
 @needs_runs
 @pytest.mark.slow
-@pytest.mark.parametrize("name", list(runs.RECIPE))
-def test_committed_weights_reproduce_the_recorded_perplexity(name):
-    run = runs.load_run(name)
+@pytest.mark.parametrize("job", [runs.Job("main", "mix-ln-0.25", 0), runs.Job("main", "deepnorm", 1),
+                                 runs.Job("depth-24", "post-ln", 2)], ids=lambda j: j.key)
+def test_retraining_a_prefix_reproduces_the_recorded_curve(job, single_thread):
+    """The recipe is reproducible: the first 25 steps trained again from scratch give the recorded training
+    losses, gradient norms and the held-out loss / perplexity at step 25."""
+    run = runs.load_run(runs.ASSETS / job.relative_folder)
+    spec = runs.RECIPE[job.name]
+    hist = runs.train_run(None, spec["norm"], spec["alpha"], job.model, {**job.train, "steps": PREFIX_STEPS},
+                          runs.ASSETS / "tokenizer.json")
+    recorded = run.history
+    got = [r["loss"] for r in hist["train"]]
+    want = [r["loss"] for r in recorded["train"][:PREFIX_STEPS]]
+    assert len(got) == PREFIX_STEPS and got == pytest.approx(want, rel=1e-4)
+    assert [r["lr"] for r in hist["train"]] == [r["lr"] for r in recorded["train"][:PREFIX_STEPS]]
+    for a, b in zip(hist["grad_norms"], recorded["grad_norms"]):
+        assert a["step"] == b["step"] and a["param"] == pytest.approx(b["param"], rel=1e-3)
+    ev = next(e for e in recorded["eval"] if e["step"] == PREFIX_STEPS)
+    assert hist["eval"][-1]["step"] == PREFIX_STEPS
+    assert hist["eval"][-1]["perplexity"] == pytest.approx(ev["perplexity"], rel=1e-4)
+
+
+@needs_runs
+@pytest.mark.slow
+@pytest.mark.parametrize("job", [j for j in runs.recipe_jobs(seeds=[0]) if j.keep_weights], ids=lambda j: j.key)
+def test_committed_weights_reproduce_the_recorded_perplexity(job):
+    folder = runs.ASSETS / job.relative_folder
+    run = runs.load_run(folder)
     if run.meta["status"] == "diverged":
         pytest.skip("diverged run: no final perplexity")
-    got = runs.evaluate_run(name)
+    got = runs.evaluate_run(folder)
     assert got["perplexity"] == pytest.approx(run.meta["final_eval_perplexity"], rel=1e-3)
     # stored in float16 for the repository: within rounding of the float32 value measured while training
     assert run.history["eval"][-1]["perplexity"] == run.meta["final_eval_perplexity_float32"]
@@ -99,16 +161,25 @@ def test_committed_model_is_the_recorded_placement():
             assert placements == ["post"] * expected + ["pre"] * (12 - expected)  # Post-LN first, then Pre-LN
         else:
             assert placements == [spec["norm"]] * 12
+    deep = runs.run_model("depth-24/mix-ln-0.25").config.layer_norms()
+    assert deep == ["post"] * 6 + ["pre"] * 18  # the authors' 24-layer Mix-LN: POST_NUM = 6
 
 
 @needs_runs
-def test_sweep_and_compare_tables():
-    sweep = runs.sweep_table()
-    assert [r["alpha"] for r in sweep] == sorted(runs.SWEEP)
+def test_sweep_and_compare_tables_over_seeds():
+    both = runs.sweep_table()
+    sweep = [r for r in both if r["layers"] == 12]
+    deep = [r for r in both if r["layers"] == 24]
+    assert [r["alpha"] for r in sweep] == [r["alpha"] for r in deep] == sorted(runs.SWEEP)
     assert [r["post_ln_layers"] for r in sweep] == [0, 1, 3, 6, 12]
+    assert [r["post_ln_layers"] for r in deep] == [0, 3, 6, 12, 24]
     rows = {r["run"]: r for r in runs.compare_table()}
     for r in sweep:
-        assert rows[r["run"]]["eval_perplexity"] == r["eval_perplexity"]
+        c = rows[r["run"]]
+        assert c["n_seeds"] + c["diverged"] == 3 == len(r["seeds"])
+        finished = [x for x in r["eval_perplexity_per_seed"] if x is not None]
+        assert c["eval_perplexity_mean"] == pytest.approx(sum(finished) / len(finished), abs=0.006)
+        assert r["eval_perplexity_min"] == min(finished) and r["eval_perplexity_max"] == max(finished)
 
 
 def _tensor(grid):

@@ -33,13 +33,48 @@ def cfg(**kw):
     return TrainConfig(**base)
 
 
-def test_lr_schedule_warmup_then_cosine_to_ten_percent():
+def _authors_lambda(current_step, num_warmup_steps, cycle_length, min_lr_ratio):
+    """pixeli99/MixLN peft_pretraining/training_utils.py, _get_cyclical_cosine_schedule_with_min_lr_lambda, one
+    cycle (re-typed from the authors' definition: the factor LambdaLR applies after ``current_step`` updates)."""
+    if current_step < num_warmup_steps:
+        return current_step / max(1, num_warmup_steps)
+    progress = (current_step - num_warmup_steps) / max(1, cycle_length - num_warmup_steps)
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def test_lr_schedule_is_the_authors_warmup_then_cosine_to_ten_percent():
     c = TrainConfig(steps=100, lr=1.0, warmup_steps=10)
-    assert lr_at(1, c) == pytest.approx(0.1) and lr_at(10, c) == pytest.approx(1.0)
-    assert lr_at(55, c) == pytest.approx(0.1 + 0.9 * 0.5)     # half-way through the cosine
-    assert lr_at(100, c) == pytest.approx(0.1)
-    lrs = [lr_at(s, c) for s in range(10, 101)]
-    assert all(a >= b for a, b in zip(lrs, lrs[1:]))
+    assert c.min_lr_ratio == 0.1
+    for step in range(1, 101):  # step k is the k-th update; LambdaLR has taken k - 1 scheduler steps before it
+        assert lr_at(step, c) == pytest.approx(_authors_lambda(step - 1, 10, 100, 0.1), abs=1e-12)
+    assert lr_at(1, c) == 0.0 and lr_at(11, c) == pytest.approx(1.0)   # warmup from 0, peak after W updates
+    assert lr_at(56, c) == pytest.approx(0.1 + 0.9 * 0.5)               # half-way through the cosine
+    lrs = [lr_at(s, c) for s in range(11, 101)]
+    assert all(a >= b for a, b in zip(lrs, lrs[1:])) and lrs[-1] > 0.1
+
+
+def test_defaults_are_the_authors_optimizer_settings():
+    """torchrun_main.py: torch.optim.Adam(lr, weight_decay=0) (betas (0.9, 0.999)); scripts: --grad_clipping 0.0."""
+    c = TrainConfig()
+    assert (c.lr, c.betas, c.weight_decay, c.grad_clip, c.min_lr_ratio) == (1e-3, (0.9, 0.999), 0.0, None, 0.1)
+
+
+def test_no_clipping_means_the_update_sees_the_full_gradient():
+    """grad_clip None trains exactly like an unreachable clip threshold (bit for bit), unlike a real clip; the
+    recorded gradient norm is the raw one either way."""
+    torch.manual_seed(0)
+    start = tiny_model("pre")
+    runs = {}
+    for clip in (None, 1e30, 1e-3):
+        model = copy.deepcopy(start)
+        hist = train(model, pattern(), pattern(400), cfg(steps=3, warmup_steps=0, lr=1e-2, eval_every=0,
+                                                         grad_clip=clip))
+        runs[clip] = (model, hist)
+    same = all(torch.equal(a, b) for a, b in zip(runs[None][0].parameters(), runs[1e30][0].parameters()))
+    assert same and runs[None][1].train == runs[1e30][1].train
+    diff = max((a - b).abs().max().item() for a, b in zip(runs[None][0].parameters(), runs[1e-3][0].parameters()))
+    assert diff > 1e-4  # clipping to 1e-3 changes Adam's second and third steps
+    assert runs[1e-3][1].train[0]["grad_norm"] == pytest.approx(runs[None][1].train[0]["grad_norm"], rel=1e-6)
 
 
 def test_training_learns_a_pattern_and_logs_curves():

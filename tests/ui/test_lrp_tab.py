@@ -105,8 +105,19 @@ def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
         assert pre[model]["fingerprint"] == fingerprint(model), "stale: lrp precompute-evaluation"
     lr = core_lrp.committed_result("lm").figures["long-range"]
     assert "Long range" in lr.layout.title.text and len(lr.data) == len(pre["lm"]["methods"])
-    rows = core_lrp.committed_result("key-token").views["hits"]
+    key_token = core_lrp.committed_result("key-token")
+    rows, res = key_token.views["hits"], key_token.data
     assert {r["method"] for r in rows} >= {"MambaLRP", "Random"}
+    assert res["n_seeds"] >= 5 and "over 5 seeds" in key_token.status
+    mamba = next(r for r in rows if r["method"] == "MambaLRP")  # mean, spread and n agree with the seeds
+    per_seed = [100 * x for x in res["hit_rate_per_seed"]["mambalrp"]]
+    assert mamba["key token in top-1 (%)"] == pytest.approx(sum(per_seed) / len(per_seed), abs=0.06)
+    assert (mamba["min"], mamba["max"]) == (round(min(per_seed), 1), round(max(per_seed), 1))
+    assert mamba["seeds"] == len(per_seed) and mamba["± std"] > 0
+    last = key_token.views["last-token"]   # the last-token observation beside the table, its medians quoted
+    m = res["last_token"]["methods"]["mambalrp"]
+    assert f"{m['median_abs_change_top1_in_misses']:.2f}" in last and f"{m['median_abs_change_key_in_misses']:.2f}" in last
+    assert m["median_abs_change_top1_in_misses"] > m["median_abs_change_key_in_misses"]
 
 
 @needs

@@ -47,6 +47,24 @@ def test_committed_run_figures():
     assert len(rem.data) == 3 and all(len(t.x) == 12 for t in rem.data)
 
 
+@needs_runs
+def test_seed_lr_and_depth_charts_show_spread_and_n():
+    for set_name, layers in (("main", 12), ("depth-24", 24)):
+        loss, ppl, status = mixln.runs_curves(set_name)
+        for fig, unit in ((loss, "nats"), (ppl, "perplexity")):
+            assert_labelled(fig, legend=False)
+            assert f"{layers} layers" in fig.layout.title.text and "min-max" in fig.layout.title.text
+            assert unit in fig.layout.yaxis.title.text and fig.layout.xaxis.title.text == "training step"
+            assert any(t.fill == "toself" or t.fill == "tonexty" for t in fig.data), "no spread band"
+        assert "n = 3" in status and "±" in status
+    lr, lr_status = mixln.runs_lr_sweep()
+    assert_labelled(lr, legend=False)
+    assert lr.layout.xaxis.type == "log" and "one seed" in lr_status
+    depth, depth_status = mixln.runs_depth()
+    assert_labelled(depth, legend=False)
+    assert "n = 3" in depth_status
+
+
 def test_no_run_chosen_is_a_message():
     with pytest.raises(gr.Error):
         mixln.runs_loss([])
@@ -73,7 +91,7 @@ def test_tab_builds_and_names_every_event():
         mixln.build(AppContext(model=gr.Dropdown(choices=["smollm2-135m"], value="smollm2-135m")))
     names = {d["api_name"] for d in demo.config["dependencies"] if d["targets"][0][1] != "load"}
     assert {"mixln_live_train", "mixln_live_stop", "mixln_model_angular", "mixln_model_removal",
-            "mixln_runs_loss"} <= names
+            "mixln_runs_loss", "mixln_runs_curves"} <= names
     assert mixln.TITLE == "Mix-LN"
 
 
