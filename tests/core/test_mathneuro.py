@@ -331,8 +331,8 @@ def test_lape_scaling_through_masks_is_the_authors_activation_scaling():
         for h in handles:
             h.remove()
         mode = ("prune", None) if scalar == 0 else ("scale", scalar)
-        with torch.no_grad(), intervened(model, masks, *mode):
-            ours = model(ids).logits
+        with torch.no_grad(), intervened(model, masks, *mode) as view:
+            ours = view(ids).logits
         torch.testing.assert_close(ours, authors, atol=1e-5, rtol=1e-5)
 
 

@@ -131,7 +131,7 @@ def test_every_intervened_block_uses_the_view():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    pattern = re.compile(r"with\s+(?:mn\.)?intervened\((?:[^()]|\([^()]*\))*\)\s*:")  # no "as view"
+    pattern = re.compile(r"(?:with\s+|,\s*)(?:mn\.)?intervened\((?:[^()]|\([^()]*\))*\)\s*:")  # no "as view"
     offenders = [f"{path.relative_to(root)}:{text[:m.start()].count(chr(10)) + 1}"
                  for folder in ("core", "ui", "bench", "tests") for path in (root / folder).rglob("*.py")
                  for text in [path.read_text()] for m in pattern.finditer(text)]
