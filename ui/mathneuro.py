@@ -14,6 +14,7 @@ from ui.widgets import downloads_box, downloads_update, figure_or, frame
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
+MAX_SAMPLES = 1000  # per dataset in the app (a Space visitor cannot queue an hour's work); the CLI has no cap
 INTRO = ("**MathNeuro** scores every weight by |W|·‖X‖ on math inputs and on non-math inputs, keeps each matrix's top "
          "K for both, and calls *math-specific* the weights in the math top-K only. Pruning them should remove math "
          "and keep the rest; scaling them slightly can help math. Defaults: the embedded **mathneuro-tiny** (a "
@@ -114,8 +115,9 @@ def build(ctx: AppContext) -> None:
                                maximum=1, step=0.01, elem_id="mathneuro-k")
         factor = gr.Number(value=D["factor"], label="Scale factor", step=0.05, elem_id="mathneuro-factor")
         n = gr.Number(value=D["n"], label="N: identification samples per dataset", precision=0, minimum=1,
-                      elem_id="mathneuro-n")
-        eval_n = gr.Number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1)
+                      maximum=MAX_SAMPLES, elem_id="mathneuro-n")
+        eval_n = gr.Number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1,
+                           maximum=MAX_SAMPLES)
         stop_btn = gr.Button("Stop", variant="stop", elem_id="mathneuro-stop")
     status = gr.Markdown(shown.status if shown else "Press a button to compute.", elem_id="mathneuro-status")
     downloads = downloads_box(shown, "Downloads (JSON, CSV) of the last analysis", "mathneuro-downloads")
