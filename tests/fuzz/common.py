@@ -63,9 +63,8 @@ def numbers(valid: list, finite: bool = False, huge: bool = True) -> st.SearchSt
     bad = [0, -1, -10**9, 0.5, 1e-30, -0.0, "abc", "", None, [1, 2]]
     bad += [10**12, 2**63, 1e308] if huge else []
     bad += [] if finite else [math.nan, math.inf, -math.inf]
-    return st.one_of(st.sampled_from(valid), st.sampled_from(bad), st.integers(-5, 5),
-                     st.floats(-1e3 if not huge else None, 1e3 if not huge else None, allow_nan=not finite,
-                               allow_infinity=not finite))
+    floats = st.floats(allow_nan=not finite, allow_infinity=not finite) if huge else st.floats(-1e3, 1e3)
+    return st.one_of(st.sampled_from(valid), st.sampled_from(bad), st.integers(-5, 5), floats)
 
 
 def names(valid: list) -> st.SearchStrategy:

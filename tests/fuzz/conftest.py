@@ -82,3 +82,13 @@ def app_server(tmp_path_factory):
         yield AppServer(url, proc, log, root)
     finally:
         stop_app(proc)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def hypothesis_home(tmp_path_factory):
+    """Hypothesis keeps its caches under the session's tmp folder, not in the checkout."""
+    from hypothesis.configuration import set_hypothesis_home_dir
+
+    set_hypothesis_home_dir(tmp_path_factory.mktemp("hypothesis"))
+    yield
+    set_hypothesis_home_dir(None)

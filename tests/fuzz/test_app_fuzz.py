@@ -53,11 +53,12 @@ def parameter_values(param: dict, files: dict) -> st.SearchStrategy:
     return texts()
 
 
-def _clear(exception_line: str) -> bool:
+def _clear(exception: str) -> bool:
     """A message meant for the user: ``gr.Error`` (ours, via ui.errors), or gradio refusing a payload the
-    component cannot take before any app code runs (``ComponentProcessingError: Could not preprocess``)."""
-    return exception_line.startswith("gradio.exceptions.Error") or exception_line.startswith(
-        "gradio.exceptions.ComponentProcessingError: Could not preprocess")
+    component cannot take before any app code runs (``Could not preprocess``, or the payload's pydantic model)."""
+    return exception.startswith(("gradio.exceptions.Error",
+                                 "gradio.exceptions.ComponentProcessingError: Could not preprocess")) or (
+        exception.startswith("pydantic_core._pydantic_core.ValidationError") and "in preprocess_data" in exception)
 
 
 def judge(endpoint: str, answer, error: BaseException | None, log: str, inputs, extra_roots) -> tuple[str, str]:
