@@ -1,12 +1,13 @@
 """Many users at once: latency of cheap calls while heavy ones run, and the server's peak memory, as JSON.
 
-    python bench/load.py                       # 8 cheap + 2 heavy users, 2 heavy calls each
+    python bench/load.py                       # 8 cheap + 2 heavy users, 5 heavy calls each
     python bench/load.py --cheap 16 --heavy 4 --heavy-calls 3
 
 Starts ``python app.py`` with a private LAYERWISE_HOME (the prepared data and models linked in, an empty results
 cache), measures cheap calls alone first (the same users, no heavy ones), then with the heavy users, side by side
-in one run. Cheap: a dataset page, the target choices of a text. Heavy: relevance heatmaps of distinct texts on
-mamba-lm, NeuZip weight statistics of every registered model in turn (so the server keeps loading models).
+in one run. Cheap: a dataset page, the target choices of a text. Heavy: relevance heatmaps (MambaLRP,
+Gradient x Input, Integrated Gradients) of distinct 60-word texts on mamba-lm, and NeuZip weight statistics of
+the registered models in turn, SmolLM2-135M included (so the server keeps loading models).
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cheap", type=int, default=8, help="cheap users")
     p.add_argument("--heavy", type=int, default=2, help="heavy users")
-    p.add_argument("--heavy-calls", type=int, default=2, help="calls per heavy user")
+    p.add_argument("--heavy-calls", type=int, default=5, help="calls per heavy user")
     p.add_argument("--concurrency", type=int, default=2, help="the app's --concurrency")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="layerwise-load-") as tmp:
@@ -51,8 +52,9 @@ def main() -> None:
             alone = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=0,
                              cheap_calls=3)
             loaded = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=args.heavy,
-                              cheap_calls=3, heavy_calls=args.heavy_calls)
-            failed = sum(v.startswith("error:") for v in [*alone.answers.values(), *loaded.answers.values()])
+                              cheap_calls=3, heavy_calls=args.heavy_calls,
+                              heavy_methods=("mambalrp", "gradient_x_input", "integrated_gradients"))
+            failed = sum(a.startswith("error:") for _, _, a in [*alone.answers, *loaded.answers])
             cheap_alone = summary(alone.cheap_latencies or [])
             out = {
                 "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), {platform.python_version()}",

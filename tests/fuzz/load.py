@@ -28,21 +28,38 @@ def cheap_call(user: int, i: int) -> tuple[str, tuple]:
     return "/lrp_targets", ("mamba-sentiment", text)
 
 
-def heavy_call(user: int, i: int) -> tuple[str, tuple]:
+def heavy_call(user: int, i: int, methods=("mambalrp", "gradient_x_input")) -> tuple[str, tuple]:
+    """Relevances of a distinct 60-word text on mamba-lm (even users), NeuZip statistics of the models in turn."""
     if user % 2 == 0:
-        text = " ".join(WORDS[(user + i + j) % len(WORDS)] for j in range(24)) + f" ({user}, {i})"
-        return "/lrp_explain_text", ("mamba-lm", text, ["mambalrp", "gradient_x_input"], "-1", True, True, True, True,
-                                     None, ["in_proj", "out_proj", "conv"])
-    return "/neuzip_weights", (HEAVY_MODELS[(user + i) % len(HEAVY_MODELS)], "3", "none")
+        text = " ".join(WORDS[(user * 7 + i + j * j) % len(WORDS)] for j in range(60)) + f" ({user}, {i})"
+        return "/lrp_explain_text", ("mamba-lm", text, list(methods), -1,
+                                     True, True, True, True, None, ["in_proj", "out_proj", "conv"])
+    return "/neuzip_weights", (HEAVY_MODELS[(user + i) % len(HEAVY_MODELS)], 3, "none")
 
 
 _NUMBER_WITH_UNIT = re.compile(r"\d+(?:[.,]\d+)*\s?(?:s|ms|min|seconds?)\b")
 
 
+_TIMING_HEADER = re.compile(r"time|seconds|\((?:ms|s)\)", re.I)
+
+
+def _without_timings(value):
+    """``value`` with the timing columns of its tables (gradio's {"headers", "data"}) left out."""
+    if isinstance(value, dict):
+        if isinstance(value.get("headers"), list) and isinstance(value.get("data"), list):
+            keep = [i for i, h in enumerate(value["headers"]) if not _TIMING_HEADER.search(str(h))]
+            value = {**value, "headers": [value["headers"][i] for i in keep],
+                     "data": [[row[i] for i in keep] for row in value["data"]]}
+        return {k: _without_timings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_without_timings(v) for v in value]
+    return value
+
+
 def normalise(answer, download_root: str) -> str:
     """An answer as text without what legitimately differs between two runs: where the client saved files and
-    how long the computation took."""
-    text = json.dumps(answer, default=str, sort_keys=True)
+    how long the computation took (timing columns, "1.2 s")."""
+    text = json.dumps(_without_timings(answer), default=str, sort_keys=True)
     text = re.sub(re.escape(download_root) + r"[^\"]*", "<file>", text)
     text = re.sub(r"/gradio_api/file=[^\"]*", "<file>", text)
     return _NUMBER_WITH_UNIT.sub("<time>", text)
@@ -52,7 +69,7 @@ def normalise(answer, download_root: str) -> str:
 class LoadRun:
     cheap_latencies: list = field(default_factory=list)
     heavy_latencies: list = field(default_factory=list)
-    answers: dict = field(default_factory=dict)  # (api, inputs) -> normalised answer or "error: ..."
+    answers: list = field(default_factory=list)  # (api, inputs, normalised answer or "error: ...")
     peak_rss_mib: float = 0.0
 
 
@@ -82,9 +99,10 @@ def ask(client, api: str, inputs: tuple, download_root: str, timeout: float) -> 
 
 
 def run_load(make_client, server_pid: int, download_root: str, *, cheap_users: int = 8, heavy_users: int = 2,
-             cheap_calls: int = 3, heavy_calls: int = 1, timeout: float = 300) -> LoadRun:
+             cheap_calls: int = 3, heavy_calls: int = 1, cheap_max: int = 50, timeout: float = 300,
+             heavy_methods=("mambalrp", "gradient_x_input")) -> LoadRun:
     """All users at once, each with its own client; cheap users start once every heavy user has sent a call,
-    and keep calling until the heavy ones are done (at least ``cheap_calls`` each)."""
+    and keep calling until the heavy ones are done (at least ``cheap_calls``, at most ``cheap_max`` each)."""
     run = LoadRun()
     lock = threading.Lock()
     heavy_done = threading.Event()
@@ -100,12 +118,12 @@ def run_load(make_client, server_pid: int, download_root: str, *, cheap_users: i
         client = make_client()
         heavy_started.wait()
         for i in range(heavy_calls):
-            api, inputs = heavy_call(u, i)
+            api, inputs = heavy_call(u, i, heavy_methods)
             t0 = time.perf_counter()
             answer = ask(client, api, inputs, download_root, timeout)
             with lock:
                 run.heavy_latencies.append(time.perf_counter() - t0)
-                run.answers[(api, inputs)] = answer
+                run.answers.append((api, inputs, answer))
 
     def cheap_user(u: int):
         client = make_client()
@@ -117,9 +135,9 @@ def run_load(make_client, server_pid: int, download_root: str, *, cheap_users: i
             with lock:
                 if heavy_users == 0 or not heavy_done.is_set():  # with heavy users: only while they run
                     run.cheap_latencies.append(time.perf_counter() - t0)
-                run.answers[(api, inputs)] = answer
+                run.answers.append((api, inputs, answer))
             i += 1
-            if i >= 50:
+            if i >= cheap_max:
                 break
 
     sampler = threading.Thread(target=sample_memory, daemon=True)

@@ -23,9 +23,12 @@ pytestmark = pytest.mark.slow
 _TRACEBACK = "Traceback (most recent call last)"
 
 
-def _choices(type_text: str) -> list[str]:
+def _choices(type_text: str) -> list:
+    """The choices of a ``Literal[...]`` type; a numeric one also as a number (the API lists a Radio of ints as
+    strings, and only one of the two is valid)."""
     found = re.findall(r"'((?:[^'\\]|\\.)*)'", type_text)
-    return sorted(found, key=lambda c: c not in TINY_MODELS)  # the embedded models first: cheap valid inputs
+    found = sorted(found, key=lambda c: c not in TINY_MODELS)  # the embedded models first: cheap valid inputs
+    return found + [int(c) for c in found if re.fullmatch(r"-?\d+", c)]
 
 
 def _images(files: dict) -> st.SearchStrategy:
