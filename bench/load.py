@@ -52,7 +52,7 @@ def main() -> None:
             alone = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=0,
                              cheap_calls=3)
             loaded = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=args.heavy,
-                              cheap_calls=3, heavy_calls=args.heavy_calls,
+                              cheap_calls=3, heavy_calls=args.heavy_calls, cheap_max=10**6,
                               heavy_methods=("mambalrp", "gradient_x_input", "integrated_gradients"))
             failed = sum(a.startswith("error:") for _, _, a in [*alone.answers, *loaded.answers])
             cheap_alone = summary(alone.cheap_latencies or [])

@@ -9,7 +9,7 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
@@ -33,7 +33,7 @@ def _rules(silu, ssm, gate, norm, gamma, gamma_layers) -> dict:
 
 
 def _target(value):
-    return None if value in (None, "", TOP) else int(value)
+    return None if value in (None, "", TOP, str(TOP)) else number(value, "the target")
 
 
 def _targets(res) -> dict:

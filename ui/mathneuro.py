@@ -10,7 +10,7 @@ from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
@@ -40,8 +40,9 @@ def _first(nonmath) -> str:
 def layers(model, math, nonmath, proportion, method, n, value="count",
            request: gr.Request = None, progress=gr.Progress()):
     """Layer distribution (count or share per layer and module type) for one or two non-math datasets."""
-    res = mn.layer_distribution_result(model, math, _nonmath(nonmath), int(n), float(proportion), method,
-                                       progress=job(request, progress), show=value)
+    res = mn.layer_distribution_result(model, math, _nonmath(nonmath), number(n, "N"),
+                                       number(proportion, "K", float), method, progress=job(request, progress),
+                                       show=value)
     return res.status, res.figures["layers"], downloads_update(res)
 
 
@@ -49,8 +50,8 @@ def layers(model, math, nonmath, proportion, method, n, value="count",
 def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
            request: gr.Request = None, progress=gr.Progress()):
     """Math vs non-math metric after pruning each method's set, per non-math dataset."""
-    res = mn.effect_result(model, math, _nonmath(nonmath), int(n), float(proportion), list(methods or []),
-                           int(eval_n), metric, progress=job(request, progress))
+    res = mn.effect_result(model, math, _nonmath(nonmath), number(n, "N"), number(proportion, "K", float),
+                           list(methods or []), number(eval_n, "test items"), metric, progress=job(request, progress))
     return res.status, res.figures["effect"], frame(res.views["effect"]), downloads_update(res)
 
 
@@ -58,8 +59,8 @@ def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
 def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
                      request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric after pruning the set found with each K (first non-math dataset)."""
-    res = mn.proportion_sweep_result(model, math, _first(nonmath), int(n), D["proportions"], method, int(eval_n),
-                                     metric, progress=job(request, progress))
+    res = mn.proportion_sweep_result(model, math, _first(nonmath), number(n, "N"), D["proportions"], method,
+                                     number(eval_n, "test items"), metric, progress=job(request, progress))
     return res.status, res.figures["proportion-sweep"], downloads_update(res)
 
 
@@ -67,15 +68,16 @@ def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
 def sweep_scale(model, math, nonmath, proportion, method, factor, n, eval_n, metric,
                 request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric with the set scaled by each factor (the default factors plus the chosen one)."""
-    res = mn.scale_sweep_result(model, math, _first(nonmath), int(n), float(proportion), method, None, int(eval_n),
-                                metric, progress=job(request, progress), factor=float(factor))
+    res = mn.scale_sweep_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
+                                None, number(eval_n, "test items"), metric, progress=job(request, progress),
+                                factor=number(factor, "the scale factor", float))
     return res.status, res.figures["scale-sweep"], downloads_update(res)
 
 
 @user_errors
 def consistency(model, math, nonmath, method, n, request: gr.Request = None, progress=gr.Progress()):
     """Overlap of the set from 1..N random samples with the set from all N, for K = 1, 5, 10%."""
-    res = mn.consistency_result(model, math, _first(nonmath), int(n), D["consistency_proportions"], method,
+    res = mn.consistency_result(model, math, _first(nonmath), number(n, "N"), D["consistency_proportions"], method,
                                 D["repeats"], progress=job(request, progress))
     return res.status, res.figures["consistency"], downloads_update(res)
 
@@ -83,8 +85,8 @@ def consistency(model, math, nonmath, method, n, request: gr.Request = None, pro
 @user_errors
 def drill(model, math, nonmath, proportion, method, n, matrix, request: gr.Request = None, progress=gr.Progress()):
     """Heatmap of one weight matrix: where its selected entries sit."""
-    res = mn.drill_result(model, math, _first(nonmath), int(n), float(proportion), method, matrix or None,
-                          progress=job(request, progress))
+    res = mn.drill_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
+                          matrix or None, progress=job(request, progress))
     return (res.status, res.figures["drill"], gr.update(choices=res.data["matrices"], value=res.data["name"]),
             downloads_update(res))
 

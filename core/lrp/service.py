@@ -331,6 +331,8 @@ def key_token_result(n=100, methods=None, k: int = 1, progress=None, **options) 
 def committed_result(item: str) -> Result | None:
     """A committed evaluation (``assets/lrp/evaluation``): ``mnist``, ``sentiment``, ``lm``, ``key-token`` or a
     model name; None when it is not there."""
+    if not isinstance(item, str):
+        return None
     res = E.precomputed().get(item)
     return evaluation_view(res) if res is not None else None
 

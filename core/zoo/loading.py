@@ -247,6 +247,8 @@ def _card_kind(folder: Path | None) -> str | None:
 
 def resolve(ref: str) -> tuple[str, Path | None]:
     """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``."""
+    if not isinstance(ref, str):
+        raise ModelLoadError(f"{ref!r} is not a model name.", fix="choose a model from `python -m core models list`.")
     ref = ref.strip()
     if not ref:
         raise ModelLoadError("no model given.", fix="choose a model from `python -m core models list`.")

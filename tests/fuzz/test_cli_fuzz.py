@@ -9,8 +9,8 @@ traceback, never longer than the per-call limit, never an absolute path outside 
 message, never a half-written results-cache entry.
 
 Commands that download, train a model (``lrp key-token`` trains its classifier in every run) or rewrite the
-committed example stores take minutes to hours with any valid input, so they (``PARSE_ONLY``) get the same bad values plus one option argparse refuses:
-their argument parsing is fuzzed, not their run.
+committed example stores take minutes to hours with any valid input, so they (``PARSE_ONLY``) get the same bad
+values plus one option argparse refuses: their argument parsing is fuzzed, not their run.
 """
 from __future__ import annotations
 
