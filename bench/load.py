@@ -5,7 +5,7 @@
 
 Starts ``python app.py`` with a private LAYERWISE_HOME (the prepared data and models linked in, an empty results
 cache), measures cheap calls alone first (the same users, no heavy ones), then with the heavy users, side by side
-in one run. Cheap: a dataset page, the target choices of a text. Heavy: relevance heatmaps (MambaLRP,
+in one run (each cheap user makes 3 calls alone, and up to 50 while the heavy calls run). Cheap: a dataset page, the target choices of a text. Heavy: relevance heatmaps (MambaLRP,
 Gradient x Input, Integrated Gradients) of distinct 60-word texts on mamba-lm, and NeuZip weight statistics of
 the registered models in turn, SmolLM2-135M included (so the server keeps loading models).
 """
@@ -52,7 +52,7 @@ def main() -> None:
             alone = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=0,
                              cheap_calls=3)
             loaded = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=args.heavy,
-                              cheap_calls=3, heavy_calls=args.heavy_calls, cheap_max=10**6,
+                              cheap_calls=3, heavy_calls=args.heavy_calls, cheap_max=50,
                               heavy_methods=("mambalrp", "gradient_x_input", "integrated_gradients"))
             failed = sum(a.startswith("error:") for _, _, a in [*alone.answers, *loaded.answers])
             cheap_alone = summary(alone.cheap_latencies or [])
