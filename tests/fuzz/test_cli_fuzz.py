@@ -19,6 +19,7 @@ import contextlib
 import io
 import shutil
 import signal
+import tempfile
 import time
 import traceback
 
@@ -182,6 +183,8 @@ def cli_home(tmp_path_factory):
     shutil.copytree(data_dir(), home / "data", symlinks=True)  # small; a command may not write the real one
     (home / "models").symlink_to(models_dir(), target_is_directory=True)
     mp = pytest.MonkeyPatch()
+    (root / "tmp").mkdir()
+    mp.setattr(tempfile, "tempdir", str(root / "tmp"))  # the commands' temporary files stay under tmp_path
     mp.setenv("LAYERWISE_HOME", str(home))
     mp.setenv("LAYERWISE_ONLINE", "0")
     yield {"home": home, "files": odd_files(root / "odd"), "out": root / "out"}
