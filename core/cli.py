@@ -89,6 +89,23 @@ class ProgressBar:
             print(file=sys.stderr)
 
 
+MAX_THREADS = 1024
+
+
+def set_threads(n: int, *, zero_is_default: bool = False) -> None:
+    """Apply ``--threads n`` to torch; with ``zero_is_default``, 0 keeps torch's default. A count torch cannot
+    take (negative, zero, absurdly large) is a clear error."""
+    import torch
+
+    if zero_is_default and n == 0:
+        return
+    low = 0 if zero_is_default else 1
+    if not low <= n <= MAX_THREADS:
+        raise LayerwiseError(f"--threads {n} is not a thread count.",
+                             fix=f"give a number from {low} to {MAX_THREADS} (about the machine's cores).")
+    torch.set_num_threads(n)
+
+
 def emit(args: argparse.Namespace, data, text: str, result=None) -> None:
     """Print ``data`` as JSON (``--json``) or ``text``; with ``--out``, first write ``result``'s files there."""
     out = getattr(args, "out", None)
@@ -211,7 +228,7 @@ def _register_builtin(reg: CommandGroups) -> None:
             raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
                                  fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
         rows = check_all(device)
-        _emit(args, rows, lambda r: _table(r, ["kernel", "device", "dtype", "ok", "seconds", "reason"]))
+        _emit(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "seconds", "reason"]))
         if not all(r["ok"] for r in rows):
             sys.exit(1)
 

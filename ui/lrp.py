@@ -9,10 +9,11 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
+MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
          "× input of the rewired network) add up to the explained logit. Red tokens or patches speak **for** the "
@@ -32,7 +33,7 @@ def _rules(silu, ssm, gate, norm, gamma, gamma_layers) -> dict:
 
 
 def _target(value):
-    return None if value in (None, "", TOP) else int(value)
+    return None if value in (None, "", TOP, str(TOP)) else number(value, "the target")
 
 
 def _targets(res) -> dict:
@@ -123,8 +124,9 @@ def build_evaluation() -> list:
         with gr.Row():
             model = gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], allow_custom_value=True,
                                 label="Model", elem_id="lrp-eval-model")
-            n = gr.Number(value=data["n"], precision=0, minimum=1, label="Test samples N", elem_id="lrp-eval-n")
-            steps = gr.Number(value=data["steps"], precision=0, minimum=1, label="Flip steps K")
+            n = gr.Number(value=data["n"], precision=0, minimum=1, maximum=MAX_EVAL_SAMPLES, label="Test samples N",
+                          elem_id="lrp-eval-n")
+            steps = gr.Number(value=data["steps"], precision=0, minimum=1, maximum=MAX_FLIP_STEPS, label="Flip steps K")
             methods = gr.CheckboxGroup(lrp.method_choices(), value=list(data["methods"]), label="Methods", scale=3)
             btn = gr.Button("Evaluate", variant="primary", elem_id="lrp-eval-btn")
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]

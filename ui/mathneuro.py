@@ -10,10 +10,11 @@ from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
+MAX_SAMPLES = 1000  # per dataset in the app (a Space visitor cannot queue an hour's work); the CLI has no cap
 INTRO = ("**MathNeuro** scores every weight by |W|·‖X‖ on math inputs and on non-math inputs, keeps each matrix's top "
          "K for both, and calls *math-specific* the weights in the math top-K only. Pruning them should remove math "
          "and keep the rest; scaling them slightly can help math. Defaults: the embedded **mathneuro-tiny** (a "
@@ -39,8 +40,9 @@ def _first(nonmath) -> str:
 def layers(model, math, nonmath, proportion, method, n, value="count",
            request: gr.Request = None, progress=gr.Progress()):
     """Layer distribution (count or share per layer and module type) for one or two non-math datasets."""
-    res = mn.layer_distribution_result(model, math, _nonmath(nonmath), int(n), float(proportion), method,
-                                       progress=job(request, progress), show=value)
+    res = mn.layer_distribution_result(model, math, _nonmath(nonmath), number(n, "N"),
+                                       number(proportion, "K", float), method, progress=job(request, progress),
+                                       show=value)
     return res.status, res.figures["layers"], downloads_update(res)
 
 
@@ -48,8 +50,8 @@ def layers(model, math, nonmath, proportion, method, n, value="count",
 def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
            request: gr.Request = None, progress=gr.Progress()):
     """Math vs non-math metric after pruning each method's set, per non-math dataset."""
-    res = mn.effect_result(model, math, _nonmath(nonmath), int(n), float(proportion), list(methods or []),
-                           int(eval_n), metric, progress=job(request, progress))
+    res = mn.effect_result(model, math, _nonmath(nonmath), number(n, "N"), number(proportion, "K", float),
+                           list(methods or []), number(eval_n, "test items"), metric, progress=job(request, progress))
     return res.status, res.figures["effect"], frame(res.views["effect"]), downloads_update(res)
 
 
@@ -57,8 +59,8 @@ def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
 def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
                      request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric after pruning the set found with each K (first non-math dataset)."""
-    res = mn.proportion_sweep_result(model, math, _first(nonmath), int(n), D["proportions"], method, int(eval_n),
-                                     metric, progress=job(request, progress))
+    res = mn.proportion_sweep_result(model, math, _first(nonmath), number(n, "N"), D["proportions"], method,
+                                     number(eval_n, "test items"), metric, progress=job(request, progress))
     return res.status, res.figures["proportion-sweep"], downloads_update(res)
 
 
@@ -66,15 +68,16 @@ def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
 def sweep_scale(model, math, nonmath, proportion, method, factor, n, eval_n, metric,
                 request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric with the set scaled by each factor (the default factors plus the chosen one)."""
-    res = mn.scale_sweep_result(model, math, _first(nonmath), int(n), float(proportion), method, None, int(eval_n),
-                                metric, progress=job(request, progress), factor=float(factor))
+    res = mn.scale_sweep_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
+                                None, number(eval_n, "test items"), metric, progress=job(request, progress),
+                                factor=number(factor, "the scale factor", float))
     return res.status, res.figures["scale-sweep"], downloads_update(res)
 
 
 @user_errors
 def consistency(model, math, nonmath, method, n, request: gr.Request = None, progress=gr.Progress()):
     """Overlap of the set from 1..N random samples with the set from all N, for K = 1, 5, 10%."""
-    res = mn.consistency_result(model, math, _first(nonmath), int(n), D["consistency_proportions"], method,
+    res = mn.consistency_result(model, math, _first(nonmath), number(n, "N"), D["consistency_proportions"], method,
                                 D["repeats"], progress=job(request, progress))
     return res.status, res.figures["consistency"], downloads_update(res)
 
@@ -82,8 +85,8 @@ def consistency(model, math, nonmath, method, n, request: gr.Request = None, pro
 @user_errors
 def drill(model, math, nonmath, proportion, method, n, matrix, request: gr.Request = None, progress=gr.Progress()):
     """Heatmap of one weight matrix: where its selected entries sit."""
-    res = mn.drill_result(model, math, _first(nonmath), int(n), float(proportion), method, matrix or None,
-                          progress=job(request, progress))
+    res = mn.drill_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
+                          matrix or None, progress=job(request, progress))
     return (res.status, res.figures["drill"], gr.update(choices=res.data["matrices"], value=res.data["name"]),
             downloads_update(res))
 
@@ -114,8 +117,9 @@ def build(ctx: AppContext) -> None:
                                maximum=1, step=0.01, elem_id="mathneuro-k")
         factor = gr.Number(value=D["factor"], label="Scale factor", step=0.05, elem_id="mathneuro-factor")
         n = gr.Number(value=D["n"], label="N: identification samples per dataset", precision=0, minimum=1,
-                      elem_id="mathneuro-n")
-        eval_n = gr.Number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1)
+                      maximum=MAX_SAMPLES, elem_id="mathneuro-n")
+        eval_n = gr.Number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1,
+                           maximum=MAX_SAMPLES)
         stop_btn = gr.Button("Stop", variant="stop", elem_id="mathneuro-stop")
     status = gr.Markdown(shown.status if shown else "Press a button to compute.", elem_id="mathneuro-status")
     downloads = downloads_box(shown, "Downloads (JSON, CSV) of the last analysis", "mathneuro-downloads")

@@ -50,6 +50,13 @@ def _block(value) -> int | None:
         raise BadInputError(f"block size {value!r} is not a number.", fix="choose none or a power of two") from None
 
 
+def _k(value) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BadInputError(f"k = {value!r} is not a number of mantissa bits.", fix="choose 7, 3, 1 or 0") from None
+
+
 def _table_frame(res):
     return frame(res.tables["table"]).rename(columns=TABLE_COLUMNS)
 
@@ -66,7 +73,7 @@ def _tradeoff_frame(res):
 @user_errors
 def analyse_weights(ref, k, block, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Bit-field histograms and the compression table of the chosen model's linear weights."""
-    res = nz.weights_result(ref, int(k), _block(block), progress=job(request, progress))
+    res = nz.weights_result(ref, _k(k), _block(block), progress=job(request, progress))
     return (res.status, res.figures["histograms"], res.figures["table"], _table_frame(res),
             {**(state or {}), **res.data})
 
@@ -99,7 +106,7 @@ def redraw_tradeoff(log_x, state=None):
 def measure_throughput(ref, k, block, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Bits/weight and one-thread compress / decompress MB/s of NeuZip (lossless, and the chosen k and B), ZipNN (when
     installed), zstd and a memory copy, side by side on this machine."""
-    res = nz.throughput_result(ref, int(k), _block(block), progress=job(request, progress))
+    res = nz.throughput_result(ref, _k(k), _block(block), progress=job(request, progress))
     return res.status, res.figures["throughput"], _throughput_frame(res), {**(state or {}), "throughput": res.data}
 
 

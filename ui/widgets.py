@@ -4,7 +4,16 @@ from __future__ import annotations
 import gradio as gr
 import pandas as pd
 
+from core.errors import BadInputError
 from core.figures import message_figure
+
+
+def number(value, what: str, cast=int):
+    """``cast(value)`` of a number box, or a clear error for a blank or a value that is not a number."""
+    try:
+        return cast(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInputError(f"{what} = {value!r} is not a number.", fix=f"type a number for {what}.") from None
 
 
 def frame(rows) -> pd.DataFrame | None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 import core.lrp as lrp
-from core.cli import ProgressBar, emit
+from core.cli import ProgressBar, emit, set_threads
 from core.errors import BadInputError
 
 
@@ -25,11 +25,7 @@ def _log(message: str) -> None:
 
 
 def _threads(n: int) -> None:
-    import torch
-
-    if n < 1:
-        raise BadInputError("--threads must be >= 1.")
-    torch.set_num_threads(n)
+    set_threads(n)
 
 
 # ---- train ------------------------------------------------------------------------------------------------------

@@ -331,6 +331,8 @@ def key_token_result(n=100, methods=None, k: int = 1, progress=None, **options) 
 def committed_result(item: str) -> Result | None:
     """A committed evaluation (``assets/lrp/evaluation``): ``mnist``, ``sentiment``, ``lm``, ``key-token`` or a
     model name; None when it is not there."""
+    if not isinstance(item, str):
+        return None
     res = E.precomputed().get(item)
     return evaluation_view(res) if res is not None else None
 
@@ -507,8 +509,8 @@ def train_result(recipe: str, seed: int = 0, quick: bool = False, out=None, init
 
     if recipe not in recipes.RECIPES:
         raise BadInputError(f"unknown recipe {recipe!r}.", fix=f"use one of {', '.join(recipes.RECIPES)}.")
-    if threads < 1:
-        raise BadInputError("--threads must be >= 1.")
+    if not 1 <= threads <= 1024:
+        raise BadInputError(f"--threads {threads} is not a thread count.", fix="give a number from 1 to 1024.")
     if init_from is not None and recipe != "sentiment":
         raise BadInputError("--init-from applies to the sentiment recipe only.")
     overrides = {"init_from": init_from} if init_from is not None else {}

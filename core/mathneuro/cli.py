@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import core.mathneuro as mn
-from core.cli import ProgressBar, emit
+from core.cli import ProgressBar, emit, set_threads
 from core.errors import BadInputError
 
 
@@ -228,9 +228,7 @@ def run_train_demo(args):
 
 
 def run_precompute(args):
-    import torch
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, zero_is_default=True)
     path = mn.precompute_examples(args.out, log=lambda m: print(f"... {m}", file=sys.stderr, flush=True))
     print(json.dumps({"written": str(path)}) if args.json else f"written to {path}")
 

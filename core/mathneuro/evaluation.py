@@ -109,7 +109,7 @@ def _logits(model: nn.Module, ids: torch.Tensor, past=None):
     """(B, T, V) logits and the new cache (None for plain modules)."""
     if _is_hf(model):
         out = model(input_ids=ids, past_key_values=past, use_cache=True)
-        return out.logits, out.past_key_values
+        return out.logits, getattr(out, "past_key_values", None)  # None (Mamba keeps its state elsewhere): no cache
     out = model(ids)
     return (out.logits if hasattr(out, "logits") else out), None
 

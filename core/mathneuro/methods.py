@@ -148,7 +148,7 @@ METHODS: dict[str, Method] = {m.name: m for m in (
 
 def get_method(name: str) -> Method:
     """The registered method, or :class:`BadInputError` listing the known ones."""
-    if name not in METHODS:
+    if not isinstance(name, str) or name not in METHODS:
         raise BadInputError(f"Unknown method {name!r}.", fix=f"Use one of: {', '.join(METHODS)}.")
     return METHODS[name]
 

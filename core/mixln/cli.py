@@ -18,7 +18,7 @@ import sys
 import time
 
 import core.mixln as mixln
-from core.cli import ProgressBar, emit, table
+from core.cli import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 
 TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
@@ -101,9 +101,7 @@ def _print_event(ev) -> None:
 
 
 def run_train(args) -> None:
-    import torch
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    set_threads(args.threads, zero_is_default=True)
     if args.recipe:
         return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
                                                 skip_done=False, threads=0))

@@ -247,6 +247,8 @@ def _card_kind(folder: Path | None) -> str | None:
 
 def resolve(ref: str) -> tuple[str, Path | None]:
     """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``."""
+    if not isinstance(ref, str):
+        raise ModelLoadError(f"{ref!r} is not a model name.", fix="choose a model from `python -m core models list`.")
     ref = ref.strip()
     if not ref:
         raise ModelLoadError("no model given.", fix="choose a model from `python -m core models list`.")
@@ -267,7 +269,13 @@ def resolve(ref: str) -> tuple[str, Path | None]:
 
 _lock = threading.Lock()
 _loaded: dict[tuple, LoadedModel] = {}
-_MAX_LOADED = 2
+_MAX_LOADED = 2  # models kept in memory, least recently used evicted first; LAYERWISE_MAX_MODELS overrides
+
+
+def max_loaded() -> int:
+    """How many models :func:`load_model` keeps in memory (``LAYERWISE_MAX_MODELS``, default 2, at least 1)."""
+    raw = os.environ.get("LAYERWISE_MAX_MODELS", "")
+    return max(1, int(raw)) if raw.strip().isdigit() else _MAX_LOADED
 
 
 def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code: bool = False,
@@ -280,8 +288,8 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         or a hub id like ``state-spaces/mamba-130m-hf`` (needs ``--online``).
     dtype : load in this dtype (default: as stored).
     trust_remote_code, allow_pickle : off by default; turn on only for checkpoints you trust.
-    use_cache : keep the two most recently used models in memory and return the same object for the same request
-        (the only model cache: every tab and command loads through here).
+    use_cache : keep the most recently used models in memory (:func:`max_loaded`, two by default) and return the
+        same object for the same request (the only model cache: every tab and command loads through here).
     """
     key = (ref, str(dtype), trust_remote_code, allow_pickle, kind)
     with _lock:
@@ -327,7 +335,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
                          tokenizer_error=tokenizer_error)
     if use_cache:
         with _lock:
-            if len(_loaded) >= _MAX_LOADED:
+            while len(_loaded) >= max_loaded():
                 _loaded.pop(next(iter(_loaded)))
             _loaded[key] = loaded
     return loaded

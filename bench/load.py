@@ -1,0 +1,79 @@
+"""Many users at once: latency of cheap calls while heavy ones run, and the server's peak memory, as JSON.
+
+    python bench/load.py                       # 8 cheap + 2 heavy users, 5 heavy calls each
+    python bench/load.py --cheap 16 --heavy 4 --heavy-calls 3
+
+Starts ``python app.py`` with a private LAYERWISE_HOME (the prepared data and models linked in, an empty results
+cache), measures cheap calls alone first (the same users, no heavy ones), then with the heavy users, side by side
+in one run (each cheap user makes 3 calls alone, and up to 50 while the heavy calls run). Cheap: a dataset page, the target choices of a text. Heavy: relevance heatmaps (MambaLRP,
+Gradient x Input, Integrated Gradients) of distinct 60-word texts on mamba-lm, and NeuZip weight statistics of
+the registered models in turn, SmolLM2-135M included (so the server keeps loading models).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.conftest import wait_http  # noqa: E402
+from tests.fuzz.conftest import AppServer, start_app, stop_app  # noqa: E402
+from tests.fuzz.load import percentile, rss_mib, run_load  # noqa: E402
+
+
+def summary(xs: list[float]) -> dict:
+    return {"n": len(xs), "p50_s": round(percentile(xs, 0.5), 3), "p95_s": round(percentile(xs, 0.95), 3),
+            "max_s": round(max(xs), 3) if xs else None}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cheap", type=int, default=8, help="cheap users")
+    p.add_argument("--heavy", type=int, default=2, help="heavy users")
+    p.add_argument("--heavy-calls", type=int, default=5, help="calls per heavy user")
+    p.add_argument("--concurrency", type=int, default=2, help="the app's --concurrency")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory(prefix="layerwise-load-") as tmp:
+        root = Path(tmp)
+        proc, log, url = start_app(root, "--concurrency", str(args.concurrency))
+        try:
+            started = wait_http(url, 240)
+            server = AppServer(url, proc, log, root)
+            idle = rss_mib(proc.pid)
+            downloads = str(root / "downloads")
+            t0 = time.perf_counter()
+            alone = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=0,
+                             cheap_calls=3)
+            loaded = run_load(server.client, proc.pid, downloads, cheap_users=args.cheap, heavy_users=args.heavy,
+                              cheap_calls=3, heavy_calls=args.heavy_calls, cheap_max=50,
+                              heavy_methods=("mambalrp", "gradient_x_input", "integrated_gradients"))
+            failed = sum(a.startswith("error:") for _, _, a in [*alone.answers, *loaded.answers])
+            cheap_alone = summary(alone.cheap_latencies or [])
+            out = {
+                "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores (shared), {platform.python_version()}",
+                "users": {"cheap": args.cheap, "heavy": args.heavy, "heavy_calls_each": args.heavy_calls,
+                          "app_concurrency": args.concurrency},
+                "app_start_s": round(started, 1),
+                "cheap_alone": cheap_alone,
+                "cheap_while_heavy_run": summary(loaded.cheap_latencies),
+                "heavy": summary(loaded.heavy_latencies),
+                "p50_ratio_loaded_to_alone": round(percentile(loaded.cheap_latencies, 0.5)
+                                                   / percentile(alone.cheap_latencies, 0.5), 2),
+                "failed_calls": failed,
+                "server_rss_mib": {"idle": round(idle), "peak": round(max(alone.peak_rss_mib, loaded.peak_rss_mib))},
+                "seconds": round(time.perf_counter() - t0, 1),
+            }
+        finally:
+            stop_app(proc)
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()

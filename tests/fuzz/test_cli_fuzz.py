@@ -1,0 +1,225 @@
+"""Fuzz every CLI command (``python -m core GROUP COMMAND ...``), enumerated from the argparse parser so a new
+command is fuzzed without editing this file. Each input runs in-process through :func:`core.cli.main`.
+
+Numbers: valid small ones, zero, negative, fractional, NaN, infinite, words; counts are not drawn huge (on the CLI
+``-n 10**12`` is a valid request for all the data and a long run).
+
+The property, for every input: exit 0 (a result), or exit 2 with one ``error:`` line on stderr; never a
+traceback, never longer than the per-call limit, never an absolute path outside the project's folders in the
+message, never a half-written results-cache entry.
+
+Commands that download, train a model (``lrp key-token`` trains its classifier in every run) or rewrite the
+committed example stores take minutes to hours with any valid input, so they (``PARSE_ONLY``) get the same bad
+values plus one option argparse refuses: their argument parsing is fuzzed, not their run.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import shutil
+import signal
+import tempfile
+import time
+import traceback
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tests.fuzz.common import (CALL_LIMIT_S, FUZZ_SETTINGS, TALLIES, TINY_MODELS, booleans, cache_problems, known,
+                               leaked_paths, names, numbers, odd_files, odd_paths)
+
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
+
+PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lrp", "key-token"),
+              ("lrp", "precompute-examples"),
+              ("lrp", "precompute-evaluation"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
+              ("mixln", "reproduce"), ("neuzip", "precompute")}
+SPLITS = ["train", "validation", "test", "all"]
+
+
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def all_commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(group, command, its parser) for every registered command, every group imported."""
+    from core.cli import build_parser, build_registry
+
+    out = []
+    for group in build_registry().groups:
+        parser = build_parser(build_registry(group))
+        for command, cp in _subparsers(_subparsers(parser)[group]).items():
+            out.append((group, command, cp))
+    return out
+
+
+def _values(action: argparse.Action, files: dict, out_dir) -> st.SearchStrategy:
+    """Strings for one argument: valid-looking ones (tiny models, small numbers) and bad ones."""
+    from core.data import DATASETS
+
+    dest = action.dest
+    paths = odd_paths(files)
+    if dest == "out":
+        return st.sampled_from([str(out_dir), str(files["text_file"]), str(files["text_file"] / "sub"), ""])
+    if action.choices:
+        return names(list(action.choices)).map(str)
+    if action.type in (int, float) or getattr(action.type, "__name__", "") in ("_number", "_alpha"):
+        default = action.default if isinstance(action.default, (int, float)) else 1
+        valid = [1, 2, 3] if action.type is int else [0.05, 0.5, min(default, 2)]
+        return numbers(valid, huge=action.type is not int).map(str)  # a huge count: all the data, a long run
+    if dest in ("model", "ref", "init_from"):
+        return st.one_of(st.sampled_from(TINY_MODELS), st.sampled_from(paths + ["smollm-1t", "org/model"]))
+    if dest in ("dataset", "name", "math", "nonmath", "only"):
+        return names(list(DATASETS)).map(str)
+    if dest == "split":
+        return names(SPLITS).map(str)
+    if dest in ("tokenizer", "resume", "file", "names"):
+        return st.sampled_from(paths)
+    default = action.default if isinstance(action.default, str) else (action.default or [None])[0] \
+        if isinstance(action.default, list) else None
+    return names([default] if default else ["x"]).map(str)
+
+
+def _forced(action: argparse.Action) -> bool:
+    """Arguments always given: positionals, the model, the output folder and big numeric defaults (a sweep of
+    2,000 words or 300 training steps is a valid input, but not one a fuzz budget can afford)."""
+    if not action.option_strings:
+        return action.nargs not in ("*", "?")
+    return action.dest in ("model", "out") or (isinstance(action.default, (int, float))
+                                               and not isinstance(action.default, bool) and action.default > 8)
+
+
+@st.composite
+def argvs(draw, group: str, command: str, parser: argparse.ArgumentParser, files: dict, out_dir):
+    argv = [group, command]
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest == "json":
+            continue
+        if isinstance(action, (argparse._StoreTrueAction, argparse._StoreFalseAction)):
+            if draw(booleans()) is True:
+                argv.append(action.option_strings[0])
+            continue
+        if not _forced(action) and not draw(st.booleans()):
+            continue
+        many = action.nargs in ("+", "*")
+        vals = draw(st.lists(_values(action, files, out_dir), min_size=1, max_size=3 if many else 1))
+        if action.option_strings:
+            argv.append(action.option_strings[-1])
+        argv += vals
+    if draw(st.booleans()):
+        argv.append("--json")
+    if (group, command) in PARSE_ONLY:
+        argv.append("--fuzz-unknown-option")
+    return argv
+
+
+class _CallTooLong(BaseException):
+    """Raised by the alarm: not an Exception, so no handler in the code under test swallows it."""
+
+
+def _on_alarm(signum, frame):
+    raise _CallTooLong()
+
+
+def run_cli(argv: list[str]) -> tuple[int | str, str, str, float]:
+    """(exit code or 'traceback'/'hang', stdout, stderr, seconds) of ``python -m core *argv``, in-process."""
+    import torch
+
+    from core.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    previous = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, CALL_LIMIT_S)
+    t0 = time.perf_counter()
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = main(list(argv))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+    except _CallTooLong:
+        code = "hang"
+    except Exception:  # noqa: BLE001 - an exception escaping main is exactly what the fuzz looks for
+        code = "traceback"
+        err.write(traceback.format_exc())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        torch.set_num_threads(1)  # --threads may have changed it
+    return code, out.getvalue(), err.getvalue(), time.perf_counter() - t0
+
+
+def judge(argv: list[str], code, stdout: str, stderr: str, seconds: float) -> tuple[str, str]:
+    """('result' | 'clear' | 'known' | 'bad', why)."""
+    where = " ".join(argv[:2])
+    if code == "hang":
+        return "bad", f"no answer within {CALL_LIMIT_S:.0f} s"
+    if code == "traceback" or "Traceback (most recent call last)" in stderr + stdout:
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        return ("known" if known(where, stderr) else "bad"), f"traceback: {last[:300]}"
+    if code == 0:
+        return "result", ""
+    if code == 2:
+        errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+        if len(errors) != 1:
+            return "bad", f"exit 2 with {len(errors)} 'error:' lines: {stderr[-300:]!r}"
+        leaks = leaked_paths(errors[0], argv)
+        if leaks:
+            return "bad", f"leaked paths {leaks}: {errors[0][:300]}"
+        return "clear", ""
+    return "bad", f"exit {code}: {stderr[-300:]!r}"
+
+
+@pytest.fixture(scope="module")
+def cli_home(tmp_path_factory):
+    """A private LAYERWISE_HOME (the prepared data and models linked read-only into it), odd files, an output dir."""
+    from core.paths import data_dir, models_dir
+
+    root = tmp_path_factory.mktemp("cli-fuzz")
+    home = root / "home"
+    home.mkdir()
+    shutil.copytree(data_dir(), home / "data", symlinks=True)  # small; a command may not write the real one
+    (home / "models").symlink_to(models_dir(), target_is_directory=True)
+    mp = pytest.MonkeyPatch()
+    (root / "tmp").mkdir()
+    mp.setattr(tempfile, "tempdir", str(root / "tmp"))  # the commands' temporary files stay under tmp_path
+    mp.setenv("LAYERWISE_HOME", str(home))
+    mp.setenv("LAYERWISE_ONLINE", "0")
+    yield {"home": home, "files": odd_files(root / "odd"), "out": root / "out"}
+    mp.undo()
+
+
+COMMANDS = all_commands()
+
+
+@pytest.mark.parametrize("group, command", [(g, c) for g, c, _ in COMMANDS])
+def test_every_cli_command_answers_bad_input_with_one_clear_line(group, command, cli_home):
+    parser = next(p for g, c, p in COMMANDS if (g, c) == (group, command))
+    tally = TALLIES["cli"]
+    bad = []
+
+    @FUZZ_SETTINGS
+    @given(argvs(group, command, parser, cli_home["files"], cli_home["out"]))
+    def one(argv):
+        code, stdout, stderr, seconds = run_cli(argv)
+        verdict, why = judge(argv, code, stdout, stderr, seconds)
+        tally.tried += 1
+        tally.per_target[f"{group} {command}"] += 1
+        if verdict == "result":
+            tally.results += 1
+        elif verdict == "clear":
+            tally.clear_errors += 1
+        elif verdict == "known":
+            tally.known.append(f"{' '.join(argv)[:200]} -> {why}")
+        else:
+            bad.append(f"{' '.join(argv)[:300]} -> {why}")
+
+    one()
+    from core.paths import results_dir
+    from core.runner import results_cache
+    for root in {results_dir(), results_cache().root}:
+        bad += [f"{group} {command}: {p}" for p in cache_problems(root)]
+    tally.bad += bad
+    assert not bad, "\n".join(bad)
