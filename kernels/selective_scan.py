@@ -35,6 +35,7 @@ from kernels.dispatch import use_triton
 
 __all__ = [
     "selective_scan_lrp",
+    "selective_scan_lrp_chunked",
     "selective_scan_lrp_ref",
     "selective_scan_lrp_triton",
     "selective_scan_ref",
@@ -267,15 +268,146 @@ def selective_scan_lrp_triton(u, delta, A, B, C, D=None, delta_bias=None, delta_
     return _SelectiveScanLRP.apply(u, delta, A, B, C, D, delta_bias, bool(delta_softplus))
 
 
-def selective_scan_lrp(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False):
-    """The MambaLRP selective scan: Triton kernel on CUDA tensors, PyTorch reference elsewhere.
+# ----------------------------------------------------------------------------------------------
+# Chunked PyTorch path (CPU): the Triton kernel's algorithm with the state carried between blocks
+# ----------------------------------------------------------------------------------------------
+CHUNK_ELEMENTS = 1 << 22  # (T, B, D, N) elements of one block's discretised tensors (16 MiB in float32)
 
-    Shapes as in :func:`selective_scan_lrp_ref`; returns ``y: (B, D, L)``.
+
+def _chunk_length(batch: int, channels: int, state_size: int, length: int, chunk: int | None) -> int:
+    """Time steps per block: ``chunk`` if given, else as many as fit ``CHUNK_ELEMENTS`` (at least 1)."""
+    if chunk is None:
+        chunk = CHUNK_ELEMENTS // max(1, batch * channels * state_size)
+    return max(1, min(int(chunk), length))
+
+
+def _time_major(u, delta, B, C, delta_bias, delta_softplus):
+    """``(B, D, L)`` / ``(B, N, L)`` inputs -> float32, time-major ``(L, B, D)`` / ``(L, B, N)`` copies.
+
+    ``delta`` gets its bias and softplus here, with the same operations as the reference.
+    """
+    delta = delta.detach()
+    if delta_bias is not None:
+        delta = delta + delta_bias.detach().to(delta.dtype)[..., None]
+    if delta_softplus:
+        delta = F.softplus(delta)
+    as_tm = lambda t: t.detach().float().permute(2, 0, 1).contiguous()  # noqa: E731
+    return as_tm(u), as_tm(delta), as_tm(B), as_tm(C)
+
+
+def _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk):
+    """``y_t = C_t . h_t`` with ``h_t = exp(delta_t A) h_{t-1} + (delta_t B_t) u_t``, one block at a time.
+
+    ``u_t, delta_t: (L, B, D)``, ``A: (D, N)``, ``B_t, C_t: (L, B, N)`` (float32) -> ``(L, B, D)``. Each step is
+    the reference's ``dA * h + dBu`` (a multiply, then an add: the same roundings) and each block's outputs are
+    one batched product with ``C``, so on CPU the values equal the reference's bit for bit. Two ``(chunk, B, D, N)``
+    buffers are reused for every block.
+    """
+    length, batch, channels = u_t.shape
+    dA_buf = u_t.new_empty(chunk, batch, channels, A.shape[-1])
+    h_buf = torch.empty_like(dA_buf)
+    state = torch.empty_like(dA_buf[0])  # h at the end of the previous block
+    scratch = torch.empty_like(state)
+    y_t = torch.empty_like(u_t)
+    for t0 in range(0, length, chunk):
+        n = min(chunk, length - t0)
+        dt = delta_t[t0:t0 + n, :, :, None]  # (T, B, D, 1)
+        dA = torch.mul(A, dt, out=dA_buf[:n]).exp_()  # A_bar: (T, B, D, N)
+        h = torch.mul(dt, B_t[t0:t0 + n, :, None, :], out=h_buf[:n]).mul_(u_t[t0:t0 + n, :, :, None])  # B_bar u
+        for i in range(n):
+            if i or t0:
+                torch.mul(dA[i], h[i - 1] if i else state, out=scratch)
+                h[i].add_(scratch)
+        state.copy_(h[n - 1])
+        y_t[t0:t0 + n] = torch.einsum("tbdn,tbn->tbd", h, C_t[t0:t0 + n])
+    return y_t
+
+
+def _scan_chunked_backward(g_t, delta_t, A, B_t, C_t, chunk):
+    """Gradient w.r.t. ``u`` of the scan with ``A_bar, B_bar, C`` constant (the Triton backward's recurrence).
+
+    ``lambda_s = C_s g_s + A_bar_{s+1} lambda_{s+1}``, ``du_s = delta_s (B_s . lambda_s)``, run from the last block
+    to the first with ``A_bar_{s+1} lambda_{s+1}`` carried across block boundaries. ``g_t: (L, B, D)`` -> ``(L, B, D)``.
+    """
+    length, batch, channels = g_t.shape
+    dA_buf = g_t.new_empty(chunk, batch, channels, A.shape[-1])
+    lam_buf = torch.empty_like(dA_buf)
+    carry = torch.zeros_like(dA_buf[0])  # A_bar_{s+1} lambda_{s+1} for the last step of the block
+    scratch = torch.empty_like(carry)
+    du_t = torch.empty_like(g_t)
+    for t0 in reversed(range(0, length, chunk)):
+        n = min(chunk, length - t0)
+        dt = delta_t[t0:t0 + n]
+        dA = torch.mul(A, dt[..., None], out=dA_buf[:n]).exp_()
+        lam = torch.mul(g_t[t0:t0 + n, :, :, None], C_t[t0:t0 + n, :, None, :], out=lam_buf[:n])  # C_s g_s
+        lam[-1].add_(carry)
+        for i in range(n - 2, -1, -1):
+            torch.mul(dA[i + 1], lam[i + 1], out=scratch)
+            lam[i].add_(scratch)
+        torch.mul(dA[0], lam[0], out=carry)
+        du_t[t0:t0 + n] = torch.einsum("tbdn,tbn->tbd", lam, B_t[t0:t0 + n]).mul_(dt)
+    return du_t
+
+
+class _SelectiveScanLRPChunked(torch.autograd.Function):
+    """MambaLRP scan on any device without ``(B, D, L, N)`` tensors: blocks of ``chunk`` steps, state carried.
+
+    Saves ``delta`` (after bias and softplus), ``B``, ``C`` time-major; the backward recomputes each block's
+    ``A_bar``. Gradient for ``u`` only.
+    """
+
+    @staticmethod
+    def forward(ctx, u, delta, A, B, C, D, delta_bias, delta_softplus, chunk):
+        batch, channels, length = u.shape
+        u_t, delta_t, B_t, C_t = _time_major(u, delta, B, C, delta_bias, delta_softplus)
+        A = A.detach().float()
+        chunk = _chunk_length(batch, channels, A.shape[-1], length, chunk)
+        y = _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk).permute(1, 2, 0).contiguous()
+        if D is not None:
+            y = y + u * D.detach()[None, :, None]
+        ctx.save_for_backward(delta_t, A, B_t, C_t, None if D is None else D.detach())
+        ctx.chunk = chunk
+        return y.to(u.dtype)
+
+    @staticmethod
+    def backward(ctx, grad_y):
+        if not ctx.needs_input_grad[0]:
+            return (None,) * 9
+        delta_t, A, B_t, C_t, D = ctx.saved_tensors
+        g_t = grad_y.float().permute(2, 0, 1).contiguous()
+        du = _scan_chunked_backward(g_t, delta_t, A, B_t, C_t, ctx.chunk).permute(1, 2, 0).contiguous()
+        if D is not None:
+            du = du + grad_y.float() * D.float()[None, :, None]
+        return (du.to(grad_y.dtype),) + (None,) * 8
+
+
+def selective_scan_lrp_chunked(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False, chunk=None):
+    """PyTorch selective scan with A_bar, B_bar and C constant, in blocks of the sequence; the CPU path.
+
+    Same contract as :func:`selective_scan_lrp_ref` (its oracle), plus ``chunk``: time steps per block (default:
+    as many as keep one block's ``(T, B, D, N)`` tensors at ``CHUNK_ELEMENTS`` elements). Memory is
+    ``O(B D L + chunk B D N)`` instead of the reference's ``O(B D L N)`` and its autograd graph of L steps; the
+    backward is the hand-written reverse scan of the Triton kernel. State and arithmetic in float32; for
+    float32 inputs on CPU the values equal the reference's bit for bit, the gradient to float rounding.
+    """
+    if u.dim() != 3 or B.dim() != 3 or C.dim() != 3:
+        raise ValueError("selective_scan_lrp_chunked expects u, delta: (B, D, L) and B, C: (B, N, L)")
+    return _SelectiveScanLRPChunked.apply(u, delta.detach(), A.detach(), B.detach(), C.detach(),
+                                          None if D is None else D.detach(),
+                                          None if delta_bias is None else delta_bias.detach(),
+                                          bool(delta_softplus), chunk)
+
+
+def selective_scan_lrp(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False):
+    """The MambaLRP selective scan: the Triton kernel on CUDA tensors, the chunked PyTorch path elsewhere.
+
+    Shapes as in :func:`selective_scan_lrp_ref`; returns ``y: (B, D, L)``. The reference itself (which
+    materialises ``(B, D, L, N)`` tensors and records L autograd steps) is kept as the tests' oracle.
     """
     tensors = [t for t in (u, delta, A, B, C, D, delta_bias) if t is not None]
     if use_triton(*tensors):
         return selective_scan_lrp_triton(u, delta, A, B, C, D, delta_bias, delta_softplus)
-    return selective_scan_lrp_ref(u, delta, A, B, C, D, delta_bias, delta_softplus)
+    return selective_scan_lrp_chunked(u, delta, A, B, C, D, delta_bias, delta_softplus)
 
 
 # --------------------------------------------------------------------------------------------
