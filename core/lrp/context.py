@@ -1,9 +1,11 @@
 """A context manager that rewires a Mamba model's gradient paths for the duration of one explanation.
 
 Inside :func:`lrp_rules` each mixer and normalisation layer gets an instance-level ``forward`` that
-computes the same values with the MambaLRP rules; on exit those attributes are deleted and every
-module's ``training`` flag is restored, so the model the user passed is exactly as before (no
-parameter is touched, nothing is registered, ``type(module).forward`` is never replaced).
+computes the same values with the MambaLRP rules, and the parameters stop requiring gradients (relevance
+flows to the inputs only, so autograd keeps no layer inputs for weight gradients); on exit those attributes
+are deleted and every module's ``training`` and every parameter's ``requires_grad`` flag is restored, so the
+model the user passed is exactly as before (no parameter value is touched, nothing is registered,
+``type(module).forward`` is never replaced).
 """
 from __future__ import annotations
 
@@ -11,7 +13,9 @@ import functools
 import threading
 from contextlib import contextmanager
 
+import torch
 from torch import nn
+from torch.utils.checkpoint import checkpoint
 from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
 
 from core.errors import BadInputError
@@ -20,15 +24,24 @@ from core.lrp.mixer import bimamba_mixer_forward, mamba_mixer_forward
 from core.lrp.models import BiMambaMixer
 
 
-def _hf_mixer(module, hidden_states, cache_params=None, attention_mask=None, *, rules, record, layer, **kwargs):
+def _run_mixer(forward, module, hidden_states, rules, record, layer, recompute):
+    """``forward(module, hidden_states, rules, record, layer)``; with ``recompute`` its activations are not kept
+    but recomputed in the backward pass (activation checkpointing; never when recording scans)."""
+    if recompute and record is None and torch.is_grad_enabled() and hidden_states.requires_grad:
+        return checkpoint(forward, module, hidden_states, rules, None, layer, use_reentrant=False)
+    return forward(module, hidden_states, rules, record, layer)
+
+
+def _hf_mixer(module, hidden_states, cache_params=None, attention_mask=None, *, rules, record, layer, recompute,
+              **kwargs):
     if cache_params is not None or attention_mask is not None:
         raise BadInputError("MambaLRP explains one unpadded sequence without a cache.",
                             fix="Call the model without cache_params / attention_mask.")
-    return mamba_mixer_forward(module, hidden_states, rules, record, layer)
+    return _run_mixer(mamba_mixer_forward, module, hidden_states, rules, record, layer, recompute)
 
 
-def _bi_mixer(module, hidden_states, *, rules, record, layer):
-    return bimamba_mixer_forward(module, hidden_states, rules, record, layer)
+def _bi_mixer(module, hidden_states, *, rules, record, layer, recompute):
+    return _run_mixer(bimamba_mixer_forward, module, hidden_states, rules, record, layer, recompute)
 
 
 def _rms_norm(module, hidden_states, *, rules):
@@ -51,7 +64,8 @@ def mixers(model: nn.Module) -> list[nn.Module]:
 
 
 @contextmanager
-def lrp_rules(model: nn.Module, rules: R.LRPRules | None, record: list | None = None):
+def lrp_rules(model: nn.Module, rules: R.LRPRules | None, record: list | None = None, freeze: bool = True,
+              recompute: bool = False):
     """Run ``model`` with the MambaLRP ``rules`` (None: original computation) inside the block.
 
     Parameters
@@ -59,17 +73,33 @@ def lrp_rules(model: nn.Module, rules: R.LRPRules | None, record: list | None = 
     model : any module containing Mamba mixers.
     rules : which rules to apply.
     record : if a list, every selective scan appends a :class:`core.lrp.mixer.ScanRecord` to it.
+    freeze : parameters do not require gradients inside the block (gradients w.r.t. inputs only; saves
+        the memory autograd would keep for weight gradients). ``False`` leaves them as they are.
+    recompute : keep only each mixer's input for the backward pass and recompute the mixer there
+        (activation checkpointing: memory of one layer's activations instead of all, one more forward's time).
 
     The model is switched to eval mode inside the block; on exit the instance ``forward`` attributes
-    are removed and the training flags restored, even if the block raised.
+    are removed and the training and ``requires_grad`` flags restored, even if the block raised.
     """
     with _LOCK:
-        with _rewired(model, rules, record):
+        with _rewired(model, rules, record, recompute), _frozen(model, freeze):
             yield model
 
 
 @contextmanager
-def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None):
+def _frozen(model: nn.Module, freeze: bool):
+    thawed = [p for p in model.parameters() if p.requires_grad] if freeze else []
+    try:
+        for p in thawed:
+            p.requires_grad_(False)
+        yield
+    finally:
+        for p in thawed:
+            p.requires_grad_(True)
+
+
+@contextmanager
+def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None, recompute: bool = False):
     found = mixers(model)
     if not found:
         raise BadInputError(f"{type(model).__name__} has no Mamba mixer layer.",
@@ -85,9 +115,11 @@ def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None):
         layer_of = {id(m): i for i, m in enumerate(found)}
         for m in model.modules():
             if isinstance(m, MambaMixer):
-                fn = functools.partial(_hf_mixer, m, rules=rules, record=record, layer=layer_of[id(m)])
+                fn = functools.partial(_hf_mixer, m, rules=rules, record=record, layer=layer_of[id(m)],
+                                       recompute=recompute)
             elif isinstance(m, BiMambaMixer):
-                fn = functools.partial(_bi_mixer, m, rules=rules, record=record, layer=layer_of[id(m)])
+                fn = functools.partial(_bi_mixer, m, rules=rules, record=record, layer=layer_of[id(m)],
+                                       recompute=recompute)
             elif isinstance(m, MambaRMSNorm):
                 fn = functools.partial(_rms_norm, m, rules=rules)
             elif isinstance(m, nn.LayerNorm):

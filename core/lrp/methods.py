@@ -187,7 +187,7 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
 
 def _attention(adapter, embeds, target, weighted: bool):
     record: list = []
-    x = embeds.detach().clone()
+    x = embeds.detach().clone().requires_grad_(weighted)  # the scans' outputs then carry a graph to the logit
     with lrp_rules(adapter.model, None, record):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)

@@ -46,12 +46,33 @@ class ScanRecord:
     flipped: bool = False
 
 
+class _ConvInputGradient(torch.autograd.Function):
+    """``F.conv1d`` (the same call, the same values) whose backward computes the input's gradient only and keeps
+    only the weight; autograd's own conv keeps its input, here a view of the whole in_proj output."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, padding, groups):
+        ctx.save_for_backward(weight)
+        ctx.shape, ctx.padding, ctx.groups = x.shape, padding, groups
+        return F.conv1d(x, weight, bias, padding=padding, groups=groups)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (weight,) = ctx.saved_tensors
+        dx = torch.nn.grad.conv1d_input(ctx.shape, weight, grad, padding=ctx.padding, groups=ctx.groups)
+        return dx, None, None, None, None
+
+
 def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.Tensor:
     """Depthwise causal conv of ``x: (B, D, L)`` as in transformers' ``causal_conv1d_fn`` (no activation)."""
     length, kernel = x.shape[-1], conv.weight.shape[-1]
     channels = conv.weight.shape[0]
     x = x.to(conv.weight.dtype)
-    z = F.conv1d(x, conv.weight, conv.bias, padding=kernel - 1, groups=channels)
+    frozen = not any(p is not None and p.requires_grad for p in (conv.weight, conv.bias))
+    if frozen and x.requires_grad and torch.is_grad_enabled():  # gradient to x only: keep no activation
+        z = _ConvInputGradient.apply(x, conv.weight, conv.bias, kernel - 1, channels)
+    else:
+        z = F.conv1d(x, conv.weight, conv.bias, padding=kernel - 1, groups=channels)
     if gamma:
         # applied to the unsliced output so that the result keeps the original memory layout
         # (CPU kernels downstream take a different, bitwise different, path for other layouts)

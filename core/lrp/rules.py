@@ -91,10 +91,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules 
     """
     input_dtype = x.dtype
     h = x.to(torch.float32)
-    variance = h.pow(2).mean(-1, keepdim=True)
+    constant = rules is not None and rules.norm
+    variance = (h.detach() if constant else h).pow(2).mean(-1, keepdim=True)
     scale = torch.rsqrt(variance + eps)
-    if rules is not None and rules.norm:
-        scale = scale.detach()
     return weight * (h * scale).to(input_dtype)
 
 
