@@ -11,14 +11,18 @@ constants, so ``y`` is a linear function of ``u`` and the backward pass needs on
     lambda_s = C_s * g_s + A_bar_{s+1} * lambda_{s+1}                (reverse scan)
     du_s     = B_bar_s . lambda_s + D * g_s
 
-Three callables with one signature (``u, delta, A, B, C, D=None, delta_bias=None,
+Four callables with one signature (``u, delta, A, B, C, D=None, delta_bias=None,
 delta_softplus=False``), following state-spaces/mamba's ``selective_scan_fn`` / ``selective_scan_ref``:
 
 * :func:`selective_scan_lrp_triton` -- Triton forward and backward; keeps the ``(BLOCK_D, N)`` state in
   registers and never materialises the ``(B, D, L, N)`` discretised tensors.
 * :func:`selective_scan_lrp_ref` -- plain PyTorch twin (autograd through ``u`` only); it performs the
-  same operations in the same order as transformers' ``MambaMixer`` so the values are bit-identical.
-* :func:`selective_scan_lrp` -- the public op: the kernel on CUDA, the reference elsewhere.
+  same operations in the same order as transformers' ``MambaMixer`` so the values are bit-identical. It
+  materialises ``(B, D, L, N)`` tensors and autograd records L steps, so it is the tests' oracle only.
+* :func:`selective_scan_lrp_chunked` -- the kernel's algorithm in PyTorch for the CPU: blocks of the sequence
+  with the state carried between them, the backward the same hand-written reverse scan; memory
+  ``O(B D L + chunk B D N)``, values equal to the reference's.
+* :func:`selective_scan_lrp` -- the public op: the kernel on CUDA, the chunked path elsewhere.
 
 :func:`selective_scan_ref` is the ordinary (fully differentiable) scan, used when the MambaLRP rule is
 switched off; :func:`selective_scan_train` computes the same with a hand-written backward (training on CPU).
@@ -281,8 +285,13 @@ def _chunk_length(batch: int, channels: int, state_size: int, length: int, chunk
     return max(1, min(int(chunk), length))
 
 
+def _work_dtype(u: torch.Tensor) -> torch.dtype:
+    """float64 for float64 inputs, else float32 (the state and the arithmetic of the chunked path)."""
+    return torch.float64 if u.dtype == torch.float64 else torch.float32
+
+
 def _time_major(u, delta, B, C, delta_bias, delta_softplus):
-    """``(B, D, L)`` / ``(B, N, L)`` inputs -> float32, time-major ``(L, B, D)`` / ``(L, B, N)`` copies.
+    """``(B, D, L)`` / ``(B, N, L)`` inputs -> time-major ``(L, B, D)`` / ``(L, B, N)`` copies in the work dtype.
 
     ``delta`` gets its bias and softplus here, with the same operations as the reference.
     """
@@ -291,7 +300,8 @@ def _time_major(u, delta, B, C, delta_bias, delta_softplus):
         delta = delta + delta_bias.detach().to(delta.dtype)[..., None]
     if delta_softplus:
         delta = F.softplus(delta)
-    as_tm = lambda t: t.detach().float().permute(2, 0, 1).contiguous()  # noqa: E731
+    work = _work_dtype(u)
+    as_tm = lambda t: t.detach().to(work).permute(2, 0, 1).contiguous()  # noqa: E731
     return as_tm(u), as_tm(delta), as_tm(B), as_tm(C)
 
 
@@ -360,7 +370,7 @@ class _SelectiveScanLRPChunked(torch.autograd.Function):
     def forward(ctx, u, delta, A, B, C, D, delta_bias, delta_softplus, chunk):
         batch, channels, length = u.shape
         u_t, delta_t, B_t, C_t = _time_major(u, delta, B, C, delta_bias, delta_softplus)
-        A = A.detach().float()
+        A = A.detach().to(u_t.dtype)
         chunk = _chunk_length(batch, channels, A.shape[-1], length, chunk)
         y = _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk).permute(1, 2, 0).contiguous()
         if D is not None:
@@ -374,10 +384,10 @@ class _SelectiveScanLRPChunked(torch.autograd.Function):
         if not ctx.needs_input_grad[0]:
             return (None,) * 9
         delta_t, A, B_t, C_t, D = ctx.saved_tensors
-        g_t = grad_y.float().permute(2, 0, 1).contiguous()
+        g_t = grad_y.to(A.dtype).permute(2, 0, 1).contiguous()
         du = _scan_chunked_backward(g_t, delta_t, A, B_t, C_t, ctx.chunk).permute(1, 2, 0).contiguous()
         if D is not None:
-            du = du + grad_y.float() * D.float()[None, :, None]
+            du = du + grad_y.to(A.dtype) * D.to(A.dtype)[None, :, None]
         return (du.to(grad_y.dtype),) + (None,) * 8
 
 
@@ -387,8 +397,9 @@ def selective_scan_lrp_chunked(u, delta, A, B, C, D=None, delta_bias=None, delta
     Same contract as :func:`selective_scan_lrp_ref` (its oracle), plus ``chunk``: time steps per block (default:
     as many as keep one block's ``(T, B, D, N)`` tensors at ``CHUNK_ELEMENTS`` elements). Memory is
     ``O(B D L + chunk B D N)`` instead of the reference's ``O(B D L N)`` and its autograd graph of L steps; the
-    backward is the hand-written reverse scan of the Triton kernel. State and arithmetic in float32; for
-    float32 inputs on CPU the values equal the reference's bit for bit, the gradient to float rounding.
+    backward is the hand-written reverse scan of the Triton kernel. State and arithmetic in float32 (float64 for
+    float64 inputs); for float32 inputs on CPU the values equal the reference's bit for bit, the gradient to
+    float rounding.
     """
     if u.dim() != 3 or B.dim() != 3 or C.dim() != 3:
         raise ValueError("selective_scan_lrp_chunked expects u, delta: (B, D, L) and B, C: (B, N, L)")

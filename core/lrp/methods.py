@@ -14,10 +14,12 @@ import torch
 from core.errors import BadInputError
 from core.lrp.adapters import ModelAdapter, adapter_for
 from core.lrp.attention import layer_attention, rollout
-from core.lrp.context import lrp_rules
+from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
 
 VISION_GAMMA = 0.25
+RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # kept activations above which every mixer is recomputed in the backward pass
+KEPT_BYTES_PER_CHANNEL = 28  # per token and scan channel, what a mixer keeps for the backward (~7 float32, measured)
 
 
 @dataclass
@@ -103,9 +105,20 @@ def _reject_unknown(method: str, options: dict) -> None:
         raise BadInputError(f"Unknown option(s) for {method}: {', '.join(sorted(options))}.")
 
 
+def recompute_mixers(adapter: ModelAdapter, embeds: torch.Tensor) -> bool:
+    """Whether to recompute each mixer in the backward pass (activation checkpointing) for ``embeds: (B, L, H)``.
+
+    True when keeping every mixer's activations would take more than :data:`RECOMPUTE_ABOVE_BYTES` (e.g. a
+    mamba-130m-sized model from about 100 tokens on): memory then stays at one mixer's activations plus each
+    mixer's input, for the time of one more forward pass.
+    """
+    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
+    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL > RECOMPUTE_ABOVE_BYTES
+
+
 def _gradient_x_input(adapter, embeds, target, rules):
     x = embeds.detach().clone().requires_grad_(True)
-    with lrp_rules(adapter.model, rules):
+    with lrp_rules(adapter.model, rules, recompute=recompute_mixers(adapter, x)):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
@@ -158,7 +171,7 @@ def smoothgrad(adapter, embeds, target, n_samples: int = 16, noise: float = 0.1,
     sigma = float(noise) * float(embeds.max() - embeds.min())
     eps = torch.randn((int(n_samples),) + tuple(embeds.shape[1:]), generator=gen).to(embeds) * sigma
     x = (embeds + eps).requires_grad_(True)
-    with lrp_rules(adapter.model, None):
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, x)):
         out = adapter.logits(x)[:, target].sum()
         (grad,) = torch.autograd.grad(out, x)
     return (embeds[0] * grad.mean(0)).sum(-1).float(), logit, target
@@ -171,7 +184,8 @@ def integrated_gradients(adapter, embeds, target, n_steps: int = 32, baseline: s
     _reject_unknown("integrated_gradients", options)
     logit, target = _plain_logits(adapter, embeds, target)
     base = _baseline_embedding(adapter, embeds, baseline).expand_as(embeds)
-    with lrp_rules(adapter.model, None):
+    batch = embeds.expand(int(n_steps), -1, -1)
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, batch)):
         ig = IntegratedGradients(lambda e: adapter.logits(e)[:, target])
         attr = ig.attribute(embeds, baselines=base, n_steps=int(n_steps), internal_batch_size=int(n_steps))
     return attr.sum(-1)[0].float().detach(), logit, target

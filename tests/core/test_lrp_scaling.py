@@ -1,0 +1,153 @@
+"""MambaLRP at length: the chunked scan and per-mixer recomputation give the relevances of the reference path,
+conserve, leave the model as it was, and keep memory linear in L without a (B, D, L, N) factor."""
+import pytest
+import torch
+from transformers import MambaConfig, MambaForCausalLM
+
+import core.lrp.methods as methods
+import core.lrp.mixer as mixer
+import kernels.selective_scan as scan
+from core.lrp import LRPRules, VisionMamba, VisionMambaConfig, explain, lrp_rules
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def random_lm(hidden=32, layers=3, state=8, vocab=64, seed=0):
+    torch.manual_seed(seed)
+    cfg = MambaConfig(vocab_size=vocab, hidden_size=hidden, state_size=state, num_hidden_layers=layers, expand=2)
+    return MambaForCausalLM(cfg).eval()
+
+
+def ids(length, vocab=64, seed=0):
+    return torch.randint(0, vocab, (1, length), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture
+def small_blocks(monkeypatch):
+    """Blocks of a few steps, so that short test sequences span many blocks (state carried between them)."""
+    monkeypatch.setattr(scan, "CHUNK_ELEMENTS", 2048)
+
+
+@pytest.fixture
+def recompute(monkeypatch):
+    """Every explanation recomputes its mixers in the backward pass."""
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", 0)
+
+
+def _reference_relevance(monkeypatch, model, x, **options):
+    """Relevance through the reference scan (materialised, autograd over L steps) without recomputation."""
+    with monkeypatch.context() as m:
+        m.setattr(mixer, "selective_scan_lrp", scan.selective_scan_lrp_ref)
+        m.setattr(methods, "RECOMPUTE_ABOVE_BYTES", float("inf"))
+        return explain(model, x, **options)
+
+
+@pytest.mark.parametrize("gamma", [0.0, 0.25])
+def test_chunked_recomputed_mambalrp_equals_the_reference_path_and_conserves(monkeypatch, small_blocks, recompute,
+                                                                           gamma):
+    model = random_lm()
+    x = ids(45)  # 45 steps in blocks of 2048 // (64 * 8) = 4: the last block is partial
+    assert scan._chunk_length(1, 64, 8, 45, None) == 4
+    fast = explain(model, x, gamma=gamma)
+    slow = _reference_relevance(monkeypatch, model, x, gamma=gamma)
+    assert fast.logit == slow.logit and fast.target == slow.target  # the forward values are bit-identical
+    torch.testing.assert_close(fast.relevance, slow.relevance, rtol=1e-5, atol=1e-6 * float(slow.relevance.abs().max()))
+    assert fast.total == pytest.approx(fast.logit, rel=1e-5, abs=1e-5)  # bias-free model: conservation
+
+
+def test_vision_mamba_with_both_scan_directions_matches_the_reference_path(monkeypatch, small_blocks, recompute):
+    torch.manual_seed(0)
+    model = VisionMamba(VisionMambaConfig(image_size=12, patch_size=3, in_channels=1, hidden_size=16, num_layers=2,
+                                          state_size=4, num_classes=3, use_conv_bias=False)).eval()
+    with torch.no_grad():
+        model.head.bias.zero_()  # a head bias would absorb relevance
+    image = torch.rand(1, 1, 12, 12, generator=torch.Generator().manual_seed(1))
+    fast = explain(model, pixel_values=image, target=1)
+    slow = _reference_relevance(monkeypatch, model, None, pixel_values=image, target=1)
+    torch.testing.assert_close(fast.relevance, slow.relevance, rtol=1e-5, atol=1e-6 * float(slow.relevance.abs().max()))
+    assert fast.total == pytest.approx(fast.logit, rel=1e-5, abs=1e-5)
+
+
+def test_recomputation_changes_nothing_but_memory(monkeypatch):
+    model, x = random_lm(layers=2), ids(30)
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", float("inf"))
+    kept = {m: explain(model, x, method=m).relevance for m in ("mambalrp", "gradient_x_input")}
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", 0)
+    for m, relevance in kept.items():
+        assert torch.equal(explain(model, x, method=m).relevance, relevance), m
+
+
+def test_recomputation_is_chosen_by_the_size_of_the_kept_activations():
+    from core.lrp.adapters import adapter_for
+
+    with torch.device("meta"):  # mamba-130m's shape, no weights
+        model = MambaForCausalLM(MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24))
+    adapter = adapter_for(model)
+    assert not methods.recompute_mixers(adapter, torch.zeros(1, 64, 768))
+    assert methods.recompute_mixers(adapter, torch.zeros(1, 512, 768))
+
+
+def test_parameters_are_frozen_inside_and_restored_after():
+    model = random_lm(layers=2)
+    model.backbone.layers[0].mixer.D.requires_grad_(False)  # one parameter the user froze stays frozen
+    before = {n: p.requires_grad for n, p in model.named_parameters()}
+    with lrp_rules(model, LRPRules.mambalrp()):
+        assert not any(p.requires_grad for p in model.parameters())
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == before
+    with lrp_rules(model, LRPRules.mambalrp(), freeze=False):
+        assert {n: p.requires_grad for n, p in model.named_parameters()} == before
+    with pytest.raises(RuntimeError):
+        with lrp_rules(model, LRPRules.mambalrp()):
+            raise RuntimeError("boom")
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == before
+    explain(model, ids(20))
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == before
+    assert all(p.grad is None for p in model.parameters())
+
+
+# ---- memory: linear in L, no (B, D, L, N) factor ----
+def _torch_memory(fn) -> tuple[int, int]:
+    """(peak live bytes, largest net allocation of one operator) of torch's CPU allocations while ``fn()`` ran."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    events = sorted(prof.events(), key=lambda e: e.time_range.start)
+    live = peak = 0
+    for e in events:
+        live += e.self_cpu_memory_usage
+        peak = max(peak, live)
+    return peak, max(e.self_cpu_memory_usage for e in events)
+
+
+def _growth(model, short, state, channels):
+    """Peak growth from ``short`` to ``2 * short`` tokens in units of one ``(1, channels, short, state)`` float32
+    tensor, and the largest allocation in units of one ``(1, channels, L, state)`` tensor of its own length."""
+    peaks, largest = [], 0.0
+    for length in (short, 2 * short):
+        peak, big = _torch_memory(lambda: explain(model, ids(length)))
+        peaks.append(peak)
+        largest = max(largest, big / (channels * length * state * 4))
+    return (peaks[1] - peaks[0]) / (channels * short * state * 4), largest
+
+
+@pytest.mark.slow
+def test_memory_grows_without_the_state_size_factor(monkeypatch, recompute):
+    model = random_lm(hidden=32, layers=2, state=64)  # N = 64: a (B, D, L, N) tensor is 64 (B, D, L) ones
+    monkeypatch.setattr(scan, "CHUNK_ELEMENTS", 1 << 15)  # blocks of 4 steps
+    growth, largest = _growth(model, 48, state=64, channels=64)
+    assert growth < 0.5 and largest < 0.25
+    with monkeypatch.context() as m:  # the check sees the reference's materialised tensors
+        m.setattr(mixer, "selective_scan_lrp", scan.selective_scan_lrp_ref)
+        growth_ref, largest_ref = _growth(model, 48, state=64, channels=64)
+    assert growth_ref > 2 and largest_ref >= 1
+
+
+@pytest.mark.slow
+def test_memory_at_mamba_130m_width_does_not_scale_with_length_times_state():
+    """Two layers of mamba-130m's shape (d_model 768, d_inner 1536, N 16) at 1024 and 2048 tokens, default blocks
+    and the default recomputation rule: the peak grows by less than one (B, D, L, N) tensor of the shorter input,
+    no operator allocates a quarter of one, and relevance is conserved at 2048 tokens."""
+    model = random_lm(hidden=768, layers=2, state=16, vocab=64)
+    growth, largest = _growth(model, 1024, state=16, channels=1536)
+    assert growth < 1.0 and largest < 0.25
+    e = explain(model, ids(2048))
+    assert e.total == pytest.approx(e.logit, rel=1e-4, abs=1e-4)
