@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.lrp import rules as R
-from kernels.selective_scan import selective_scan_lrp, selective_scan_ref
+from kernels.selective_scan import selective_scan, selective_scan_lrp
 
 
 @dataclass
@@ -109,7 +109,7 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     dt_bias = dt_proj.bias.float() if dt_proj.bias is not None else None
     A = -torch.exp(A_log.float())
     B, C = B.transpose(1, 2), C.transpose(1, 2)
-    scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan_ref
+    scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan
     y = scan(u, time_step, A, B, C, D.float(), dt_bias, True)
     if record is not None:
         delta = time_step.detach()

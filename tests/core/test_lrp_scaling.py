@@ -35,9 +35,10 @@ def recompute(monkeypatch):
 
 
 def _reference_relevance(monkeypatch, model, x, **options):
-    """Relevance through the reference scan (materialised, autograd over L steps) without recomputation."""
+    """Relevance through the reference scans (materialised, autograd over L steps) without recomputation."""
     with monkeypatch.context() as m:
         m.setattr(mixer, "selective_scan_lrp", scan.selective_scan_lrp_ref)
+        m.setattr(mixer, "selective_scan", scan.selective_scan_ref)
         m.setattr(methods, "RECOMPUTE_ABOVE_BYTES", float("inf"))
         return explain(model, x, **options)
 
@@ -53,6 +54,17 @@ def test_chunked_recomputed_mambalrp_equals_the_reference_path_and_conserves(mon
     assert fast.logit == slow.logit and fast.target == slow.target  # the forward values are bit-identical
     torch.testing.assert_close(fast.relevance, slow.relevance, rtol=1e-5, atol=1e-6 * float(slow.relevance.abs().max()))
     assert fast.total == pytest.approx(fast.logit, rel=1e-5, abs=1e-5)  # bias-free model: conservation
+
+
+@pytest.mark.parametrize("method,options", [("gradient_x_input", {}), ("lrp_ln", {}), ("mambalrp", {"gate": False}),
+                                            ("smoothgrad", {"n_samples": 3}), ("integrated_gradients", {"n_steps": 4})])
+def test_methods_through_the_ordinary_chunked_scan_equal_the_reference_path(monkeypatch, small_blocks, recompute,
+                                                                           method, options):
+    model, x = random_lm(), ids(37)
+    fast = explain(model, x, method=method, **options)
+    slow = _reference_relevance(monkeypatch, model, x, method=method, **options)
+    assert fast.logit == slow.logit
+    torch.testing.assert_close(fast.relevance, slow.relevance, rtol=1e-4, atol=1e-5 * float(slow.relevance.abs().max()))
 
 
 def test_vision_mamba_with_both_scan_directions_matches_the_reference_path(monkeypatch, small_blocks, recompute):

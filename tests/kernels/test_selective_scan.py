@@ -6,9 +6,9 @@ import torch
 
 from kernels.dispatch import triton_available
 import kernels.selective_scan as scan_module
-from kernels.selective_scan import (_SelectiveScanTrain, selective_scan_lrp, selective_scan_lrp_chunked,
-                                    selective_scan_lrp_ref, selective_scan_lrp_triton, selective_scan_ref,
-                                    selective_scan_train)
+from kernels.selective_scan import (_SelectiveScanTrain, selective_scan, selective_scan_chunked, selective_scan_lrp,
+                                    selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
+                                    selective_scan_ref, selective_scan_train)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -181,6 +181,52 @@ def test_kernel_in_half_precision_matches_the_float32_reference(dtype, tol):
     (gu,) = torch.autograd.grad(y, u_half, g.to(dtype))
     (gu_ref,) = torch.autograd.grad(y_ref, u_ref, g.to(dtype).float())
     torch.testing.assert_close(gu.float(), gu_ref, rtol=tol, atol=tol * float(gu_ref.abs().max()))
+
+
+# ---- the ordinary scan in blocks (every gradient) against the reference ----
+@pytest.mark.parametrize("with_d,with_bias,softplus", [(True, True, True), (False, False, False), (True, False, True)])
+@pytest.mark.parametrize("shape,chunk", [((2, 6, 9, 3), 4), ((1, 5, 16, 16), 1), ((3, 7, 33, 5), 8),
+                                         ((2, 4, 10, 2), None)])
+def test_chunked_full_scan_matches_reference_values_and_every_gradient(with_d, with_bias, softplus, shape, chunk):
+    batch, channels, length, state = shape
+    inputs = list(_inputs(batch, channels, length, state, with_d=with_d, with_bias=with_bias))
+    if not softplus:
+        inputs[1] = inputs[1].abs()
+    mine = [None if t is None else t.clone().requires_grad_(True) for t in inputs]
+    theirs = [None if t is None else t.clone().requires_grad_(True) for t in inputs]
+    y1 = selective_scan_chunked(*mine, softplus, chunk=chunk)
+    y2 = selective_scan_ref(*theirs, softplus)
+    assert torch.equal(y1, y2)  # the forward repeats the reference's operations
+    w = torch.randn(y1.shape, generator=torch.Generator().manual_seed(5))
+    grads = torch.autograd.grad((y1 * w).sum(), [t for t in mine if t is not None])
+    grads_ref = torch.autograd.grad((y2 * w).sum(), [t for t in theirs if t is not None])
+    for g1, g2 in zip(grads, grads_ref):  # u, delta, A, B, C, then D and delta_bias when given
+        torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5 * float(g2.abs().max()))
+
+
+def test_chunked_full_scan_gradients_are_exact():
+    inputs = [t.double().requires_grad_(True) for t in _inputs(2, 3, 7, 2)]
+    assert torch.autograd.gradcheck(lambda *a: selective_scan_chunked(*a, True, chunk=3), tuple(inputs))
+
+
+def test_ordinary_scan_dispatches_to_the_chunked_path():
+    u, delta, A, B, C, D, bias = _inputs()
+    u = u.requires_grad_(True)
+    y = selective_scan(u, delta, A, B, C, D, bias, True)
+    assert torch.equal(y, selective_scan_ref(u, delta, A, B, C, D, bias, True))
+    assert "_SelectiveScanChunkedBackward" in str(y.grad_fn.next_functions)
+
+
+def test_chunked_full_scan_never_allocates_a_BDLN_tensor():
+    batch, channels, length, state = 1, 32, 256, 16
+    u, delta, A, B, C, D, bias = _inputs(batch, channels, length, state)
+    one_bdln = batch * channels * length * state * 4
+
+    def run():
+        x, dt, b, c = (t.clone().requires_grad_(True) for t in (u, delta, B, C))
+        selective_scan_chunked(x, dt, A, b, c, D, bias, True, chunk=16).sum().backward()
+
+    assert _largest_allocation(run) <= one_bdln * 16 / length
 
 
 # ---- the training scan (hand-written backward) ----
