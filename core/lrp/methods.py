@@ -118,7 +118,7 @@ def recompute_mixers(adapter: ModelAdapter, embeds: torch.Tensor) -> bool:
 
 def _gradient_x_input(adapter, embeds, target, rules):
     x = embeds.detach().clone().requires_grad_(True)
-    with lrp_rules(adapter.model, rules, recompute=recompute_mixers(adapter, x)):
+    with lrp_rules(adapter.model, rules, recompute=recompute_mixers(adapter, x), progress=adapter.progress):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
@@ -171,7 +171,7 @@ def smoothgrad(adapter, embeds, target, n_samples: int = 16, noise: float = 0.1,
     sigma = float(noise) * float(embeds.max() - embeds.min())
     eps = torch.randn((int(n_samples),) + tuple(embeds.shape[1:]), generator=gen).to(embeds) * sigma
     x = (embeds + eps).requires_grad_(True)
-    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, x)):
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, x), progress=adapter.progress):
         out = adapter.logits(x)[:, target].sum()
         (grad,) = torch.autograd.grad(out, x)
     return (embeds[0] * grad.mean(0)).sum(-1).float(), logit, target
@@ -185,7 +185,7 @@ def integrated_gradients(adapter, embeds, target, n_steps: int = 32, baseline: s
     logit, target = _plain_logits(adapter, embeds, target)
     base = _baseline_embedding(adapter, embeds, baseline).expand_as(embeds)
     batch = embeds.expand(int(n_steps), -1, -1)
-    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, batch)):
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, batch), progress=adapter.progress):
         ig = IntegratedGradients(lambda e: adapter.logits(e)[:, target])
         attr = ig.attribute(embeds, baselines=base, n_steps=int(n_steps), internal_batch_size=int(n_steps))
     return attr.sum(-1)[0].float().detach(), logit, target
@@ -202,7 +202,7 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
 def _attention(adapter, embeds, target, weighted: bool):
     record: list = []
     x = embeds.detach().clone().requires_grad_(weighted)  # the scans' outputs then carry a graph to the logit
-    with lrp_rules(adapter.model, None, record):
+    with lrp_rules(adapter.model, None, record, progress=adapter.progress):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
@@ -271,7 +271,7 @@ def method_names(methods=None, empty_means_all: bool = True) -> list[str]:
     return names
 
 
-def explain(model, input_ids=None, pixel_values=None, target=None, method: str = "mambalrp",
+def explain(model, input_ids=None, pixel_values=None, target=None, method: str = "mambalrp", progress=None,
             **options) -> Explanation:
     """Explain one prediction of a Mamba model.
 
@@ -284,6 +284,9 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     target : token id (language model, next token after the last position) or class index; None
         explains the argmax.
     method : a key of :data:`METHODS`.
+    progress : optional ``progress(fraction, message)``, called once per mixer layer in the forward pass and
+        again in the backward pass (fractions rise from 0 to 1); an exception it raises (e.g.
+        the app's Stop) stops the explanation and propagates.
     **options : method options (e.g. ``gamma=0.25``, ``ssm=False``, ``n_samples=16``).
 
     Returns
@@ -293,6 +296,7 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     if method not in METHODS:
         raise BadInputError(f"Unknown method {method!r}.", fix=f"Use one of: {', '.join(METHODS)}.")
     adapter = adapter_for(model)
+    adapter.progress = progress
     embeds = adapter.embed(input_ids, pixel_values)
     relevance, logit, target = METHODS[method](adapter, embeds, target, **dict(options))
     relevance = relevance.detach().float().cpu()

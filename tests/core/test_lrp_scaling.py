@@ -163,3 +163,41 @@ def test_memory_at_mamba_130m_width_does_not_scale_with_length_times_state():
     assert growth < 1.0 and largest < 0.25
     e = explain(model, ids(2048))
     assert e.total == pytest.approx(e.logit, rel=1e-4, abs=1e-4)
+
+
+# ---- progress ----
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("recompute_all", [False, True])
+def test_progress_is_reported_per_layer_and_can_stop_the_explanation(monkeypatch, recompute_all):
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", 0 if recompute_all else float("inf"))
+    model, x = random_lm(layers=3), ids(20)
+    seen = []
+    e = explain(model, x, progress=lambda fraction, message: seen.append((fraction, message)))
+    fractions = [f for f, _ in seen]
+    assert len(seen) == 6 and fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert seen[0][1] == "forward pass: layer 1 of 3" and seen[-1][1] == "backward pass: layer 1 of 3"
+    assert torch.equal(e.relevance, explain(model, x).relevance)  # reporting changes nothing
+
+    def stop_in_backward(fraction, message):
+        if message.startswith("backward"):
+            raise _Stop(message)
+
+    flags = {n: p.requires_grad for n, p in model.named_parameters()}
+    with pytest.raises(_Stop, match="backward pass: layer 3 of 3"):
+        explain(model, x, progress=stop_in_backward)
+    assert {n: p.requires_grad for n, p in model.named_parameters()} == flags
+    assert not any("forward" in m.__dict__ for m in model.modules())
+    assert torch.equal(explain(model, x).relevance, e.relevance)
+
+
+def test_recomputation_releases_freed_memory_after_each_mixer_pass(monkeypatch, recompute):
+    import core.lrp.context as context
+
+    real, calls = context.release_freed_memory, []
+    monkeypatch.setattr(context, "release_freed_memory", lambda *_: calls.append(1))
+    explain(random_lm(layers=3), ids(20))
+    assert len(calls) == 6  # after each mixer's forward, before each mixer's backward
+    assert real(torch.zeros(1)) is None  # glibc's malloc_trim, or nothing elsewhere; also usable as a grad hook
