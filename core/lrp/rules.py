@@ -66,10 +66,11 @@ def with_gradient_of(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tens
 # ---------------------------------------------------------------------------------------------
 def silu(x: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
     """SiLU; with ``rules.silu`` the identity rule ``x * const(sigmoid(x))``. Any shape."""
-    y = F.silu(x)
     if rules is None or not rules.silu:
-        return y
-    return with_gradient_of(y, x * torch.sigmoid(x).detach())
+        return F.silu(x)
+    with torch.no_grad():  # the value and the constant: no graph
+        y, slope = F.silu(x), torch.sigmoid(x)
+    return with_gradient_of(y, x * slope)
 
 
 def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
@@ -78,9 +79,10 @@ def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tens
     The gradient is then ``g/2`` for ``y`` and ``y/2`` for ``g``, so each factor receives half of the
     relevance ``s``.
     """
-    s = y * g
     if rules is None or not rules.gate:
-        return s
+        return y * g
+    with torch.no_grad():
+        s = y * g
     return with_gradient_of(s, 0.5 * (y * g.detach()) + 0.5 * (y.detach() * g))
 
 
