@@ -300,6 +300,7 @@ def main() -> None:
     ap.add_argument("--real-repeats-long", type=int, default=1, help="rounds for cases over 1024 tokens")
     ap.add_argument("--reference-tokens", type=int, default=0,
                     help="also the previous path (reference scan) on mamba-130m at this many tokens (0: skip)")
+    ap.add_argument("--reference-repeats", type=int, default=1, help="rounds for the previous path (slow)")
     ap.add_argument("--real-timeout", type=int, default=3600, help="per real-size subprocess, seconds")
     args = ap.parse_args()
     parts = [p for p in args.parts.split(",") if p]
@@ -349,7 +350,8 @@ def main() -> None:
         if args.reference_tokens:
             cases.append(("130m", args.reference_tokens, True))
         for name, length, reference in cases:
-            repeats = args.real_repeats if length <= 1024 else args.real_repeats_long
+            repeats = args.reference_repeats if reference else (args.real_repeats if length <= 1024
+                                                                  else args.real_repeats_long)
             key = f"mamba-{name}-random_{length}_tokens" + ("_reference_path" if reference else "")
             real[key] = real_size(name, length, repeats, args.threads, args.real_timeout, reference)
             print(f"... {key}: {json.dumps(real[key])}", file=sys.stderr, flush=True)
