@@ -73,7 +73,8 @@ def main() -> None:
     import torch
     torch.set_num_threads(args.threads)
     from core.mathneuro import collect, identify, scored_linears, select, token_inputs
-    from core.mathneuro.demo import MAX_LENGTH, load, load_records
+    from core.mathneuro.service import load
+    from core.mathneuro.tasks import MAX_LENGTH, load_records
 
     lm = load(args.model)
     model = lm.model.eval()

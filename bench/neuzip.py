@@ -1,24 +1,29 @@
-"""NeuZip figures on SmolLM2-135M, printed as JSON (a benchmark, never run by the test suite).
+"""NeuZip figures printed as JSON (a benchmark, never run by the test suite).
 
-    python bench/neuzip.py                       # all figures (the trade-off takes minutes on 2 cores)
-    python bench/neuzip.py --words 2000 --example assets/neuzip/smollm2-135m.json
+    python bench/neuzip.py                                   # codecs on 4 weight sets + forward ratios
+    python bench/neuzip.py --tradeoff --words 2000           # also the memory / perplexity table (minutes)
+    python bench/neuzip.py --online --model HF_ID            # also any real bf16 checkpoint (downloads it)
+    python bench/neuzip.py --example assets/neuzip/examples.json      # also rewrite the tab's example store
 
-- lossless bits per weight on the model's linear layers (every stored byte) against the empirical
-  entropy bound (exponent entropy + 1 + 7 bits), the gap in percent (target: within 1 %), and zstd / zlib
-  on the raw bf16 bytes;
-- CPU encode / decode MB/s of NeuZip (lossless and k=3 with B=128) against a plain copy of the same
-  bytes, measured side by side in one run (best of ``--repeats``);
-- the memory / perplexity table (bf16, NeuZip k = 7, 3, 1, 0 with and without the B=128 normaliser,
-  bitsandbytes INT8 / NF4 / FP4, NF4 + rANS), word-level perplexity on ``--words`` words of the
-  Wikipedia paragraphs test split. Its points are read from the results cache when present.
-
-``--example PATH`` also writes the tab's precomputed example (histograms, the lossless table,
-throughput and the trade-off) to ``PATH``.
+- ``codecs``: for each weight set, lossless bits per weight (every stored byte) against the order-0
+  exponent entropy bound, and compress / decompress MB/s on ONE thread, side by side in one run, of
+  NeuZip, ZipNN (``pip install zipnn==0.5.4``; skipped with a note when missing), zstd -3 and a plain
+  memory copy (MB = 1e6 bytes of bf16; the median of ``--repeats`` runs per tensor, summed). Weight
+  sets: ``smollm2-135m`` (its 210 linear weights; de-quantized from a 4-bit GGUF, see
+  ``distinct_per_32``), ``trained`` (this project's trained models in assets/, rounded to bf16),
+  ``gaussian`` / ``student-t`` (SmolLM2's shapes and per-tensor standard deviations, native bf16
+  statistics), and ``--model`` when it is another checkpoint;
+- ``forward``: the forward time over ``--tokens`` tokens of SmolLM2-135M compressed (lossless and
+  lossy) over the bf16 model's, torch on one thread; with ``decode_ahead = 2`` a second thread
+  decodes the next layers (on the machine's other core) while torch computes;
+- ``tradeoff`` (with ``--tradeoff``): the memory / perplexity table of the NeuZip tab.
 """
 from __future__ import annotations
 
 import argparse
+import glob
 import json
+import os
 import platform
 import sys
 import time
@@ -32,61 +37,146 @@ def _log(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
+def _distinct_per_block(tensors: dict, block: int = 32) -> float:
+    """Mean number of distinct values in each run of ``block`` consecutive weights."""
+    import numpy as np
+    import torch
+
+    counts, blocks = 0, 0
+    for t in tensors.values():
+        x = t.detach().reshape(-1).to(torch.bfloat16).view(torch.int16).numpy()
+        x = np.sort(x[: x.size // block * block].reshape(-1, block), axis=1)
+        counts += int((np.diff(x, axis=1) != 0).sum()) + x.shape[0]
+        blocks += x.shape[0]
+    return counts / max(blocks, 1)
+
+
+def _trained_weights() -> dict:
+    """The 2-D weights of this project's trained models (assets/), embeddings and heads left out."""
+    from safetensors.torch import load_file
+
+    out = {}
+    for path in sorted(glob.glob(str(REPO / "assets/models/*/model.safetensors"))
+                       + glob.glob(str(REPO / "assets/mixln/*/model.safetensors"))):
+        run = Path(path).parent.name
+        for name, t in load_file(path).items():
+            if t.dim() >= 2 and t.is_floating_point() and not any(s in name for s in ("embed", "lm_head", "head.")):
+                out[f"{run}/{name}"] = t
+    return out
+
+
+def _summary(r: dict) -> dict:
+    rows = {row["codec"]: {k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()
+                           if k in ("bits_per_weight", "gap_percent", "compress_MBps", "decompress_MBps")}
+            for row in r["rows"]}
+    out = {"weights": r["weights"], "tensors": r["tensors"], "entropy_bound": round(r["entropy_bound"], 4),
+           "exponent_entropy": round(r["exponent_entropy"], 4), "codecs": rows,
+           "neuzip_breakdown": {k: round(v, 5) for k, v in (r["neuzip_breakdown"] or {}).items()}}
+    if r["skipped"]:
+        out["skipped"] = r["skipped"]
+    if r["note"]:
+        out["note"] = r["note"]
+    nz, zn = rows.get("neuzip"), rows.get("zipnn")
+    if nz and zn:
+        out["neuzip_vs_zipnn"] = {"bits_smaller": nz["bits_per_weight"] < zn["bits_per_weight"],
+                                  "decompress_speed_ratio": round(nz["decompress_MBps"] / zn["decompress_MBps"], 3),
+                                  "compress_speed_ratio": round(nz["compress_MBps"] / zn["compress_MBps"], 3)}
+    return out
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default="smollm2-135m")
-    ap.add_argument("--words", type=int, default=2000, help="evaluation words for the perplexity")
+    ap.add_argument("--model", default="smollm2-135m", help="also measure this checkpoint's linear weights")
+    ap.add_argument("--online", action="store_true", help="allow hub downloads for --model")
+    ap.add_argument("--sets", default="smollm2-135m,trained,gaussian,student-t")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--tokens", type=int, default=256)
+    ap.add_argument("--forward-repeats", type=int, default=5)
     ap.add_argument("--block-size", type=int, default=128)
-    ap.add_argument("--numel", type=int, default=8 * 1024 * 1024, help="weights timed for throughput")
-    ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--skip-tradeoff", action="store_true")
+    ap.add_argument("--skip-forward", action="store_true")
+    ap.add_argument("--tradeoff", action="store_true", help="also the memory / perplexity table (minutes)")
+    ap.add_argument("--words", type=int, default=2000, help="evaluation words for the perplexity")
     ap.add_argument("--example", type=Path, help="also write the tab's precomputed example JSON here")
     args = ap.parse_args(argv)
+    if args.online:
+        os.environ["LAYERWISE_ONLINE"] = "1"
 
     import torch
 
-    from core.neuzip.tradeoff import tradeoff
-    from core.neuzip.views import model_histograms, model_table, model_throughput, tradeoff_rows, write_output
+    from core.neuzip.compare import codec_comparison, forward_ratio, synthetic_weights
+    from core.neuzip import linear_weights
+    from core.zoo import load_model
 
-    out: dict = {"model": args.model, "machine": {"cpu_threads": torch.get_num_threads(),
-                                                  "platform": platform.platform(), "torch": torch.__version__}}
+    out: dict = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
+                             "threads": "1 (torch.set_num_threads(1), ZipNN threads=1, zstd and numba one thread)"}}
+    seconds = {}
     t0 = time.perf_counter()
-    _log("lossless compression table")
-    table = model_table(args.model, 7, None, progress=lambda f, m: None)
-    tot = table["total"]
-    gap = 100.0 * (tot["bits_per_weight"] - tot["entropy_bound"]) / tot["entropy_bound"]
-    out["lossless"] = {"linear_weights": tot["numel"], "bits_per_weight": round(tot["bits_per_weight"], 4),
-                       "entropy_bound": round(tot["entropy_bound"], 4),
-                       "exponent_entropy": round(tot["exponent_entropy"], 4), "gap_percent": round(gap, 3),
-                       "within_1_percent": gap <= 1.0,
-                       "zstd_bits_per_weight": None if tot["zstd_bits_per_weight"] is None
-                       else round(tot["zstd_bits_per_weight"], 4),
-                       "zlib_bits_per_weight": round(tot["zlib_bits_per_weight"], 4),
-                       "compression_ratio_vs_bf16": round(16.0 / tot["bits_per_weight"], 4)}
-    t1 = time.perf_counter()
-    _log("throughput")
-    thr = model_throughput(args.model, [(7, None), (3, args.block_size)], numel=args.numel, repeats=args.repeats)
-    out["throughput"] = {"weights": thr["numel"], "MB": round(2 * thr["numel"] / 1e6, 1), "rows": [
-        {"setting": r["label"], "encode_MBps": round(r["compress_MBps"], 1), "decode_MBps": round(r["decompress_MBps"], 1),
-         "memcpy_MBps": round(r["memcpy_MBps"], 1), "decode_time_vs_memcpy": round(r["decompress_vs_memcpy"], 1),
-         "encode_time_vs_memcpy": round(r["memcpy_MBps"] / r["compress_MBps"], 1)} for r in thr["rows"]]}
-    t2 = time.perf_counter()
+    smol = load_model("smollm2-135m").model
+    smol_weights = linear_weights(smol)
+    sets = {}
+    for name in args.sets.split(","):
+        if name == "smollm2-135m":
+            sets[name] = ("SmolLM2-135M's 210 linear weights (de-quantized from a 4-bit GGUF)", smol_weights)
+        elif name == "trained":
+            sets[name] = ("this project's trained models in assets/ (Mix-LN runs fp16, others fp32), as bf16",
+                          _trained_weights())
+        elif name in ("gaussian", "student-t"):
+            shapes = {k: (tuple(w.shape), float(w.float().std())) for k, w in smol_weights.items()}
+            sets[name] = (f"{name} weights of SmolLM2-135M's shapes and per-tensor std (seed 0"
+                          + (", 4 degrees of freedom)" if name == "student-t" else ")"),
+                          synthetic_weights(shapes, name, seed=0))
+        else:
+            raise SystemExit(f"unknown weight set {name!r}")
+    if args.model != "smollm2-135m":
+        sets[args.model] = (f"{args.model}'s linear weights", linear_weights(load_model(args.model).model))
+    out["codecs"] = {}
+    for name, (what, tensors) in sets.items():
+        _log(f"codecs on {name} ({len(tensors)} tensors)")
+        r = codec_comparison(tensors, repeats=args.repeats)
+        out["codecs"][name] = {"weights_from": what, "distinct_per_32": round(_distinct_per_block(tensors), 2),
+                               **_summary(r)}
+        if name == "smollm2-135m":
+            smol_comparison = r
+    seconds["codecs"] = round(time.perf_counter() - t0, 1)
+
+    if not args.skip_forward:
+        t1 = time.perf_counter()
+        _log(f"forward ratios over {args.tokens} tokens")
+        ids = torch.randint(0, smol.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
+        b = args.block_size
+        fr = forward_ratio(smol, ids, [(7, None), (3, b), (1, b), (0, b)], decode_ahead=(0, 2),
+                           repeats=args.forward_repeats, progress=_log)
+        out["forward"] = {"model": "smollm2-135m", "tokens": fr["tokens"], "token_ids": "uniform random, seed 0",
+                          "bf16_seconds": round(fr["bf16_seconds"], 3),
+                          "threads": "torch 1; decode_ahead=2 adds one decode thread (the second core)",
+                          "rows": [{"setting": r["label"], "decode_ahead": r["decode_ahead"],
+                                    "seconds": round(r["seconds"], 3), "ratio_vs_bf16": round(r["ratio"], 3),
+                                    "max_abs_logit_diff": round(r["max_abs_logit_diff"], 4)} for r in fr["rows"]]}
+        seconds["forward"] = round(time.perf_counter() - t1, 1)
+
     result = None
-    if not args.skip_tradeoff:
+    if args.tradeoff or args.example:
+        from core.neuzip.tradeoff import tradeoff
+        from core.neuzip.service import tradeoff_rows
+
+        t2 = time.perf_counter()
         _log(f"memory / perplexity trade-off on {args.words} words (cached points are reused)")
-        result = tradeoff(args.model, block_size=args.block_size, words=args.words,
+        result = tradeoff("smollm2-135m", block_size=args.block_size, words=args.words,
                           progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
         out["tradeoff"] = {"dataset": result["dataset"], "words": result["words"], "tokens": result["tokens"],
                            "window": result["window"], "rows": tradeoff_rows(result), "pareto": result["pareto"],
                            "cached_points": sum(p["cached"] for p in result["points"])}
-    t3 = time.perf_counter()
-    out["seconds"] = {"table": round(t1 - t0, 1), "throughput": round(t2 - t1, 1), "tradeoff": round(t3 - t2, 1)}
+        seconds["tradeoff"] = round(time.perf_counter() - t2, 1)
+    out["seconds"] = seconds
     if args.example:
-        example = {"model": args.model, "histograms": model_histograms(args.model), "table": table,
-                   "throughput": thr, "tradeoff": result,
-                   "made_by": f"python bench/neuzip.py --words {args.words} --example {args.example}"}
-        args.example.parent.mkdir(parents=True, exist_ok=True)
-        write_output(args.example, example)
+        from core.neuzip import histograms_result, table_result, write_example
+        from core.neuzip.service import model_throughput
+
+        example = {"model": "smollm2-135m", "histograms": histograms_result("smollm2-135m").data,
+                   "table": table_result("smollm2-135m", 7, None).data,
+                   "throughput": model_throughput("smollm2-135m", [(3, args.block_size)]),
+                   "tradeoff": result}
+        write_example(args.example, example)
         out["example"] = str(args.example)
     print(json.dumps(out, indent=1))
     return out

@@ -1,8 +1,8 @@
 """The results cache: heavy results on disk, keyed by model fingerprint + analysis + parameters.
 
-An entry is one safetensors file: its tensors plus a JSON document in the metadata. Writes go to a
-temp file in the same folder and are renamed into place (atomic on POSIX), so a reader sees either
-the whole entry or none. :meth:`ResultsCache.get_or_compute` holds an exclusive ``flock`` per key,
+An entry is one safetensors file: its tensors plus a JSON document in the metadata. Writes go through
+:func:`core.runner.atomic_write` (a temp file in the same folder, renamed into place), so a reader sees
+either the whole entry or none. :meth:`ResultsCache.get_or_compute` holds an exclusive ``flock`` per key,
 so concurrent requests (threads or processes) for the same key compute it once. Past ``max_bytes``
 the least recently used entries are evicted.
 """
@@ -23,6 +23,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
 from core.paths import results_dir
+from core.runner import atomic_write
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 
@@ -72,14 +73,9 @@ class ResultsCache:
 
     def put(self, key: str, entry: CacheEntry) -> None:
         """Write ``entry`` atomically, then evict old entries beyond the size cap."""
-        path = self._path(key)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
         tensors = {k: v.detach().cpu().contiguous() for k, v in entry.tensors.items()}
-        try:
-            save_file(tensors, str(tmp), metadata={"data": json.dumps(entry.data)})
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        meta = {"data": json.dumps(entry.data)}
+        atomic_write(self._path(key), lambda tmp: save_file(tensors, str(tmp), metadata=meta))
         self.evict()
 
     @contextmanager

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Callable
@@ -53,17 +54,56 @@ def _progress(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
-def _table(rows: list[dict], cols: list[str]) -> str:
+def table(rows: list[dict], cols: list[str] | None = None) -> str:
+    """Rows as a plain-text table (the columns of the first row unless ``cols`` is given)."""
+    cols = cols or (list(rows[0]) if rows else [])
     widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in cols}
     lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
     lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
     return "\n".join(lines)
 
 
+class ProgressBar:
+    """The CLI's progress display, a ``progress(fraction, message)`` callable (:mod:`core.runner`'s convention):
+    one redrawn bar on a terminal, one line per new message in a log."""
+
+    def __init__(self) -> None:
+        import time
+        self._clock = time.perf_counter
+        self.t0 = self._clock()
+        self.tty = sys.stderr.isatty()
+        self.last = ""
+
+    def __call__(self, fraction: float, message: str) -> None:
+        filled = int(30 * max(0.0, min(1.0, fraction)))
+        line = (f"[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}% {self._clock() - self.t0:6.0f}s "
+                f"{message}")
+        if self.tty:
+            print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
+        elif "window" not in message and message != self.last:  # a log: one line per step
+            print(line, file=sys.stderr, flush=True)
+        self.last = message
+
+    def close(self) -> None:
+        if self.tty:
+            print(file=sys.stderr)
+
+
+def emit(args: argparse.Namespace, data, text: str, result=None) -> None:
+    """Print ``data`` as JSON (``--json``) or ``text``; with ``--out``, first write ``result``'s files there."""
+    out = getattr(args, "out", None)
+    if out and result is not None:
+        written = [str(p) for p in result.write(out)]
+        data = {**data, "written": written} if isinstance(data, dict) else data
+        text += "".join(f"\nwritten to {w}" for w in written)
+    print(json.dumps(data, indent=1, default=str) if args.json else text)
+
+
 def _register_builtin(reg: CommandGroups) -> None:
     reg.group("data", "datasets: prepare, list, show")
     reg.group("models", "models: list, prepare, card")
     reg.group("cache", "the results cache: info, clear")
+    reg.group("kernels", "the Triton kernels: check each against its PyTorch twin on this machine")
 
     def prepare_args(p):
         p.add_argument("--only", nargs="+", metavar="NAME", help="prepare only these datasets")
@@ -89,7 +129,7 @@ def _register_builtin(reg: CommandGroups) -> None:
                          "status": "ready" if st.ready else "missing", "detail": st.detail, "fix": st.fix,
                          "splits": split_sizes(name) if st.ready else {}, "source": spec.source,
                          "license": spec.license})
-        _emit(args, rows, lambda r: _table(r, ["name", "task", "record", "status", "detail", "fix"]))
+        _emit(args, rows, lambda r: table(r, ["name", "task", "record", "status", "detail", "fix"]))
 
     def show_args(p):
         p.add_argument("name")
@@ -112,7 +152,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         for c in cards:
             c["status"] = "ready" if c["ready"] else "missing"
             c["params_M"] = round(c["parameters"] / 1e6, 2) if c["parameters"] else ""
-        _emit(args, cards, lambda r: _table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
+        _emit(args, cards, lambda r: table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
 
     def mprep_args(p):
         p.add_argument("names", nargs="*", help="packaged models (default: all)")
@@ -144,6 +184,36 @@ def _register_builtin(reg: CommandGroups) -> None:
     def cache_clear(args):
         from core.cache import ResultsCache
         _emit(args, ResultsCache().clear(), lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)")
+
+    def kcheck_args(p):
+        p.add_argument("--device", default=None, help="cuda, cuda:1, or cpu (cpu needs TRITON_INTERPRET=1); "
+                       "default: cuda when present")
+
+    @reg.command("kernels", "check", "run every Triton kernel's self-check against its twin (exit 1 if one fails)",
+                 kcheck_args)
+    def kernels_check(args):
+        import os
+
+        import torch
+
+        from kernels.dispatch import check_all, triton_available
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
+            raise LayerwiseError(f"--device {device!r} is not a device.", fix="use cuda, cuda:N or cpu.")
+        if not triton_available():
+            raise LayerwiseError("triton is not installed, so the PyTorch twins run everywhere.",
+                                 fix="pip install -r requirements.txt (it pins triton) to use the kernels on CUDA.")
+        if device.startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1":
+            raise LayerwiseError("no CUDA device here: Layerwise uses the kernels' PyTorch twins on the CPU.",
+                                 fix="run on a CUDA machine, or check the kernels interpreted on the CPU (slow): "
+                                     "TRITON_INTERPRET=1 python -m core kernels check")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
+                                 fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
+        rows = check_all(device)
+        _emit(args, rows, lambda r: _table(r, ["kernel", "device", "dtype", "ok", "seconds", "reason"]))
+        if not all(r["ok"] for r in rows):
+            sys.exit(1)
 
 
 def build_registry(only_group: str | None = None) -> CommandGroups:

@@ -29,3 +29,15 @@ class ModelLoadError(LayerwiseError):
 
 class BadInputError(LayerwiseError):
     """An argument is out of range or malformed."""
+
+
+class Cancelled(LayerwiseError):
+    """The user stopped the computation (Stop in the UI); nothing half-done is cached.
+
+    Raised by a progress callable (:func:`core.runner.cancellable`); a runner that keeps what it finished raises
+    it again with ``partial`` (e.g. the samples explained so far), which its caller may return.
+    """
+
+    def __init__(self, message: str = "Stopped.", fix: str | None = None, partial=None):
+        super().__init__(message, fix)
+        self.partial = partial

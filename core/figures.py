@@ -10,7 +10,6 @@ import csv
 import io
 import json
 import os
-import tempfile
 import warnings
 from pathlib import Path
 
@@ -79,16 +78,8 @@ def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = N
         if figure is None:
             raise BadInputError("this result has no figure to write as HTML.", fix="write .json or .csv instead.")
         text = figure_html(figure)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)  # mkstemp makes it private; a result file is an ordinary file
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    from core.runner import atomic_write
+    return atomic_write(path, text)
 
 
 __all__ = ["PALETTE", "FONT", "style", "message_figure", "figure_html", "write_output"]

@@ -1,10 +1,35 @@
-"""The one rule that picks a Triton kernel or its PyTorch reference twin."""
+"""The one rule that picks a Triton kernel or its PyTorch reference twin, and the self-check behind it.
+
+A Triton kernel is used only where it can run (every tensor on CUDA, triton importable) and only after it
+has proved itself there: the first time a kernel would run on a device (per kernel, device and dtype),
+:func:`use_triton` runs it and its ``*_ref`` twin on a small input built by the kernel's registered
+:class:`KernelCheck`. If the kernel fails to compile or run, or its result differs from the twin beyond a
+dtype-aware tolerance, one warning is logged (logger ``layerwise.kernels``) and the twin is used for that
+kernel, device and dtype from then on. The verdicts are kept for the life of the process
+(:func:`self_check_results`).
+
+``LAYERWISE_KERNELS`` forces a path (tests, benchmarks, debugging):
+
+- ``auto`` (default): Triton on CUDA after a passing self-check, the reference elsewhere;
+- ``ref``: the reference everywhere;
+- ``triton``: Triton on CUDA without the self-check (benchmarks that must time the kernel itself).
+
+Kernel modules register their check at import with :func:`register_check`; this module never imports them.
+"""
 from __future__ import annotations
 
 import functools
+import logging
 import os
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
+
+log = logging.getLogger("layerwise.kernels")
+
+MODES = ("auto", "ref", "triton")
 
 
 @functools.lru_cache(maxsize=1)
@@ -22,13 +47,175 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
-def use_triton(*tensors: torch.Tensor) -> bool:
-    """Run the Triton kernel when every tensor is on CUDA, else the reference.
+def mode() -> str:
+    """The ``LAYERWISE_KERNELS`` setting (``auto`` when unset); an unknown value is refused."""
+    value = os.environ.get("LAYERWISE_KERNELS", "auto").strip().lower() or "auto"
+    if value not in MODES:
+        raise ValueError(f"LAYERWISE_KERNELS={value!r}: use one of {', '.join(MODES)}")
+    return value
 
-    Tests call the Triton wrappers directly on CPU tensors under the interpreter; dispatch itself
-    never sends CPU tensors to Triton. ``LAYERWISE_KERNELS=ref`` forces the reference everywhere
-    (for debugging and A/B timing).
+
+# ---- the self-check ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelCheck:
+    """How to test one kernel against its twin on a device.
+
+    Attributes
+    ----------
+    triton : the Triton wrapper, e.g. ``topk_mask_triton``.
+    ref : the plain-PyTorch twin with the same signature.
+    inputs : ``(device, dtype) -> tuple`` of positional arguments, small (the check runs once per process).
+    run : ``(fn, args) -> tensor or tuple of tensors`` to compare; default ``fn(*args)``. Use it to compare
+        gradients too (run forward and backward and return both).
+    dtypes : the dtypes the kernel is used with; a call in another dtype is checked with the first one.
     """
-    if os.environ.get("LAYERWISE_KERNELS", "auto") == "ref" or not triton_available():
-        return False
+
+    triton: Callable
+    ref: Callable
+    inputs: Callable[[torch.device, torch.dtype], tuple]
+    run: Callable[[Callable, tuple], Any] | None = None
+    dtypes: tuple = (torch.float32,)
+
+
+# Tolerances by dtype for the self-check (relative, absolute); integer and bool results must be equal.
+TOLERANCE = {
+    torch.float32: (1e-4, 1e-5),
+    torch.float16: (1e-2, 1e-3),
+    torch.bfloat16: (2e-2, 1e-2),
+}
+
+CHECKS: dict[str, KernelCheck] = {}
+_verdicts: dict[tuple[str, str, str], dict] = {}
+_lock = threading.Lock()
+
+
+def register_check(name: str, check: KernelCheck) -> None:
+    """Register the self-check of kernel ``name`` (called once by the kernel's module at import)."""
+    CHECKS[name] = check
+
+
+def _as_tuple(x) -> tuple:
+    return tuple(x) if isinstance(x, (tuple, list)) else (x,)
+
+
+def compare(got, want) -> str | None:
+    """``None`` when ``got`` matches ``want`` (tensors, tuples of tensors, or plain values), else what differs."""
+    got, want = _as_tuple(got), _as_tuple(want)
+    if len(got) != len(want):
+        return f"{len(got)} outputs, the reference gives {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not isinstance(w, torch.Tensor):
+            if g != w:
+                return f"output {i}: {g!r} != {w!r}"
+            continue
+        if not isinstance(g, torch.Tensor) or g.shape != w.shape or g.dtype != w.dtype:
+            return f"output {i}: {getattr(g, 'dtype', type(g))} {tuple(getattr(g, 'shape', ()))} against " \
+                   f"{w.dtype} {tuple(w.shape)}"
+        g, w = g.detach().cpu(), w.detach().cpu()
+        if w.is_floating_point():
+            rtol, atol = TOLERANCE.get(w.dtype, (1e-4, 1e-5))
+            if not torch.allclose(g.float(), w.float(), rtol=rtol, atol=atol, equal_nan=True):
+                err = (g.float() - w.float()).abs().nan_to_num(float("inf")).max().item()
+                return f"output {i}: max |difference| {err:.3g} beyond rtol {rtol:g}, atol {atol:g}"
+        elif not torch.equal(g, w):
+            return f"output {i}: {int((g != w).sum())} of {w.numel()} entries differ"
+    return None
+
+
+def self_check(name: str, device: torch.device, dtype: torch.dtype) -> dict:
+    """Run kernel ``name`` and its twin on the check's small input; return ``{"ok", "reason"}``."""
+    check = CHECKS[name]
+    dtype = dtype if dtype in check.dtypes else check.dtypes[0]
+    run = check.run or (lambda fn, args: fn(*args))
+    try:
+        args = check.inputs(device, dtype)
+        want = run(check.ref, args)
+        got = run(check.triton, args)
+        reason = compare(got, want)
+    except Exception as exc:  # a kernel that does not compile or crashes is exactly what the check is for
+        reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
+    return {"ok": reason is None, "reason": reason or ""}
+
+
+def _key_dtype(tensors) -> torch.dtype:
+    floats = [t.dtype for t in tensors if t.is_floating_point()]
+    return floats[0] if floats else tensors[0].dtype
+
+
+def kernel_trusted(name: str, device: torch.device, dtype: torch.dtype) -> bool:
+    """The cached verdict of the self-check of ``name`` on ``device`` / ``dtype`` (running it the first time)."""
+    key = (name, str(device), str(dtype))
+    with _lock:
+        verdict = _verdicts.get(key)
+        if verdict is None:
+            verdict = self_check(name, device, dtype)
+            _verdicts[key] = verdict
+            if not verdict["ok"]:
+                log.warning("Triton kernel %r failed its self-check on %s (%s): %s. Using its PyTorch reference "
+                            "twin from now on (set LAYERWISE_KERNELS=triton to force the kernel).",
+                            name, device, dtype, verdict["reason"])
+    return verdict["ok"]
+
+
+def self_check_results() -> dict[tuple[str, str, str], dict]:
+    """Every self-check run so far: ``(kernel, device, dtype) -> {"ok", "reason"}``."""
+    with _lock:
+        return dict(_verdicts)
+
+
+def reset_self_checks() -> None:
+    """Forget every verdict (tests, or after changing the environment)."""
+    with _lock:
+        _verdicts.clear()
+
+
+KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.rmsnorm", "kernels.selective_scan",
+                  "kernels.topk_mask")
+
+
+def check_all(device: torch.device | str | None = None) -> list[dict]:
+    """Run every kernel's self-check on ``device`` (default: CUDA when present, else the CPU, which works only
+    under ``TRITON_INTERPRET=1``) for each dtype it is used with; one row per kernel and dtype.
+
+    The verdicts are recorded as if the kernels had been used, so a failing kernel is not used afterwards.
+    """
+    import importlib
+    import time
+
+    for module in KERNEL_MODULES:
+        importlib.import_module(module)
+    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    rows = []
+    for name, check in sorted(CHECKS.items()):
+        for dtype in check.dtypes:
+            t0 = time.perf_counter()
+            verdict = self_check(name, device, dtype)
+            with _lock:
+                _verdicts[(name, str(device), str(dtype))] = verdict
+            rows.append({"kernel": name, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
+                         "ok": verdict["ok"], "reason": verdict["reason"],
+                         "seconds": round(time.perf_counter() - t0, 3)})
+    return rows
+
+
+def device_eligible(tensors) -> bool:
+    """True when Triton can run on these tensors: all of them on CUDA."""
     return bool(tensors) and all(t.is_cuda for t in tensors)
+
+
+def use_triton(*tensors: torch.Tensor, kernel: str) -> bool:
+    """Run the Triton kernel ``kernel`` on ``tensors``, or its reference?
+
+    Triton only where it can run (:func:`device_eligible`: all tensors on CUDA, triton importable); in the
+    default ``auto`` mode only after the kernel passed its self-check on that device and dtype. Dispatch
+    never sends CPU tensors to Triton (tests call the ``*_triton`` wrappers directly under the interpreter).
+    """
+    tensors = tuple(t for t in tensors if t is not None)
+    chosen = mode()
+    if chosen == "ref" or not triton_available() or not device_eligible(tensors):
+        return False
+    if kernel not in CHECKS:
+        raise KeyError(f"kernel {kernel!r} has no registered self-check (kernels.dispatch.register_check)")
+    if chosen == "triton":
+        return True
+    return kernel_trusted(kernel, tensors[0].device, _key_dtype(tensors))

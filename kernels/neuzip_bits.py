@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.dispatch import triton_available, use_triton
+from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
 __all__ = [
     "MANTISSA_BITS", "fields_per_byte", "packed_length",
@@ -261,7 +261,7 @@ def split_bf16(x: torch.Tensor, mantissa_bits: int) -> tuple[torch.Tensor, torch
     exponent : (N,) uint8
     fields : (ceil(N / P),) uint8, ``P = 8 // (1 + mantissa_bits)``
     """
-    if use_triton(x):
+    if use_triton(x, kernel="split_bf16"):
         return split_bf16_triton(x, mantissa_bits)
     return split_bf16_ref(x, mantissa_bits)
 
@@ -279,6 +279,37 @@ def merge_bf16(exponent: torch.Tensor, fields: torch.Tensor, mantissa_bits: int)
     -------
     (N,) bfloat16
     """
-    if use_triton(exponent, fields):
+    if use_triton(exponent, fields, kernel="merge_bf16"):
         return merge_bf16_triton(exponent, fields, mantissa_bits)
     return merge_bf16_ref(exponent, fields, mantissa_bits)
+
+
+def _check_values(device) -> torch.Tensor:
+    """Every bf16 bit pattern whose low byte is one of a few values: all exponents, both signs, NaNs and
+    infinities, rounding ties (4,096 values)."""
+    high = torch.arange(256, dtype=torch.int32)[:, None] << 8
+    low = torch.tensor([0x00, 0x01, 0x0F, 0x10, 0x40, 0x7F, 0x80, 0x81, 0xC0, 0xC1, 0xE0, 0xF0, 0xF8, 0xFC, 0xFE, 0xFF],
+                       dtype=torch.int32)[None, :]
+    bits = (high | low).reshape(-1)
+    bits = torch.where(bits >= 2**15, bits - 2**16, bits).to(torch.int16)
+    return bits.view(torch.bfloat16).to(device)
+
+
+def _split_check_run(fn, args):
+    (x,) = args
+    return tuple(t for k in MANTISSA_BITS for t in fn(x, k))
+
+
+def _merge_check_inputs(device, dtype):
+    return tuple(split_bf16_ref(_check_values(device), k) for k in MANTISSA_BITS)
+
+
+def _merge_check_run(fn, args):
+    return tuple(fn(exponent, fields, k).view(torch.int16) for (exponent, fields), k in zip(args, MANTISSA_BITS))
+
+
+register_check("split_bf16", KernelCheck(triton=split_bf16_triton, ref=split_bf16_ref, run=_split_check_run,
+                                         inputs=lambda device, dtype: (_check_values(device),),
+                                         dtypes=(torch.bfloat16,)))
+register_check("merge_bf16", KernelCheck(triton=merge_bf16_triton, ref=merge_bf16_ref, run=_merge_check_run,
+                                         inputs=_merge_check_inputs, dtypes=(torch.uint8,)))

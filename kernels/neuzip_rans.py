@@ -1,92 +1,110 @@
-"""Chunk-parallel rANS decode of NeuZip exponent streams, beside its PyTorch reference twin.
+"""Chunk-parallel decode of NeuZip exponent streams (format 2, pairs of exponents), beside its PyTorch twin.
 
-The stream format ("rans32x16", written by ``core.neuzip.rans``): ``n`` byte symbols cut into chunks
-of ``chunk_size``; chunk ``j`` is an independent rANS stream with a 32-bit state starting at
-``states[j]`` and 16-bit words ``words[offsets[j]:offsets[j + 1]]`` in decoding order. A decoder
-needs three per-slot tables of ``2**precision`` entries (symbol, frequency, ``slot - cdf[symbol]``)::
+The stream format ("rans32x16-pairs", written by ``core.neuzip.pairs``): ``n`` exponent bytes as
+``ceil(n / 2)`` pairs, cut into chunks of ``chunk_size`` weights. Each chunk has 8 rANS states
+(``states[c, :]``) sharing one stream of 16-bit words ``words[offsets[c]:offsets[c + 1]]``; pair ``j``
+of a chunk is decoded by state ``j % 8``. A decoder needs one per-slot table of ``2**precision``
+int64 entries: bits 0-15 the frequency, 16-31 ``slot - cdf``, 32-39 / 40-47 the two exponent bytes::
 
-    slot = x & (2**precision - 1)
-    out  = slot_sym[slot]
-    x    = slot_freq[slot] * (x >> precision) + slot_bias[slot]
+    t = table[x & (2**precision - 1)]
+    x = (t & 0xFFFF) * (x >> precision) + ((t >> 16) & 0xFFFF)
     if x < 2**16: x = (x << 16) | words[p]; p += 1
 
-Every lane (one chunk) runs this loop on its own; a well-formed chunk ends with ``x == 2**16`` and
-``p == offsets[j + 1]``, which both implementations check.
+An exponent that decodes to ``marker`` is an escape: it takes the chunk's next byte of ``escapes``
+(chunk ``c``'s are ``escapes[escape_offsets[c]:escape_offsets[c + 1]]``). A well-formed chunk ends
+with all 8 states at ``2**16``, ``p == offsets[c + 1]`` and every escape used; both implementations
+check it.
 
 Public functions, one signature
-``(states, offsets, words, slot_sym, slot_freq, slot_bias, n, chunk_size, precision) -> (n,) uint8``:
+``(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision) -> (n,) uint8``:
 
-- :func:`rans_decode` dispatches (Triton on CUDA, reference elsewhere),
-- :func:`rans_decode_triton`: one program decodes ``BLOCK`` chunks as a vector of lanes,
-- :func:`rans_decode_ref`: the same lanes in plain PyTorch.
+- :func:`pair_rans_decode` dispatches (Triton on CUDA, reference elsewhere),
+- :func:`pair_rans_decode_triton`: one program decodes ``BLOCK`` chunks, one chunk per lane,
+- :func:`pair_rans_decode_ref`: the same lanes in plain PyTorch.
 
-Tensor types: ``states (C,) int64`` (values < 2**32), ``offsets (C + 1,) int64``, ``words (W,) int16``
-(the uint16 words, bit for bit), ``slot_sym (M,) uint8``, ``slot_freq (M,) int32``,
-``slot_bias (M,) int32``.
+Tensor types: ``states (C, 8) int64`` (values < 2**32), ``offsets (C + 1,) int64``, ``words (W,) int16``
+(the uint16 words, bit for bit), ``table (2**precision,) int64``, ``escapes (E,) uint8``,
+``escape_offsets (C + 1,) int64``; ``marker`` an int in [0, 255].
+
+(The CPU path of the codec decodes with numba, ``core.neuzip.pairs.decode_into``; these two are the
+GPU path and its reference.)
 """
 from __future__ import annotations
 
 import torch
 
-from kernels.dispatch import triton_available, use_triton
+from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
-__all__ = ["rans_decode", "rans_decode_ref", "rans_decode_triton"]
+__all__ = ["LANES", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton"]
 
+LANES = 8
 _L = 1 << 16
-_BLOCK = 128  # chunks per program
+_BLOCK = 32  # chunks per program
 
 
-def _check(states, offsets, words, n, chunk_size, precision) -> int:
+def _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision) -> int:
+    if chunk_size < 2 * LANES or chunk_size % (2 * LANES):
+        raise ValueError(f"chunk_size must be a positive multiple of {2 * LANES}")
     num = -(-n // chunk_size) if n > 0 else 0
-    if states.numel() != num or offsets.numel() != num + 1:
-        raise ValueError(f"{n} symbols in chunks of {chunk_size} need {num} states and {num + 1} offsets")
-    if not 1 <= precision <= 16:
-        raise ValueError("precision must be in [1, 16]")
+    if tuple(states.shape) != (num, LANES) or offsets.numel() != num + 1 or escape_offsets.numel() != num + 1:
+        raise ValueError(f"{n} symbols in chunks of {chunk_size} need ({num}, {LANES}) states and {num + 1} offsets")
+    if not 8 <= precision <= 16 or table.numel() != 1 << precision:
+        raise ValueError("the table must have 2**precision entries, precision in [8, 16]")
     if words.dtype != torch.int16:
         raise TypeError("words must be int16 (the uint16 words, bit for bit)")
     return num
 
 
-def _corrupt(x_end: torch.Tensor, p_end: torch.Tensor, offsets: torch.Tensor) -> None:
-    if bool((x_end != _L).any()) or bool((p_end != offsets[1:]).any()):
-        raise ValueError("corrupt rANS stream: a chunk did not end in its initial state")
+def _corrupt(x_end: torch.Tensor, p_end: torch.Tensor, offsets: torch.Tensor, q_end: torch.Tensor,
+             escape_offsets: torch.Tensor) -> None:
+    if bool((x_end != _L).any()) or bool((p_end != offsets[1:]).any()) or bool((q_end != escape_offsets[1:]).any()):
+        raise ValueError("corrupt exponent stream: a chunk did not end in its initial state")
 
 
-def rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, slot_sym: torch.Tensor,
-                    slot_freq: torch.Tensor, slot_bias: torch.Tensor, n: int, chunk_size: int,
-                    precision: int) -> torch.Tensor:
-    """Decode all chunks as lanes of one vector, position by position. Plain PyTorch.
+def pair_rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
+                         escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                         precision: int) -> torch.Tensor:
+    """Decode all chunks as lanes of one vector, pair by pair. Plain PyTorch.
 
     Parameters
     ----------
-    states : (C,) int64; offsets : (C + 1,) int64; words : (W,) int16
-    slot_sym : (M,) uint8; slot_freq, slot_bias : (M,) int32, ``M = 2**precision``
-    n : number of symbols; chunk_size : symbols per chunk (the last chunk may be shorter)
+    states : (C, 8) int64; offsets : (C + 1,) int64; words : (W,) int16; table : (2**precision,) int64
+    escapes : (E,) uint8; escape_offsets : (C + 1,) int64; marker : the byte escapes decode to
+    n : number of exponents; chunk_size : weights per chunk (a multiple of 16; the last chunk may be shorter)
 
     Returns
     -------
     (n,) uint8
     """
-    num = _check(states, offsets, words, n, chunk_size, precision)
+    num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     device = states.device
-    lanes = torch.arange(num, device=device)
     x = states.to(torch.int64).clone()
     p = offsets[:-1].to(torch.int64).clone()
-    length = n - lanes * chunk_size  # symbols left in each lane's chunk
+    q = escape_offsets[:-1].to(torch.int64).clone()
+    count = (n - torch.arange(num, device=device, dtype=torch.int64) * chunk_size).clamp(max=chunk_size)
     w = torch.cat([words.to(torch.int64) & 0xFFFF, torch.zeros(1, dtype=torch.int64, device=device)])
-    freq, bias = slot_freq.to(torch.int64), slot_bias.to(torch.int64)
-    out = torch.empty(num, chunk_size, dtype=torch.uint8, device=device)
+    esc = torch.cat([escapes.to(torch.int64), torch.zeros(1, dtype=torch.int64, device=device)])
+    table = table.to(torch.int64)
+    out = torch.zeros(num, chunk_size, dtype=torch.uint8, device=device)
     mask = (1 << precision) - 1
-    for i in range(min(chunk_size, n)):
-        act = length > i
-        slot = x & mask
-        out[:, i] = slot_sym[slot]
-        x_new = freq[slot] * (x >> precision) + bias[slot]
-        need = act & (x_new < _L)
-        x_new = torch.where(need, (x_new << 16) | w[p.clamp(max=w.numel() - 1)], x_new)
-        x = torch.where(act, x_new, x)
+    for j in range(min(chunk_size // 2, (n + 1) // 2)):
+        act = count > 2 * j
+        lane = j % LANES
+        xl = x[:, lane]
+        t = table[xl & mask]
+        xv = (t & 0xFFFF) * (xl >> precision) + ((t >> 16) & 0xFFFF)
+        need = act & (xv < _L)
+        xv = torch.where(need, (xv << 16) | w[p.clamp(max=w.numel() - 1)], xv)
         p = p + need.to(torch.int64)
-    _corrupt(x, p, offsets.to(torch.int64))
+        x[:, lane] = torch.where(act, xv, xl)
+        for half in range(2):
+            e = (t >> (32 + 8 * half)) & 0xFF
+            hit = (count > 2 * j + half) & (e == marker)
+            e = torch.where(hit, esc[q.clamp(max=esc.numel() - 1)], e)
+            q = q + hit.to(torch.int64)
+            out[:, 2 * j + half] = e.to(torch.uint8)
+    if num:
+        _corrupt(x, p, offsets.to(torch.int64), q, escape_offsets.to(torch.int64))
     return out.reshape(-1)[:n]
 
 
@@ -95,60 +113,119 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
-    def _rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, slot_sym_ptr, slot_freq_ptr, slot_bias_ptr,
-                            out_ptr, x_end_ptr, p_end_ptr, n, num_chunks, chunk_size,
-                            PRECISION: tl.constexpr, BLOCK: tl.constexpr):
-        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one lane each) for all positions."""
+    def _pair_rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, table_ptr, escapes_ptr, escape_offsets_ptr,
+                                 out_ptr, x_end_ptr, p_end_ptr, q_end_ptr, marker, n, num_chunks, chunk_size,
+                                 num_words, num_escapes,
+                                 PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr):
+        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one per lane) for all pairs.
+
+        The 8 states of a lane are a ``(BLOCK, LANES)`` tile; pair ``j`` works on column ``j % LANES``.
+        ``out_ptr``: ``(num_chunks * chunk_size,) uint8`` (padded; the wrapper keeps ``[:n]``).
+        """
         pid = tl.program_id(0)
         c = pid * BLOCK + tl.arange(0, BLOCK)
         live = c < num_chunks
-        x = tl.load(states_ptr + c, mask=live, other=65536)
+        col = tl.arange(0, LANES_)
+        X = tl.load(states_ptr + c[:, None] * LANES_ + col[None, :], mask=live[:, None], other=65536)
         p = tl.load(offsets_ptr + c, mask=live, other=0)
+        q = tl.load(escape_offsets_ptr + c, mask=live, other=0)
         start = c.to(tl.int64) * chunk_size
-        for i in range(0, chunk_size):
-            pos = start + i
-            act = live & (pos < n)
-            slot = x & ((1 << PRECISION) - 1)
-            sym = tl.load(slot_sym_ptr + slot, mask=act, other=0)
-            f = tl.load(slot_freq_ptr + slot, mask=act, other=1).to(tl.int64)
-            b = tl.load(slot_bias_ptr + slot, mask=act, other=0).to(tl.int64)
-            x_new = f * (x >> PRECISION) + b
-            need = act & (x_new < 65536)
-            w = tl.load(words_ptr + p, mask=need, other=0).to(tl.int64) & 0xFFFF
-            x_new = tl.where(need, (x_new << 16) | w, x_new)
-            x = tl.where(act, x_new, x)
+        count = tl.minimum(n - start, chunk_size)
+        for j in range(0, chunk_size // 2):
+            act = live & (2 * j < count)
+            sel = col[None, :] == (j % LANES_)
+            xl = tl.sum(tl.where(sel, X, 0), axis=1)
+            t = tl.load(table_ptr + (xl & ((1 << PRECISION) - 1)), mask=act, other=0)
+            xv = (t & 0xFFFF) * (xl >> PRECISION) + ((t >> 16) & 0xFFFF)
+            need = act & (xv < 65536)
+            wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFF
+            xv = tl.where(need, (xv << 16) | wd, xv)
             p = p + need.to(tl.int64)
-            tl.store(out_ptr + pos, sym, mask=act)
-        tl.store(x_end_ptr + c, x, mask=live)
+            X = tl.where(sel & act[:, None], xv[:, None], X)
+            e0 = (t >> 32) & 0xFF
+            hit = act & (e0 == marker)
+            e0 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e0)
+            q = q + hit.to(tl.int64)
+            e1 = (t >> 40) & 0xFF
+            hit = live & (2 * j + 1 < count) & (e1 == marker)
+            e1 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e1)
+            q = q + hit.to(tl.int64)
+            tl.store(out_ptr + start + 2 * j, e0.to(tl.uint8), mask=act)
+            tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=live & (2 * j + 1 < count))
+        tl.store(x_end_ptr + c[:, None] * LANES_ + col[None, :], X, mask=live[:, None])
         tl.store(p_end_ptr + c, p, mask=live)
+        tl.store(q_end_ptr + c, q, mask=live)
 
 
-def rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, slot_sym: torch.Tensor,
-                       slot_freq: torch.Tensor, slot_bias: torch.Tensor, n: int, chunk_size: int,
-                       precision: int) -> torch.Tensor:
-    """Triton twin of :func:`rans_decode_ref` (CUDA, or CPU under ``TRITON_INTERPRET=1``); bit-identical."""
+def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
+                            escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                            precision: int) -> torch.Tensor:
+    """Triton twin of :func:`pair_rans_decode_ref` (CUDA, or CPU under ``TRITON_INTERPRET=1``); bit-identical."""
     if not triton_available():
-        raise RuntimeError("triton is not installed; use rans_decode_ref")
-    num = _check(states, offsets, words, n, chunk_size, precision)
+        raise RuntimeError("triton is not installed; use pair_rans_decode_ref")
+    num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     device = states.device
-    out = torch.empty(n, dtype=torch.uint8, device=device)
-    x_end = torch.empty(num, dtype=torch.int64, device=device)
+    out = torch.empty(num * chunk_size, dtype=torch.uint8, device=device)
+    x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
     p_end = torch.empty(num, dtype=torch.int64, device=device)
+    q_end = torch.empty(num, dtype=torch.int64, device=device)
     if num:
         w = words if words.numel() else torch.zeros(1, dtype=torch.int16, device=device)
-        _rans_decode_kernel[(triton.cdiv(num, _BLOCK),)](
+        esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
+        _pair_rans_decode_kernel[(triton.cdiv(num, _BLOCK),)](
             states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
-            slot_sym.contiguous(), slot_freq.to(torch.int32).contiguous(), slot_bias.to(torch.int32).contiguous(),
-            out, x_end, p_end, n, num, chunk_size, PRECISION=precision, BLOCK=_BLOCK)
-    _corrupt(x_end, p_end, offsets.to(torch.int64))
-    return out
+            table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
+            out, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
+            PRECISION=precision, LANES_=LANES, BLOCK=_BLOCK)
+        _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
+    return out[:n]
 
 
-def rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, slot_sym: torch.Tensor,
-                slot_freq: torch.Tensor, slot_bias: torch.Tensor, n: int, chunk_size: int,
-                precision: int) -> torch.Tensor:
-    """Decode a chunked rANS stream: Triton on CUDA, reference elsewhere. See :func:`rans_decode_ref`."""
-    args = (states, offsets, words, slot_sym, slot_freq, slot_bias, n, chunk_size, precision)
-    if use_triton(states, offsets, words, slot_sym, slot_freq, slot_bias):
-        return rans_decode_triton(*args)
-    return rans_decode_ref(*args)
+def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
+                     escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
+                     precision: int) -> torch.Tensor:
+    """Decode a format-2 exponent stream: Triton on CUDA, reference elsewhere. See :func:`pair_rans_decode_ref`."""
+    args = (states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision)
+    if use_triton(states, offsets, words, table, escape_offsets, kernel="pair_rans_decode"):
+        return pair_rans_decode_triton(*args)
+    return pair_rans_decode_ref(*args)
+
+
+def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision: int = 10) -> tuple:
+    """A small valid stream for the self-check: skewed pairs (escapes included) in chunks of 8 interleaved states,
+    encoded by a plain rANS encoder (the inverse of the decode loop in the module docstring)."""
+    marker = 255
+    pairs = [(120, 121), (121, 121), (122, marker), (marker, 119)]
+    freq = [500, 300, 150, 74]  # sums to 2**precision
+    cdf = [sum(freq[:i]) for i in range(len(freq))]
+    g = torch.Generator().manual_seed(0)
+    symbols = torch.multinomial(torch.tensor(freq, dtype=torch.float), n // 2, replacement=True, generator=g).tolist()
+    states, offsets, words, escapes, escape_offsets = [], [0], [], [], [0]
+    for start in range(0, n // 2, chunk_size // 2):
+        chunk = symbols[start:start + chunk_size // 2]
+        x, out = [_L] * LANES, []
+        for j in reversed(range(len(chunk))):
+            s, lane = chunk[j], j % LANES
+            if x[lane] >= ((_L >> precision) << 16) * freq[s]:
+                out.append(x[lane] & 0xFFFF)
+                x[lane] >>= 16
+            x[lane] = ((x[lane] // freq[s]) << precision) + x[lane] % freq[s] + cdf[s]
+        states.append(x)
+        words += out[::-1]
+        offsets.append(len(words))
+        escapes += [7 + (i % 100) for i, s in enumerate(chunk) for e in pairs[s] if e == marker]
+        escape_offsets.append(len(escapes))
+    slots = torch.arange(2**precision)
+    sym = torch.repeat_interleave(torch.arange(len(freq)), torch.tensor(freq))
+    first = torch.tensor([p[0] for p in pairs])[sym]
+    second = torch.tensor([p[1] for p in pairs])[sym]
+    table = torch.tensor(freq)[sym] | ((slots - torch.tensor(cdf)[sym]) << 16) | (first << 32) | (second << 40)
+    w = torch.tensor(words, dtype=torch.int32)
+    return (torch.tensor(states, dtype=torch.int64, device=device), torch.tensor(offsets, device=device),
+            torch.where(w >= 2**15, w - 2**16, w).to(torch.int16).to(device), table.to(device),
+            torch.tensor(escapes, dtype=torch.uint8, device=device), torch.tensor(escape_offsets, device=device),
+            marker, n, chunk_size, precision)
+
+
+register_check("pair_rans_decode", KernelCheck(triton=pair_rans_decode_triton, ref=pair_rans_decode_ref,
+                                               inputs=_check_inputs, dtypes=(torch.int64,)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from kernels.dispatch import use_triton
+from kernels.dispatch import KernelCheck, register_check, use_triton
 
 try:  # optional at run time: CPU-only hosts use the reference
     import triton
@@ -194,7 +194,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
                 residual_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused residual-add + RMSNorm: Triton on CUDA tensors, the reference elsewhere. Returns (y, s)."""
     tensors = (x, weight) if residual is None else (x, residual, weight)
-    if use_triton(*tensors):
+    if use_triton(*tensors, kernel="add_rmsnorm"):
         return add_rmsnorm_triton(x, residual, weight, eps, residual_scale)
     return add_rmsnorm_ref(x, residual, weight, eps, residual_scale)
 
@@ -202,3 +202,24 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
 def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """Plain RMSNorm through the dispatching op. x: (..., N) -> (..., N)."""
     return add_rmsnorm(x, None, weight, eps)[0]
+
+
+def _check_inputs(device, dtype):
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 96, generator=g)
+    residual = torch.randn(2, 5, 96, generator=g)
+    weight = 1 + 0.1 * torch.randn(96, generator=g)
+    dy = torch.randn(2, 5, 96, generator=g)
+    return tuple(t.to(device=device, dtype=dtype) for t in (x, residual, weight, dy))
+
+
+def _check_run(fn, args):
+    """Forward (y, s) and the gradients of ``<y, dy> + <s, dy>`` w.r.t. x, residual and weight."""
+    x, residual, weight, dy = (t.detach().clone().requires_grad_(t is not args[3]) for t in args)
+    y, s = fn(x, residual, weight, 1e-6, 0.5)
+    torch.autograd.backward((y, s), (dy, dy))
+    return y.detach(), s.detach(), x.grad, residual.grad, weight.grad
+
+
+register_check("add_rmsnorm", KernelCheck(triton=add_rmsnorm_triton, ref=add_rmsnorm_ref, inputs=_check_inputs,
+                                          run=_check_run, dtypes=(torch.float32, torch.bfloat16, torch.float16)))

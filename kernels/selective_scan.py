@@ -35,7 +35,7 @@ import functools
 import torch
 import torch.nn.functional as F
 
-from kernels.dispatch import use_triton
+from kernels.dispatch import KernelCheck, register_check, use_triton
 
 __all__ = [
     "selective_scan",
@@ -439,7 +439,7 @@ def selective_scan_lrp(u, delta, A, B, C, D=None, delta_bias=None, delta_softplu
     materialises ``(B, D, L, N)`` tensors and records L autograd steps) is kept as the tests' oracle.
     """
     tensors = [t for t in (u, delta, A, B, C, D, delta_bias) if t is not None]
-    if use_triton(*tensors):
+    if use_triton(*tensors, kernel="selective_scan_lrp"):
         return selective_scan_lrp_triton(u, delta, A, B, C, D, delta_bias, delta_softplus)
     return selective_scan_lrp_chunked(u, delta, A, B, C, D, delta_bias, delta_softplus)
 
@@ -527,6 +527,30 @@ def selective_scan(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=Fa
     """The ordinary selective scan (every input differentiable), for the baselines and the rule ablations: the
     chunked PyTorch path on every device (there is no Triton kernel for it). Shapes as :func:`selective_scan_ref`."""
     return selective_scan_chunked(u, delta, A, B, C, D, delta_bias, delta_softplus)
+
+
+def _check_inputs(device, dtype):
+    g = torch.Generator().manual_seed(0)
+    batch, channels, length, state = 2, 40, 37, 16
+    u = torch.randn(batch, channels, length, generator=g)
+    delta = 0.5 * torch.randn(batch, channels, length, generator=g)
+    A = -torch.rand(channels, state, generator=g) - 0.1
+    B, C = torch.randn(batch, state, length, generator=g), torch.randn(batch, state, length, generator=g)
+    D, bias, grad = torch.randn(channels, generator=g), 0.1 * torch.randn(channels, generator=g), torch.randn_like(u)
+    return tuple(t.to(device) for t in (u, delta, A, B, C, D, bias, grad))
+
+
+def _check_run(fn, args):
+    """The output and the relevance backward (gradient w.r.t. ``u``) for a fixed output gradient."""
+    u, delta, A, B, C, D, bias, grad = args
+    u = u.detach().clone().requires_grad_(True)
+    y = fn(u, delta, A, B, C, D, bias, True)
+    (du,) = torch.autograd.grad(y, u, grad)
+    return y.detach(), du
+
+
+register_check("selective_scan_lrp", KernelCheck(triton=selective_scan_lrp_triton, ref=selective_scan_lrp_ref,
+                                                 inputs=_check_inputs, run=_check_run))
 
 
 # --------------------------------------------------------------------------------------------

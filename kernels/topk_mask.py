@@ -31,7 +31,7 @@ from types import SimpleNamespace
 
 import torch
 
-from kernels.dispatch import triton_available, use_triton
+from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
 __all__ = ["topk_mask", "topk_mask_triton", "topk_mask_ref", "order_keys"]
 
@@ -231,6 +231,19 @@ def topk_mask(scores: torch.Tensor, k: int) -> torch.Tensor:
     -------
     mask : (...) bool, same shape and device, exactly ``k`` True entries.
     """
-    if use_triton(scores):
+    if use_triton(scores, kernel="topk_mask"):
         return topk_mask_triton(scores, k)
     return topk_mask_ref(scores, k)
+
+
+def _check_inputs(device, dtype):
+    # ties, signed zeros and values that differ only in their lowest byte, over several blocks
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3 * _BLOCK + 17, generator=g)
+    x[::5] = x[1]
+    x[7::11] = -0.0
+    x[3::13] = 0.0
+    return x.to(device), 1000
+
+
+register_check("topk_mask", KernelCheck(triton=topk_mask_triton, ref=topk_mask_ref, inputs=_check_inputs))

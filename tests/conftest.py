@@ -74,3 +74,67 @@ def single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def private_results(tmp_path_factory):
+    """Every test session gets its own results cache and download folder (the user's cache is never written);
+    a test that needs an empty cache patches ``core.runner.results_cache`` itself."""
+    from core import runner
+    from core.cache import ResultsCache
+
+    root = tmp_path_factory.mktemp("layerwise")
+    cache = ResultsCache(root / "results")
+    files = root / "files"
+    files.mkdir()
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runner, "results_cache", lambda: cache)
+        mp.setattr(runner, "files_dir", lambda: files)
+        yield root
+
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    """An empty results cache for one test."""
+    from core import runner
+    from core.cache import ResultsCache
+
+    cache = ResultsCache(tmp_path / "results")
+    monkeypatch.setattr(runner, "results_cache", lambda: cache)
+    return cache
+
+
+# ---- the hub, stood in locally (tests/hub.py) -----------------------------------------------------------------
+@pytest.fixture(scope="session")
+def hub_stand_in(tmp_path_factory):
+    """A local stand-in of the hub's file API serving tiny models and datasets under the papers' real ids."""
+    from tests.hub import HubStandIn
+    from tests.hub_repos import build_datasets, build_models
+
+    root = tmp_path_factory.mktemp("hub")
+    hub = HubStandIn(root / "served")
+    for repo_id, folder in build_models(root / "models").items():
+        hub.add(repo_id, folder)
+    for repo_id, folder in build_datasets(root / "datasets").items():
+        hub.add(repo_id, folder, kind="dataset")
+    hub.start()
+    yield hub
+    hub.stop()
+
+
+def online_env(hub, tmp_path, **extra) -> dict:
+    """Environment for a subprocess that talks to ``hub``: online, private caches under ``tmp_path``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                              "TRANSFORMERS_OFFLINE", "SPACE_ID")}
+    home = tmp_path / "layerwise"  # private caches; the prepared datasets and models are read where they are
+    home.mkdir(exist_ok=True)
+    from core.paths import data_dir, models_dir
+    for name, real in (("data", data_dir()), ("models", models_dir())):
+        if not (home / name).exists():
+            (home / name).symlink_to(real, target_is_directory=True)
+    env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), LAYERWISE_ONLINE="1",
+               LAYERWISE_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1",
+               HF_HUB_ETAG_TIMEOUT="3", HF_HUB_DOWNLOAD_TIMEOUT="3", LAYERWISE_HUB_TIMEOUT="3",
+               PYTHONUNBUFFERED="1")
+    env.update({k: str(v) for k, v in extra.items()})
+    return env

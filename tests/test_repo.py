@@ -38,3 +38,42 @@ def test_imports_flow_one_way():
         assert not _imports(path) & {"gradio", "ui", "app"}, f"{path} imports the UI"
     for path in (REPO / "kernels").rglob("*.py"):
         assert not _imports(path) & {"core", "ui", "gradio", "app"}, f"{path} imports above kernels"
+
+
+PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")
+SHARED = {"core.errors", "core.figures", "core.runner", "core.cli", "core.zoo", "core.data", "core.settings",
+          "core.paths", "core.cache"}
+
+
+def _core_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """``(module, imported names)`` of every ``core`` import in a file."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            out += [(a.name, []) for a in node.names if a.name.startswith("core")]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("core"):
+            out.append((node.module, [a.name for a in node.names]))
+    return out
+
+
+def test_tabs_and_clis_use_only_the_packages_public_api():
+    """A tab or a paper's CLI imports ``core.<paper>`` (its __init__) and shared core modules; no submodules past
+    the package, no private names."""
+    files = sorted((REPO / "ui").glob("*.py")) + [REPO / "core" / p / "cli.py" for p in PAPERS]
+    for path in files:
+        for module, names in _core_imports(path):
+            allowed = module in SHARED or module in {f"core.{p}" for p in PAPERS}
+            assert allowed, f"{path.relative_to(REPO)} imports {module}"
+            assert not any(n.startswith("_") for n in names), f"{path.relative_to(REPO)} imports a private name"
+            if module in {f"core.{p}" for p in PAPERS}:
+                for n in names:
+                    assert n not in {"service", "demo", "views", "analysis", "runs", "figures", "recipes"}, \
+                        f"{path.relative_to(REPO)} imports the submodule {module}.{n}"
+
+
+def test_one_service_per_paper():
+    for paper in PAPERS:
+        assert (REPO / "core" / paper / "service.py").is_file(), paper
+    assert not (REPO / "core" / "lrp" / "demo.py").exists() and not (REPO / "core" / "neuzip" / "views.py").exists()
+    for tab in (REPO / "ui").glob("*.py"):
+        assert len(tab.read_text().splitlines()) < 200, f"{tab.name}: a tab reads like a small gradio demo"

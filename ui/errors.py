@@ -6,11 +6,11 @@ import inspect
 
 import gradio as gr
 
-from core.errors import LayerwiseError
+from core.errors import Cancelled, LayerwiseError
 
 
 def _as_gr_error(exc: LayerwiseError) -> gr.Error:
-    return gr.Error(str(exc), title="Cannot do that")
+    return gr.Error(str(exc), title="Stopped" if isinstance(exc, Cancelled) else "Cannot do that")
 
 
 def user_errors(fn):

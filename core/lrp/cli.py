@@ -1,4 +1,4 @@
-"""``python -m core lrp ...``: train the embedded MambaLRP models and explain a text prediction.
+"""``python -m core lrp ...``: MambaLRP from the command line, on :mod:`core.lrp`'s service (the tab's functions).
 
     python -m core lrp train {sentiment,lm,vision} [--out assets/models/NAME] [--seed 0] [--quick]
     python -m core lrp explain --model NAME --text "..." [--method mambalrp,random] [--target N] [--out F.html] [--json]
@@ -8,19 +8,31 @@
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
+
+``--out`` takes a folder (every file the tab offers) or one ``FILE.json|.csv|.html``.
 """
 from __future__ import annotations
 
-import json
 import sys
 
+import core.lrp as lrp
+from core.cli import ProgressBar, emit
 from core.errors import BadInputError
 
 
-def _progress(fraction: float, message: str) -> None:
-    print(f"... [{fraction * 100:5.1f}%] {message}", file=sys.stderr, flush=True)
+def _log(message: str) -> None:
+    print(f"... {message}", file=sys.stderr, flush=True)
 
 
+def _threads(n: int) -> None:
+    import torch
+
+    if n < 1:
+        raise BadInputError("--threads must be >= 1.")
+    torch.set_num_threads(n)
+
+
+# ---- train ------------------------------------------------------------------------------------------------------
 def _train_args(p) -> None:
     p.add_argument("recipe", choices=["sentiment", "lm", "vision"], help="which model to train")
     p.add_argument("--out", default=None, help="output folder (default: assets/models/<model name>)")
@@ -33,80 +45,39 @@ def _train_args(p) -> None:
 
 
 def run_train(args) -> dict:
-    import torch
-
-    from core.lrp import recipes
-    from core.paths import ASSETS_DIR
-
-    if args.threads < 1:
-        raise BadInputError("--threads must be >= 1.")
-    if args.init_from is not None and args.recipe != "sentiment":
-        raise BadInputError("--init-from applies to the sentiment recipe only.")
-    torch.set_num_threads(args.threads)
-    overrides = {"init_from": args.init_from} if args.init_from is not None else {}
-    if args.epochs is not None:
-        if args.recipe == "lm" or args.epochs < 1:
-            raise BadInputError("--epochs must be >= 1 and applies to the sentiment and vision recipes.")
-        overrides["epochs"] = args.epochs
-    cfg = recipes.recipe_for(args.recipe, seed=args.seed, quick=args.quick, **overrides)
-    _, train_fn, name = recipes.RECIPES[args.recipe]
-    out = args.out or str(ASSETS_DIR / "models" / name)
-    command = f"python -m core lrp train {args.recipe} --seed {args.seed}" + (" --quick" if args.quick else "")
-    if args.init_from is not None:
-        command += f" --init-from {args.init_from}"
-    if args.epochs is not None:
-        command += f" --epochs {args.epochs}"
-    if args.threads != 2:  # float sums, hence the weights, depend on the thread count
-        command += f" --threads {args.threads}"
-    metrics = train_fn(cfg, out, progress=_progress, recipe_command=command)
-    result = {"model": name, "out": str(out), "recipe": command, **metrics}
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        print("\n".join(f"{k}: {v}" for k, v in result.items()))
-    return result
+    res = lrp.train_result(args.recipe, args.seed, args.quick, args.out, args.init_from, args.epochs, args.threads,
+                           progress=ProgressBar())
+    emit(args, res.data, res.status)
+    return res.data
 
 
+# ---- explain ----------------------------------------------------------------------------------------------------
 def _explain_args(p) -> None:
-    from core.lrp import METHODS
-
     p.add_argument("--model", required=True, help="a registered text model (mamba-sentiment, mamba-lm) or a folder")
     p.add_argument("--text", required=True, help="the input text")
-    p.add_argument("--method", default="mambalrp", help=f"one or more (comma-separated) of {', '.join(METHODS)}")
+    p.add_argument("--method", default="mambalrp", help=f"one or more (comma-separated) of {', '.join(lrp.METHODS)}")
     p.add_argument("--target", type=int, default=None,
                    help="class index (classifier) or next-token id (LM); default: the top prediction")
-    p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap)")
+    p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap), or a folder")
 
 
 def run_explain(args) -> dict:
-    """Relevances of one text (``core.lrp.demo.text_result``, the tab's computation), every method in ``--method``."""
-    from core.lrp import demo
-
+    """Relevances of one text (``core.lrp.text_result``, the tab's computation), every method in ``--method``."""
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
-    res = demo.text_result(args.model, args.text, methods, args.target, {})
-    result = {"model": args.model, "target": res["target"], "target_name": res["target_name"], "note": res["note"],
-              "tokens": res["tokens"], "methods": {m: {k: r[k] for k in ("relevance", "logit", "total", "absorbed")}
-                                                   for m, r in res["methods"].items()}}
+    res = lrp.text_result(args.model, args.text, methods, args.target)
+    r = res.data
+    result = {"model": args.model, "target": r["target"], "target_name": r["target_name"], "note": r["note"],
+              "tokens": r["tokens"], "methods": {m: {k: v[k] for k in ("relevance", "logit", "total", "absorbed")}
+                                                 for m, v in r["methods"].items()}}
     if len(methods) == 1:  # flat fields for one method
         m = result["methods"][methods[0]]
         result.update(method=methods[0], logit=m["logit"], total=m["total"], absorbed=m["absorbed"],
-                      tokens=[{"text": t, "relevance": r} for t, r in zip(res["tokens"], m["relevance"])])
-    if args.out:
-        from pathlib import Path
-        from core.figures import write_output
-        from core.lrp.figures import token_figure
-        out = Path(args.out)
-        suffix = out.suffix.lower()
-        write_output(out, data=res, rows=demo.rows(res), figure=token_figure(res) if suffix == ".html" else None)
-    if args.json:
-        print(json.dumps(result, indent=1))
-    else:
-        lines = [f"{args.model}: target {res['target']} ({res['target_name']!r})" + (f"; {res['note']}" if res["note"]
-                                                                                     else "")]
-        for m, r in res["methods"].items():
-            lines.append(f"{r['label']}: logit {r['logit']:.4f}, sum of relevances {r['total']:.4f}")
-            lines += [f"  {t!r:>18}  {v:+.4f}" for t, v in zip(res["tokens"], r["relevance"])]
-        print("\n".join(lines))
+                      tokens=[{"text": t, "relevance": v} for t, v in zip(r["tokens"], m["relevance"])])
+    lines = [f"{args.model}: target {r['target']} ({r['target_name']!r})" + (f"; {r['note']}" if r["note"] else "")]
+    for m in r["methods"].values():
+        lines.append(f"{m['label']}: logit {m['logit']:.4f}, sum of relevances {m['total']:.4f}")
+        lines += [f"  {t!r:>18}  {v:+.4f}" for t, v in zip(r["tokens"], m["relevance"])]
+    emit(args, result, "\n".join(lines), res)
     return result
 
 
@@ -115,28 +86,14 @@ def _examples_args(p) -> None:
 
 
 def run_precompute_examples(args) -> dict:
-    """Recompute the tab's precomputed text and image examples (``core.lrp.demo.precompute_examples``)."""
-    from core.lrp import demo
-
-    path = demo.precompute_examples(args.out or demo.EXAMPLES,
-                                    log=lambda m: print(f"... {m}", file=sys.stderr, flush=True))
-    result = {"written": str(path), "entries": len(demo.read_examples(path))}
-    print(json.dumps(result) if args.json else f"wrote {result['entries']} examples to {path}")
+    """Recompute the tab's precomputed text and image examples (``core.lrp.precompute_examples``)."""
+    path = lrp.precompute_examples(args.out, log=_log)
+    result = {"written": str(path), "entries": len(lrp.default_requests())}
+    emit(args, result, f"wrote {result['entries']} examples to {path}")
     return result
 
 
-# ------------------------------------------------------------------------------------------------
-# dataset-level evaluation: faithfulness, conservation, long range, key-token ground truth
-# ------------------------------------------------------------------------------------------------
-PRECOMPUTE = {  # what the tab shows: (file stem, runner, kwargs); n sized for ~10 min each on a 2-core CPU
-    "mnist": ("faithfulness-vision-mamba-mnist", "evaluate", {"model_ref": "vision-mamba-mnist", "n": 100}),
-    "sentiment": ("faithfulness-mamba-sentiment", "evaluate", {"model_ref": "mamba-sentiment", "n": 150}),
-    "lm": ("long-range-mamba-lm", "long_range_evaluation",
-           {"model_ref": "mamba-lm", "n": 40, "options": {"integrated_gradients": {"n_steps": 8}}}),
-    "key-token": ("key-token", "key_token_evaluation", {"n": 100}),
-}
-
-
+# ---- dataset-level evaluation: faithfulness, conservation, long range, key-token ground truth -------------------
 def _eval_common(p, model_default: str | None = None, n_default: int = 100) -> None:
     if model_default is None:
         p.add_argument("--model", required=True, help="mamba-sentiment, vision-mamba-mnist, mamba-lm or a folder")
@@ -175,26 +132,22 @@ def _key_token_args(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ig-steps", type=int, default=None)
     p.add_argument("--smoothgrad-samples", type=int, default=None)
-    p.add_argument("--out", default=None, help="a folder (writes key-token.json, .csv) or one FILE.json/.csv")
+    p.add_argument("--out", default=None, help="a folder (writes key-token.json, .csv, .html) or one FILE")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=2)
 
 
 def _precompute_args(p) -> None:
-    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(PRECOMPUTE)}")
+    p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=2)
 
 
-def _setup(args) -> dict:
+def _method_options(args) -> dict:
     """Threads and per-method options from the common flags; raises BadInputError on bad values."""
-    import torch
-
-    if args.threads < 1:
-        raise BadInputError("--threads must be >= 1.")
-    torch.set_num_threads(args.threads)
+    _threads(args.threads)
     options = {}
     if getattr(args, "ig_steps", None) is not None:
         if args.ig_steps < 1:
@@ -207,197 +160,61 @@ def _setup(args) -> dict:
     return options
 
 
-def evaluation_rows(result: dict) -> list[dict]:
-    """One table row per method of any evaluation result (the CSV and the text summary)."""
-    rows = []
-    for m in result["methods"]:
-        row = {"method": m, "label": result["labels"][m]}
-        if "faithfulness" in result:
-            f = result["faithfulness"][m]
-            row.update(delta_af=f["delta_af"], delta_af_sem=f["delta_af_sem"], area_morf=f["mean_area_morf"],
-                       area_lerf=f["mean_area_lerf"])
-        if "conservation" in result:
-            c = result["conservation"][m]
-            row.update(conservation_mean_abs_error=c["mean_abs_error"], conservation_mean_rel_error=c["mean_rel_error"])
-        if "methods_stats" in result:
-            s = result["methods_stats"][m]
-            row.update(mean_distance=s["mean_distance"], median_distance=s["median_distance"],
-                       share_beyond_half=s["share_beyond_half"])
-        if "hit_rate" in result:
-            row["hit_rate"] = result["hit_rate"][m]
-        if "timing" in result and "explain_s" in result["timing"]:
-            row["explain_s"] = result["timing"]["explain_s"][m]
-        rows.append(row)
-    return rows
+def _eval_kwargs(args) -> dict:
+    return {"dataset": args.dataset, "split": args.split, "seed": args.seed, "target": args.target,
+            "options": _method_options(args), "cache": not args.no_cache}
 
 
-def evaluation_figure(result: dict):
-    """A plotly figure of a result: MoRF/LeRF curves, top-k distance histograms, or hit rates."""
-    import plotly.graph_objects as go
-
-    from core.figures import PALETTE, style
-
-    fig = go.Figure()
-    if "faithfulness" in result:
-        for i, m in enumerate(result["methods"]):
-            f, colour = result["faithfulness"][m], PALETTE[i % len(PALETTE)]
-            label = f"{result['labels'][m]} (dAF {f['delta_af']:.2f})"
-            fig.add_scatter(x=result["fractions"], y=f["morf"], name=label + " MoRF", line={"color": colour},
-                            legendgroup=m)
-            fig.add_scatter(x=result["fractions"], y=f["lerf"], name=label + " LeRF",
-                            line={"color": colour, "dash": "dot"}, legendgroup=m)
-        return style(fig, f"Flip curves: {result['model']} on {result['dataset']} {result['split']} "
-                          f"(n = {result['n_done']})", "share of units flipped", "target logit")
-    if "methods_stats" in result:
-        centres = [(a + b) / 2 for a, b in zip(result["bins"][:-1], result["bins"][1:])]
-        for m in result["methods"]:
-            fig.add_bar(x=centres, y=result["methods_stats"][m]["histogram"], name=result["labels"][m])
-        return style(fig, f"Top-{result['k']} relevant tokens: {result['model']} (n = {result['n_done']})",
-                     "distance from the predicted token (tokens)", "count")
-    if "conservation" in result:
-        for m in result["methods"]:
-            c = result["conservation"][m]
-            fig.add_scatter(x=c["logits"], y=c["sums"], mode="markers", name=result["labels"][m])
-        return style(fig, f"Conservation: {result['model']} (n = {result['n_done']})", "explained logit",
-                     "sum of relevances")
-    names = result["methods"]
-    fig.add_bar(x=[result["labels"][m] for m in names], y=[result["hit_rate"][m] for m in names])
-    return style(fig, f"Key-token hit rate (top-{result['k']}, n = {result['n_done']})", "method", "hit rate")
-
-
-def write_evaluation(out: str, stem: str, result: dict) -> list[str]:
-    """``out`` a folder -> ``stem.json``, ``stem.csv`` and ``stem.html`` in it; else the one file ``out``."""
-    from pathlib import Path
-
-    from core.figures import write_output
-
-    path = Path(out)
-    if path.suffix.lower() in (".json", ".csv", ".html"):
-        targets = [path]
-    elif path.suffix:
-        raise BadInputError(f"--out {out}: give a folder or a file ending in .json, .csv or .html.")
-    else:
-        if not path.is_dir():
-            raise BadInputError(f"--out {out}: the folder does not exist.", fix="create it first.")
-        targets = [path / f"{stem}{s}" for s in (".json", ".csv", ".html")]
-    written = []
-    for t in targets:
-        suffix = t.suffix.lower()
-        written.append(str(write_output(t, data=result, rows=evaluation_rows(result) if suffix == ".csv" else None,
-                                        figure=evaluation_figure(result) if suffix == ".html" else None)))
-    return written
-
-
-def _report(args, stem: str, result: dict, columns: list[str]) -> dict:
-    if args.out:
-        result = {**result, "written": write_evaluation(args.out, stem, result)}
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-        return result
-    rows = evaluation_rows(result)
-    head = (f"{result['analysis']}: {result.get('model', '')} {result.get('dataset', '')} "
-            f"{result.get('split', '')} n = {result['n_done']}" + ("" if result["complete"] else " (stopped early)"))
+def _report(args, res, columns: list[str]) -> dict:
+    r = res.data
+    head = (f"{r['analysis']}: {r.get('model', '')} {r.get('dataset', '')} {r.get('split', '')} n = {r['n_done']}"
+            + ("" if r["complete"] else " (stopped early)"))
     lines = [head, "  ".join(f"{c:>16}" for c in ["method"] + columns)]
-    for r in rows:
-        cells = [r["method"]] + [("-" if r.get(c) is None else f"{r[c]:.4g}") for c in columns]
+    for row in res.tables["methods"]:
+        cells = [row["method"]] + [("-" if row.get(c) is None else f"{row[c]:.4g}") for c in columns]
         lines.append("  ".join(f"{c:>16}" for c in cells))
-    lines += [f"written to {w}" for w in result.get("written", [])]
-    print("\n".join(lines))
-    return result
+    emit(args, r, "\n".join(lines), res)
+    return r
 
 
-def _eval_kwargs(args, options: dict) -> dict:
-    return {"dataset": args.dataset, "split": args.split, "n": args.n, "methods": args.methods, "seed": args.seed,
-            "target": args.target, "options": options, "progress": _progress, "cache": not args.no_cache}
+def _methods(args):
+    return args.methods or list(lrp.METHODS)
 
 
 def run_faithfulness(args) -> dict:
-    from core.lrp.evaluation import evaluate
-
-    options = _setup(args)
-    result = evaluate(args.model, steps=args.steps, baseline=args.baseline, **_eval_kwargs(args, options))
-    stem = f"faithfulness-{_stem(args.model)}"
-    return _report(args, stem, result, ["delta_af", "area_morf", "area_lerf", "conservation_mean_abs_error"])
+    res = lrp.evaluation_result(args.model, args.n, args.steps, _methods(args), ProgressBar(), baseline=args.baseline,
+                                **_eval_kwargs(args))
+    return _report(args, res, ["delta_af", "area_morf", "area_lerf", "conservation_mean_abs_error"])
 
 
 def run_conservation(args) -> dict:
-    from core.lrp.evaluation import evaluate
-
-    options = _setup(args)
-    result = evaluate(args.model, faithfulness=False, **_eval_kwargs(args, options))
-    return _report(args, f"conservation-{_stem(args.model)}", result,
-                   ["conservation_mean_abs_error", "conservation_mean_rel_error"])
+    res = lrp.evaluation_result(args.model, args.n, 10, _methods(args), ProgressBar(), faithfulness=False,
+                                **_eval_kwargs(args))
+    return _report(args, res, ["conservation_mean_abs_error", "conservation_mean_rel_error"])
 
 
 def run_long_range(args) -> dict:
-    from core.lrp.evaluation import long_range_evaluation
-
-    options = _setup(args)
-    result = long_range_evaluation(args.model, k=args.k, max_tokens=args.max_tokens, **_eval_kwargs(args, options))
-    return _report(args, f"long-range-{_stem(args.model)}", result,
-                   ["mean_distance", "median_distance", "share_beyond_half"])
+    res = lrp.long_range_result(args.model, args.n, args.methods, args.k, ProgressBar(), max_tokens=args.max_tokens,
+                                **_eval_kwargs(args))
+    return _report(args, res, ["mean_distance", "median_distance", "share_beyond_half"])
 
 
 def run_key_token(args) -> dict:
-    from core.lrp.evaluation import key_token_evaluation
-
-    options = _setup(args)
-    result = key_token_evaluation(n=args.n, methods=args.methods, k=args.k, seed=args.seed, options=options,
-                                  progress=_progress, cache=not args.no_cache)
-    return _report(args, "key-token", result, ["hit_rate"])
-
-
-def _stem(model: str) -> str:
-    from pathlib import Path
-
-    return Path(model).name or "model"
+    options = _method_options(args)
+    res = lrp.key_token_result(args.n, args.methods, args.k, ProgressBar(), seed=args.seed, options=options,
+                               cache=not args.no_cache)
+    return _report(args, res, ["hit_rate"])
 
 
 def run_precompute_evaluation(args) -> dict:
-    """Recompute every precomputed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
-    import time
-    from pathlib import Path
-
-    from core.lrp import evaluation
-    from core.paths import ASSETS_DIR
-
-    _setup(args)
-    only = [x.strip() for x in args.only.split(",")] if args.only else list(PRECOMPUTE)
-    unknown = [x for x in only if x not in PRECOMPUTE]
-    if unknown:
-        raise BadInputError(f"Unknown item(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(PRECOMPUTE)}.")
-    if args.n is not None and args.n < 1:
-        raise BadInputError("-n must be >= 1.")
-    out = Path(args.out) if args.out else ASSETS_DIR / "lrp" / "evaluation"
-    out.mkdir(parents=True, exist_ok=True)
-    summary = {}
-    for item in only:
-        stem, runner, kwargs = PRECOMPUTE[item]
-        kwargs = {**kwargs, **({"n": args.n} if args.n is not None else {})}
-        t0 = time.perf_counter()
-        print(f"... {item}: {runner}({kwargs})", file=sys.stderr, flush=True)
-        result = getattr(evaluation, runner)(**kwargs, progress=_progress, cache=not args.no_cache)
-        n_flag = f" -n {args.n}" if args.n is not None else ""
-        result = {**result, "cached": False,  # the file is the result, wherever it came from
-                  "command": f"python -m core lrp precompute-evaluation --only {item}{n_flag}"}
-        written = [str(write_output_json(out / f"{stem}.json", result))]
-        summary[item] = {"written": written, "seconds": round(time.perf_counter() - t0, 1), "n_done": result["n_done"]}
-    present = [k for k in PRECOMPUTE if (out / f"{PRECOMPUTE[k][0]}.json").exists()]
-    index = {"items": {k: f"{PRECOMPUTE[k][0]}.json" for k in present},
-             "command": "python -m core lrp precompute-evaluation"}
-    write_output_json(out / "index.json", index)
-    if args.json:
-        print(json.dumps(summary, indent=1))
-    else:
-        print("\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
-                        for k, v in summary.items()))
+    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
+    _threads(args.threads)
+    summary = lrp.precompute_evaluation(args.only, args.n, args.out, cache=not args.no_cache, progress=ProgressBar(),
+                                        log=_log)
+    text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
+                     for k, v in summary.items())
+    emit(args, summary, text)
     return summary
-
-
-def write_output_json(path, data):
-    from core.figures import write_output
-
-    return write_output(path, data=data)
 
 
 def register(groups) -> None:

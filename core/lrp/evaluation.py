@@ -6,7 +6,7 @@
     key_token_evaluation(...)                          -> ground-truth hit rate on the synthetic key-token task
 
 Every runner returns a JSON-serialisable dict (keys documented on each function), reports
-``progress(fraction, message)``, stops early when ``should_stop()`` turns true (the result then has
+``progress(fraction, message)``, stops early when it raises :class:`core.errors.Cancelled` (the result then has
 ``"complete": false`` and is not cached) and caches complete results in :class:`core.cache.ResultsCache`,
 keyed by the model fingerprint + analysis + parameters.
 
@@ -24,37 +24,29 @@ from typing import Callable
 import numpy as np
 import torch
 
-from core.errors import BadInputError
+from core.errors import BadInputError, Cancelled
 from core.lrp.adapters import adapter_for
 from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.metrics import flip_curves, top_k_distances
+from core.runner import report
 
 Progress = Callable[[float, str], None] | None
-ShouldStop = Callable[[], bool] | None
 
 #: Default dataset per model kind (``card.kind``).
 DEFAULT_DATASETS = {"sequence-classifier": "movie-sentiment", "image-classifier": "mnist-5k",
                     "causal-lm": "wikipedia-paragraphs", "key-token": "key-token"}
 #: Method options used by the runners unless overridden (chosen for CPU speed; recorded in every result).
-FAST_OPTIONS = {"integrated_gradients": {"n_steps": 16}, "smoothgrad": {"n_samples": 8}}
+FAST_OPTIONS = {name: dict(m.fast_options) for name, m in METHODS.items() if m.fast_options}  # from the registry
 TARGETS = ("predicted", "gold")
 LONG_RANGE_TOKENS = 128
-
-
-class _Stopped(Exception):
-    """Raised inside a cached computation when ``should_stop()`` turns true, so nothing is cached."""
-
-    def __init__(self, result: dict):
-        super().__init__("stopped")
-        self.result = result
 
 
 # ------------------------------------------------------------------------------------------------
 # models, datasets, samples
 # ------------------------------------------------------------------------------------------------
 def _loaded(model_ref):
-    """``(name, LoadedModel)`` from a registered name / folder (``core.lrp.demo.load``) or a loaded model."""
-    from core.lrp.demo import load
+    """``(name, LoadedModel)`` from a registered name / folder (``core.lrp.inputs.load``) or a loaded model."""
+    from core.lrp.inputs import load
     from core.zoo import LoadedModel
 
     if isinstance(model_ref, LoadedModel):
@@ -71,7 +63,7 @@ def _kind(loaded) -> str:
 
 
 def _options(methods: list[str], options: dict | None) -> dict:
-    out = {m: dict(FAST_OPTIONS.get(m, {})) for m in methods}
+    out = {m: dict(METHODS[m].fast_options) for m in methods}
     for m, o in (options or {}).items():
         if m not in METHODS:
             raise BadInputError(f"Options given for unknown method {m!r}.", fix=f"Use: {', '.join(METHODS)}.")
@@ -188,38 +180,39 @@ def samples_for(model_ref, dataset: str | None = None, split: str = "test", n: i
 # caching and the per-sample loop
 # ------------------------------------------------------------------------------------------------
 def _cached(use_cache: bool, fingerprint: str, analysis: str, params: dict, compute: Callable[[], dict]) -> dict:
-    if not use_cache:
-        try:
-            return compute()
-        except _Stopped as stop:
-            return stop.result
-    from core.cache import CacheEntry, ResultsCache
+    """The committed result, the cached one, or ``compute()`` (:func:`core.runner.lookup`); a stopped computation
+    returns what it finished (not cached)."""
+    from core.runner import lookup
 
     try:
-        entry, hit = ResultsCache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()))
-    except _Stopped as stop:
-        return stop.result
-    return {**entry.data, "cached": hit}
+        found = lookup(fingerprint, analysis, params, compute, examples=committed_examples() if use_cache else None,
+                       cache=use_cache)
+    except Cancelled as stop:
+        if stop.partial is None:
+            raise
+        return stop.partial
+    return {**found.data, "cached": found.source != "computed", "source": found.source}
 
 
 def _explained(model, samples: list[dict], methods: list[str], options: dict, progress: Progress,
-               should_stop: ShouldStop, each: Callable) -> bool:
+               each: Callable) -> bool:
     """Explain every sample with every method and call ``each(i, method, explanation, seconds)``.
 
     Returns False when stopped early.
     """
     total = max(1, len(samples) * len(methods))
     done = 0
-    for i, sample in enumerate(samples):
-        for name in methods:
-            if should_stop is not None and should_stop():
-                return False
-            t0 = time.perf_counter()
-            e = explain(model, method=name, **sample, **options.get(name, {}))
-            each(i, name, e, time.perf_counter() - t0)
-            done += 1
-            if progress is not None:
-                progress(done / total, f"{name}: sample {i + 1}/{len(samples)}")
+    try:
+        for i, sample in enumerate(samples):
+            for name in methods:
+                report(progress, done / total, f"{name}: sample {i + 1}/{len(samples)}")  # may raise Cancelled
+                t0 = time.perf_counter()
+                e = explain(model, method=name, **sample, **options.get(name, {}))
+                each(i, name, e, time.perf_counter() - t0)
+                done += 1
+        report(progress, 1.0, "done")
+    except Cancelled:
+        return done == total
     return True
 
 
@@ -237,7 +230,7 @@ def _sem(values) -> float | None:
 def evaluate(model_ref, dataset: str | None = None, split: str = "test", n: int = 100, methods=None,
              steps: int = 10, baseline: str = "zero", seed: int = 0, target: str = "predicted",
              options: dict | None = None, faithfulness: bool = True, progress: Progress = None,
-             should_stop: ShouldStop = None, cache: bool = True) -> dict:
+             cache: bool = True) -> dict:
     """Faithfulness by perturbation (MoRF / LeRF flip curves) and conservation, per method, over a split.
 
     Parameters
@@ -303,13 +296,13 @@ def evaluate(model_ref, dataset: str | None = None, split: str = "test", n: int 
                 row["morf"].append(c.morf)
                 row["lerf"].append(c.lerf)
 
-        complete = _explained(model, samples, names, opts, progress, should_stop, each)
+        complete = _explained(model, samples, names, opts, progress, each)
         n_done = min(len(r["sums"]) for r in rows.values())
         result = _summary(name, loaded, kind, dataset, split, n, n_done, complete, seed, target, steps, baseline,
                           names, opts, rows, gold, lengths, faithfulness)
         result["timing"]["total_s"] = round(time.perf_counter() - t_start, 3)
         if not complete:
-            raise _Stopped(result)
+            raise Cancelled("Stopped.", partial=result)
         return result
 
     return _cached(cache, loaded.fingerprint, "lrp-evaluation", params, compute)
@@ -362,7 +355,7 @@ def _summary(name, loaded, kind, dataset, split, n, n_done, complete, seed, targ
 def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, split: str = "test", n: int = 50,
                           methods=None, k: int = 10, max_tokens: int = LONG_RANGE_TOKENS, seed: int = 0,
                           target: str = "predicted", options: dict | None = None, progress: Progress = None,
-                          should_stop: ShouldStop = None, cache: bool = True) -> dict:
+                          cache: bool = True) -> dict:
     """Where a language model's next-token relevance lies: the distances of each method's top-``k`` tokens.
 
     Every context is exactly ``max_tokens`` tokens (passages with fewer are skipped), so the distances
@@ -402,7 +395,7 @@ def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, spli
             dist[method].append([int(x) for x in top_k_distances(e.relevance, k)])
             secs[method].append(seconds)
 
-        complete = _explained(loaded.model, samples, names, opts, progress, should_stop, each)
+        complete = _explained(loaded.model, samples, names, opts, progress, each)
         n_done = min(len(v) for v in dist.values())
         width = max(1, max_tokens // 8)
         bins = list(range(0, max_tokens + width, width))
@@ -422,7 +415,7 @@ def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, spli
                              "explain_s": {m: _mean(secs[m]) for m in names}},
                   "cached": False}
         if not complete:
-            raise _Stopped(result)
+            raise Cancelled("Stopped.", partial=result)
         return result
 
     return _cached(cache, loaded.fingerprint, "lrp-long-range", params, compute)
@@ -474,7 +467,7 @@ def train_key_token_model(seed: int = 0, progress: Progress = None) -> tuple[tor
 
 
 def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, options: dict | None = None,
-                         progress: Progress = None, should_stop: ShouldStop = None, cache: bool = True) -> dict:
+                         progress: Progress = None, cache: bool = True) -> dict:
     """Ground-truth hit rate: how often each method ranks the planted key token in its top-``k``.
 
     Trains :func:`train_key_token_model` (seeded, seconds), then explains the gold label of ``n`` fresh
@@ -508,7 +501,7 @@ def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, 
             if progress is not None:
                 progress(0.3 + 0.7 * f, msg)
 
-        complete = _explained(model, samples, names, opts, stage, should_stop, each)
+        complete = _explained(model, samples, names, opts, stage, each)
         n_done = min(len(v) for v in hits.values())
         result = {"analysis": "lrp-key-token", "model": {"name": "key-token classifier (trained in the evaluation)",
                                                          **info},
@@ -518,7 +511,7 @@ def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, 
                   "hit_rate": {m: _mean(hits[m][:n_done]) for m in names}, "chance": k / c["length"],
                   "timing": {"total_s": round(time.perf_counter() - t0, 3)}, "cached": False}
         if not complete:
-            raise _Stopped(result)
+            raise Cancelled("Stopped.", partial=result)
         return result
 
     return _cached(cache, "key-token-" + str(seed), "lrp-key-token", params, compute)
@@ -557,3 +550,27 @@ def precomputed(folder=None) -> dict[str, dict]:
         if res.get("analysis") == "lrp-evaluation":
             out[res["model"]] = res
     return out
+
+
+def committed_examples(folder=None):
+    """The committed results as a :class:`core.runner.ExampleStore`, keyed like :func:`evaluate`,
+    :func:`long_range_evaluation` and :func:`key_token_evaluation` key their results, so an identical request is
+    answered from them at once."""
+    from core.runner import ExampleStore
+
+    entries = []
+    for res in {id(r): r for r in precomputed(folder).values()}.values():
+        common = {"n": res["n"], "seed": res["seed"], "methods": res["methods"], "options": res["method_options"]}
+        if res["analysis"] == "lrp-evaluation":
+            params = {**common, "dataset": res["dataset"], "split": res["split"], "target": res["target"],
+                      "steps": res["steps"], "baseline": res["baseline"], "faithfulness": "faithfulness" in res}
+        elif res["analysis"] == "lrp-long-range":
+            params = {**common, "dataset": res["dataset"], "split": res["split"], "target": res["target"],
+                      "k": res["k"], "max_tokens": res["length"]}
+        else:
+            params = {**common, "k": res["k"], "model": KEY_TOKEN_MODEL}
+        fingerprint = res.get("fingerprint") or f"key-token-{res['seed']}"
+        entries.append({"model": res.get("model"), "fingerprint": fingerprint, "analysis": res["analysis"],
+                        "params": params, "data": {k: v for k, v in res.items() if k != "source"}})
+    return ExampleStore.from_entries(entries)
+

@@ -119,9 +119,16 @@ def image_figure(result: dict) -> go.Figure:
 
 
 # ---- evaluation -------------------------------------------------------------------------------------------------
-def _label(name: str) -> str:
+def method_label(name: str) -> str:
+    """The registry's label of a method (its name when it is not registered)."""
     from core.lrp.methods import METHODS
     return METHODS[name].label if name in METHODS else name
+
+
+def method_colour(name: str, index: int = 0) -> str:
+    """The registry's colour of a method."""
+    from core.lrp.methods import METHODS
+    return METHODS[name].colour if name in METHODS else PALETTE[index % len(PALETTE)]
 
 
 def _grid(names: list[str], titles: list[str], x_title: str, y_title: str, shared_y: bool):
@@ -142,7 +149,7 @@ def _grid(names: list[str], titles: list[str], x_title: str, y_title: str, share
 def conservation_figure(cons: dict, title: str = "Conservation: sum of relevances vs explained logit") -> go.Figure:
     """One panel per method, one point per sample; on the dashed identity line the relevances add up to the logit."""
     names = list(cons)
-    titles = [f"{_label(n)}<br>mean |sum − logit| {cons[n]['mean_abs_error']:.2g}" for n in names]
+    titles = [f"{method_label(n)}<br>mean |sum − logit| {cons[n]['mean_abs_error']:.2g}" for n in names]
     fig, cols, rows = _grid(names, titles, "explained logit", "sum of relevances", shared_y=False)
     for i, name in enumerate(names):
         r, c = divmod(i, cols)
@@ -164,7 +171,7 @@ def faithfulness_figure(faith: dict, fractions, title: str = "Faithfulness: targ
     """One panel per method: mean target logit as the most relevant units are flipped first (MoRF, should fall
     fast) and the least relevant first (LeRF, should stay high); ``Delta A^F`` in the panel title."""
     names = list(faith)
-    titles = [f"{_label(n)}<br>ΔA^F = {faith[n]['delta_af']:.3f}" for n in names]
+    titles = [f"{method_label(n)}<br>ΔA^F = {faith[n]['delta_af']:.3f}" for n in names]
     fig, cols, rows = _grid(names, titles, "units flipped (%)", "mean target logit", shared_y=True)
     x = 100 * np.asarray(fractions, float)
     for i, name in enumerate(names):
@@ -182,7 +189,7 @@ def faithfulness_figure(faith: dict, fractions, title: str = "Faithfulness: targ
 
 def delta_rows(faith: dict) -> list[dict]:
     """The ``Delta A^F`` table, best first."""
-    rows = [{"method": _label(n), "A_MoRF": round(r["mean_area_morf"], 4), "A_LeRF": round(r["mean_area_lerf"], 4),
+    rows = [{"method": method_label(n), "A_MoRF": round(r["mean_area_morf"], 4), "A_LeRF": round(r["mean_area_lerf"], 4),
              "ΔA^F = A_LeRF − A_MoRF": round(r["delta_af"], 4)} for n, r in faith.items()]
     return sorted(rows, key=lambda r: -r["ΔA^F = A_LeRF − A_MoRF"])
 
@@ -197,11 +204,21 @@ def long_range_figure(distances: dict, k: int = 10, title: str | None = None) ->
             continue
         xs = np.unique(d)
         ys = 100.0 * np.searchsorted(d, xs, side="right") / d.size
-        line = ({"color": "#64748b", "dash": "dot"} if name == "random" else
-                {"color": PALETTE[i % (len(PALETTE) - 1)], "dash": "solid" if i < 4 else "dash"})
-        fig.add_trace(go.Scatter(x=xs + 1, y=ys, mode="lines", line_shape="hv", name=_label(name), line=line,
-                                 hovertemplate="within %{x} tokens: %{y:.1f}%<extra>" + _label(name) + "</extra>"))
+        line = {"color": method_colour(name, i), "dash": "dot" if name == "random" else ("solid" if i < 4 else "dash")}
+        fig.add_trace(go.Scatter(x=xs + 1, y=ys, mode="lines", line_shape="hv", name=method_label(name), line=line,
+                                 hovertemplate="within %{x} tokens: %{y:.1f}%<extra>" + method_label(name) + "</extra>"))
     style(fig, title or f"Long range: where the {k} most relevant tokens sit",
           "distance from the predicted position + 1 (tokens, log scale)", f"top-{k} tokens within it (%)")
     fig.update_xaxes(type="log")
     return fig
+
+
+def key_token_figure(result: dict) -> go.Figure:
+    """How often each method ranks the planted key token in its top-k, against chance."""
+    names = sorted(result["hit_rate"], key=lambda m: -result["hit_rate"][m])
+    fig = go.Figure(go.Bar(x=[method_label(m) for m in names], y=[100 * result["hit_rate"][m] for m in names],
+                           marker_color=[method_colour(m, i) for i, m in enumerate(names)], name="hit rate"))
+    fig.add_hline(y=100 * result["chance"], line_dash="dot", line_color="#475569", annotation_text="chance")
+    return style(fig, f"Key-token hit rate (top-{result['k']}, n = {result['n_done']})", "method",
+                 f"key token in the top-{result['k']} (%)")
+

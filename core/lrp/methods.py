@@ -6,7 +6,7 @@ Every method maps ``(adapter, embeds, target, **options)`` to per-sequence-posit
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Callable
 
 import torch
@@ -54,12 +54,20 @@ class Explanation:
 
 @dataclass(frozen=True)
 class Method:
-    """A registered method: ``fn(adapter, embeds, target, **options) -> (relevance (L,), logit)``."""
+    """A registered method: ``fn(adapter, embeds, target, **options) -> (relevance (L,), logit, target)``.
+
+    Everything a view needs comes from the entry: ``label`` (tables, legends), ``colour`` (charts),
+    ``options`` (what the tab and ``lrp explain`` pass) and ``fast_options`` (what the dataset-level
+    evaluations pass, chosen for CPU speed and recorded in every result).
+    """
 
     label: str
     fn: Callable
     description: str
     conservative: bool = False  # relevances sum to the logit (bias-free model)
+    colour: str = "#475569"
+    options: dict = field(default_factory=dict)
+    fast_options: dict = field(default_factory=dict)
 
     def __call__(self, adapter, embeds, target, **options):
         return self.fn(adapter, embeds, target, **options)
@@ -239,16 +247,21 @@ def _baseline_embedding(adapter: ModelAdapter, embeds: torch.Tensor, baseline) -
 
 
 METHODS: dict[str, Method] = {
-    "mambalrp": Method("MambaLRP", mambalrp, "LRP rules for SiLU, SSM, gate and norm; conserves relevance", True),
-    "lrp_ln": Method("LRP (LN-rule)", lrp_ln_only, "Only the LN-rule", False),
-    "gradient_x_input": Method("Gradient x Input", gradient_x_input, "Gradient times input embedding"),
-    "smoothgrad": Method("SmoothGrad", smoothgrad, "Gradient averaged over noisy inputs, times input"),
+    "mambalrp": Method("MambaLRP", mambalrp, "LRP rules for SiLU, SSM, gate and norm; conserves relevance", True,
+                       colour="#D55E00"),
+    "lrp_ln": Method("LRP (LN-rule)", lrp_ln_only, "Only the LN-rule", False, colour="#E69F00"),
+    "gradient_x_input": Method("Gradient x Input", gradient_x_input, "Gradient times input embedding",
+                               colour="#0072B2"),
+    "smoothgrad": Method("SmoothGrad", smoothgrad, "Gradient averaged over noisy inputs, times input",
+                         colour="#56B4E9", options={"n_samples": 16}, fast_options={"n_samples": 8}),
     "integrated_gradients": Method("Integrated Gradients", integrated_gradients,
-                                   "Path integral of gradients from a zero embedding (captum)"),
+                                   "Path integral of gradients from a zero embedding (captum)", colour="#009E73",
+                                   options={"n_steps": 32}, fast_options={"n_steps": 16}),
     "attention_rollout": Method("Attention Rollout", attention_rollout_method,
-                                "Rollout of the hidden attention matrices"),
-    "mamba_attr": Method("MambaAttr", mamba_attr, "Gradient-weighted hidden attention, rolled out"),
-    "random": Method("Random", random_relevance, "Uniform random relevance"),
+                                "Rollout of the hidden attention matrices", colour="#CC79A7"),
+    "mamba_attr": Method("MambaAttr", mamba_attr, "Gradient-weighted hidden attention, rolled out",
+                         colour="#000000"),
+    "random": Method("Random", random_relevance, "Uniform random relevance", colour="#64748b"),
 }
 
 

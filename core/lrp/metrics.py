@@ -2,7 +2,8 @@
 
 All runners take a list of samples, each a dict of :func:`core.lrp.explain` arguments
 (``{"input_ids": ..., "target": ...}`` or ``{"pixel_values": ...}``), accept ``progress(fraction, message)``
-and stop early (returning what they have) when ``should_stop()`` turns true.
+(:mod:`core.runner`'s convention) and stop early, returning what they have, when it raises
+:class:`core.errors.Cancelled`.
 """
 from __future__ import annotations
 
@@ -12,13 +13,13 @@ from typing import Callable, Iterable, Sequence
 import numpy as np
 import torch
 
-from core.errors import BadInputError
+from core.errors import BadInputError, Cancelled
 from core.lrp.adapters import adapter_for
 from core.lrp.context import lrp_rules
 from core.lrp.methods import Explanation, _baseline_embedding, explain, method_names
+from core.runner import report
 
 Progress = Callable[[float, str], None] | None
-ShouldStop = Callable[[], bool] | None
 
 
 def _sample(s) -> dict:
@@ -30,26 +31,29 @@ def _sample(s) -> dict:
     return {"pixel_values": t} if t.is_floating_point() else {"input_ids": t}
 
 
-def _loop(samples, methods, progress: Progress, should_stop: ShouldStop):
+def _loop(samples, methods, progress: Progress):
+    """Yield ``(i, sample, method)``; ``progress`` is called before each and at the end, and ends the loop early
+    when it raises :class:`Cancelled`."""
     samples = [_sample(s) for s in samples]
     names = method_names(methods)
     total = max(1, len(samples) * len(names))
     done = 0
-    for i, sample in enumerate(samples):
-        for name in names:
-            if should_stop is not None and should_stop():
-                return
-            yield i, sample, name
-            done += 1
-            if progress is not None:
-                progress(done / total, f"{name}: sample {i + 1}/{len(samples)}")
+    try:
+        for i, sample in enumerate(samples):
+            for name in names:
+                report(progress, done / total, f"{name}: sample {i + 1}/{len(samples)}")
+                yield i, sample, name
+                done += 1
+        report(progress, 1.0, "done")
+    except Cancelled:
+        return
 
 
 # ------------------------------------------------------------------------------------------------
 # Conservation
 # ------------------------------------------------------------------------------------------------
 def conservation(model, samples: Sequence, methods: Iterable[str] | None = None, progress: Progress = None,
-                 should_stop: ShouldStop = None, **options) -> dict[str, dict]:
+                 **options) -> dict[str, dict]:
     """Sum of relevances vs the explained logit, per method, over the samples.
 
     Returns
@@ -57,7 +61,7 @@ def conservation(model, samples: Sequence, methods: Iterable[str] | None = None,
     ``{method: {"sums": [...], "logits": [...], "mean_abs_error": e, "mean_rel_error": r}}``.
     """
     out: dict[str, dict] = {}
-    for _, sample, name in _loop(samples, methods, progress, should_stop):
+    for _, sample, name in _loop(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         row = out.setdefault(name, {"sums": [], "logits": []})
         row["sums"].append(e.total)
@@ -139,14 +143,14 @@ def flip_curves(model, explanation: Explanation, input_ids=None, pixel_values=No
 
 
 def faithfulness(model, samples: Sequence, methods: Iterable[str] | None = None, steps: int = 10,
-                 baseline="zero", progress: Progress = None, should_stop: ShouldStop = None,
+                 baseline="zero", progress: Progress = None,
                  **options) -> dict[str, dict]:
     """Mean MoRF/LeRF areas and ``delta_af = A_LeRF - A_MoRF`` per method (higher is better).
 
     ``options`` maps a method name to its options, e.g. ``smoothgrad={"n_samples": 8}``.
     """
     out: dict[str, dict] = {}
-    for _, sample, name in _loop(samples, methods, progress, should_stop):
+    for _, sample, name in _loop(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         inputs = {k: v for k, v in sample.items() if k in ("input_ids", "pixel_values")}
         c = flip_curves(model, e, steps=steps, baseline=baseline, **inputs)
@@ -176,17 +180,17 @@ def top_k_distances(relevance: torch.Tensor, k: int = 10) -> np.ndarray:
 
 
 def long_range(model, samples: Sequence, methods: Iterable[str] | None = None, k: int = 10,
-               progress: Progress = None, should_stop: ShouldStop = None, **options) -> dict[str, np.ndarray]:
+               progress: Progress = None, **options) -> dict[str, np.ndarray]:
     """For next-token prediction: all distances from the end of each method's top-``k`` tokens."""
     out: dict[str, list] = {}
-    for _, sample, name in _loop(samples, methods, progress, should_stop):
+    for _, sample, name in _loop(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         out.setdefault(name, []).append(top_k_distances(e.relevance, k))
     return {name: np.concatenate(v) for name, v in out.items()}
 
 
 def key_token_hit_rate(model, records: Sequence, methods: Iterable[str] | None = None, k: int = 1,
-                       progress: Progress = None, should_stop: ShouldStop = None, **options) -> dict[str, float]:
+                       progress: Progress = None, **options) -> dict[str, float]:
     """How often each method puts a known key token in its top-``k``.
 
     ``records`` have ``.tokens``, ``.label`` and ``.key_positions`` (``core.data.synthetic.key_token_task``);
@@ -194,7 +198,7 @@ def key_token_hit_rate(model, records: Sequence, methods: Iterable[str] | None =
     """
     hits: dict[str, list] = {}
     records = list(records)
-    for i, sample, name in _loop(records, methods, progress, should_stop):
+    for i, sample, name in _loop(records, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         top = set(torch.topk(e.relevance.reshape(-1), min(k, e.relevance.numel())).indices.tolist())
         hits.setdefault(name, []).append(bool(top & set(records[i].key_positions)))

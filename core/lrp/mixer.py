@@ -86,7 +86,7 @@ def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.T
 
 def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Linear, dt_proj: nn.Linear,
                A_log: torch.Tensor, D: torch.Tensor, rules: R.LRPRules | None,
-               record: list | None = None, layer: int = 0, flipped: bool = False) -> torch.Tensor:
+               record: list | None = None, layer: int = 0, flipped: bool = False, scan=None) -> torch.Tensor:
     """One selective-SSM branch: ``gate(scan(silu(conv(x))), silu(z))``.
 
     Parameters
@@ -94,6 +94,8 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     x, z : (B, D, L) the two halves of ``in_proj``'s output (scan input before the conv, gate).
     conv, x_proj, dt_proj, A_log, D : the branch's parameters (transformers' ``MambaMixer`` layout).
     rules : the MambaLRP rules, or None for the original computation.
+    scan : the selective scan, with ``selective_scan_ref``'s signature; default: ``selective_scan_lrp`` when
+        ``rules.ssm`` is on, else ``selective_scan`` (training passes ``selective_scan_train``).
 
     Returns
     -------
@@ -109,7 +111,8 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     dt_bias = dt_proj.bias.float() if dt_proj.bias is not None else None
     A = -torch.exp(A_log.float())
     B, C = B.transpose(1, 2), C.transpose(1, 2)
-    scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan
+    if scan is None:
+        scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan
     y = scan(u, time_step, A, B, C, D.float(), dt_bias, True)
     if record is not None:
         delta = time_step.detach()
@@ -123,20 +126,22 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
 
 
 def mamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
-                        record: list | None = None, layer: int = 0) -> torch.Tensor:
-    """transformers' ``MambaMixer.forward`` (full sequence, no cache) with the rules; ``(B, L, H) -> (B, L, H)``."""
+                        record: list | None = None, layer: int = 0, scan=None) -> torch.Tensor:
+    """transformers' ``MambaMixer.forward`` (full sequence, no cache) with the rules; ``(B, L, H) -> (B, L, H)``.
+
+    ``scan``: the selective scan of :func:`ssm_branch` (default: chosen by the rules)."""
     dtype = hidden_states.dtype
     g_in = rules.gamma_in_proj if rules is not None else 0.0
     g_out = rules.gamma_out_proj if rules is not None else 0.0
     projected = R.linear(hidden_states, mixer.in_proj, g_in).transpose(1, 2)
     x, z = projected.chunk(2, dim=1)
     s = ssm_branch(x, z, mixer.conv1d, mixer.x_proj, mixer.dt_proj, mixer.A_log, mixer.D, rules,
-                   record, layer)
+                   record, layer, scan=scan)
     return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)
 
 
 def bimamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
-                          record: list | None = None, layer: int = 0) -> torch.Tensor:
+                          record: list | None = None, layer: int = 0, scan=None) -> torch.Tensor:
     """Bidirectional mixer (shared in_proj/out_proj, a forward and a flipped branch); ``(B, L, H) -> (B, L, H)``.
 
     ``out = out_proj((branch_f(xz) + flip(branch_b(flip(xz)))) / 2)``.
@@ -147,8 +152,8 @@ def bimamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: 
     projected = R.linear(hidden_states, mixer.in_proj, g_in).transpose(1, 2)
     x, z = projected.chunk(2, dim=1)
     fwd = ssm_branch(x, z, mixer.conv1d, mixer.x_proj, mixer.dt_proj, mixer.A_log, mixer.D, rules,
-                     record, layer)
+                     record, layer, scan=scan)
     bwd = ssm_branch(x.flip(-1), z.flip(-1), mixer.conv1d_b, mixer.x_proj_b, mixer.dt_proj_b,
-                     mixer.A_b_log, mixer.D_b, rules, record, layer, flipped=True).flip(-1)
+                     mixer.A_b_log, mixer.D_b, rules, record, layer, flipped=True, scan=scan).flip(-1)
     s = (fwd + bwd) / 2
     return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)

@@ -23,6 +23,7 @@ from transformers.models.mamba.modeling_mamba import MambaRMSNorm
 
 from core.errors import ModelLoadError
 from core.lrp.mixer import bimamba_mixer_forward
+from core.runner import atomic_write
 
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 
@@ -33,11 +34,8 @@ def _save(folder, config: dict, model: nn.Module) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     state = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    tmp_w, tmp_c = folder / (WEIGHTS_NAME + ".tmp"), folder / (CONFIG_NAME + ".tmp")
-    save_file(state, str(tmp_w))
-    tmp_c.write_text(json.dumps(config, indent=2))
-    tmp_w.replace(folder / WEIGHTS_NAME)
-    tmp_c.replace(folder / CONFIG_NAME)
+    atomic_write(folder / WEIGHTS_NAME, lambda tmp: save_file(state, str(tmp)))
+    atomic_write(folder / CONFIG_NAME, json.dumps(config, indent=2))
     return folder
 
 

@@ -9,10 +9,14 @@ computation and the gradient of a surrogate. ``rules=None`` everywhere means "th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from dataclasses import dataclass, fields, replace
 
 import torch
 import torch.nn.functional as F
+
+
+GAMMA_LAYERS = ("in_proj", "out_proj", "conv")  # the layer kinds LRP-gamma can apply to
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,49 @@ class LRPRules:
     def with_options(self, **options) -> "LRPRules":
         """A copy with the given fields replaced (unknown names raise ``TypeError``)."""
         return replace(self, **options)
+
+    @classmethod
+    def from_toggles(cls, silu: bool = True, ssm: bool = True, gate: bool = True, norm: bool = True,
+                     gamma: float | None = None, gamma_layers=GAMMA_LAYERS, *, default_gamma: float = 0.0
+                     ) -> "LRPRules":
+        """The rules as a user switches them (the paper's ablation), translated once.
+
+        Parameters
+        ----------
+        silu, ssm, gate, norm : each rule on or off.
+        gamma : LRP-gamma for the layers in ``gamma_layers`` (the others get LRP-0); None or "" keeps
+            ``default_gamma`` on all three (the model's default: 0 for text, 0.25 for images).
+        gamma_layers : a subset of :data:`GAMMA_LAYERS` (``in_proj``, ``out_proj``, ``conv``).
+
+        Raises
+        ------
+        BadInputError
+            A gamma that is not a finite number >= 0, or an unknown layer.
+        """
+        from core.errors import BadInputError
+
+        if gamma is None or gamma == "":
+            gammas = dict.fromkeys(GAMMA_LAYERS, float(default_gamma))
+        else:
+            try:
+                g = float(gamma)
+            except (TypeError, ValueError):
+                raise BadInputError(f"gamma must be a number >= 0, got {gamma!r}.", fix="Try 0 (LRP-0) or 0.25.") \
+                    from None
+            if not math.isfinite(g) or g < 0:
+                raise BadInputError(f"gamma must be a finite number >= 0, got {gamma!r}.", fix="Try 0 (LRP-0) or 0.25.")
+            layers = set(gamma_layers or [])
+            unknown = sorted(layers - set(GAMMA_LAYERS))
+            if unknown:
+                raise BadInputError(f"Unknown gamma layer(s): {', '.join(unknown)}.", fix=f"Use {', '.join(GAMMA_LAYERS)}.")
+            gammas = {layer: (g if layer in layers else 0.0) for layer in GAMMA_LAYERS}
+        return cls(silu=bool(silu), ssm=bool(ssm), gate=bool(gate), norm=bool(norm),
+                   **{f"gamma_{layer}": v for layer, v in gammas.items()})
+
+    def changes(self, default_gamma: float = 0.0) -> dict:
+        """The fields that differ from all rules on with ``default_gamma`` (``{}`` for MambaLRP as published)."""
+        base = LRPRules.mambalrp(default_gamma)
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) != getattr(base, f.name)}
 
 
 def with_gradient_of(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tensor:

@@ -17,9 +17,10 @@ layer_distribution, intervention_effects, proportion_sweep, scale_factor_sweep, 
 drill_down, selection_summary, overlap        analyses as plain data
 scored_linears, collect_column_norms, importance_scores, top_share_mask   the scoring pieces
 
-By dataset name, as the tab and the CLI run them (``demo``; figures in ``figures``, recipe in ``recipe``):
-layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result, consistency_result,
-drill_result, identify_result, write_result, DEFAULTS; train_demo, DEMO_NAME (figures: ``figures.FIGURES``)
+The service (what the tab and ``python -m core mathneuro`` call; each returns a ``core.runner.Result``):
+identify_result, layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result,
+consistency_result, drill_result, matrix_names, example_results, precompute_examples, train_demo_result, DEFAULTS,
+dataset_names, METRICS, DEMO_NAME; ``train_demo`` (the embedded model's recipe)
 """
 from core.mathneuro.analysis import (consistency, drill_down, intervention_effects, layer_distribution, module_kind,
                                      overlap, proportion_sweep, scale_factor_sweep, selection_summary)
@@ -43,11 +44,14 @@ __all__ = [
     "ColumnNorms", "collect_column_norms", "importance_scores", "scored_linears", "top_share_mask",
 ]
 
-from core.mathneuro.demo import (DEFAULTS, consistency_result, drill_result, effect_result,  # noqa: E402
-                                 identify_result, layer_distribution_result, proportion_sweep_result,
-                                 scale_sweep_result, write_result)
 from core.mathneuro.recipe import DEMO_NAME, train_demo  # noqa: E402
+from core.mathneuro.service import (DEFAULTS, analysis_view, consistency_result, drill_result,  # noqa: E402
+                                    effect_result, example_results, identify_result, layer_distribution_result,
+                                    matrix_names, precompute_examples, proportion_sweep_result, scale_sweep_result,
+                                    train_demo_result)
+from core.mathneuro.tasks import METRICS, dataset_names  # noqa: E402
 
 __all__ += ["DEFAULTS", "consistency_result", "drill_result", "effect_result", "identify_result",
-            "layer_distribution_result", "proportion_sweep_result", "scale_sweep_result", "write_result",
-            "DEMO_NAME", "train_demo"]
+            "layer_distribution_result", "proportion_sweep_result", "scale_sweep_result", "matrix_names",
+            "example_results", "analysis_view", "precompute_examples", "train_demo_result", "METRICS",
+            "dataset_names", "DEMO_NAME", "train_demo"]

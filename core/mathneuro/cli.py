@@ -12,9 +12,10 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 
+import core.mathneuro as mn
+from core.cli import ProgressBar, emit
 from core.errors import BadInputError
 
 
@@ -25,31 +26,9 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}")
 
 
-def _progress_printer():
-    last = [0.0]
-
-    def progress(done: int, total: int, stage: str) -> None:
-        now = time.monotonic()
-        if done == total or now - last[0] > 1.0:
-            last[0] = now
-            print(f"... {stage}: {done}/{total}", file=sys.stderr, flush=True)
-    return progress
-
-
-def _write_out(path: str | None, analysis: str, result: dict) -> str | None:
-    from core.mathneuro.demo import write_result
-    return write_result(path, analysis, result) if path else None
-
-
-def _emit(args, analysis: str, result: dict, text: str) -> None:
-    written = _write_out(getattr(args, "out", None), analysis, result)
-    if written:
-        result = {**result, "written": written}
-        text += f"\nwritten to {written}"
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-    else:
-        print(text)
+def _emit(args, res, text: str) -> None:
+    """Print the result (with where it came from) and, with ``--out``, write its file."""
+    emit(args, {**res.data, "source": res.source}, text, res)
 
 
 def _f(x, nd: int = 3) -> str:
@@ -58,7 +37,7 @@ def _f(x, nd: int = 3) -> str:
 
 # ---- arguments -------------------------------------------------------------------------------------------------
 def _common(p, nonmath_many: bool = False, proportion: bool = True, method: bool = True) -> None:
-    from core.mathneuro.demo import DEFAULTS
+    DEFAULTS = mn.DEFAULTS
     p.add_argument("--model", default=DEFAULTS["model"], help="registered name, local folder or hub id "
                    "(default mathneuro-tiny)")
     p.add_argument("--math", default=DEFAULTS["math"], help="math dataset (arithmetic-words, gsm-symbolic)")
@@ -137,41 +116,38 @@ def _precompute_args(p):
 
 # ---- commands --------------------------------------------------------------------------------------------------
 def run_identify(args):
-    from core.mathneuro.demo import identify_result
     out = args.out
     if out and not out.endswith(".safetensors"):
         raise BadInputError(f"Cannot write masks to {Path(out).name}.", fix="Use --out masks.safetensors.")
-    r = identify_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.seed, out,
-                        progress=_progress_printer())
-    text = (f"{args.method}: {r['selected']:,} of {r['total']:,} weights ({100 * r['share']:.3f}%) are math-specific "
-            f"(K = {args.proportion:g}, N = {args.n}, {r['seconds']} s)")
-    if out:
-        text += f"\nmasks written to {out}"
-    r.pop("matrices") if not args.json else None
+    res = mn.identify_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.seed, out,
+                             progress=ProgressBar())
+    r = dict(res.data)
+    text = res.status + (f"\nmasks written to {out}" if out else "")
+    if not args.json:
+        r.pop("matrices")
     print(json.dumps(r, indent=1, default=str) if args.json else text)
 
 
-def _effect_text(r: dict) -> str:
+def _effect_text(r: dict, source: str) -> str:
     m = r["metrics"]
     lines = [f"{'method':10} {'non-math':18} {'pruned':>9} {'math before':>12} {'math after':>11} "
              f"{'non-math before':>16} {'non-math after':>15}"]
     for row in r["rows"]:
         lines.append(f"{row['method']:10} {row['nonmath']:18} {row['selected']:>9,} {_f(row['math_before']):>12} "
                      f"{_f(row['math_after']):>11} {_f(row['nonmath_before']):>16} {_f(row['nonmath_after']):>15}")
-    lines.append("metrics: " + ", ".join(f"{k}: {v}" for k, v in m.items()) + f" (source: {r['source']})")
+    lines.append("metrics: " + ", ".join(f"{k}: {v}" for k, v in m.items()) + f" (source: {source})")
     return "\n".join(lines)
 
 
 def _run_intervention(args, mode: str):
-    from core.mathneuro.demo import effect_result
     factor = None
     if mode == "scale":
         if not math.isfinite(args.factor):
             raise BadInputError(f"The scale factor must be a finite number, got {args.factor}.", fix="Use e.g. 1.1.")
         factor = args.factor
-    r = effect_result(args.model, args.math, [args.nonmath], args.n, args.proportion, [args.method], args.eval_n,
-                      args.metric, mode, factor, progress=_progress_printer())
-    _emit(args, "effect", r, _effect_text(r))
+    res = mn.effect_result(args.model, args.math, [args.nonmath], args.n, args.proportion, [args.method], args.eval_n,
+                           args.metric, mode, factor, progress=ProgressBar())
+    _emit(args, res, _effect_text(res.data, res.source))
 
 
 def run_prune(args):
@@ -183,18 +159,16 @@ def run_scale(args):
 
 
 def run_effect(args):
-    from core.mathneuro.demo import effect_result
-    r = effect_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.methods, args.eval_n,
-                      args.metric, progress=_progress_printer())
-    _emit(args, "effect", r, _effect_text(r))
+    res = mn.effect_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.methods, args.eval_n,
+                           args.metric, progress=ProgressBar())
+    _emit(args, res, _effect_text(res.data, res.source))
 
 
 def run_layers(args):
-    from core.mathneuro.demo import layer_distribution_result
-    r = layer_distribution_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method,
-                                  progress=_progress_printer())
+    res = mn.layer_distribution_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method,
+                                       progress=ProgressBar())
     lines = []
-    for nm, part in r["by_nonmath"].items():
+    for nm, part in res.data["by_nonmath"].items():
         lines.append(f"math vs {nm}: {part['selected']:,} of {part['total']:,} selected")
         layers = sorted({row["layer"] for row in part["rows"]})
         modules = list(dict.fromkeys(row["module"] for row in part["rows"]))
@@ -202,71 +176,62 @@ def run_layers(args):
         for layer in layers:
             cells = {row["module"]: row["selected"] for row in part["rows"] if row["layer"] == layer}
             lines.append(f"{layer:5}  " + "  ".join(f"{cells.get(m, 0):>7,}" for m in modules))
-    _emit(args, "layers", r, "\n".join(lines))
+    _emit(args, res, "\n".join(lines))
 
 
 def run_sweep_proportion(args):
-    from core.mathneuro.demo import proportion_sweep_result
-    r = proportion_sweep_result(args.model, args.math, args.nonmath, args.n, args.proportions, args.method,
-                                args.eval_n, args.metric, progress=_progress_printer())
+    res = mn.proportion_sweep_result(args.model, args.math, args.nonmath, args.n, args.proportions, args.method,
+                                     args.eval_n, args.metric, progress=ProgressBar())
+    r = res.data
     lines = [f"{'K':>8} {'pruned':>10} {'math':>8} {'non-math':>9}"]
     lines += [f"{row['proportion']:>8g} {row['selected']:>10,} {_f(row['math']):>8} {_f(row['nonmath']):>9}"
               for row in r["rows"]]
-    _emit(args, "proportion-sweep", r, "\n".join(lines) + f"\nmetrics: {r['metrics']}")
+    _emit(args, res, "\n".join(lines) + f"\nmetrics: {r['metrics']}")
 
 
 def run_sweep_scale(args):
-    from core.mathneuro.demo import scale_sweep_result
-    r = scale_sweep_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.factors,
-                           args.eval_n, args.metric, progress=_progress_printer())
+    res = mn.scale_sweep_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method,
+                                args.factors, args.eval_n, args.metric, progress=ProgressBar())
+    r = res.data
     lines = [f"{'factor':>7} {'math':>8} {'non-math':>9}"]
     lines += [f"{row['factor']:>7g} {_f(row['math']):>8} {_f(row['nonmath']):>9}" for row in r["rows"]]
-    _emit(args, "scale-sweep", r, "\n".join(lines) + f"\nmetrics: {r['metrics']}; {r['selected']:,} parameters")
+    _emit(args, res, "\n".join(lines) + f"\nmetrics: {r['metrics']}; {r['selected']:,} parameters")
 
 
 def run_consistency(args):
-    from core.mathneuro.demo import consistency_result
-    r = consistency_result(args.model, args.math, args.nonmath, args.n, args.proportions, args.method, args.repeats,
-                           progress=_progress_printer())
+    res = mn.consistency_result(args.model, args.math, args.nonmath, args.n, args.proportions, args.method,
+                                args.repeats, progress=ProgressBar())
     lines = [f"{'samples':>7} {'K':>6} {'overlap with full':>18} {'Jaccard':>8}"]
     lines += [f"{row['samples']:>7} {row['proportion']:>6g} {100 * row['overlap_with_full']:>17.1f}% "
-              f"{100 * row['jaccard_with_full']:>7.1f}%" for row in r["rows"]]
-    _emit(args, "consistency", r, "\n".join(lines))
+              f"{100 * row['jaccard_with_full']:>7.1f}%" for row in res.data["rows"]]
+    _emit(args, res, "\n".join(lines))
 
 
 def run_drill(args):
-    from core.mathneuro.demo import drill_result
-    r = drill_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.matrix,
-                     args.cells, progress=_progress_printer())
+    res = mn.drill_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.matrix,
+                          args.cells, progress=ProgressBar())
+    r = res.data
     rows, cols = r["row_counts"], r["col_counts"]
     top_rows = sorted(range(len(rows)), key=lambda i: -rows[i])[:5]
     top_cols = sorted(range(len(cols)), key=lambda i: -cols[i])[:5]
     text = (f"{r['name']} {r['shape']}: {r['selected']:,} of {r['total']:,} selected ({100 * r['share']:.3f}%)\n"
             f"rows with most: " + ", ".join(f"{i} ({rows[i]})" for i in top_rows) + "\n"
             f"columns with most: " + ", ".join(f"{i} ({cols[i]})" for i in top_cols))
-    r.pop("matrices", None)
-    _emit(args, "drill", r, text)
+    res.data = {k: v for k, v in r.items() if k != "matrices"}
+    _emit(args, res, text)
 
 
 def run_train_demo(args):
-    from core.mathneuro.recipe import train_demo
-    overrides = {"steps": args.steps} if args.steps else {}
-    if args.steps is not None and args.steps < 1:
-        raise BadInputError("--steps must be at least 1.")
-    log = (lambda m: print(m, file=sys.stderr, flush=True))
-    r = train_demo(args.out, quick=args.quick, log=log, resume_from=args.resume, **overrides)
-    q = r["quality"]
-    print(json.dumps(r, indent=1) if args.json else
-          f"saved to {r['folder']} after {r['seconds']} s: math accuracy {q['math_accuracy']:.3f}, "
-          f"sentiment accuracy {q['sentiment_accuracy']:.3f} (held-out test, n = {q['n']})")
+    res = mn.train_demo_result(args.out, args.quick, args.steps, args.resume,
+                               log=lambda m: print(m, file=sys.stderr, flush=True))
+    print(json.dumps(res.data, indent=1) if args.json else res.status)
 
 
 def run_precompute(args):
     import torch
-    from core.mathneuro.demo import EXAMPLES, precompute_examples
     if args.threads:
         torch.set_num_threads(args.threads)
-    path = precompute_examples(args.out or EXAMPLES, log=lambda m: print(f"... {m}", file=sys.stderr, flush=True))
+    path = mn.precompute_examples(args.out, log=lambda m: print(f"... {m}", file=sys.stderr, flush=True))
     print(json.dumps({"written": str(path)}) if args.json else f"written to {path}")
 
 

@@ -1,6 +1,6 @@
 """Plotly figures of the MathNeuro analyses (the tab shows them; the CLI writes them as HTML).
 
-Inputs are the plain-data results of :mod:`core.mathneuro.demo`. Style and palette: :mod:`core.figures`.
+Inputs are the plain-data results of :mod:`core.mathneuro.service`. Style and palette: :mod:`core.figures`.
 """
 from __future__ import annotations
 

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import copy
 import os
-import shutil
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.scoring import check_factor
+from core.runner import atomic_write
 
 MODES = {"prune": "multiply the selected parameters by 0",
          "scale": "multiply the selected parameters by a factor"}
@@ -137,25 +136,6 @@ def intervened_copy(model: nn.Module, masks: dict[str, torch.Tensor], mode: str 
     return clone
 
 
-def _atomic_dir(path: Path, write) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
-    try:
-        write(tmp)
-        old = None
-        if path.exists():
-            old = path.with_name(f".{path.name}.old-{os.getpid()}")
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return path
-
-
 def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
     """Save ``model`` as a safetensors checkpoint folder (``save_pretrained`` for Hugging Face
     models, with their config; ``model.safetensors`` otherwise). Replaces ``path`` atomically."""
@@ -165,7 +145,7 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
         else:
             from safetensors.torch import save_model
             save_model(model, str(tmp / "model.safetensors"))
-    return _atomic_dir(Path(path), write)
+    return atomic_write(Path(path), write, folder=True)
 
 
 def save_intervened_checkpoint(model: nn.Module, masks: dict[str, torch.Tensor], path: str | os.PathLike,
@@ -187,17 +167,9 @@ def save_masks(masks: dict[str, torch.Tensor], path: str | os.PathLike,
     for name, mask in masks.items():
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
             raise BadInputError(f"The mask for {name} is not a bool tensor.")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     meta = {str(k): str(v) for k, v in (metadata or {}).items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file({n: m.detach().to("cpu").contiguous() for n, m in masks.items()}, tmp, metadata=meta)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    tensors = {n: m.detach().to("cpu").contiguous() for n, m in masks.items()}
+    path = atomic_write(Path(path), lambda tmp: save_file(tensors, str(tmp), metadata=meta))
     return path
 
 

@@ -28,10 +28,11 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from core.data.bpe import train_bpe
+from core.data.tokenizers import train_bpe
 from core.schedules import warmup_cosine
 from core.data.records import MultipleChoice
 from core.paths import ASSETS_DIR
+from core.zoo.training import adamw, save_trained
 
 DEMO_NAME = "mathneuro-tiny"
 DEMO_DIR = ASSETS_DIR / "models" / DEMO_NAME
@@ -196,7 +197,6 @@ def train_demo(out: Path | str | None = None, quick: bool = False, log: Callable
     ``resume_from``: a folder saved after the first ``steps`` (its model and tokenizer); only the polish steps
     run (with a fresh AdamW state). Returns the card dict (with ``quality``) plus ``seconds`` of training.
     """
-    from core.mathneuro.interventions import _atomic_dir
     cfg = DemoConfig(**{**(QUICK if quick else {}), **overrides})
     out = Path(out) if out is not None else DEMO_DIR
     rng = random.Random(cfg.seed)
@@ -218,10 +218,7 @@ def train_demo(out: Path | str | None = None, quick: bool = False, log: Callable
     log(f"tokenizer {len(tokenizer)} tokens; model {n_params / 1e6:.2f}M parameters; "
         f"{len(math_recs)} math + {len(senti_recs)} sentiment examples")
     math_ex, senti_ex = _encode_examples(tokenizer, math_recs), _encode_examples(tokenizer, senti_recs)
-    decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
-    other = [p for n, p in model.named_parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                             {"params": other, "weight_decay": 0.0}], lr=cfg.lr, betas=(0.9, 0.98))
+    opt = adamw(model, cfg.lr, cfg.weight_decay)
 
     def lr_at(step):
         return warmup_cosine(step, cfg.steps, cfg.lr, cfg.warmup)
@@ -280,10 +277,7 @@ def train_demo(out: Path | str | None = None, quick: bool = False, log: Callable
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         (tmp / "card.json").write_text(json.dumps(card, indent=1))
-    _atomic_dir(out, write)
-    out.chmod(0o755)  # mkdtemp made it private
-    for f in out.iterdir():
-        f.chmod(0o644)
+    save_trained(out, write)
     log(f"saved to {out} ({seconds:.0f}s training)")
     return {**card, "folder": str(out), "seconds": round(seconds, 1), "loss_first": losses[0],
             "loss_last": sum(losses[-5:]) / len(losses[-5:])}

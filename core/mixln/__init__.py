@@ -16,8 +16,14 @@ Public API (tabs and the CLI use only this):
   :func:`pack`, :func:`prepare_corpus`
 - runs (:mod:`core.mixln.runs`): :func:`train_run`, :func:`train_run_iter`, :func:`reproduce`, :data:`RECIPE`,
   :func:`list_runs`, :func:`load_run`, :func:`evaluate_run`, :func:`compare_table`, :func:`sweep_table`
-- results for the tab and CLI (:mod:`core.mixln.analysis`): :func:`angular_result`, :func:`removal_result`,
-  :func:`gradnorm_result`, :func:`run_gradnorms`; plotly figures in :mod:`core.mixln.figures`
+- results as JSON dicts (:mod:`core.mixln.analysis`): :func:`angular_result`, :func:`removal_result`,
+  :func:`gradnorm_result`, :func:`run_gradnorms`, :func:`write_run_diagnostics`
+- :data:`PLACEMENTS`: the registry of norm placements (label, colour, formula, alpha), :func:`placement_choices`,
+  :func:`placement_label`, :func:`placement_colour`
+- the service (what the tab and ``python -m core mixln`` call; each returns a ``core.runner.Result``):
+  :func:`loss_result`, :func:`gradnorms_result`, :func:`compare_result`, :func:`sweep_result`,
+  :func:`angular_distance_result`, :func:`layer_removal_result`, :func:`model_gradnorms_result`, :func:`live_run`,
+  :func:`train_result`, :func:`reproduce_result`, :data:`DEFAULT_RUNS`
 """
 from core.mixln.config import NORMS, MixLNConfig, available_memory_bytes, check_fits, estimate_memory_bytes
 from core.mixln.diagnostics import (AngularHeatmap, LayerGradNorms, LayerRemovalResult, angular_distance,
@@ -27,9 +33,16 @@ from core.mixln.model import CausalLMOutput, MixLNForCausalLM, causal_lm_loss
 from core.mixln.train import (TrainConfig, TrainEvent, TrainHistory, latest_checkpoint, lr_at, save_checkpoint,
                               train, train_iter)
 from core.mixln.data import encode_stream, load_tokenizer, pack, prepare_corpus, train_tokenizer
-from core.mixln.runs import (RECIPE, compare_table, evaluate_run, list_runs, load_run, reproduce, sweep_table,
-                             train_run, train_run_iter)
-from core.mixln.analysis import angular_result, gradnorm_result, removal_result, run_gradnorms  # noqa: E402
+from core.mixln.runs import (ASSETS as RUNS_DIR, LIVE_MODEL, LIVE_TRAIN, RECIPE, RECIPE_MODEL, RECIPE_TRAIN,
+                             compare_table, evaluate_run, list_runs, load_run, recipe_command, reproduce, resolve_run,
+                             sweep_table, train_run, train_run_iter)
+from core.mixln.analysis import (angular_result, gradnorm_result, removal_result, run_gradnorms,  # noqa: E402
+                                 write_run_diagnostics)
+from core.mixln.placements import (PLACEMENTS, Placement, placement_choices, placement_colour,  # noqa: E402
+                                   placement_label)
+from core.mixln.service import (DEFAULT_RUNS, angular_distance_result, compare_result, gradnorms_result,  # noqa: E402
+                                layer_removal_result, live_run, loss_result, model_gradnorms_result,
+                                reproduce_result, sweep_result, train_result)
 
 # The diagnostics a view can list: name -> callable(model, tokens, ...).
 DIAGNOSTICS = {
@@ -46,4 +59,8 @@ __all__ = ["NORMS", "MixLNConfig", "MixLNForCausalLM", "CausalLMOutput", "causal
            "check_fits", "available_memory_bytes", "train_tokenizer", "load_tokenizer", "encode_stream", "pack",
            "prepare_corpus", "RECIPE", "train_run", "train_run_iter", "reproduce", "list_runs", "load_run",
            "evaluate_run", "compare_table", "sweep_table", "angular_result", "removal_result", "gradnorm_result",
-           "run_gradnorms"]
+           "run_gradnorms", "write_run_diagnostics", "RUNS_DIR", "LIVE_MODEL", "LIVE_TRAIN", "RECIPE_MODEL",
+           "RECIPE_TRAIN", "recipe_command", "resolve_run", "PLACEMENTS", "Placement", "placement_choices",
+           "placement_colour", "placement_label", "DEFAULT_RUNS", "loss_result", "gradnorms_result", "compare_result",
+           "sweep_result", "angular_distance_result", "layer_removal_result", "model_gradnorms_result", "live_run",
+           "train_result", "reproduce_result"]

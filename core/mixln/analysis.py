@@ -2,8 +2,9 @@
 
 A *subject* is a committed run name / run folder (a Mix-LN model with its own tokenizer and held-out
 windows) or a model reference for :func:`core.zoo.load_model` (e.g. ``smollm2-135m``), evaluated on
-held-out Wikipedia paragraphs tokenized with its own tokenizer. Results for zoo models are cached in
-:class:`core.cache.ResultsCache` under the model's fingerprint, so a second request is instant.
+held-out Wikipedia paragraphs tokenized with its own tokenizer. Results go through :func:`core.runner.lookup`
+under the weights' fingerprint: a run's precomputed diagnostics (``<run>/diagnostics.json``, an example store) or
+the results cache answer at once. This module reads runs (:mod:`core.mixln.runs`); runs never import it.
 
 - :func:`angular_result`   the paper's (first layer l, block size n) heatmap of d(h_l, h_{l+n}), raw and scaled
 - :func:`removal_result`   eval loss / perplexity increase when each layer is skipped
@@ -23,6 +24,7 @@ import torch
 from core.errors import BadInputError
 from core.mixln import runs as _runs
 from core.mixln.data import pack
+from core.runner import item_progress, report
 from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
                                     layer_removal, mean_angular_distance)
 
@@ -34,8 +36,8 @@ class Subject:
     name: str
     model: torch.nn.Module
     tokens: torch.Tensor            # (N, T) held-out windows
-    fingerprint: str | None         # None for runs: their results are precomputed in <run>/diagnostics.json
-    folder: object = None           # the run folder (runs only)
+    fingerprint: str                # of the weights (a run's model.safetensors, or the zoo's)
+    folder: object = None           # the run folder (runs only): its diagnostics.json holds precomputed results
 
 
 def is_run(ref: str) -> bool:
@@ -73,8 +75,9 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
     if not ref:
         raise BadInputError("no model or run chosen.", fix="pick a committed run or a model.")
     if is_run(ref):
-        return Subject(_runs.resolve_run(ref).name, _runs.run_model(ref), _runs.sample_windows(ref, n=samples, seq_len=seq_len), None,
-                       _runs.resolve_run(ref))
+        folder = _runs.resolve_run(ref)
+        return Subject(folder.name, _runs.run_model(ref), _runs.sample_windows(ref, n=samples, seq_len=seq_len),
+                       run_fingerprint(folder), folder)
     from core.zoo import load_model
     lm = load_model(ref)
     model = lm.model
@@ -84,49 +87,61 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
     return Subject(str(ref), model, zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
 
 
+def run_fingerprint(folder) -> str:
+    """The fingerprint of a run's weights (its ``model.safetensors``), as the zoo computes one."""
+    from core.zoo.loading import file_fingerprint
+    return file_fingerprint(sorted(Path(folder).glob("*.safetensors")))
+
+
 def _cached(subject: Subject, analysis: str, params: dict, compute: Callable[[], dict]) -> tuple[dict, bool]:
-    if subject.fingerprint is None:
-        pre = _precomputed(subject.folder).get(_diag_key(analysis, params))
-        return (pre, True) if pre is not None else (compute(), False)
-    from core.cache import CacheEntry, ResultsCache
-    entry, hit = ResultsCache().get_or_compute(subject.fingerprint, analysis, params,
-                                               lambda: CacheEntry(compute()))
-    return entry.data, hit
+    from core.runner import lookup
+
+    found = lookup(subject.fingerprint, analysis, params, compute, examples=run_examples(subject.folder))
+    return found.data, found.source != "computed"
 
 
 DIAGNOSTICS_FILE = "diagnostics.json"
 
 
-def _diag_key(analysis: str, params: dict) -> str:
-    return analysis + "?" + "&".join(f"{k}={params[k]}" for k in sorted(params))
+def run_examples(folder):
+    """A run's precomputed diagnostics as an example store (None for a model that is not a run). Files written before
+    the store format (a dict of results by ``analysis?params``) are read too."""
+    from core.runner import ExampleStore
 
-
-def _precomputed(folder) -> dict:
-    path = Path(folder) / DIAGNOSTICS_FILE if folder is not None else None
-    if path is None or not path.is_file():
-        return {}
+    if folder is None:
+        return None
+    path = Path(folder) / DIAGNOSTICS_FILE
     try:
-        return json.loads(path.read_text())
-    except ValueError:
-        return {}
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if doc.get("format") == ExampleStore.FORMAT:
+        return ExampleStore(path)
+    fp = run_fingerprint(folder)
+    return ExampleStore.from_entries([{"model": Path(folder).name, "fingerprint": fp, "analysis": key.split("?")[0],
+                                       "params": _params_of(res), "data": res} for key, res in doc.items()])
+
+
+def _params_of(res: dict) -> dict:
+    return {k: res[k] for k in ("samples", "seq_len", "position", "corpus") if k in res}
 
 
 def write_run_diagnostics(ref: str) -> Path:
     """Precompute the default angular-distance and layer-removal results of a run into its folder, so the tab
-    shows them at once (``reproduce`` calls this after training)."""
+    shows them at once (``python -m core mixln reproduce`` calls this after training each run)."""
+    from core.runner import ExampleStore
+
     folder = _runs.resolve_run(ref)
     path = folder / DIAGNOSTICS_FILE
     path.unlink(missing_ok=True)
-    out = {}
+    entries = []
     for fn, name in ((angular_result, "mixln/angular"), (removal_result, "mixln/removal")):
         res = fn(str(folder))
         res.pop("cached", None)
-        params = {k: res[k] for k in ("samples", "seq_len", "position", "corpus") if k in res}
-        out[_diag_key(name, params)] = res
-    tmp = path.with_name(f".{DIAGNOSTICS_FILE}.tmp")
-    tmp.write_text(json.dumps(out))
-    tmp.replace(path)
-    return path
+        res.pop("source", None)
+        entries.append({"model": folder.name, "fingerprint": run_fingerprint(folder), "analysis": name,
+                        "params": _params_of(res), "data": res})
+    return ExampleStore.write(path, entries)
 
 
 def _clean(x: float) -> float | None:
@@ -137,40 +152,51 @@ def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[_clean(v) for v in row] for row in t.tolist()]
 
 
+def _lookup(ref: str, samples: int, seq_len: int, analysis: str, params: dict,
+            compute: Callable[[Subject], dict]) -> dict:
+    """The result for a run or a zoo model, found by the weights' fingerprint without loading them; the model and its
+    held-out windows are loaded only to compute."""
+    from core.runner import lookup
+
+    _check_sizes(samples, seq_len)
+    if not ref:
+        raise BadInputError("no model or run chosen.", fix="pick a committed run or a model.")
+    if is_run(ref):
+        folder = _runs.resolve_run(ref)
+        fp = run_fingerprint(folder)
+    else:
+        from core.zoo import fingerprint
+        folder, fp = None, fingerprint(ref)
+    found = lookup(fp, analysis, params, lambda: compute(load_subject(ref, samples, seq_len)),
+                   examples=run_examples(folder))
+    return {**found.data, "cached": found.source != "computed", "source": found.source}
+
+
 def angular_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
                    progress: Callable[[float, str], None] | None = None) -> dict:
     """{subject, block_sizes, first_layers, raw, scaled, num_layers, cached}; position: last | mean."""
     if position not in ("last", "mean"):
         raise BadInputError(f"unknown position {position!r}.", fix="use 'last' (last token) or 'mean' (all tokens).")
     params = {"samples": samples, "seq_len": seq_len, "position": position, "corpus": TEXT_CORPUS}
-    if progress:
-        progress(0.1, f"loading {ref}")
-    subject = load_subject(ref, samples, seq_len)
 
-    def compute() -> dict:
-        if progress:
-            progress(0.4, "forward pass with hidden states")
+    def compute(subject: Subject) -> dict:
+        report(progress, 0.4, "forward pass with hidden states")
         d = mean_angular_distance(subject.model, subject.tokens, -1 if position == "last" else None, batch_size=4)
         hm = angular_distance_heatmap(d)
         return {"subject": subject.name, "block_sizes": hm.block_sizes, "first_layers": hm.first_layers,
                 "raw": _grid(hm.raw), "scaled": _grid(hm.scaled), "num_layers": len(hm.first_layers), **params}
 
-    data, hit = _cached(subject, "mixln/angular", params, compute)
-    return {**data, "cached": hit}
+    report(progress, 0.1, f"loading {ref}")
+    return _lookup(ref, samples, seq_len, "mixln/angular", params, compute)
 
 
 def removal_result(ref: str, samples: int = 8, seq_len: int = 64,
                    progress: Callable[[float, str], None] | None = None) -> dict:
     """{subject, baseline_loss, baseline_perplexity, layers, loss_increase, perplexity_increase, ...}."""
     params = {"samples": samples, "seq_len": seq_len, "corpus": TEXT_CORPUS}
-    if progress:
-        progress(0.05, f"loading {ref}")
-    subject = load_subject(ref, samples, seq_len)
 
-    def compute() -> dict:
-        def step(done, total):
-            if progress:
-                progress(0.1 + 0.9 * done / total, f"skipped layer {done}/{total}")
+    def compute(subject: Subject) -> dict:
+        step = item_progress(progress, "skipped layer", 0.1, 1.0)
         r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=step)
         return {"subject": subject.name, "baseline_loss": r.baseline_loss,
                 "baseline_perplexity": _clean(r.baseline_perplexity), "layers": list(range(len(r.losses))),
@@ -178,22 +204,20 @@ def removal_result(ref: str, samples: int = 8, seq_len: int = 64,
                 "perplexities": [_clean(x) for x in r.perplexities],
                 "perplexity_increase": [_clean(x) for x in r.perplexity_increase], **params}
 
-    data, hit = _cached(subject, "mixln/removal", params, compute)
-    return {**data, "cached": hit}
+    report(progress, 0.05, f"loading {ref}")
+    return _lookup(ref, samples, seq_len, "mixln/removal", params, compute)
 
 
 def gradnorm_result(ref: str, samples: int = 4, seq_len: int = 64) -> dict:
     """Per-layer gradient norms of the next-token loss on held-out windows, for the model as it is now."""
     params = {"samples": samples, "seq_len": seq_len, "corpus": TEXT_CORPUS}
-    subject = load_subject(ref, samples, seq_len)
 
-    def compute() -> dict:
+    def compute(subject: Subject) -> dict:
         g = layer_gradient_norms(subject.model, subject.tokens)
         return {"subject": subject.name, "layers": list(range(len(g.param))), "param": g.param, "input": g.input,
                 "loss": g.loss, **params}
 
-    data, hit = _cached(subject, "mixln/gradnorms", params, compute)
-    return {**data, "cached": hit}
+    return _lookup(ref, samples, seq_len, "mixln/gradnorms", params, compute)
 
 
 def run_gradnorms(ref: str, kind: str = "param") -> dict:

@@ -15,8 +15,9 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
+import core.mixln as mixln
+from core.cli import ProgressBar, emit, table
 from core.errors import BadInputError
 
 TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, AdamW with warmup and cosine decay to "
@@ -44,26 +45,6 @@ def _progress(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
-def _write_out(path: str | None, rows: list[dict] | dict, fig_fn) -> str | None:
-    """Write ``rows`` to .json / .csv, or the figure from ``fig_fn()`` to .html (atomically)."""
-    if not path:
-        return None
-    from core.figures import write_output
-
-    suffix = Path(path).suffix.lower()
-    table = rows if isinstance(rows, list) else _flatten(rows)
-    return str(write_output(path, data=rows, rows=table if suffix == ".csv" else None,
-                            figure=fig_fn() if suffix == ".html" else None))
-
-
-def _flatten(result: dict) -> list[dict]:
-    """A dict of per-layer lists (and scalars) -> one row per layer."""
-    lists = {k: v for k, v in result.items() if isinstance(v, list) and v and not isinstance(v[0], list)}
-    n = max((len(v) for v in lists.values()), default=0)
-    scalars = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
-    return [{**scalars, **{k: (v[i] if i < len(v) else None) for k, v in lists.items()}} for i in range(n)]
-
-
 def _fmt(x, nd=3):
     return "-" if x is None else (f"{x:.{nd}g}" if isinstance(x, float) else str(x))
 
@@ -71,9 +52,9 @@ def _fmt(x, nd=3):
 # ---- train / reproduce ---------------------------------------------------------------------------------
 
 def _train_args(p: argparse.ArgumentParser) -> None:
-    from core.mixln.config import NORMS
-    from core.mixln.runs import RECIPE_MODEL as M, RECIPE_TRAIN as T
-    p.add_argument("--norm", choices=NORMS, default="mix", help="norm placement (default mix)")
+    M, T = mixln.RECIPE_MODEL, mixln.RECIPE_TRAIN
+    p.add_argument("--norm", choices=list(mixln.PLACEMENTS), default="mix",
+                   help="norm placement: " + ", ".join(f"{n} ({p.label})" for n, p in mixln.PLACEMENTS.items()))
     p.add_argument("--alpha", type=_alpha, default=0.25, help="Mix-LN: fraction of layers that are Post-LN, in [0, 1]")
     p.add_argument("--layers", type=int, default=M["num_layers"])
     p.add_argument("--hidden", type=int, default=M["hidden_size"])
@@ -110,7 +91,6 @@ def _print_event(ev) -> None:
 
 def run_train(args) -> None:
     import torch
-    from core.mixln import runs
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.recipe:
@@ -119,9 +99,8 @@ def run_train(args) -> None:
     if args.quick:
         args.layers, args.hidden, args.heads, args.steps, args.batch, args.seq = 4, 32, 2, 6, 4, 32
         args.vocab, args.eval_every, args.grad_every, args.warmup, args.eval_batches = 512, 3, 2, 2, 2
-        from core.mixln.runs import ASSETS
-        if args.tokenizer is None and (ASSETS / "tokenizer.json").is_file():  # skip training a tokenizer
-            args.tokenizer = str(ASSETS / "tokenizer.json")
+        if args.tokenizer is None and (mixln.RUNS_DIR / "tokenizer.json").is_file():  # skip training a tokenizer
+            args.tokenizer = str(mixln.RUNS_DIR / "tokenizer.json")
     if args.out is None and args.resume is None:
         raise BadInputError("no output folder given.", fix="pass --out DIR (or --resume DIR).")
     for name in ("layers", "hidden", "heads", "steps", "batch", "seq", "eval_batches"):
@@ -134,14 +113,9 @@ def run_train(args) -> None:
                 eval_every=args.eval_every, eval_batches=args.eval_batches, grad_log_every=args.grad_every,
                 seed=args.seed)
     _progress("tokenizing the corpora and building the model")
-    meta = runs.train_run(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
-                          checkpoint_every=args.checkpoint_every, callback=_print_event)
-    meta["folder"] = str(Path(args.out or args.resume))
-    _emit(args, meta, lambda m: (f"{m['status']}: {m['folder']} ({m['norm']}, alpha {m['alpha']}, {m['steps_done']} "
-                                 f"steps, {m['wall_seconds']} s, {m['train_tokens_per_s']} tokens/s)\n"
-                                 f"final held-out perplexity {_fmt(m['final_eval_perplexity'], 5)} "
-                                 f"(loss {_fmt(m['final_eval_loss'], 5)})"
-                                 + (f"\n{m['message']}" if m['message'] else "")))
+    res = mixln.train_result(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
+                             args.checkpoint_every, callback=_print_event)
+    _emit(args, res.data, lambda m: res.status)
 
 
 def _reproduce_args(p):
@@ -150,19 +124,9 @@ def _reproduce_args(p):
 
 
 def run_reproduce(args) -> None:
-    from core.mixln import runs
-    only = getattr(args, "only", None)
-    for name in only or []:
-        if name not in runs.RECIPE:
-            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(runs.RECIPE)}.")
-    root = Path(args.out) if args.out else runs.ASSETS
     t0 = time.perf_counter()
-    res = runs.reproduce(root, only, callback=_print_event)
-    result = {"root": str(root), "seconds": round(time.perf_counter() - t0, 1),
-              "runs": {n: {k: m[k] for k in ("status", "final_eval_perplexity", "wall_seconds")} for n, m in res.items()},
-              "commands": {n: runs.recipe_command(n) for n in res}}
-    _emit(args, result, lambda r: "\n".join(f"{n}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'], 5)}, "
-                                            f"{v['wall_seconds']} s" for n, v in r["runs"].items()))
+    res = mixln.reproduce_result(args.out, getattr(args, "only", None), callback=_print_event)
+    _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
 
 
 def _emit(args, result, text) -> None:
@@ -172,13 +136,11 @@ def _emit(args, result, text) -> None:
 # ---- read-only commands ----------------------------------------------------------------------------------
 
 def run_runs(args) -> None:
-    from core.mixln import runs
-    rows = runs.compare_table()
+    rows = mixln.compare_table()
     for r in rows:
-        r["recipe"] = runs.recipe_command(r["run"]) if r["run"] in runs.RECIPE else ""
-    from core.cli import _table
-    _emit(args, rows, lambda rs: _table(rs, ["run", "norm", "alpha", "layers", "width", "steps", "status",
-                                             "eval_perplexity", "wall_s"]))
+        r["recipe"] = mixln.recipe_command(r["run"]) if r["run"] in mixln.RECIPE else ""
+    _emit(args, rows, lambda rs: table(rs, ["run", "norm", "alpha", "layers", "width", "steps", "status",
+                                            "eval_perplexity", "wall_s"]))
 
 
 def _subject_args(p, samples=8):
@@ -194,9 +156,8 @@ def _subject(args) -> str:
         raise BadInputError("give either --run or --model, not both.", fix="drop one of them.")
     if args.model:
         return args.model
-    from core.mixln import runs
     ref = args.run_ref or "mix-ln-0.25"
-    runs.resolve_run(ref)  # unknown run -> BadInputError
+    mixln.resolve_run(ref)  # unknown run -> BadInputError
     return ref
 
 
@@ -211,43 +172,26 @@ def _gradnorm_args(p):
 
 
 def run_gradnorms(args) -> None:
-    from core.mixln import analysis
-    from core.mixln.figures import gradnorm_figure, gradnorm_series
     if args.model:
-        res = [analysis.gradnorm_result(args.model, args.samples, args.seq)]
+        res = mixln.model_gradnorms_result(args.model, args.samples, args.seq)
     else:
-        res = [analysis.run_gradnorms(r, args.kind) for r in (args.runs or ["pre-ln", "post-ln", "mix-ln-0.25"])]
-    rows = [{"subject": r.get("run", r.get("subject")), "layer": l,
-             **({"init": r["init"][l], "final": r["final"][l]} if "run" in r else {"param": r["param"][l],
-                                                                                  "input": r["input"][l]})}
-            for r in res for l in r["layers"]]
-    written = _write_out(args.out, rows, lambda: gradnorm_figure(gradnorm_series(res), kind=args.kind))
-
-    def text(_):
-        lines = []
-        for r in res:
-            if "run" in r:
-                lines.append(f"{r['run']} ({r['label']}), {args.kind} grad norm per layer")
-                lines.append("  init : " + " ".join(f"{x:.3g}" for x in r["init"]))
-                lines.append("  final: " + " ".join(f"{x:.3g}" for x in r["final"]))
-            else:
-                lines.append(f"{r['subject']}: param grad norm per layer: " + " ".join(f"{x:.3g}" for x in r["param"]))
-        return "\n".join(lines + ([f"wrote {written}"] if written else []))
-    _emit(args, res, text)
+        res = mixln.gradnorms_result(args.runs or list(mixln.DEFAULT_RUNS), args.kind)
+    lines = []
+    for r in res.data:
+        if "run" in r:
+            lines.append(f"{r['run']} ({r['label']}), {args.kind} grad norm per layer")
+            lines.append("  init : " + " ".join(f"{x:.3g}" for x in r["init"]))
+            lines.append("  final: " + " ".join(f"{x:.3g}" for x in r["final"]))
+        else:
+            lines.append(f"{r['subject']}: param grad norm per layer: " + " ".join(f"{x:.3g}" for x in r["param"]))
+    emit(args, res.data, "\n".join(lines), res)
 
 
 def run_angular(args) -> None:
-    from core.mixln import analysis
-    from core.mixln.figures import angular_figure
-    res = analysis.angular_result(_subject(args), args.samples, args.seq, args.position,
-                                  progress=lambda f, m: _progress(m))
-    rows = [{"block_size": n, "first_layer": l, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
-            for i, n in enumerate(res["block_sizes"]) for j, l in enumerate(res["first_layers"])
-            if res["raw"][i][j] is not None]
-    written = _write_out(args.out, res if (args.out or "").endswith(".json") else rows, lambda: angular_figure(res))
-    _emit(args, res, lambda r: f"{r['subject']}: angular distance d(h_l, h_l+1) per layer: "
-          + " ".join(f"{x:.3f}" for x in r["raw"][0] if x is not None)
-          + (f"\nwrote {written}" if written else ""))
+    res = mixln.angular_distance_result(_subject(args), args.samples, args.seq, args.position, progress=ProgressBar())
+    r = res.data
+    emit(args, r, f"{r['subject']}: angular distance d(h_l, h_l+1) per layer: "
+         + " ".join(f"{x:.3f}" for x in r["raw"][0] if x is not None), res)
 
 
 def _angular_args(p):
@@ -257,15 +201,11 @@ def _angular_args(p):
 
 
 def run_removal(args) -> None:
-    from core.mixln import analysis
-    from core.mixln.figures import removal_figure
-    res = analysis.removal_result(_subject(args), args.samples, args.seq, progress=lambda f, m: _progress(m))
-    written = _write_out(args.out, _flatten(res) if (args.out or "").endswith(".csv") else res,
-                         lambda: removal_figure([res]))
-    _emit(args, res, lambda r: f"{r['subject']}: baseline held-out ppl {r['baseline_perplexity']:.2f}\n"
-          + "\n".join(f"  skip layer {l:2d}: loss +{d:.4f}  ppl +{p:.2f}" for l, d, p in
-                      zip(r["layers"], r["loss_increase"], r["perplexity_increase"]))
-          + (f"\nwrote {written}" if written else ""))
+    res = mixln.layer_removal_result([_subject(args)], args.samples, args.seq, progress=ProgressBar())
+    r = res.data[0]
+    emit(args, r, f"{r['subject']}: baseline held-out ppl {r['baseline_perplexity']:.2f}\n"
+         + "\n".join(f"  skip layer {l:2d}: loss +{d:.4f}  ppl +{p:.2f}" for l, d, p in
+                     zip(r["layers"], r["loss_increase"], r["perplexity_increase"])), res)
 
 
 def _table_out_args(p):
@@ -273,27 +213,14 @@ def _table_out_args(p):
 
 
 def run_sweep(args) -> None:
-    from core.mixln import runs
-    from core.mixln.figures import sweep_figure
-    rows = runs.sweep_table()
-    if not rows:
-        raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
-    written = _write_out(args.out, rows, lambda: sweep_figure(rows))
-    from core.cli import _table
-    _emit(args, rows, lambda r: _table(r, ["alpha", "run", "post_ln_layers", "status", "eval_perplexity"])
-          + (f"\nwrote {written}" if written else ""))
+    res = mixln.sweep_result()
+    emit(args, res.data, table(res.data, ["alpha", "run", "post_ln_layers", "status", "eval_perplexity"]), res)
 
 
 def run_compare(args) -> None:
-    from core.mixln import runs
-    from core.mixln.figures import compare_figure
-    rows = runs.compare_table()
-    if not rows:
-        raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
-    written = _write_out(args.out, rows, lambda: compare_figure(rows))
-    from core.cli import _table
-    _emit(args, rows, lambda r: _table(r, ["run", "norm", "alpha", "steps", "status", "eval_loss", "eval_perplexity"])
-          + (f"\nwrote {written}" if written else ""))
+    res = mixln.compare_result()
+    emit(args, res.data, table(res.data, ["run", "norm", "alpha", "steps", "status", "eval_loss",
+                                          "eval_perplexity"]), res)
 
 
 def register(groups) -> None:

@@ -20,8 +20,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from core.errors import BadInputError
+from core.mixln.placements import PLACEMENTS
 
-NORMS = ("pre", "post", "mix", "deepnorm", "sandwich")
+NORMS = tuple(PLACEMENTS)  # the registry's names (core.mixln.placements)
 
 
 @dataclass
@@ -43,8 +44,8 @@ class MixLNConfig:
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        if self.norm not in NORMS:
-            raise BadInputError(f"unknown norm placement {self.norm!r}.", fix=f"use one of: {', '.join(NORMS)}.")
+        if self.norm not in PLACEMENTS:
+            raise BadInputError(f"unknown norm placement {self.norm!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
         if not isinstance(self.post_ln_ratio, (int, float)) or not 0.0 <= float(self.post_ln_ratio) <= 1.0 \
                 or math.isnan(float(self.post_ln_ratio)):
             raise BadInputError(f"Mix-LN ratio alpha = {self.post_ln_ratio} is outside [0, 1].",

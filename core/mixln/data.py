@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from core.data.bpe import train_bpe
+from core.data.tokenizers import train_bpe
 from core.errors import BadInputError
 
 CORPORA = ("wikipedia-paragraphs", "openwebtext-paragraphs", "pydoc-topics")

@@ -11,15 +11,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from core.figures import PALETTE, style
+from core.mixln.placements import MIX_ALPHA_COLOURS as ALPHA_COLORS
+from core.mixln.placements import PLACEMENTS, placement_colour
 
-NORM_COLORS = {"pre": "#0072B2", "post": "#D55E00", "mix": "#009E73", "deepnorm": "#CC79A7", "sandwich": "#E69F00"}
-ALPHA_COLORS = {0.0: "#0072B2", 0.125: "#56B4E9", 0.25: "#009E73", 0.5: "#E69F00", 1.0: "#D55E00"}
-
-
-def run_color(norm: str, alpha: float | None = None, index: int = 0) -> str:
-    if norm == "mix" and alpha is not None and alpha in ALPHA_COLORS and alpha != 0.25:
-        return ALPHA_COLORS[alpha]
-    return NORM_COLORS.get(norm, PALETTE[index % len(PALETTE)])
+run_color = placement_colour  # colours come from the placement registry
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 400) -> go.Figure:
@@ -131,9 +126,8 @@ def sweep_figure(rows: list[dict], title: str = "Alpha sweep: final held-out per
 def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm placement (equal steps)") -> go.Figure:
     fig = go.Figure()
     for i, r in enumerate(rows):
-        norm = {"Pre-LN": "pre", "Post-LN": "post", "Mix-LN": "mix", "DeepNorm": "deepnorm",
-                "Sandwich-LN": "sandwich"}.get(r["norm"], r["norm"])
-        label = r["norm"] if norm != "mix" else f"Mix-LN alpha {r['alpha']:g}"
+        norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
+        label = r["norm"] if not getattr(PLACEMENTS.get(norm), "has_alpha", False) else f"{r['norm']} alpha {r['alpha']:g}"
         fig.add_trace(go.Bar(x=[label], y=[r["eval_perplexity"]], name=label,
                              marker_color=run_color(norm, r["alpha"], i),
                              text=[f"{r['eval_perplexity']:.1f}" if r["eval_perplexity"] else r["status"]],

@@ -24,6 +24,7 @@ import torch.nn.functional as F
 
 from core.errors import BadInputError, ModelLoadError
 from core.mixln.config import MixLNConfig, check_fits
+from core.runner import atomic_write
 from kernels.rmsnorm import add_rmsnorm
 
 
@@ -241,9 +242,8 @@ class MixLNForCausalLM(nn.Module):
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
         if self.config.tie_word_embeddings:
             state.pop("lm_head.weight", None)
-        tmp = folder / ".model.safetensors.tmp"
-        save_file(state, str(tmp), metadata={"format": "pt", "model_type": "mixln"})
-        tmp.replace(folder / "model.safetensors")
+        atomic_write(folder / "model.safetensors",
+                     lambda tmp: save_file(state, str(tmp), metadata={"format": "pt", "model_type": "mixln"}))
         self.config.save(folder)
         return folder
 

@@ -33,6 +33,8 @@ from core.errors import BadInputError
 from core.mixln.config import MixLNConfig, check_fits
 from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
+from core.mixln.placements import placement_label, sweep_alpha
+from core.runner import atomic_write
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, eval_batches, latest_checkpoint, \
     train_iter
 
@@ -53,7 +55,6 @@ RECIPE = {
 }
 # Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer.
 SWEEP = {0.0: "pre-ln", 0.125: "mix-ln-0.125", 0.25: "mix-ln-0.25", 0.5: "mix-ln-0.5", 1.0: "post-ln"}
-NORM_LABELS = {"pre": "Pre-LN", "post": "Post-LN", "mix": "Mix-LN", "deepnorm": "DeepNorm", "sandwich": "Sandwich-LN"}
 
 # A live run in the tab: small enough to finish in a minute or two on a laptop CPU.
 LIVE_MODEL = dict(vocab_size=DEFAULT_VOCAB, hidden_size=64, num_layers=8, num_heads=4, intermediate_size=176)
@@ -171,9 +172,7 @@ def _write_run(out: Path, model: MixLNForCausalLM, history: TrainHistory, meta: 
             "final_eval_perplexity": final["perplexity"] if final else None,
             "final_eval_step": final["step"] if final else None}
     for name, data in (("history.json", history.to_dict()), ("run.json", meta)):
-        tmp = out / f".{name}.tmp"
-        tmp.write_text(json.dumps(data, indent=None if name == "history.json" else 1))
-        tmp.replace(out / name)
+        atomic_write(out / name, json.dumps(data, indent=None if name == "history.json" else 1))
     if not keep_checkpoints:
         shutil.rmtree(out / "checkpoints", ignore_errors=True)
 
@@ -193,7 +192,10 @@ def train_run(out, norm="mix", alpha=0.25, model_sizes=None, train_config=None, 
 
 
 def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None) -> dict[str, dict]:
-    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data)."""
+    """Retrain the committed runs into ``root`` with the recipe (one shared tokenizer, same seed and data).
+
+    ``core.mixln.reproduce_result`` (``python -m core mixln reproduce``) calls this, then precomputes each run's
+    diagnostics (``core.mixln.write_run_diagnostics``); this module does not import the analyses."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     tok_path = root / "tokenizer.json"
@@ -207,9 +209,7 @@ def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, 
         spec = RECIPE[name]
         results[name] = train_run(root / name, spec["norm"], spec["alpha"], RECIPE_MODEL, RECIPE_TRAIN, tok_path,
                                   keep_checkpoints=False, callback=callback)
-        results[name] = compact_run(root / name)
-        from core.mixln.analysis import write_run_diagnostics
-        write_run_diagnostics(str(root / name))
+        results[name] = compact_run(root / name)  # the CLI's reproduce then precomputes each run's diagnostics
     return results
 
 
@@ -222,10 +222,9 @@ def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
     state = load_file(str(folder / "model.safetensors"))
     target = getattr(torch, dtype)
     if any(v.dtype != target for v in state.values()):
-        tmp = folder / ".model.safetensors.tmp"
-        save_file({k: v.to(target).contiguous() for k, v in state.items()}, str(tmp),
-                  metadata={"format": "pt", "model_type": "mixln"})
-        tmp.replace(folder / "model.safetensors")
+        half = {k: v.to(target).contiguous() for k, v in state.items()}
+        atomic_write(folder / "model.safetensors",
+                     lambda tmp: save_file(half, str(tmp), metadata={"format": "pt", "model_type": "mixln"}))
     if meta.get("final_eval_perplexity") is not None:
         meta.setdefault("final_eval_loss_float32", meta["final_eval_loss"])
         meta.setdefault("final_eval_perplexity_float32", meta["final_eval_perplexity"])
@@ -233,9 +232,7 @@ def compact_run(folder: str | os.PathLike, dtype: str = "float16") -> dict:
         got = evaluate_run(str(folder))
         meta.update(final_eval_loss=got["loss"], final_eval_perplexity=got["perplexity"])
     meta["weights_dtype"] = dtype
-    tmp = folder / ".run.json.tmp"
-    tmp.write_text(json.dumps(meta, indent=1))
-    tmp.replace(folder / "run.json")
+    atomic_write(folder / "run.json", json.dumps(meta, indent=1))
     return meta
 
 
@@ -251,9 +248,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        norm = self.meta.get("norm", "?")
-        base = NORM_LABELS.get(norm, norm)
-        return f"{base} (alpha {self.meta.get('alpha'):g})" if norm == "mix" else base
+        return placement_label(self.meta.get("norm", "?"), self.meta.get("alpha"))
 
     @property
     def final_perplexity(self) -> float | None:
@@ -334,7 +329,7 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
     for name in runs or list_runs(root):
         r = load_run(name, root)
         m = r.meta
-        rows.append({"run": name, "norm": NORM_LABELS.get(m["norm"], m["norm"]), "alpha": m["alpha"],
+        rows.append({"run": name, "norm": placement_label(m["norm"]), "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
                      "steps": m.get("steps_done"), "status": m.get("status"),
                      "eval_loss": _round(m.get("final_eval_loss"), 4),
@@ -349,8 +344,8 @@ def sweep_table(root=ASSETS, runs: list[str] | None = None) -> list[dict]:
     rows = []
     for name in names:
         r = load_run(name, root)
-        alpha = {"pre": 0.0, "post": 1.0}.get(r.meta["norm"], r.meta["alpha"])
-        if r.meta["norm"] not in ("pre", "post", "mix"):
+        alpha = sweep_alpha(r.meta["norm"], r.meta["alpha"])
+        if alpha is None:
             continue
         rows.append({"alpha": alpha, "run": name, "status": r.meta.get("status"),
                      "eval_perplexity": _round(r.final_perplexity, 2),

@@ -28,6 +28,7 @@ from core.errors import BadInputError
 from core.mixln.config import check_fits
 from core.mixln.diagnostics import find_decoder_layers, grad_norms_from_backward
 from core.mixln.model import MixLNForCausalLM, causal_lm_loss
+from core.runner import atomic_write
 
 
 @dataclass
@@ -163,19 +164,17 @@ def save_checkpoint(root: str | os.PathLike, model: nn.Module, optimizer: torch.
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step-{history.step:07d}"
-    tmp = root / f".{final.name}.{os.getpid()}.tmp"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if isinstance(model, MixLNForCausalLM) or hasattr(model, "save_pretrained"):
-        model.save_pretrained(tmp)
-    else:
-        from safetensors.torch import save_model
-        tmp.mkdir(parents=True)
-        save_model(model, str(tmp / "model.safetensors"))
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    state = {"step": history.step, "history": history.to_dict(), "train_config": asdict(config)}
-    (tmp / "trainer_state.json").write_text(json.dumps(state))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.replace(final)
+
+    def write(tmp: Path) -> None:
+        if isinstance(model, MixLNForCausalLM) or hasattr(model, "save_pretrained"):
+            model.save_pretrained(tmp)
+        else:
+            from safetensors.torch import save_model
+            save_model(model, str(tmp / "model.safetensors"))
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        state = {"step": history.step, "history": history.to_dict(), "train_config": asdict(config)}
+        (tmp / "trainer_state.json").write_text(json.dumps(state))
+    atomic_write(final, write, folder=True)
     _write_json(root / "history.json", history.to_dict())
     for old in sorted(root.glob("step-*"))[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
@@ -192,9 +191,7 @@ def latest_checkpoint(path: str | os.PathLike) -> Path | None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    tmp.replace(path)
+    atomic_write(path, json.dumps(data))
 
 
 def _load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> TrainHistory:

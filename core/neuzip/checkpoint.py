@@ -3,12 +3,18 @@
 File layout
 -----------
 A safetensors file whose tensors are the stored arrays, named ``"{tensor name}::{part}"`` with
-``part`` in ``symbols, freqs, states, offsets, words, fields, scales`` (unsigned arrays are stored
+``part`` in ``symbols, counts, states, offsets, words, escapes, escape_offsets, fields, scales``
+(:meth:`core.neuzip.CompressedTensor.arrays`; unsigned arrays are stored
 as the signed integer type of the same width, bit for bit), and whose string metadata holds
 
-- ``format``: ``"layerwise-neuzip"``, ``version``: ``"1"``;
+- ``format``: ``"layerwise-neuzip"``, ``version``: ``"2"`` (the exponent stream of
+  :mod:`core.neuzip.pairs`);
 - ``codec``: JSON ``{tensor name: CompressedTensor.metadata()}``;
 - ``sha256``: hex digest over the codec JSON and every array (names sorted, raw bytes).
+
+Version 1 files (exponents in :mod:`core.neuzip.rans` format, parts ``symbols, freqs, states,
+offsets, words``, 1-D ``states``) still load: each tensor's exponents are decoded and re-encoded in
+format 2, with a ``UserWarning`` saying so (save the result again to keep the new format).
 
 Writes go to a temporary file in the target folder and are renamed into place, so a failed save
 leaves no half-written file. Any problem reading a file (truncated, tampered, not a NeuZip
@@ -19,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -28,17 +34,20 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 from core.errors import BadInputError, LayerwiseError
-from core.neuzip import rans
+from core.neuzip import pairs, rans
 from core.neuzip.codec import CompressedTensor, check_params
+from core.runner import atomic_write
 from kernels.neuzip_bits import packed_length
 
 __all__ = ["save_compressed", "load_compressed"]
 
 FORMAT = "layerwise-neuzip"
-VERSION = "1"
+VERSION = "2"
+READABLE_VERSIONS = ("1", "2")
 _SIGNED = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32}
-_PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "states": np.uint32, "offsets": np.uint32,
-                "words": np.uint16, "fields": np.uint8, "scales": np.uint8}
+_PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "counts": np.uint16, "states": np.uint32,
+                "offsets": np.uint32, "words": np.uint16, "escapes": np.uint8, "escape_offsets": np.uint32,
+                "fields": np.uint8, "scales": np.uint8}
 
 
 def _digest(codec_json: str, arrays: dict[str, np.ndarray]) -> str:
@@ -75,15 +84,7 @@ def save_compressed(path: str | os.PathLike, tensors: dict[str, CompressedTensor
     codec_json = json.dumps({name: ct.metadata() for name, ct in tensors.items()}, sort_keys=True)
     meta = {"format": FORMAT, "version": VERSION, "codec": codec_json, "sha256": _digest(codec_json, arrays)}
     stored = {k: torch.from_numpy(np.ascontiguousarray(a).view(_SIGNED[a.dtype])) for k, a in arrays.items()}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(stored, tmp, metadata=meta)
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return atomic_write(path, lambda tmp: save_file(stored, str(tmp), metadata=meta))
 
 
 def _corrupt(path: Path, why: str) -> BadInputError:
@@ -114,8 +115,10 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
         raise _corrupt(path, f"cannot read it as safetensors ({exc})") from None
     if meta.get("format") != FORMAT:
         raise _corrupt(path, "no NeuZip metadata")
-    if meta.get("version") != VERSION:
-        raise _corrupt(path, f"unsupported version {meta.get('version')!r}")
+    version = meta.get("version")
+    if version not in READABLE_VERSIONS:
+        raise _corrupt(path, f"unsupported version {version!r} (this Layerwise reads versions "
+                             f"{', '.join(READABLE_VERSIONS)})")
     codec_json = meta.get("codec", "")
     try:
         arrays = {k: a.view(_PART_DTYPES[k.rsplit("::", 1)[1]]) for k, a in arrays.items()}
@@ -125,24 +128,56 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
         raise _corrupt(path, "checksum mismatch")
     try:
         codec = json.loads(codec_json)
-        return {name: _rebuild(name, m, arrays) for name, m in codec.items()}
+        rebuild = _rebuild if version == VERSION else _rebuild_version_1
+        tensors = {name: rebuild(name, m, arrays) for name, m in codec.items()}
     except (KeyError, TypeError, ValueError, LayerwiseError) as exc:
         raise _corrupt(path, f"inconsistent contents ({exc})") from None
+    if version != VERSION:
+        warnings.warn(f"NeuZip: {path} is a version {version} checkpoint; its exponent streams were converted "
+                      f"to version {VERSION} in memory (save_compressed writes version {VERSION}).",
+                      UserWarning, stacklevel=2)
+    return tensors
 
 
 def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 
+    m = {"block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.PRECISION,
+         "source_dtype": "bfloat16", "note": None, **m}
+    m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
+    table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))
+    words, escapes = part("words"), part("escapes")
+    offsets = np.concatenate([[0], part("offsets"), [words.size]]).astype(np.uint32)
+    escape_offsets = np.concatenate([[0], part("escape_offsets"), [escapes.size]]).astype(np.uint32)
+    stream = pairs.PairStream(table, part("states"), offsets, words, escapes, escape_offsets, m["numel"],
+                              int(m["chunk_size"]))
+    return _finish_rebuild(name, m, stream, arrays)
+
+
+def _rebuild_version_1(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
+    """A version-1 tensor (exponents in :mod:`core.neuzip.rans` format), re-encoded in format 2."""
+    def part(p: str) -> np.ndarray:
+        return arrays[f"{name}::{p}"]
+
     table = rans.RansTable(part("symbols"), part("freqs"), int(m["precision"]))
-    stream = rans.RansStream(table, part("states"), part("offsets"), part("words"),
-                             int(m["numel"]), int(m["chunk_size"]))
+    old = rans.RansStream(table, part("states"), part("offsets"), part("words"), int(m["numel"]),
+                          int(m["chunk_size"]))
+    old.validate()
+    stream = pairs.encode(rans.decode(old, validated=True))
+    return _finish_rebuild(name, m, stream, arrays)
+
+
+def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[str, np.ndarray]) -> CompressedTensor:
+    def part(p: str) -> np.ndarray:
+        return arrays[f"{name}::{p}"]
+
     scales = arrays.get(f"{name}::scales")
     ct = CompressedTensor(tuple(m["shape"]), int(m["mantissa_bits"]), m["block_size"], stream,
                           torch.from_numpy(part("fields").copy()),
                           None if scales is None else torch.from_numpy(scales.copy()),
                           m["source_dtype"], m["note"])
-    if int(np.prod(ct.shape, dtype=np.int64)) != ct.numel:
+    if any(int(d) < 0 for d in ct.shape) or int(np.prod(ct.shape, dtype=np.int64)) != ct.numel or ct.numel < 1:
         raise ValueError(f"{name}: shape does not match the element count")
     check_params(ct.mantissa_bits, ct.block_size)
     stream.validate()

@@ -1,4 +1,4 @@
-"""The NeuZip bf16 codec: exponents entropy-coded with chunked rANS, sign + mantissa kept raw.
+"""The NeuZip bf16 codec: exponents entropy-coded in pairs with chunked rANS, sign + mantissa kept raw.
 
 ``compress(tensor, mantissa_bits=7, block_size=None)`` returns a :class:`CompressedTensor`:
 
@@ -11,10 +11,11 @@
 
 Stored parts of a compressed tensor
 -----------------------------------
-- ``exponents``: a :class:`core.neuzip.rans.RansStream` (table, chunk states, offsets, words);
+- ``exponents``: a :class:`core.neuzip.pairs.PairStream` (codec format 2: table, chunk states,
+  offsets, words); files of format 1 (:mod:`core.neuzip.rans`) are converted when loaded;
 - ``fields``: ``(ceil(N / P),) uint8``, the packed ``1 + k`` bit sign/mantissa fields;
 - ``scales``: ``(ceil(N / B),) uint8`` normaliser codes, or None;
-- metadata: shape, ``k``, ``B``, chunk size, table precision, source dtype and a note.
+- metadata: shape, ``k``, ``B``, chunk size, source dtype and a note.
 
 Inputs that are not bf16 are converted (float32/float16 -> bf16 rounds the mantissa and is itself
 lossy), with a ``UserWarning`` and the reason kept in ``CompressedTensor.note``.
@@ -22,7 +23,6 @@ lossy), with a ``UserWarning`` and the reason kept in ``CompressedTensor.note``.
 from __future__ import annotations
 
 import json
-import math
 import numbers
 import warnings
 from dataclasses import dataclass, field
@@ -31,26 +31,24 @@ import numpy as np
 import torch
 
 from core.errors import BadInputError
-from core.neuzip import rans
+from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
-from kernels.neuzip_bits import MANTISSA_BITS, fields_per_byte, merge_bf16, packed_length, split_bf16
-from kernels.neuzip_rans import rans_decode
+from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
+from kernels.neuzip_rans import pair_rans_decode
 
 __all__ = ["CompressedTensor", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
-           "decode_workspace_bytes"]
+           "decode_workspace_bytes", "FORMAT_VERSION"]
 
 BLOCK_SIZES = tuple(2**i for i in range(5, 11))  # 32 .. 1024
-DECODE_SLICE = 1 << 20  # values merged at a time on CPU
-# upper bound on the CPU temporaries per value of a slice: int32 intermediates of the bit merge,
-# float32 intermediates of the normaliser, the bf16 result (measured: about 16 lossless, 30 with a
-# normaliser)
-DECODE_WORKSPACE_PER_VALUE = 32
+FORMAT_VERSION = 2  # of the exponent stream: 1 = core.neuzip.rans (read by conversion), 2 = core.neuzip.pairs
 
 
-def decode_workspace_bytes(numel: int) -> int:
+def decode_workspace_bytes(numel: int, chunk_size: int = pairs.DEFAULT_CHUNK,
+                           precision: int = pairs.PRECISION) -> int:
     """Upper bound on the CPU temporaries of ``decompress()`` for a tensor of ``numel`` values
-    (beyond the output): the decoded exponents (2 bytes per value at the peak) plus one slice."""
-    return 2 * numel + DECODE_WORKSPACE_PER_VALUE * min(numel, DECODE_SLICE)
+    (beyond the output): the decode table (8 bytes per slot) and the scratch of one chunk (its
+    exponent pairs, 1 byte per value, and 4 bytes per value for the normaliser's float32 pass)."""
+    return 8 * (1 << precision) + 5 * min(numel, chunk_size)
 
 
 def check_params(mantissa_bits: int, block_size: int | None) -> None:
@@ -114,7 +112,7 @@ class CompressedTensor:
     shape: tuple[int, ...]
     mantissa_bits: int
     block_size: int | None
-    exponents: rans.RansStream
+    exponents: pairs.PairStream
     fields: torch.Tensor
     scales: torch.Tensor | None = None
     source_dtype: str = "bfloat16"
@@ -132,18 +130,28 @@ class CompressedTensor:
         return self.mantissa_bits == 7
 
     def metadata(self) -> dict:
-        """The JSON-able codec metadata (everything but the arrays)."""
+        """The JSON-able codec metadata (everything but the arrays): ``shape`` and ``mantissa_bits``,
+        and ``block_size``, ``chunk_size``, ``source_dtype``, ``note`` when they differ from their
+        defaults (None, 2**17, bfloat16, None); stored with each tensor."""
         t = self.exponents
-        return {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits,
-                "block_size": self.block_size, "chunk_size": t.chunk_size,
-                "precision": t.table.precision, "numel": t.n, "source_dtype": self.source_dtype,
-                "note": self.note}
+        m = {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits}
+        if self.block_size is not None:
+            m["block_size"] = self.block_size
+        if t.chunk_size != pairs.DEFAULT_CHUNK:
+            m["chunk_size"] = t.chunk_size
+        if self.source_dtype != "bfloat16":
+            m["source_dtype"] = self.source_dtype
+        if self.note:
+            m["note"] = self.note
+        return m
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """Every stored array by part name (exponent stream, fields, scales)."""
+        """Every stored array by part name (exponent stream, fields, scales); of the two chunk offset
+        arrays only the inner entries (the first is 0, the last the array's length)."""
         t = self.exponents
-        parts = {"symbols": t.table.symbols, "freqs": t.table.freqs, "states": t.states,
-                 "offsets": t.offsets, "words": t.words, "fields": self.fields.cpu().numpy()}
+        parts = {"symbols": t.table.symbols, "counts": t.table.counts, "states": t.states,
+                 "offsets": t.offsets[1:-1], "words": t.words, "escapes": t.escapes,
+                 "escape_offsets": t.escape_offsets[1:-1], "fields": self.fields.cpu().numpy()}
         if self.scales is not None:
             parts["scales"] = self.scales.cpu().numpy()
         return parts
@@ -179,38 +187,36 @@ class CompressedTensor:
 
         Notes
         -----
-        On CPU the exponents are decoded at once (all chunks as vector lanes; 2 bytes per value at
-        the peak, 1 after), then merged in slices of :data:`DECODE_SLICE` values, so the other
-        temporaries stay below ``DECODE_WORKSPACE_PER_VALUE * DECODE_SLICE`` bytes whatever the
-        tensor's size. On CUDA the whole tensor is decoded by one Triton launch.
+        On CPU one numba call (GIL released) decodes chunk after chunk into a scratch of one chunk
+        and writes the bf16 bits straight into ``out`` (:func:`core.neuzip.pairs.decode_into`); the
+        temporaries stay below :func:`decode_workspace_bytes`. On CUDA the whole tensor is decoded
+        by one Triton launch, then merged by the bit-merge kernel.
         """
         if out is not None:
             if out.dtype != torch.bfloat16 or out.numel() != self.numel:
                 raise ValueError(f"out must be bfloat16 with {self.numel} elements")
             device = out.device
         device = torch.device("cpu") if device is None else torch.device(device)
-        if out is None:
-            out = torch.empty(self.shape, dtype=torch.bfloat16, device=device)
-        flat = out.view(-1)
-        k, stream = self.mantissa_bits, self.exponents
-        if device.type == "cuda":
-            flat.copy_(self._decode_on_device(device))
+        if device.type != "cpu":
+            result = self._decode_on_device(device)
+            if out is None:
+                return result.view(self.shape)
+            out.view(-1).copy_(result)
             return out.view(self.shape)
-        exponent = torch.from_numpy(rans.decode(stream))  # all lanes at once: fastest on CPU
-        n = stream.n
-        unit = math.lcm(fields_per_byte(k), self.block_size or 1)  # slices start on a byte and a block
-        step = unit * max(1, DECODE_SLICE // unit)
-        for start in range(0, n, step):
-            stop = min(n, start + step)
-            fields = self.fields[start // fields_per_byte(k):packed_length(stop, k)]
-            scales = None if self.scales is None else self.scales[start // self.block_size:-(-stop // self.block_size)]
-            flat[start:stop].copy_(self._finish(exponent[start:stop].to(device), fields.to(device), scales))
+        if out is None:
+            out = torch.empty(self.shape, dtype=torch.bfloat16)
+        target = out if out.is_contiguous() else torch.empty(self.shape, dtype=torch.bfloat16)
+        bits = target.view(-1).view(torch.int16).numpy().view(np.uint16)
+        scales = None if self.scales is None else self.scales.numpy()
+        pairs.decode_into(self.exponents, self.fields.numpy(), self.mantissa_bits, bits, scales, self.block_size)
+        if target is not out:
+            out.copy_(target.view(out.shape))
         return out.view(self.shape)
 
     def _decode_on_device(self, device: torch.device) -> torch.Tensor:
-        """Whole-tensor decode with the kernel ops (Triton rANS decode + bit merge on CUDA, their
+        """Whole-tensor decode with the kernel ops (Triton exponent decode + bit merge on CUDA, their
         PyTorch twins elsewhere): ``(N,) bfloat16`` on ``device``."""
-        exponent = rans_decode(*rans.kernel_args(self.exponents, device))
+        exponent = pair_rans_decode(*pairs.kernel_args(self.exponents, device))
         scales = None if self.scales is None else self.scales.to(device)
         return self._finish(exponent, self.fields.to(device), scales)
 
@@ -237,7 +243,13 @@ def split_fields(x: torch.Tensor, mantissa_bits: int, block_size: int | None
     scales = None
     if block_size is not None:
         x, scales = normalise(x, block_size)
-    exponent, fields = split_bf16(x, mantissa_bits)
+    if x.device.type != "cpu":
+        exponent, fields = split_bf16(x, mantissa_bits)
+        return exponent, fields, scales
+    exponent = torch.empty(x.numel(), dtype=torch.uint8)  # numba twin of split_bf16_ref, one pass
+    fields = torch.empty(packed_length(x.numel(), mantissa_bits), dtype=torch.uint8)
+    pairs.split_into(x.contiguous().view(torch.int16).numpy().view(np.uint16), int(mantissa_bits),
+                     exponent.numpy(), fields.numpy())
     return exponent, fields, scales
 
 
@@ -250,7 +262,9 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
     tensor : (...) floating tensor, non-empty; converted to bf16 with a warning when it is not bf16
     mantissa_bits : 7 (lossless) or 3, 1, 0 (mantissa rounded to that many bits)
     block_size : None, or a power of two in [32, 1024] for the per-block normaliser (k < 7 only)
-    chunk_size : symbols per independent rANS chunk; None picks one (1024..4096) for the size
+    chunk_size : weights per chunk (8 interleaved rANS states each), rounded up to a multiple of 16;
+        None: :data:`core.neuzip.pairs.DEFAULT_CHUNK` (2**17). Smaller chunks give a GPU more
+        independent lanes and cost 36 bytes each.
 
     Returns
     -------
@@ -272,7 +286,9 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
         raise BadInputError("mantissa_bits=0 cannot represent NaN (it would decode as infinity).",
                             fix="use mantissa_bits >= 1 or remove the NaNs")
     exponent, fields, scales = split_fields(x, mantissa_bits, block_size)
-    stream = rans.encode(exponent.cpu().numpy(), chunk_size=chunk_size)
+    if chunk_size is not None:
+        chunk_size = -(-chunk_size // (2 * pairs.LANES)) * 2 * pairs.LANES
+    stream = pairs.encode(exponent.cpu().numpy(), chunk_size=chunk_size)
     return CompressedTensor(tuple(tensor.shape), mantissa_bits, block_size, stream,
                             fields.cpu(), None if scales is None else scales.cpu(),
                             str(tensor.dtype).removeprefix("torch."), note)

@@ -3,7 +3,9 @@
 ``compress_model(model)`` swaps each ``nn.Linear`` (except those whose qualified name contains a
 ``skip`` substring) for a :class:`CompressedLinear`. All swapped layers of a model share one
 :class:`DecompressionBuffer`, sized for the largest weight: the forward pass decompresses layer by
-layer into it, so at most one decompressed weight exists at a time. With ``mantissa_bits=7`` the
+layer into it, so at most one decompressed weight exists at a time. With ``decode_ahead = D``
+(:func:`set_decode_ahead`) a background thread decodes the next ``D`` layers while the current one
+computes, in ``D + 1`` buffers (the decoder releases the GIL: it runs on another core). With ``mantissa_bits=7`` the
 weights come back bit for bit, so a bf16 model gives identical outputs.
 
 Memory (:func:`memory_report`): resident bytes = the compressed weights (every stored byte) +
@@ -19,6 +21,7 @@ there (Triton rANS decode and bit merge).
 from __future__ import annotations
 
 import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 import torch
@@ -29,26 +32,109 @@ from core.errors import BadInputError
 from core.neuzip.codec import CompressedTensor, bf16_exact, check_params, compress, decode_workspace_bytes
 
 __all__ = ["CompressedLinear", "DecompressionBuffer", "compress_model", "apply_compressed", "decompress_model",
-           "memory_report", "compressed_tensors"]
+           "memory_report", "compressed_tensors", "set_decode_ahead"]
 
 
 class DecompressionBuffer:
-    """One flat bf16 buffer shared by the compressed layers of a model (grown on demand)."""
+    """The bf16 buffers shared by the compressed layers of a model, and the decoder that fills them.
 
-    def __init__(self) -> None:
-        self.tensor: torch.Tensor | None = None
+    With ``ahead = 0`` (the default) there is one flat buffer, sized for the largest weight, and each
+    layer decodes its weight into it when called. With ``ahead = D >= 1`` a background thread decodes
+    the next ``D`` layers (in the order the layers were registered, wrapping around to the first
+    layer for the next forward) while the current one computes; ``D + 1`` buffers are then in use:
+    the current layer's and the ``D`` in flight. The CPU decoder releases the GIL, so the decoding
+    runs on another core while torch computes; a layer whose decode has not started when it is
+    needed (no core free) is decoded by the calling thread instead of waiting. CUDA inputs decode
+    synchronously.
+    """
 
-    def take(self, numel: int, device: torch.device) -> torch.Tensor:
-        """A ``(numel,) bfloat16`` view of the buffer on ``device``."""
-        t = self.tensor
+    def __init__(self, ahead: int = 0) -> None:
+        self.ahead = 0
+        self.slots: list[torch.Tensor | None] = [None]
+        self.layers: list[CompressedLinear] = []
+        self._index: dict[int, int] = {}
+        self._pending: dict[int, tuple[Future, int]] = {}  # layer index -> (decode, slot)
+        self._current: int | None = None
+        self._executor: ThreadPoolExecutor | None = None
+        self.set_ahead(ahead)
+
+    @property
+    def tensor(self) -> torch.Tensor | None:
+        """The first buffer (the only one when ``ahead = 0``)."""
+        return self.slots[0]
+
+    def set_ahead(self, ahead: int) -> None:
+        """Decode ``ahead`` layers in advance (0: decode each layer when it is called)."""
+        if isinstance(ahead, bool) or not isinstance(ahead, int) or not 0 <= ahead <= 8:
+            raise BadInputError(f"decode_ahead must be an integer from 0 to 8, got {ahead!r}.",
+                                fix="use 0 (decode when called), or 1-2 layers ahead")
+        self._drain()
+        self.ahead = ahead
+        self.slots = (self.slots + [None] * (ahead + 1))[:ahead + 1]
+        if ahead and self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="neuzip-decode")
+
+    def register(self, layers: list["CompressedLinear"]) -> None:
+        """The layers in their expected call order."""
+        self._drain()
+        self.layers = list(layers)
+        self._index = {id(m): i for i, m in enumerate(self.layers)}
+
+    def take(self, numel: int, device: torch.device, slot: int = 0) -> torch.Tensor:
+        """A ``(numel,) bfloat16`` view of buffer ``slot`` on ``device`` (grown on demand)."""
+        t = self.slots[slot]
         if t is None or t.numel() < numel or t.device != device:
-            self.tensor = t = torch.empty(numel, dtype=torch.bfloat16, device=device)
+            self.slots[slot] = t = torch.empty(numel, dtype=torch.bfloat16, device=device)
         return t[:numel]
+
+    def weight(self, layer: "CompressedLinear", device: torch.device) -> torch.Tensor:
+        """``layer``'s decoded weight, ``(out_features, in_features) bfloat16``, in one of the buffers.
+
+        It stays valid until the next call (the next layer's forward)."""
+        ct = layer.weight_compressed
+        i = self._index.get(id(layer))
+        if self.ahead == 0 or device.type != "cpu" or i is None:
+            self._drain()
+            self._current = 0
+            return ct.decompress(out=self.take(ct.numel, device))
+        self._current = None  # the previous layer has finished with its buffer
+        window = {(i + d) % len(self.layers) for d in range(1, self.ahead + 1)} - {i}
+        for j in [j for j in self._pending if j != i and j not in window]:
+            self._pending.pop(j)[0].result()  # a mispredicted decode: let it finish, drop it
+        if i in self._pending:
+            future, slot = self._pending.pop(i)
+            if future.cancel():  # the decode thread has not got to it (a busy machine): decode it here
+                w = ct.decompress(out=self.take(ct.numel, device, slot))
+            else:
+                w = future.result()
+        else:
+            slot = self._free_slot()
+            w = ct.decompress(out=self.take(ct.numel, device, slot))
+        self._current = slot
+        for d in range(1, self.ahead + 1):
+            j = (i + d) % len(self.layers)
+            if j == i or j in self._pending:
+                continue
+            nxt = self.layers[j].weight_compressed
+            slot_j = self._free_slot()
+            out = self.take(nxt.numel, device, slot_j)
+            self._pending[j] = (self._executor.submit(nxt.decompress, out=out), slot_j)
+        return w
+
+    def _free_slot(self) -> int:
+        used = {slot for _, slot in self._pending.values()} | {self._current}
+        return next(s for s in range(len(self.slots)) if s not in used)
+
+    def _drain(self) -> None:
+        """Wait for every decode in flight and forget it."""
+        for future, _ in self._pending.values():
+            future.result()
+        self._pending.clear()
 
     @property
     def nbytes(self) -> int:
         """Bytes currently allocated."""
-        return 0 if self.tensor is None else self.tensor.numel() * 2
+        return sum(t.numel() * 2 for t in self.slots if t is not None)
 
 
 class CompressedLinear(nn.Module):
@@ -71,8 +157,7 @@ class CompressedLinear(nn.Module):
     def decompressed_weight(self, device: torch.device | None = None) -> torch.Tensor:
         """The weight, ``(out_features, in_features) bfloat16``, living in the shared buffer."""
         device = torch.device("cpu") if device is None else device
-        out = self._buffer.take(self.weight_compressed.numel, device)
-        return self.weight_compressed.decompress(out=out)
+        return self._buffer.weight(self, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x: (..., in_features) -> (..., out_features)."""
@@ -91,7 +176,7 @@ class CompressedLinear(nn.Module):
 
 def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | None = None,
                    skip: tuple[str, ...] = ("embed", "lm_head"),
-                   progress: Callable[[int, int, str], None] | None = None) -> nn.Module:
+                   progress: Callable[[int, int, str], None] | None = None, decode_ahead: int = 0) -> nn.Module:
     """Swap the model's linear layers for :class:`CompressedLinear`, in place.
 
     Parameters
@@ -102,6 +187,8 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     skip : layers whose qualified name contains any of these substrings stay uncompressed
     progress : optional ``progress(done, total, layer name)``, called before each layer; raising
         from it cancels and leaves the model untouched
+    decode_ahead : layers decoded in advance by a background thread while the current one
+        computes (0: decode each layer when called); see :func:`set_decode_ahead`
 
     Returns
     -------
@@ -117,6 +204,7 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     mantissa_bits, block_size = int(mantissa_bits), None if block_size is None else int(block_size)
     if not isinstance(model, nn.Module):
         raise BadInputError(f"expected a torch.nn.Module, got {type(model).__name__}.")
+    DecompressionBuffer().set_ahead(decode_ahead)  # validate before the (long) compression
     linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
     if not linears:
         raise BadInputError("this model has no linear layers to compress.",
@@ -151,6 +239,29 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, layer)
     model._neuzip_buffer = buffer
+    return set_decode_ahead(model, decode_ahead)
+
+
+def set_decode_ahead(model: nn.Module, layers: int = 2) -> nn.Module:
+    """Decode the next ``layers`` compressed weights in a background thread while the current layer
+    computes (0 turns it off), in place.
+
+    The expected call order is the order of the modules in the model (true for the usual
+    transformer blocks: q, k, v, o, gate, up, down); a layer called out of that order is decoded when
+    called. Memory: ``layers + 1`` decode buffers, each the size of the largest weight (see
+    :func:`memory_report`). One forward at a time per model.
+
+    Raises
+    ------
+    BadInputError
+        ``layers`` not an integer in [0, 8], or a model without compressed layers.
+    """
+    buffer = getattr(model, "_neuzip_buffer", None)
+    if buffer is None:
+        raise BadInputError("this model has no NeuZip-compressed layers.",
+                            fix="run compress_model (or apply_compressed) first")
+    buffer.set_ahead(layers)
+    buffer.register([m for m in model.modules() if isinstance(m, CompressedLinear)])
     return model
 
 
@@ -181,7 +292,7 @@ def apply_compressed(model: nn.Module, tensors: dict[str, CompressedTensor]) -> 
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer))
     model._neuzip_buffer = buffer
-    return model
+    return set_decode_ahead(model, buffer.ahead)
 
 
 def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:
@@ -206,6 +317,7 @@ def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.M
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, linear)
     if hasattr(model, "_neuzip_buffer"):
+        model._neuzip_buffer.set_ahead(0)
         del model._neuzip_buffer
     return model
 
@@ -222,9 +334,11 @@ def memory_report(model: nn.Module) -> dict[str, int]:
     -------
     dict with ``compressed_weight_bytes`` (every stored byte of the compressed weights),
     ``other_bytes`` (parameters and buffers stored as tensors, counted once even when shared),
-    ``resident_bytes`` (their sum), ``buffer_bytes`` (the shared bf16 decompression buffer: 2 bytes
-    times the largest compressed weight), ``decode_workspace_bytes`` (upper bound on the CPU decode
-    temporaries of that weight, :func:`core.neuzip.codec.decode_workspace_bytes`),
+    ``resident_bytes`` (their sum), ``buffer_bytes`` (the shared bf16 decompression buffers: 2 bytes
+    times the largest compressed weight, times ``1 + decode_ahead``), ``decode_workspace_bytes``
+    (upper bound on the CPU decode temporaries of that weight,
+    :func:`core.neuzip.codec.decode_workspace_bytes`; twice that with decoding ahead, when the
+    calling thread and the decode thread may both decode), ``decode_ahead``,
     ``peak_transient_bytes`` (buffer + workspace) and ``peak_bytes`` (resident + transient).
     Activations are not counted, nor the cast copy of the weight that a forward makes when the
     inputs are not bf16.
@@ -238,8 +352,11 @@ def memory_report(model: nn.Module) -> dict[str, int]:
     comp = compressed_tensors(model)
     compressed = sum(c.nbytes for c in comp.values())
     largest = max((c.numel for c in comp.values()), default=0)
-    buffer = 2 * largest
-    workspace = decode_workspace_bytes(largest) if largest else 0
-    return {"compressed_weight_bytes": compressed, "other_bytes": other,
+    buf = getattr(model, "_neuzip_buffer", None)
+    ahead = buf.ahead if buf is not None else 0
+    buffer = 2 * largest * (1 + ahead)
+    chunk = max((c.exponents.chunk_size for c in comp.values()), default=0)
+    workspace = decode_workspace_bytes(largest, chunk) * (2 if ahead else 1) if largest else 0
+    return {"compressed_weight_bytes": compressed, "other_bytes": other, "decode_ahead": ahead,
             "resident_bytes": compressed + other, "buffer_bytes": buffer, "decode_workspace_bytes": workspace,
             "peak_transient_bytes": buffer + workspace, "peak_bytes": compressed + other + buffer + workspace}

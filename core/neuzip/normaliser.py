@@ -9,7 +9,9 @@ or the block holds only non-finite values.
 The division runs in float32; the quotient goes to bf16 by *round to odd* (truncate, then set the
 lowest bit if anything was dropped), so that the later round-to-nearest to ``k <= 3`` mantissa bits
 is correctly rounded (no double rounding). Decoding multiplies back in float32, where the product of
-a ``(k+1)``-bit and an 8-bit significand is exact, and rounds once to bf16.
+a ``(k+1)``-bit and an 8-bit significand is exact, and rounds once to bf16 (nearest, ties to even);
+NaNs come back bit for bit (torch's own float32 -> bf16 conversion of a NaN differs between its
+vectorised and scalar paths, so it is not left to decide).
 """
 from __future__ import annotations
 
@@ -80,4 +82,5 @@ def denormalise(y: torch.Tensor, codes: torch.Tensor, block_size: int) -> torch.
     -------
     (N,) bfloat16
     """
-    return (y.float() * _scales(codes.to(y.device), y.numel(), block_size)).to(torch.bfloat16)
+    z = (y.float() * _scales(codes.to(y.device), y.numel(), block_size)).to(torch.bfloat16)
+    return torch.where(torch.isnan(y), y, z)

@@ -1,4 +1,9 @@
-"""Chunked rANS coding of a byte stream (the exponent bytes of bf16 weights), vectorised over chunks.
+"""Chunked rANS coding of a byte stream, vectorised over chunks: codec format 1.
+
+Format 1 was the NeuZip exponent stream until format 2 (:mod:`core.neuzip.pairs`: pairs of exponents,
+8 interleaved states, big chunks, a numba decoder) replaced it. It stays for two uses: reading
+version-1 checkpoints (:func:`core.neuzip.load_compressed` decodes them here and re-encodes them in
+format 2) and entropy-coding NF4 codes in the trade-off (:mod:`core.neuzip.tradeoff`).
 
 The stream format ("rans32x16") is chosen so that every chunk decodes on its own, e.g. one chunk per
 GPU lane or program, with nothing shared but a small read-only table.
@@ -46,7 +51,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["RansTable", "RansStream", "build_table", "encode", "decode", "decode_tables", "kernel_args",
+__all__ = ["RansTable", "RansStream", "build_table", "encode", "decode", "decode_tables",
            "auto_chunk_size"]
 
 _L = 1 << 16
@@ -308,17 +313,3 @@ def decode(stream: RansStream, first_chunk: int = 0, last_chunk: int | None = No
         parts.append(_decode_lanes(stream.states[full:], offsets[full:full + 1], offsets[full + 1:],
                                    words, tail, slot_sym, slot_freq, slot_bias, stream.table.precision))
     return np.concatenate(parts)
-
-
-def kernel_args(stream: RansStream, device=None) -> tuple:
-    """The arguments of :func:`kernels.neuzip_rans.rans_decode` for ``stream``, as tensors on ``device``."""
-    import torch
-
-    slot_sym, slot_freq, slot_bias = decode_tables(stream.table)
-
-    def t(a, dtype):
-        return torch.from_numpy(np.ascontiguousarray(a).astype(dtype, copy=False)).to(device)
-
-    return (t(stream.states, np.int64), t(stream.offsets, np.int64), t(stream.words.view(np.int16), np.int16),
-            t(slot_sym, np.uint8), t(slot_freq, np.int32), t(slot_bias, np.int32),
-            stream.n, stream.chunk_size, stream.table.precision)

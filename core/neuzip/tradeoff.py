@@ -14,7 +14,9 @@ Each *setting* stores the model's linear layers (all but the embeddings and the 
   NF4 perplexity at a smaller size): the fairer baseline.
 
 The registry :data:`METHODS` maps each name to its quantizer ``(W bf16) -> (W_hat float32, stored
-bytes)``; every view lists methods from it.
+bytes)`` and everything a view needs: its label, legend family and marker style, and the settings
+:func:`default_settings` adds for it. A new baseline is one entry (plus its quantizer): it then appears
+in the trade-off, its tables, its chart and the CLI.
 
 Memory is every stored byte of the model's weights: the linear layers in the setting's format plus
 every other parameter and buffer as bf16 (counted once when tied), i.e. ``resident_bytes`` of
@@ -28,7 +30,7 @@ first, so every token of the text is predicted. Every setting is evaluated with 
 weights in float32 arithmetic (what bitsandbytes' CPU path and :class:`CompressedLinear` compute,
 without decoding at every forward), so the settings differ only in their weights.
 
-Each point is cached on disk (:class:`core.cache.ResultsCache`, analysis ``neuzip/tradeoff``),
+Each point is cached on disk (the runner's :class:`core.cache.ResultsCache`, analysis ``neuzip/tradeoff``),
 keyed by the model fingerprint, the setting and the evaluation text, so a repeated request is
 instant and a stopped run keeps the points it finished.
 """
@@ -46,25 +48,23 @@ import numpy as np
 import torch
 from torch import nn
 
-from core.errors import BadInputError, LayerwiseError
+from core.errors import BadInputError, Cancelled, LayerwiseError
 from core.neuzip import rans
 from core.neuzip.codec import check_params, compress
+from core.runner import report, scaled
 
-__all__ = ["METHODS", "Method", "Cancelled", "default_settings", "setting_label", "pareto_front",
+__all__ = ["METHODS", "Method", "Style", "Cancelled", "default_settings", "setting_label", "setting_family",
+           "setting_style", "pareto_front",
            "windowed_nll", "word_perplexity", "eval_text", "quantize_linears", "tradeoff", "tradeoff_for_model",
            "bnb_available", "DEFAULT_WORDS", "DEFAULT_WINDOW", "SKIP"]
 
 DEFAULT_WORDS = 2000  # the live path; the precomputed example in assets/neuzip used more (see its JSON)
 DEFAULT_WINDOW = 512
 SKIP = ("embed", "lm_head")  # linear layers left in bf16, as compress_model does
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: codec format 2 (core.neuzip.pairs) changed every NeuZip size
 BNB_BLOCK = 64
 
-Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message)
-
-
-class Cancelled(LayerwiseError):
-    """The user stopped the computation (finished points stay cached)."""
+Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message); may raise Cancelled
 
 
 def bnb_available() -> bool:
@@ -126,45 +126,89 @@ def _nf4_rans(w: torch.Tensor, **_) -> tuple[torch.Tensor, int]:
 
 
 @dataclass(frozen=True)
+class Style:
+    """How a family of points is drawn: colour, marker and where the point labels go."""
+
+    colour: str
+    marker: str = "circle"
+    text_position: str = "top center"
+
+
+@dataclass(frozen=True)
 class Method:
-    """A weight format: ``quantize(W bf16 (out, in), **setting) -> (W_hat float32, stored bytes)``."""
+    """A weight format: ``quantize(W bf16 (out, in), **setting) -> (W_hat float32, stored bytes)``.
+
+    Attributes
+    ----------
+    label : the setting's name in tables and on the chart (parameterised methods: ``describe``).
+    family : the legend entry its points join; ``style``: how they are drawn.
+    settings : what :func:`default_settings` adds for a baseline (``baseline=True``), each merged with its name.
+    describe : ``setting -> (label, family, style)`` for a method whose settings carry parameters (NeuZip's k, B).
+    """
 
     name: str
     family: str  # the legend entry
     quantize: Callable[..., tuple[torch.Tensor, int]]
+    label: str = ""
+    style: Style = Style("#475569")
     needs_bnb: bool = False
     same_weights_as: str | None = None  # evaluates exactly like this method (a lossless re-coding)
+    baseline: bool = True
+    settings: tuple[dict, ...] = ({},)
+    describe: Callable[[dict], tuple[str, str, Style]] | None = None
+
+    def view(self, setting: dict) -> tuple[str, str, Style]:
+        """``(label, family, style)`` of one of its settings."""
+        if self.describe is not None:
+            return self.describe(setting)
+        return self.label or self.name, self.family, self.style
 
 
+def _describe_neuzip(s: dict) -> tuple[str, str, Style]:
+    text = f"NeuZip k={s['k']}" + (" (lossless)" if s["k"] == 7 else "")
+    if s.get("block_size"):
+        return text + f", B={s['block_size']}", "NeuZip + normaliser", Style("#56B4E9", "diamond", "bottom center")
+    return text, "NeuZip", Style("#0072B2", "circle", "top center")
+
+
+_BNB = Style("#D55E00", "triangle-up", "middle right")
 METHODS: dict[str, Method] = {
-    "bf16": Method("bf16", "bf16", _bf16),
-    "neuzip": Method("neuzip", "NeuZip", _neuzip),
-    "bnb-int8": Method("bnb-int8", "bitsandbytes", _bnb_int8, needs_bnb=True),
-    "bnb-nf4": Method("bnb-nf4", "bitsandbytes", _bnb_nf4, needs_bnb=True),
-    "bnb-fp4": Method("bnb-fp4", "bitsandbytes", _bnb_fp4, needs_bnb=True),
-    "nf4-rans": Method("nf4-rans", "NF4 + rANS", _nf4_rans, needs_bnb=True, same_weights_as="bnb-nf4"),
+    "bf16": Method("bf16", "bf16", _bf16, "bf16", Style("#000000", "square"), baseline=False),
+    "neuzip": Method("neuzip", "NeuZip", _neuzip, baseline=False, describe=_describe_neuzip),
+    "bnb-int8": Method("bnb-int8", "bitsandbytes", _bnb_int8, "INT8 (bnb)", _BNB, needs_bnb=True),
+    "bnb-nf4": Method("bnb-nf4", "bitsandbytes", _bnb_nf4, "NF4 (bnb)", _BNB, needs_bnb=True),
+    "bnb-fp4": Method("bnb-fp4", "bitsandbytes", _bnb_fp4, "FP4 (bnb)", _BNB, needs_bnb=True),
+    "nf4-rans": Method("nf4-rans", "NF4 + rANS", _nf4_rans, "NF4 + rANS", Style("#CC79A7", "star", "middle left"),
+                       needs_bnb=True, same_weights_as="bnb-nf4"),
 }
 
 
+def _method(s: dict) -> Method:
+    name = s.get("method")
+    if name not in METHODS:
+        raise BadInputError(f"unknown method {name!r}.", fix=f"use one of {', '.join(METHODS)}")
+    return METHODS[name]
+
+
 def setting_label(s: dict) -> str:
-    """A short name for a setting, e.g. ``NeuZip k=3, B=128``."""
-    m = s["method"]
-    if m == "neuzip":
-        text = f"NeuZip k={s['k']}" + (" (lossless)" if s["k"] == 7 else "")
-        return text + (f", B={s['block_size']}" if s.get("block_size") else "")
-    return {"bf16": "bf16", "bnb-int8": "INT8 (bnb)", "bnb-nf4": "NF4 (bnb)", "bnb-fp4": "FP4 (bnb)",
-            "nf4-rans": "NF4 + rANS"}[m]
+    """A short name for a setting, e.g. ``NeuZip k=3, B=128`` (from the registry)."""
+    return _method(s).view(s)[0]
 
 
 def setting_family(s: dict) -> str:
-    if s["method"] == "neuzip" and s.get("block_size"):
-        return "NeuZip + normaliser"
-    return METHODS[s["method"]].family
+    """The legend entry of a setting (from the registry)."""
+    return _method(s).view(s)[1]
+
+
+def setting_style(s: dict) -> Style:
+    """How a setting's family is drawn (from the registry)."""
+    return _method(s).view(s)[2]
 
 
 def default_settings(ks=(7, 3, 1, 0), block_size: int | None = 128, baselines: bool = True) -> list[dict]:
     """The settings of the trade-off: bf16, NeuZip for each ``k`` (k < 7 also with ``block_size``),
-    and the quantization baselines when ``baselines`` and bitsandbytes imports.
+    and the baselines of the registry (``Method.baseline``) when ``baselines`` (those that need
+    bitsandbytes only when it imports).
 
     Raises
     ------
@@ -183,8 +227,9 @@ def default_settings(ks=(7, 3, 1, 0), block_size: int | None = 128, baselines: b
         out.append({"method": "neuzip", "k": k, "block_size": None})
         if k < 7 and block_size is not None:
             out.append({"method": "neuzip", "k": k, "block_size": int(block_size)})
-    if baselines and bnb_available():
-        out += [{"method": m} for m in ("bnb-int8", "bnb-nf4", "bnb-fp4", "nf4-rans")]
+    if baselines:
+        out += [{"method": name, **s} for name, m in METHODS.items() if m.baseline
+                and (not m.needs_bnb or bnb_available()) for s in m.settings]
     return out
 
 
@@ -199,12 +244,12 @@ def _logits(model: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 @torch.no_grad()
 def windowed_nll(model: nn.Module, ids: torch.Tensor, window: int = DEFAULT_WINDOW,
-                 should_stop: Callable[[], bool] | None = None,
-                 progress: Callable[[int, int], None] | None = None) -> tuple[float, int]:
+                 progress: Progress | None = None) -> tuple[float, int]:
     """Total next-token NLL (nats) of ``ids (T,)`` over non-overlapping windows.
 
     Window ``j`` feeds ``ids[j*window : (j+1)*window]`` and predicts ``ids[j*window+1 : (j+1)*window+1]``,
-    so each of the ``T - 1`` tokens after the first is predicted exactly once.
+    so each of the ``T - 1`` tokens after the first is predicted exactly once. ``progress(fraction, message)``
+    is called before each window and may raise :class:`Cancelled`.
 
     Returns
     -------
@@ -216,10 +261,7 @@ def windowed_nll(model: nn.Module, ids: torch.Tensor, window: int = DEFAULT_WIND
     starts = list(range(0, max(len(ids) - 1, 0), window))
     total, count = 0.0, 0
     for i, start in enumerate(starts):
-        if should_stop is not None and should_stop():
-            raise Cancelled("stopped by the user.")
-        if progress:
-            progress(i, len(starts))
+        report(progress, i / len(starts), f"perplexity window {i + 1}/{len(starts)}")
         chunk = ids[start:start + window + 1]
         logits = _logits(model, chunk[None, :-1])[0].float()
         total += float(torch.nn.functional.cross_entropy(logits, chunk[1:], reduction="sum"))
@@ -237,8 +279,7 @@ def token_ids(tokenizer, text: str) -> torch.Tensor:
 
 
 def word_perplexity(model: nn.Module, tokenizer, text: str, window: int = DEFAULT_WINDOW,
-                    should_stop: Callable[[], bool] | None = None,
-                    progress: Callable[[int, int], None] | None = None) -> dict:
+                    progress: Progress | None = None) -> dict:
     """Word-level perplexity of ``text``: ``exp(total token NLL / len(text.split()))``.
 
     Returns
@@ -250,7 +291,7 @@ def word_perplexity(model: nn.Module, tokenizer, text: str, window: int = DEFAUL
     if words == 0:
         raise BadInputError("the evaluation text is empty.", fix="give a text with at least one word")
     ids = token_ids(tokenizer, text)
-    nll, count = windowed_nll(model, ids, window, should_stop, progress)
+    nll, count = windowed_nll(model, ids, window, progress)
     return {"perplexity": math.exp(nll / words), "token_perplexity": math.exp(nll / max(count, 1)),
             "nll": nll, "tokens": count, "words": words}
 
@@ -317,9 +358,7 @@ def other_bytes(model: nn.Module, linear_weights: list[torch.Tensor]) -> int:
     return total
 
 
-def quantize_linears(masters: dict[str, torch.Tensor], setting: dict,
-                     should_stop: Callable[[], bool] | None = None,
-                     progress: Callable[[int, int, str], None] | None = None
+def quantize_linears(masters: dict[str, torch.Tensor], setting: dict, progress: Progress | None = None
                      ) -> tuple[dict[str, torch.Tensor], int]:
     """Apply one setting to bf16 weights ``{name: (out, in) bfloat16}``.
 
@@ -331,10 +370,7 @@ def quantize_linears(masters: dict[str, torch.Tensor], setting: dict,
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for i, (name, w) in enumerate(masters.items()):
-            if should_stop is not None and should_stop():
-                raise Cancelled("stopped by the user.")
-            if progress:
-                progress(i, len(masters), name)
+            report(progress, i / len(masters), name)
             w_hat, b = method.quantize(w, **kwargs)
             out[name], nbytes = w_hat, nbytes + b
     return out, nbytes
@@ -356,7 +392,7 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[dict], window: int = DEFAULT_WINDOW,
                        fingerprint: str | None = None, cache=None, cache_params: dict | None = None,
-                       progress: Progress | None = None, should_stop: Callable[[], bool] | None = None) -> dict:
+                       progress: Progress | None = None) -> dict:
     """Evaluate ``settings`` on one model (see the module docstring).
 
     Parameters
@@ -367,8 +403,8 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
     settings : from :func:`default_settings`
     fingerprint, cache : with both, each point is read from / written to the results cache
     cache_params : extra parameters that identify the evaluation (dataset name...)
-    progress : ``progress(fraction, message)``
-    should_stop : polled between layers and windows; when it returns True, :class:`Cancelled` is raised
+    progress : ``progress(fraction, message)``, called between layers and windows; raising :class:`Cancelled`
+        stops the run (the finished points stay cached)
 
     Returns
     -------
@@ -379,12 +415,10 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
     """
     from core.cache import CacheEntry
 
-    report = progress or (lambda f, m: None)
     if not settings:
         raise BadInputError("no settings to evaluate.")
     for s in settings:
-        if s.get("method") not in METHODS:
-            raise BadInputError(f"unknown method {s.get('method')!r}.", fix=f"use one of {', '.join(METHODS)}")
+        _method(s)
         if METHODS[s["method"]].needs_bnb and not bnb_available():
             raise BadInputError(f"{s['method']} needs bitsandbytes, which is not installed.",
                                 fix="pip install --no-deps bitsandbytes==0.50.2")
@@ -418,10 +452,10 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
 
         def compute(s=s, label=label, lo=lo, hi=hi):
             ws = workspace()
-            report(lo, f"{label}: quantizing {len(ws['masters'])} linear layers")
-            weights, nbytes = quantize_linears(
-                ws["masters"], s, should_stop,
-                lambda j, m, name: report(lo + (hi - lo) * 0.3 * j / m, f"{label}: {name}"))
+            report(progress, lo, f"{label}: quantizing {len(ws['masters'])} linear layers")
+            quantizing = scaled(progress, lo, lo + (hi - lo) * 0.3)
+            weights, nbytes = quantize_linears(ws["masters"], s, quantizing and (
+                lambda f, name: quantizing(f, f"{label}: {name}")))
             key = (METHODS[s["method"]].same_weights_as or s["method"], s.get("k"), s.get("block_size"))
             if all(torch.equal(w, ws["masters"][name].float()) for name, w in weights.items()):
                 key = ("bf16", None, None)  # bit-exact bf16 weights (lossless NeuZip): the bf16 perplexity
@@ -432,9 +466,9 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
                     for name, w in weights.items():
                         ws["linears"][name].weight.copy_(w)
                 del weights
-                nll, count = windowed_nll(
-                    ws["work"], ws["ids"], window, should_stop,
-                    lambda j, m: report(lo + (hi - lo) * (0.3 + 0.7 * j / m), f"{label}: perplexity window {j + 1}/{m}"))
+                scoring = scaled(progress, lo + (hi - lo) * 0.3, hi)
+                nll, count = windowed_nll(ws["work"], ws["ids"], window, scoring and (
+                    lambda f, message: scoring(f, f"{label}: {message}")))
                 evaluated[key] = (nll, count)
             return CacheEntry({"linear_bytes": nbytes, "nll": nll, "tokens": count})
 
@@ -457,7 +491,7 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
                        "bits_per_weight": 8.0 * d["linear_bytes"] / linear_numel,
                        "perplexity": math.exp(d["nll"] / words), "token_perplexity": math.exp(d["nll"] / max(d["tokens"], 1)),
                        "cached": bool(hit)})
-        report(hi, f"{label}: done")
+        report(progress, hi, f"{label}: done")
     front = pareto_front([(p["memory_bytes"], p["perplexity"]) for p in points])
     for j, p in enumerate(points):
         p["pareto"] = j in front
@@ -481,8 +515,7 @@ def tradeoff_for_model(model: nn.Module, tokenizer, text: str, settings: list[di
 
 def tradeoff(ref: str, ks=(7, 3, 1, 0), block_size: int | None = 128, words: int = DEFAULT_WORDS,
              window: int = DEFAULT_WINDOW, baselines: bool = True, dataset: str | None = None,
-             use_cache: bool = True, progress: Progress | None = None,
-             should_stop: Callable[[], bool] | None = None) -> dict:
+             use_cache: bool = True, progress: Progress | None = None) -> dict:
     """The memory / perplexity trade-off of a model reference (registered name, folder or hub id).
 
     Checks every parameter before loading anything. Returns :func:`tradeoff_for_model`'s dict plus
@@ -493,24 +526,23 @@ def tradeoff(ref: str, ks=(7, 3, 1, 0), block_size: int | None = 128, words: int
     BadInputError, ModelLoadError, DataMissingError
         Bad parameters, an unknown model, a model without tokenizer or linear layers, missing data.
     Cancelled
-        ``should_stop()`` returned True.
+        ``progress`` raised it (the user pressed Stop).
     """
     settings = default_settings(ks, block_size, baselines)
     if isinstance(window, bool) or not isinstance(window, int) or window < 8:
         raise BadInputError(f"window must be an integer >= 8, got {window!r}.")
     text, dataset = eval_text(words, dataset)
-    from core.cache import ResultsCache
+    from core.runner import results_cache
     from core.zoo import load_model
 
-    if progress:
-        progress(0.0, f"loading {ref}")
+    report(progress, 0.0, f"loading {ref}")
     lm = load_model(ref)
     if lm.tokenizer is None:
         raise BadInputError(f"{ref} has no tokenizer, so its perplexity cannot be measured.",
                             fix="pick a causal language model with a tokenizer")
     result = tradeoff_for_model(lm.model, lm.tokenizer, text, settings, window, lm.fingerprint,
-                                ResultsCache() if use_cache else None, {"dataset": dataset},
-                                progress, should_stop)
+                                results_cache() if use_cache else None, {"dataset": dataset},
+                                progress)
     result["tokens"] = len(token_ids(lm.tokenizer, text)) - 1
     return {"model": ref, "fingerprint": lm.fingerprint, "dataset": dataset, "ks": list(ks),
             "block_size": block_size, **result}

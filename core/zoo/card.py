@@ -28,6 +28,7 @@ class ModelCard:
     ready: bool = True
     fix: str = ""  # the command that makes a missing model ready
     model_class: str = "hf"  # "hf" (transformers Auto classes) or "core.<pkg>:<Class>" with from_pretrained(folder)
+    tokenizer: str = ""  # once loaded: its size against the model's vocabulary, or why there is none
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -51,6 +52,8 @@ class ModelCard:
                  f"- **quality (held-out)**: {self.quality_text()}"]
         if self.license:
             lines.append(f"- **license**: {self.license}")
+        if self.tokenizer:
+            lines.append(f"- **tokenizer**: {self.tokenizer}")
         if self.recipe:
             lines.append(f"- **recipe**: `{self.recipe}`")
         return "\n".join(lines)
@@ -63,7 +66,5 @@ def read_card_file(folder: Path) -> dict:
 
 
 def write_card_file(folder: Path, card: dict) -> None:
-    path = Path(folder) / "card.json"
-    tmp = path.with_name(".card.json.tmp")
-    tmp.write_text(json.dumps(card, indent=1, sort_keys=True))
-    tmp.replace(path)
+    from core.runner import atomic_write
+    atomic_write(Path(folder) / "card.json", json.dumps(card, indent=1, sort_keys=True))

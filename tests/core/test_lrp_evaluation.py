@@ -5,17 +5,16 @@ import numpy as np
 import pytest
 import torch
 
-import core.cache
 from core.cli import main
 from core.errors import BadInputError
+from core.runner import cancellable
 from core.lrp import evaluate, long_range_evaluation, samples_for
 from core.lrp.evaluation import key_token_evaluation
 
 
 @pytest.fixture(autouse=True)
-def private_cache(monkeypatch, tmp_path):
+def private_cache(fresh_cache):
     """Results go to a private cache (the datasets stay where they are prepared)."""
-    monkeypatch.setattr(core.cache, "results_dir", lambda: tmp_path / "results")
     torch.set_num_threads(2)
 
 
@@ -61,7 +60,7 @@ def test_conservation_only_is_cached_and_stop_is_not(tmp_path):
     assert second["cached"] and second["conservation"] == first["conservation"]
     calls = []
     stopped = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False,
-                       should_stop=lambda: len(calls) >= 2, progress=lambda f, m: calls.append(f))
+                       progress=cancellable(lambda f, m: calls.append(f), lambda: len(calls) >= 2))
     assert not stopped["complete"] and stopped["n_done"] == 2
     again = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False)
     assert again["complete"] and not again["cached"]  # the partial run was not cached

@@ -5,6 +5,7 @@ import torch
 from transformers import MambaConfig, MambaForCausalLM
 
 from core.errors import BadInputError
+from core.runner import cancellable
 from core.lrp import (METHODS, Explanation, Method, MambaSequenceClassifier, conservation, explain, faithfulness,
                       flip_curves, key_token_hit_rate, long_range, top_k_distances)
 
@@ -67,7 +68,7 @@ def test_faithfulness_runner_reports_delta_and_supports_cancel(lm):
     for row in res.values():
         assert row["delta_af"] == pytest.approx(row["mean_area_lerf"] - row["mean_area_morf"])
         assert len(row["morf"]) == 5
-    stopped = faithfulness(lm, samples, methods=["mambalrp"], steps=2, should_stop=lambda: True)
+    stopped = faithfulness(lm, samples, methods=["mambalrp"], steps=2, progress=cancellable(None, lambda: True))
     assert stopped == {}
     with pytest.raises(BadInputError):
         faithfulness(lm, samples, methods=["nope"])

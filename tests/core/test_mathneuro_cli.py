@@ -6,9 +6,8 @@ import json
 
 import pytest
 
-from core.cache import ResultsCache
 from core.cli import main
-from core.mathneuro import demo, load_masks, mask_metadata
+from core.mathneuro import load_masks, mask_metadata
 from core.mathneuro.recipe import DEMO_NAME
 from core.zoo import registered_names
 
@@ -17,10 +16,8 @@ needs_model = pytest.mark.skipif(DEMO_NAME not in registered_names(), reason="ma
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    root = tmp_path / "results"
-    monkeypatch.setattr(demo, "ResultsCache", lambda: ResultsCache(root))
-    return root
+def private_cache(fresh_cache):
+    return fresh_cache.root
 
 
 def run_cli(capsys, *args):

@@ -2,6 +2,7 @@
 import json
 import os
 
+import numpy as np
 import pytest
 import torch
 from safetensors import safe_open
@@ -122,3 +123,56 @@ def test_bad_names_and_folders(tmp_path):
         save_compressed(tmp_path / "no" / "such" / "m", tensors)
     with pytest.raises(BadInputError):
         save_compressed(tmp_path / "m", {})
+
+
+def _write_version_1(path, tensors: dict):
+    """A file as Layerwise wrote it before format 2: exponents in core.neuzip.rans format (1,024-weight chunks)."""
+    from core.neuzip import checkpoint, rans
+    from core.neuzip.codec import split_fields
+
+    arrays, codec = {}, {}
+    for name, (x, k, block) in tensors.items():
+        exponent, fields, scales = split_fields(x.reshape(-1), k, block)
+        s = rans.encode(exponent.numpy())
+        parts = {"symbols": s.table.symbols, "freqs": s.table.freqs, "states": s.states, "offsets": s.offsets,
+                 "words": s.words, "fields": fields.numpy()}
+        if scales is not None:
+            parts["scales"] = scales.numpy()
+        arrays.update({f"{name}::{p}": a for p, a in parts.items()})
+        codec[name] = {"shape": list(x.shape), "mantissa_bits": k, "block_size": block, "chunk_size": s.chunk_size,
+                       "precision": s.table.precision, "numel": x.numel(), "source_dtype": "bfloat16", "note": None}
+    codec_json = json.dumps(codec, sort_keys=True)
+    meta = {"format": "layerwise-neuzip", "version": "1", "codec": codec_json,
+            "sha256": checkpoint._digest(codec_json, arrays)}
+    signed = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32}
+    save_file({k: torch.from_numpy(np.ascontiguousarray(a).view(signed[a.dtype])) for k, a in arrays.items()},
+              str(path), metadata=meta)
+
+
+def test_version_1_files_are_converted_on_load(tmp_path):
+    _, w = _tensors()
+    _write_version_1(tmp_path / "old", {"a": (w, 7, None), "b": (w[:9], 3, 32)})
+    with pytest.warns(UserWarning, match="version 1 checkpoint.*converted to version 2"):
+        loaded = load_compressed(tmp_path / "old")
+    assert torch.equal(loaded["a"].decompress().view(torch.int16), w.view(torch.int16))
+    want = compress(w[:9], mantissa_bits=3, block_size=32).decompress()
+    assert torch.equal(loaded["b"].decompress().view(torch.int16), want.view(torch.int16))
+    path = save_compressed(tmp_path / "new", loaded)  # saved again: version 2, no warning on load
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata()["version"] == "2"
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = load_compressed(path)
+    assert torch.equal(again["a"].decompress().view(torch.int16), w.view(torch.int16))
+
+
+def test_unknown_version_names_the_readable_ones(tmp_path):
+    tensors, _ = _tensors()
+    path = save_compressed(tmp_path / "m", tensors)
+    with safe_open(str(path), framework="pt") as f:
+        meta, arrays = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    meta["version"] = "3"
+    save_file(arrays, str(path), metadata=meta)
+    with pytest.raises(BadInputError, match="unsupported version '3'.*reads versions 1, 2"):
+        load_compressed(path)

@@ -232,17 +232,55 @@ def test_rans_decodes_any_chunk_range_on_its_own():
 
 
 @pytest.mark.parametrize("k,block,chunk", [(7, None, 40), (3, 32, 48), (0, None, 12), (1, 64, 1024)])
-def test_sliced_decode_equals_whole_decode(monkeypatch, k, block, chunk):
-    from core.neuzip import codec
+def test_chunk_sizes_round_up_and_chunks_decode_on_their_own(k, block, chunk):
+    from core.neuzip import pairs
 
     x = weights(5000, seed=chunk)
     c = compress(x, mantissa_bits=k, block_size=block, chunk_size=chunk)
-    whole = c.decompress()
-    monkeypatch.setattr(codec, "DECODE_SLICE", 100)  # many slices, aligned to bytes and blocks
-    sliced = c.decompress()
-    assert torch.equal(_i16(sliced), _i16(whole))
+    assert c.exponents.chunk_size == -(-chunk // 16) * 16  # a multiple of 16 weights (8 states x 2)
+    whole = pairs.decode(c.exponents)
+    parts = [pairs.decode(c.exponents, i, i + 1) for i in range(c.exponents.num_chunks)]
+    assert np.array_equal(np.concatenate(parts), whole)
     if k == 7:
-        assert torch.equal(_i16(sliced), _i16(x))
+        assert torch.equal(_i16(c.decompress()), _i16(x))
+
+
+def all_bf16():
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(torch.bfloat16)
+
+
+def test_lossless_round_trip_of_every_bf16_pattern():
+    x = all_bf16()
+    for chunk in (None, 1024):
+        c = compress(x, chunk_size=chunk)
+        assert torch.equal(_i16(c.decompress()), _i16(x))
+
+
+@pytest.mark.parametrize("k,block", [(3, None), (1, 32), (3, 1024)])
+def test_cpu_decoder_matches_the_torch_twins_on_every_bf16_pattern(k, block):
+    """The numba merge + normaliser against kernels.neuzip_bits.merge_bf16_ref + normaliser.denormalise."""
+    x = all_bf16()
+    c = compress(x, mantissa_bits=k, block_size=block, chunk_size=4096)
+    assert torch.equal(_i16(c.decompress().reshape(-1)), _i16(c._decode_on_device(torch.device("cpu"))))
+
+
+@pytest.mark.parametrize("k", [0, 1, 3, 7])
+def test_cpu_split_matches_the_torch_twin_on_every_bf16_pattern(k):
+    from core.neuzip.codec import split_fields
+    from kernels.neuzip_bits import split_bf16_ref
+
+    x = all_bf16()
+    exponent, fields, _ = split_fields(x, k, None)
+    want_exponent, want_fields = split_bf16_ref(x, k)
+    assert torch.equal(exponent, want_exponent) and torch.equal(fields, want_fields)
+
+
+def test_decompress_into_a_strided_out():
+    x = weights(600).reshape(20, 30)
+    c = compress(x)
+    buf = torch.zeros(30, 20, dtype=torch.bfloat16).t()  # not contiguous
+    y = c.decompress(out=buf)
+    assert torch.equal(_i16(y.contiguous()), _i16(x)) and torch.equal(_i16(buf.contiguous()), _i16(x))
 
 
 @pytest.mark.parametrize("k,block", [(7, None), (3, 64)])

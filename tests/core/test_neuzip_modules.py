@@ -6,7 +6,7 @@ from torch import nn
 from core.errors import BadInputError
 from core.neuzip import (
     CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, load_compressed,
-    memory_report, save_compressed,
+    memory_report, save_compressed, set_decode_ahead,
 )
 
 
@@ -86,7 +86,7 @@ def test_memory_report():
     assert rep["resident_bytes"] < before["resident_bytes"]
     largest = 32 * 48
     assert rep["buffer_bytes"] == 2 * largest
-    assert rep["decode_workspace_bytes"] == 2 * largest + 32 * largest
+    assert rep["decode_workspace_bytes"] == 8 * 2**15 + 5 * largest  # the decode table + one chunk's scratch
     assert rep["peak_bytes"] == rep["resident_bytes"] + rep["buffer_bytes"] + rep["decode_workspace_bytes"]
 
 
@@ -168,3 +168,50 @@ def test_transformers_llama_identical_logits():
     with torch.no_grad():
         after = model(ids).logits
     assert torch.equal(before.view(torch.int16), after.view(torch.int16))
+
+
+@pytest.mark.parametrize("ahead", [1, 2, 5])
+def test_decode_ahead_gives_identical_outputs(ahead):
+    model = tiny()
+    with torch.no_grad():
+        want = model(IDS)
+    compress_model(model, decode_ahead=ahead)
+    buffer = model._neuzip_buffer
+    assert buffer.ahead == ahead and len(buffer.layers) == 4
+    with torch.no_grad():
+        for _ in range(3):  # the decodes in flight wrap around into the next forward
+            got = model(IDS)
+            assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert len(buffer._pending) == min(ahead, 3)  # the next forward's first layers are ready
+    rep = memory_report(model)
+    assert rep["decode_ahead"] == ahead and rep["buffer_bytes"] == 2 * 32 * 48 * (ahead + 1)
+    assert buffer.nbytes <= rep["buffer_bytes"]
+
+
+def test_decode_ahead_survives_an_unexpected_call_order():
+    model = compress_model(tiny(), decode_ahead=1)
+    layers = [m for m in model.modules() if isinstance(m, CompressedLinear)]
+    x = torch.randn(3, 32).to(torch.bfloat16)
+    plain = {id(m): m.weight_compressed.decompress() for m in layers}
+    for layer in [layers[2], layers[0], layers[0], layers[3], layers[1], layers[2]]:
+        xin = x if layer.in_features == 32 else torch.randn(3, 48).to(torch.bfloat16)
+        with torch.no_grad():
+            got = layer(xin)
+            want = torch.nn.functional.linear(xin, plain[id(layer)], layer.bias)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+
+
+def test_set_decode_ahead_checks_its_input():
+    model = compress_model(tiny())
+    for bad in (-1, 9, 1.5, True):
+        with pytest.raises(BadInputError):
+            set_decode_ahead(model, bad)
+    with pytest.raises(BadInputError):
+        set_decode_ahead(tiny(), 1)
+    with pytest.raises(BadInputError):
+        compress_model(tiny(), decode_ahead=-2)
+    set_decode_ahead(model, 2)
+    with torch.no_grad():
+        model(IDS)
+    decompress_model(model)
+    assert not hasattr(model, "_neuzip_buffer")

@@ -10,6 +10,7 @@ from torch import nn
 
 from core.cache import ResultsCache
 from core.errors import BadInputError
+from core.runner import cancellable
 from core.neuzip import compress_model, memory_report
 from core.neuzip.tradeoff import (Cancelled, default_settings, eval_text, pareto_front, tradeoff_for_model,
                                   windowed_nll, word_perplexity)
@@ -192,12 +193,12 @@ def test_cancel_keeps_finished_points(tmp_path):
 
     def should_stop():
         calls["n"] += 1
-        return calls["n"] > 8  # after the bf16 point (3 layers + 5 windows)
+        return calls["n"] > 10  # after the bf16 point (start + 3 layers + 5 windows + done)
 
     seen = []
     with pytest.raises(Cancelled):
         tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="t", cache=cache,
-                           should_stop=should_stop, progress=lambda f, m: seen.append(f))
+                           progress=cancellable(lambda f, m: seen.append(f), should_stop))
     assert seen == sorted(seen) and all(0 <= f <= 1 for f in seen)
     r = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="t", cache=cache)
     assert [p["cached"] for p in r["points"]] == [True, False, False]

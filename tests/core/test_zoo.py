@@ -123,14 +123,14 @@ def test_hub_id_online_goes_to_the_hub_loader(monkeypatch, folder):
 
     seen = {}
 
-    def fake_load_hf(location, kind, dtype, trust_remote_code, allow_pickle):
-        seen.update(location=location, trust=trust_remote_code, pickle=allow_pickle)
-        return original, None
+    def fake_load_hf(location, kind, dtype, trust_remote_code, allow_pickle, hub):
+        seen.update(location=location, trust=trust_remote_code, pickle=allow_pickle, hub=hub)
+        return original, None, "no tokenizer files", "causal-lm"
 
     monkeypatch.setenv("LAYERWISE_ONLINE", "1")
     monkeypatch.setattr(loading, "_load_hf", fake_load_hf)
     lm = load_model("some-org/some-model", use_cache=False)
-    assert seen == {"location": "some-org/some-model", "trust": False, "pickle": False}
+    assert seen == {"location": "some-org/some-model", "trust": False, "pickle": False, "hub": True}
     assert lm.card.source == "hub" and lm.card.parameters > 0 and len(lm.fingerprint) == 24
 
 
@@ -171,14 +171,26 @@ def test_committed_assets_are_registered_with_their_card(assets):
         assert torch.equal(load_model("tiny-lm").model(ids).logits, original(ids).logits)
 
 
-def test_only_layerwise_classes_may_be_named_in_a_card(assets):
+@pytest.mark.parametrize("named", ["os:system", "core.cache:ResultsCache", "core.lrp:explain", "core.lrp",
+                                   "core.lrp:VisionMamba:x", ""])
+def test_only_registered_layerwise_classes_may_be_named_in_a_card(assets, named):
     root, _ = assets
     card_path = root / "models" / "tiny-lm" / "card.json"
     card = json.loads(card_path.read_text())
-    card["model_class"] = "os:system"
+    card["model_class"] = named
     card_path.write_text(json.dumps(card))
-    with pytest.raises(ModelLoadError, match="not a Layerwise class"):
-        load_model("tiny-lm")
+    with pytest.raises(ModelLoadError, match="not a Layerwise class") as err:
+        load_model("tiny-lm", use_cache=False)
+    assert "core.lrp:VisionMamba" in err.value.fix
+
+
+def test_every_registered_model_class_loads_from_a_folder():
+    import importlib
+
+    from core.zoo.registry import MODEL_CLASSES
+    for named in MODEL_CLASSES:
+        module, _, attr = named.partition(":")
+        assert callable(getattr(getattr(importlib.import_module(module), attr), "from_pretrained"))
 
 
 def test_missing_packaged_model_names_the_command(tmp_path, monkeypatch):
@@ -202,3 +214,14 @@ def test_packaged_smollm2_is_a_working_llama():
         nxt = lm.model(ids).logits[0, -1].argmax()
     assert "Paris" in lm.tokenizer.decode(nxt)
     assert paths.models_dir() in (paths.models_dir() / "smollm2-135m").parents
+
+
+def test_token_texts_name_ids_past_the_tokenizer():
+    from tests.hub_repos import tokenizer
+
+    from core.zoo import token_texts
+    tok = tokenizer(300)
+    n = len(tok)
+    ids = tok("the cat")["input_ids"]
+    assert token_texts(tok, ids) == [tok.decode([i]) for i in ids]
+    assert token_texts(tok, [n, n + 2]) == [f"<id {n}>", f"<id {n + 2}>"]

@@ -1,56 +1,70 @@
-"""Chunk-parallel rANS decode: the Triton kernel (under TRITON_INTERPRET=1) and its PyTorch twin against the
-numpy coder that writes the format, symbol for symbol."""
+"""Chunk-parallel decode of format-2 exponent streams: the Triton kernel (under TRITON_INTERPRET=1) and its
+PyTorch twin against the numba coder that writes the format, exponent for exponent."""
 import numpy as np
 import pytest
 import torch
 
-from core.neuzip import rans
+from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import rans_decode, rans_decode_ref, rans_decode_triton
+from kernels.neuzip_rans import pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
 
-def _symbols(n, seed=0):
+def _exponents(n, seed=0, escapes=0):
     rng = np.random.default_rng(seed)
-    return np.clip(rng.normal(118, 2.5, n), 0, 255).astype(np.uint8)
+    e = np.clip(rng.normal(118, 2.5, n), 0, 255).astype(np.uint8)
+    if escapes:
+        e[rng.choice(n, escapes, replace=False)] = rng.integers(0, 256, escapes)
+    return e
 
 
-CASES = [(1, 64), (300, 64), (640, 64), (1000, 128), (350, 350)]
+CASES = [(1, 16, 0), (300, 64, 9), (641, 64, 30), (1000, 128, 0), (350, 352, 12)]
 
 
-@pytest.mark.parametrize("n,chunk", CASES)
-def test_ref_matches_numpy_coder(n, chunk):
-    sym = _symbols(n, n)
-    stream = rans.encode(sym, chunk_size=chunk)
-    got = rans_decode_ref(*rans.kernel_args(stream))
-    assert got.dtype == torch.uint8 and np.array_equal(got.numpy(), sym)
-    assert torch.equal(rans_decode(*rans.kernel_args(stream)), got)  # CPU tensors dispatch to the ref
-
-
-@needs_triton
-@pytest.mark.parametrize("n,chunk", CASES)
-def test_triton_matches_ref(n, chunk):
-    sym = _symbols(n, n + 1)
-    stream = rans.encode(sym, chunk_size=chunk)
-    args = rans.kernel_args(stream)
-    assert torch.equal(rans_decode_triton(*args), rans_decode_ref(*args))
+@pytest.mark.parametrize("n,chunk,escapes", CASES)
+def test_ref_matches_numba_coder(n, chunk, escapes):
+    e = _exponents(n, n, escapes)
+    stream = pairs.encode(e, chunk_size=chunk)
+    got = pair_rans_decode_ref(*pairs.kernel_args(stream))
+    assert got.dtype == torch.uint8 and np.array_equal(got.numpy(), e)
+    assert torch.equal(pair_rans_decode(*pairs.kernel_args(stream)), got)  # CPU tensors dispatch to the ref
 
 
 @needs_triton
-def test_triton_many_programs_and_precisions():
-    sym = _symbols(129 * 16 + 5, 3)  # 130 chunks: two programs of 128 lanes, a ragged last chunk
-    for precision in (10, 16):
-        stream = rans.encode(sym, chunk_size=16, precision=precision)
-        assert np.array_equal(rans_decode_triton(*rans.kernel_args(stream)).numpy(), sym)
+@pytest.mark.parametrize("n,chunk,escapes", CASES)
+def test_triton_matches_ref(n, chunk, escapes):
+    e = _exponents(n, n + 1, escapes)
+    args = pairs.kernel_args(pairs.encode(e, chunk_size=chunk))
+    assert torch.equal(pair_rans_decode_triton(*args), pair_rans_decode_ref(*args))
 
 
 @needs_triton
-@pytest.mark.parametrize("decode", [rans_decode_ref, rans_decode_triton])
+def test_triton_many_programs():
+    e = _exponents(33 * 16 + 5, 3, escapes=20)  # 34 chunks: two programs of 32 lanes, a ragged last chunk
+    stream = pairs.encode(e, chunk_size=16)
+    assert np.array_equal(pair_rans_decode_triton(*pairs.kernel_args(stream)).numpy(), e)
+
+
+@needs_triton
+@pytest.mark.parametrize("decode", [pair_rans_decode_ref, pair_rans_decode_triton])
 def test_corrupt_stream_is_detected(decode):
-    stream = rans.encode(_symbols(512, 4), chunk_size=128)
-    args = list(rans.kernel_args(stream))
+    stream = pairs.encode(_exponents(512, 4, escapes=5), chunk_size=128)
+    args = list(pairs.kernel_args(stream))
     args[2] = args[2].clone()
     args[2][3] ^= 0x1234
     with pytest.raises(ValueError, match="corrupt"):
         decode(*args)
+    args = list(pairs.kernel_args(stream))
+    args[5] = args[5].clone()
+    args[5][1:-1] += 1  # escapes moved from chunk to chunk
+    with pytest.raises(ValueError, match="corrupt"):
+        decode(*args)
+
+
+def test_bad_arguments():
+    args = list(pairs.kernel_args(pairs.encode(_exponents(100), chunk_size=32)))
+    with pytest.raises(ValueError):
+        pair_rans_decode_ref(*args[:8], 48, args[9])  # chunk size that does not match the states
+    with pytest.raises(TypeError):
+        pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int32), *args[3:])

@@ -7,32 +7,36 @@ import gradio as gr
 import numpy as np
 import pytest
 
-from core.lrp import demo
-from core.zoo import registered_names
+import core.lrp as core_lrp
+from core.lrp import LRPRules
+from core.zoo import fingerprint, registered_names
 from ui import lrp
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs = pytest.mark.skipif(not {"mamba-sentiment", "vision-mamba-mnist"} <= set(registered_names()),
                            reason="embedded Mamba models not committed")
-RULES_ON = (True, True, True, True, None, list(lrp.GAMMA_LAYERS))
+RULES_ON = (True, True, True, True, None, list(core_lrp.GAMMA_LAYERS))
 
 
 def test_rule_toggles_become_core_options():
-    assert lrp.rules_from(*RULES_ON) == {}
-    assert lrp.rules_from(False, True, False, True, None, []) == {"silu": False, "gate": False}
-    assert lrp.rules_from(True, True, True, True, 0.25, ["conv"]) == {
-        "gamma_in_proj": 0.0, "gamma_out_proj": 0.0, "gamma_conv": 0.25}
+    assert LRPRules.from_toggles(**lrp._rules(*RULES_ON)).changes() == {}
+    assert LRPRules.from_toggles(**lrp._rules(False, True, False, True, None, [])).changes() == {
+        "silu": False, "gate": False}
+    assert LRPRules.from_toggles(**lrp._rules(True, True, True, True, 0.25, ["conv"])) == LRPRules(
+        gamma_in_proj=0.0, gamma_out_proj=0.0, gamma_conv=0.25)
+    assert LRPRules.from_toggles(**lrp._rules(*RULES_ON), default_gamma=0.25) == LRPRules.mambalrp(0.25)
 
 
 @needs
 def test_example_text_is_precomputed_and_complete():
-    kind, inputs = demo.default_calls()[0]
+    kind, inputs = core_lrp.default_requests()[0]
     t0 = time.perf_counter()
     status, page, table, target, files = lrp.explain_text(inputs["model"], inputs["text"], inputs["methods"],
                                                           lrp.TOP, *RULES_ON)
+    files = files["value"]
     assert "precomputed" in status and time.perf_counter() - t0 < 5
     assert "MambaLRP" in page and "linear-gradient" in page
-    assert list(table["method"]) == [demo.METHODS[m].label for m in inputs["methods"]]
+    assert list(table["method"]) == [core_lrp.METHODS[m].label for m in inputs["methods"]]
     assert [c[1] for c in target["choices"]] == [lrp.TOP, 0, 1]
     suffixes = sorted(f.rsplit(".", 1)[1] for f in files)
     assert suffixes == ["csv", "html", "json"]
@@ -55,7 +59,7 @@ def test_image_upload_and_sample():
     status, fig, table, target, files = lrp.explain_image("vision-mamba-mnist", None, 0, ["mambalrp", "random"],
                                                           lrp.TOP, *RULES_ON)
     assert fig.layout.title.text and "True label" in status
-    assert len(files) == 3
+    assert len(files["value"]) == 3
     digit = np.zeros((64, 64, 3), dtype=np.uint8)
     digit[12:52, 28:36] = 255
     status, fig, *_ = lrp.explain_image("vision-mamba-mnist", digit, 0, ["mambalrp"], 3, *RULES_ON)
@@ -92,26 +96,25 @@ def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
     pre = evaluation.precomputed()
     assert {"mnist", "sentiment", "lm", "key-token", "mamba-sentiment", "vision-mamba-mnist"} <= set(pre)
     for model in ("mamba-sentiment", "vision-mamba-mnist"):
-        text, cons, faith, table = lrp.eval_outputs(pre[model])
+        text, cons, faith, table = lrp.eval_outputs(core_lrp.committed_result(model))
         assert "precomputed" in text and "ΔA^F" in text
         for fig in (cons, faith):
             assert fig.layout.title.text and _axis_titles(fig) and any(t.showlegend for t in fig.data)
         assert table.iloc[0]["method"] == "MambaLRP"  # best first, on both committed models
         assert pre[model]["conservation"]["mambalrp"]["max_abs_error"] < 1e-4
-        assert pre[model]["fingerprint"] == demo.load(model).fingerprint, "stale: lrp precompute-evaluation"
-    lr = lrp.long_range_figure(pre["lm"])
+        assert pre[model]["fingerprint"] == fingerprint(model), "stale: lrp precompute-evaluation"
+    lr = core_lrp.committed_result("lm").figures["long-range"]
     assert "Long range" in lr.layout.title.text and len(lr.data) == len(pre["lm"]["methods"])
-    rows = lrp.key_token_rows(pre["key-token"])
+    rows = core_lrp.committed_result("key-token").views["hits"]
     assert {r["method"] for r in rows} >= {"MambaLRP", "Random"}
 
 
 @needs
-def test_evaluate_handler_computes_and_refuses_bad_input(tmp_path, monkeypatch):
-    import core.cache
-    real = core.cache.ResultsCache
-    monkeypatch.setattr(core.cache, "ResultsCache", lambda: real(tmp_path / "results"))  # a private cache
+def test_evaluate_handler_computes_and_refuses_bad_input(fresh_cache):
     text, cons, faith, table, files = lrp.evaluate("vision-mamba-mnist", 2, 4, ["mambalrp", "random"])
-    assert "2 samples" in text and "K = 4" in text and len(table) == 2 and len(files) == 4
+    assert "2 samples" in text and "K = 4" in text and len(table) == 2 and len(files["value"]) == 4
+    again = lrp.evaluate("vision-mamba-mnist", 2, 4, ["mambalrp", "random"])
+    assert "from the results cache" in again[0] and again[-1]["value"] == files["value"]
     with pytest.raises(gr.Error):
         lrp.evaluate("vision-mamba-mnist", 0, 4, ["mambalrp"])
     with pytest.raises(gr.Error):

@@ -3,8 +3,7 @@ and legends; bad input becomes gr.Error; Stop cancels; every event has an API na
 import gradio as gr
 import pytest
 
-from core.cache import ResultsCache
-from core.mathneuro import demo
+import core.mathneuro as demo
 from core.mathneuro.recipe import DEMO_NAME
 from core.zoo import registered_names
 from ui import mathneuro
@@ -15,8 +14,8 @@ needs_model = pytest.mark.skipif(DEMO_NAME not in registered_names(), reason="ma
 
 
 @pytest.fixture(autouse=True)
-def private_cache(tmp_path, monkeypatch):
-    monkeypatch.setattr(demo, "ResultsCache", lambda: ResultsCache(tmp_path / "results"))
+def private_cache(fresh_cache):
+    return fresh_cache
 
 
 def axis_titles(fig) -> list[str]:
@@ -41,7 +40,7 @@ def assert_labelled(fig, legend=True):
 
 
 def test_precomputed_default_view_is_labelled():
-    ex = mathneuro.precomputed()
+    ex = {name: res.data for name, res in demo.example_results().items()}
     assert set(ex) == {"layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill"}
     from core.mathneuro.figures import FIGURES
     for name, result in ex.items():
@@ -58,7 +57,7 @@ def test_handlers_return_labelled_figures():
     model, math, nonmath = DEMO_NAME, "arithmetic-words", ["review-sentiment"]
     text, fig, files = mathneuro.layers(model, math, nonmath, 0.05, "mathneuro", 6, "share")
     titles = assert_labelled(fig)
-    assert "layer" in titles and any("%" in t for t in titles) and len(files) == 2
+    assert "layer" in titles and any("%" in t for t in titles) and len(files["value"]) == 2
     text, fig, table, files = mathneuro.effect(model, math, nonmath, 0.05, ["mathneuro", "random"], 6, 5, "auto")
     assert_labelled(fig)
     assert list(table["method"]) == ["MathNeuro", "Random"] and "accuracy" in text

@@ -82,7 +82,7 @@ def test_model_angular_is_cached():
     from core.zoo import card_of
     if not card_of("smollm2-135m").ready:
         pytest.skip("smollm2-135m not prepared")
-    text, fig = mixln.model_angular("smollm2-135m", 1, progress=lambda *a, **k: None)
+    text, fig, files = mixln.model_angular("smollm2-135m", 1, progress=lambda *a, **k: None)
     assert "30 layers" in text and fig.layout.title.text.endswith("smollm2-135m")
-    text2, _ = mixln.model_angular("smollm2-135m", 1, progress=lambda *a, **k: None)
+    text2, _, _ = mixln.model_angular("smollm2-135m", 1, progress=lambda *a, **k: None)
     assert "from the results cache" in text2

@@ -7,8 +7,11 @@ import gradio as gr
 import pytest
 import torch
 
+import core.neuzip as nz
 import ui.neuzip as tab
-from core.neuzip import bitfield_histograms, compression_table, throughput
+from core.neuzip import CODECS, bitfield_histograms, codec_comparison, compression_table
+from core.neuzip import service as S
+from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
 from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
 
@@ -21,18 +24,23 @@ def example():
     weights = {n: m.weight.detach() for n, m in model.named_modules()
                if isinstance(m, torch.nn.Linear) and n != "lm_head"}
     r = tradeoff_for_model(model, CharTokenizer(), TEXT, default_settings((7, 3, 0), 32, baselines=False), window=16)
-    r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 0], "block_size": 128,
-              "words": 2000})
-    x = weights["up"]
-    thr = {"model": "smollm2-135m", "numel": x.numel(),
-           "rows": [{"label": "k=7 (lossless)", "k": 7, "block_size": None, **throughput(x, 7, repeats=1)}]}
+    r.update({"model": "smollm2-135m", "dataset": "wikipedia-paragraphs", "ks": [7, 3, 1, 0], "block_size": 128,
+              "words": 2000, "window": 512})
+    r_thr = codec_comparison(weights, repeats=1, lossy=((3, 128),))
+    thr = {"model": "smollm2-135m", "numel": r_thr["weights"], "names": list(weights), "device": "cpu", **r_thr}
     return {"model": "smollm2-135m", "histograms": {"model": "smollm2-135m", **bitfield_histograms(weights)},
             "table": {"model": "smollm2-135m", **compression_table(weights)}, "tradeoff": r, "throughput": thr}
 
 
 @pytest.fixture
-def with_example(example, monkeypatch):
-    monkeypatch.setattr(tab, "load_example", lambda ref: copy.deepcopy(example) if ref == "smollm2-135m" else None)
+def with_example(example, monkeypatch, fresh_cache):
+    """The example store holds this tiny example as smollm2-135m's (whose weights are never read)."""
+    import core.zoo
+
+    real = core.zoo.fingerprint
+    monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "example-fp" if ref == "smollm2-135m" else real(ref))
+    store = ExampleStore.from_entries(S.example_entries(copy.deepcopy(example), "example-fp", baselines=True))
+    monkeypatch.setattr(S, "EXAMPLES", store)
     return example
 
 
@@ -71,18 +79,37 @@ def test_tradeoff_view_marks_the_pareto_front(with_example):
     assert log_fig.layout.xaxis.type == "log" and "log scale" in log_fig.layout.xaxis.title.text
 
 
-def test_throughput_view_compares_with_memcpy(with_example, monkeypatch):
-    monkeypatch.setattr(tab, "model_throughput", lambda ref, settings, progress=None: with_example["throughput"])
-    summary, fig, state = tab.measure_throughput("smollm2-135m", 7, "none", None)
-    title, xs, y = titles(fig)
-    assert title.startswith("Throughput on this machine") and xs == ["NeuZip setting"] and "MB/s" in y
-    assert [t.name for t in fig.data] == ["compress", "decompress", "memory copy (the limit)"]
-    assert "memory copy" in summary and state["throughput"]["rows"]
+def test_throughput_view_compares_the_codecs(with_example, monkeypatch):
+    weights = {n: torch.randn(96, 64).to(torch.bfloat16) * 0.02 for n in ("a.weight", "b.weight")}
+    monkeypatch.setattr(S, "_weights", lambda ref, progress=None: weights)
+    summary, fig, table, state = tab.measure_throughput("smollm2-135m", 3, "32", None)
+    lay = fig.layout
+    assert lay.title.text.startswith("Throughput on this machine") and "MB/s of bf16 input" in lay.yaxis.title.text
+    assert lay.yaxis.type == "log" and lay.xaxis.title.text and lay.xaxis2.title.text.startswith("bits per weight")
+    installed = [c.label for c in CODECS.values() if c.available() and c.name != "memcpy"]
+    legend = [t.name for t in fig.data if t.showlegend is not False]
+    assert legend[:2] == ["NeuZip (lossless)", "NeuZip k=3, B=32"] and set(installed) <= set(legend)
+    assert any(n.startswith("memory copy: ") and n.endswith("(the limit)") for n in legend)
+    colours = {t.name: t.marker.color for t in fig.data if t.type == "bar" and t.showlegend is not False}
+    assert all(colours[c.label] == c.colour for c in CODECS.values() if c.label in colours)
+    assert list(table["codec"]) == [r["label"] for r in state["throughput"]["rows"]] and "bits/weight" in table
+    assert "Measured now" in summary and "NeuZip k=3, B=32" in summary
+
+
+def test_the_precomputed_throughput_shows_at_once(with_example):
+    with gr.Blocks() as demo:
+        model = gr.Dropdown(choices=["smollm2-135m"], value="smollm2-135m", allow_custom_value=True)
+        tab.build(type("Ctx", (), {"model": model})())
+    shown = {b.elem_id: b for b in demo.blocks.values() if getattr(b, "elem_id", None)}
+    assert "Precomputed example" in shown["neuzip-throughput-summary"].value
+    assert "4-bit GGUF" in shown["neuzip-weights-note"].value and "student-t" in shown["neuzip-weights-note"].value
+    rows = shown["neuzip-throughput-table"].value["data"]
+    assert len(rows) == len(with_example["throughput"]["rows"]) and rows[1][0] == "NeuZip k=3, B=128"
 
 
 def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
-    state = tab._initial(tab._example("smollm2-135m"))[-1]
-    files = [Path(f) for f in tab.download_files(state, False)]
+    state, _ = nz.example_parts("smollm2-135m")
+    files = [Path(f) for f in tab.download_files(state, False)["value"]]
     assert {f.suffix for f in files} == {".json", ".csv", ".html"}
     assert all(f.stat().st_size > 0 for f in files)
     html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
@@ -116,12 +143,12 @@ def test_tab_builds_with_api_names(with_example):
 
 
 def test_the_committed_example_matches_the_live_defaults():
-    ex = tab.load_example(tab.EXAMPLE_MODEL)
-    if ex is None:
+    ex, _ = nz.example_parts(tab.EXAMPLE_MODEL)
+    if not ex:
         pytest.skip("assets/neuzip has no example yet")
     assert ex["table"]["mantissa_bits"] == 7 and ex["tradeoff"]["block_size"] == 128
     labels = [p["label"] for p in ex["tradeoff"]["points"]]
     assert labels[:2] == ["bf16", "NeuZip k=7 (lossless)"]
     by = {p["label"]: p for p in ex["tradeoff"]["points"]}
     assert by["bf16"]["perplexity"] == by["NeuZip k=7 (lossless)"]["perplexity"]
-    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "smollm2-135m.json").stat().st_size < 1_000_000
+    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "examples.json").stat().st_size < 1_000_000

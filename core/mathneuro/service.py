@@ -1,7 +1,13 @@
-"""MathNeuro analyses by dataset name, as the tab and the CLI run them: load the model and records, identify,
-intervene, evaluate, and return plain data. Results are cached (``core.cache.ResultsCache``) keyed by the model
-fingerprint + analysis + parameters; the defaults for the embedded model are also committed in
-``assets/mathneuro/examples.json`` so the tab shows them at once.
+"""What the MathNeuro tab and ``python -m core mathneuro`` do, one function per user action, each returning a
+:class:`core.runner.Result` (status text, data, tables, figures, files):
+
+    identify_result, layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result,
+    consistency_result, drill_result          the analyses, by model reference and dataset names
+    matrix_names, example_results, precompute_examples, train_demo_result
+
+Each analysis goes through :func:`core.runner.lookup`, keyed by the model fingerprint + analysis + parameters: the
+defaults for the embedded model are committed in ``assets/mathneuro/examples.json`` and answer at once (the model is
+not loaded to compare its fingerprint); anything else is computed once and cached.
 
 Datasets: any ``core.data`` dataset with math problems (``.solution``), multiple-choice records or texts, plus
 ``review-sentiment`` (the embedded model's synthetic non-math task, :mod:`core.mathneuro.recipe`).
@@ -9,33 +15,30 @@ Metrics: ``accuracy`` (math: exact final number; multiple choice: best option) o
 nats per token: worked solution, correct option or text); ``auto`` picks accuracy for the tasks the embedded
 model was trained on and loss elsewhere (SmolLM2's accuracy is at the floor on GSM-style problems).
 
-Every function takes ``progress(done, total, stage)`` (may raise to cancel); an intervened model is always
-restored exactly, also after an error or a cancel.
+``progress(fraction, message)`` (:mod:`core.runner`'s convention) may raise :class:`core.errors.Cancelled`; an
+intervened model is always restored exactly, also after an error or a cancel.
 """
 from __future__ import annotations
 
-import json
 import math as _math
 import time
-from collections.abc import Callable
 from pathlib import Path
 
-from core.cache import CacheEntry, ResultsCache
+from core.cache import CacheEntry
 from core.errors import BadInputError
 from core.mathneuro import analysis as A
-from core.mathneuro.evaluation import math_accuracy, multiple_choice_accuracy, teacher_forced_loss, token_inputs
+from core.mathneuro.evaluation import token_inputs
+from core.mathneuro.figures import FIGURES
 from core.mathneuro.interventions import intervened, save_masks
 from core.mathneuro.methods import METHODS, Statistics, get_method, select
-from core.mathneuro.recipe import DEMO_NAME, SENTIMENT, sentiment_split
+from core.mathneuro.recipe import DEMO_NAME, SENTIMENT
+from core.mathneuro.tasks import MAX_LENGTH, check_count, load_records, metric_label, resolve_metric, score
 from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion
 from core.paths import ASSETS_DIR
+from core.runner import ExampleStore, Result, cached_entry, item_progress, lookup, report, result_key, source_text
 
-Progress = Callable[[int, int, str], None] | None
-EXAMPLES = ASSETS_DIR / "mathneuro" / "examples.json"
-MATH_DATASETS = ("arithmetic-words", "gsm-symbolic")
-NONMATH_DATASETS = (SENTIMENT, "movie-sentiment", "mmlu", "logiqa")
-METRICS = ("auto", "accuracy", "loss")
-MAX_LENGTH = 256  # identification samples are cut to this many tokens
+EXAMPLES = ExampleStore(ASSETS_DIR / "mathneuro" / "examples.json")
+ANALYSES = ("layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill")
 
 DEFAULTS = {"model": DEMO_NAME, "math": "arithmetic-words", "nonmath": [SENTIMENT, "movie-sentiment"],
             "n": 100, "eval_n": 100, "proportion": 0.05, "method": "mathneuro", "factor": 1.1,
@@ -44,106 +47,28 @@ DEFAULTS = {"model": DEMO_NAME, "math": "arithmetic-words", "nonmath": [SENTIMEN
             "repeats": 3, "seed": 0}
 
 
-# ---- datasets, metrics ----------------------------------------------------------------------------------------
-def dataset_names() -> tuple[list[str], list[str]]:
-    """(math dataset names, non-math dataset names) offered by the tab."""
-    return list(MATH_DATASETS), list(NONMATH_DATASETS)
-
-
-def load_records(name: str, split: str, n: int) -> list:
-    """The first ``n`` records of ``name``'s ``split``, or :class:`BadInputError` (unknown, missing or empty)."""
-    n = check_count(n, "The number of samples")
-    if name == SENTIMENT:
-        recs = sentiment_split(split, n)
-    else:
-        from core.data import DATASETS, load
-        if name not in DATASETS:
-            raise BadInputError(f"Unknown dataset {name!r}.",
-                                fix=f"Use one of: {', '.join(list(DATASETS) + [SENTIMENT])}.")
-        recs = load(name, split, limit=n)
-    recs = list(recs)[:n]
-    if not recs:
-        raise BadInputError(f"The dataset {name!r} ({split}) is empty.", fix="Pick another dataset or split.")
-    return recs
-
-
-def check_count(n, what: str) -> int:
-    if isinstance(n, float) and n.is_integer():
-        n = int(n)
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise BadInputError(f"{what} must be a positive integer, got {n!r}.", fix="Use e.g. 50.")
-    return n
-
-
-def task_of(record) -> str:
-    if hasattr(record, "solution"):
-        return "math"
-    if hasattr(record, "choices"):
-        return "choice"
-    if hasattr(record, "text"):
-        return "text"
-    raise BadInputError(f"Records of type {type(record).__name__} cannot be used here.",
-                        fix="Use math problems, multiple-choice questions or texts.")
-
-
-def resolve_metric(metric: str, dataset: str, record) -> str:
-    """``accuracy`` or ``loss`` for this dataset."""
-    if metric not in METRICS:
-        raise BadInputError(f"Unknown metric {metric!r}.", fix=f"Use one of: {', '.join(METRICS)}.")
-    task = task_of(record)
-    if metric == "auto":
-        return "accuracy" if dataset in ("arithmetic-words", SENTIMENT) else "loss"
-    if metric == "accuracy" and task == "text":
-        raise BadInputError(f"{dataset!r} has plain texts, which have no accuracy.", fix="Use --metric loss.")
-    return metric
-
-
-def metric_label(dataset: str, metric: str) -> str:
-    return f"{dataset} {'accuracy (%)' if metric == 'accuracy' else 'loss (nats/token)'}"
-
-
-def score(model, tokenizer, records, metric: str, dataset: str) -> float:
-    """Accuracy in % or loss in nats per token of ``model`` on ``records``."""
-    if metric == "loss":
-        return teacher_forced_loss(model, tokenizer, records)["loss"]
-    if task_of(records[0]) == "math":
-        tokens = 24 if dataset == "arithmetic-words" else 256
-        return 100.0 * math_accuracy(model, tokenizer, records, max_new_tokens=tokens)["accuracy"]
-    return 100.0 * multiple_choice_accuracy(model, tokenizer, records)["accuracy"]
-
-
-# ---- model, cache --------------------------------------------------------------------------------------------
+# ---- model, statistics -------------------------------------------------------------------------------------------
 def load(ref: str):
     """``core.zoo.load_model(ref)``; an empty reference is a clear error."""
     from core.zoo import load_model
+    return load_model(_ref(ref))
+
+
+def _ref(ref) -> str:
     if not ref or not str(ref).strip():
         raise BadInputError("No model chosen.", fix="Pick a model, e.g. mathneuro-tiny.")
-    return load_model(str(ref).strip())
+    return str(ref).strip()
 
 
-def _examples() -> list[dict]:
-    try:
-        return json.loads(EXAMPLES.read_text())["entries"]
-    except (OSError, ValueError, KeyError):
-        return []
+def _lookup(ref: str, analysis: str, params: dict, compute):
+    """(data, source, key) of one analysis: a committed example, the results cache, or ``compute()``."""
+    from core.zoo import fingerprint
+
+    found = lookup(fingerprint(ref), f"mathneuro-{analysis}", params, compute, examples=EXAMPLES)
+    return found.data, found.source, found.key
 
 
-def _canon(params: dict) -> str:
-    return json.dumps(params, sort_keys=True, default=str)
-
-
-def cached(lm, analysis: str, params: dict, compute: Callable[[], dict]) -> tuple[dict, str]:
-    """(result, where) with where in {"precomputed", "cache", "computed"}."""
-    key = _canon(params)
-    for e in _examples():
-        if e["fingerprint"] == lm.fingerprint and e["analysis"] == analysis and _canon(e["params"]) == key:
-            return e["result"], "precomputed"
-    entry, hit = ResultsCache().get_or_compute(lm.fingerprint, f"mathneuro-{analysis}", params,
-                                               lambda: CacheEntry(compute()))
-    return entry.data, "cache" if hit else "computed"
-
-
-def statistics(lm, math: str, nonmath: str, n: int, method: str, progress: Progress = None) -> Statistics:
+def statistics(lm, math: str, nonmath: str, n: int, method: str, progress=None) -> Statistics:
     """The method's statistics from ``n`` train samples of each dataset (cached; small: one vector per matrix)."""
     kind = get_method(method).statistics
     params = {"math": math, "nonmath": nonmath, "n": n, "kind": kind, "max_length": MAX_LENGTH}
@@ -151,7 +76,8 @@ def statistics(lm, math: str, nonmath: str, n: int, method: str, progress: Progr
     def compute():
         m_in = token_inputs(lm.tokenizer, load_records(math, "train", n), MAX_LENGTH)
         n_in = token_inputs(lm.tokenizer, load_records(nonmath, "train", n), MAX_LENGTH)
-        stats = get_method(method).collect(lm.model, m_in, n_in, max_length=MAX_LENGTH, progress=progress)
+        stats = get_method(method).collect(lm.model, m_in, n_in, max_length=MAX_LENGTH,
+                                           progress=item_progress(progress, "collecting"))
         tensors, data = {}, {"kind": stats.kind}
         for side in ("math", "nonmath"):
             part = getattr(stats, side)
@@ -163,7 +89,7 @@ def statistics(lm, math: str, nonmath: str, n: int, method: str, progress: Progr
                 tensors.update({f"{side}/{k}": v for k, v in part.positive.items()})
         return CacheEntry(data, tensors)
 
-    entry, _ = ResultsCache().get_or_compute(lm.fingerprint, "mathneuro-statistics", params, compute)
+    entry, _ = cached_entry(lm.fingerprint, "mathneuro-statistics", params, compute)
     parts = {}
     for side in ("math", "nonmath"):
         vecs = {k.split("/", 1)[1]: v for k, v in entry.tensors.items() if k.startswith(side + "/")}
@@ -176,7 +102,7 @@ def statistics(lm, math: str, nonmath: str, n: int, method: str, progress: Progr
 
 
 def masks_for(lm, math: str, nonmath: str, n: int, proportion: float, method: str, seed: int = 0,
-              progress: Progress = None):
+              progress=None):
     n = check_count(n, "The number of samples N")
     proportion = check_proportion(proportion)
     stats = statistics(lm, math, nonmath, n, method, progress)
@@ -201,10 +127,12 @@ def _check_nonmath(nonmath) -> list[str]:
 
 # ---- analyses ---------------------------------------------------------------------------------------------------
 def identify_result(ref: str, math: str, nonmath: str, n: int, proportion: float, method: str, seed: int = 0,
-                    out: str | None = None, progress: Progress = None) -> dict:
+                    out: str | None = None, progress=None) -> Result:
     """Identify, summarise, and optionally save the masks (safetensors, with metadata)."""
     n, proportion = check_count(n, "The number of samples N"), check_proportion(proportion)
     get_method(method)
+    if out and Path(out).suffix != ".safetensors":
+        raise BadInputError(f"Cannot write masks to {Path(out).name}.", fix="Use --out masks.safetensors.")
     lm = load(ref)
     t0 = time.perf_counter()
     masks = masks_for(lm, math, nonmath, n, proportion, method, seed, progress)
@@ -214,35 +142,39 @@ def identify_result(ref: str, math: str, nonmath: str, n: int, proportion: float
               "share": summary["share"], "matrices": summary["matrices"], "seconds": round(time.perf_counter() - t0, 2)}
     if out:
         path = Path(out)
-        if path.suffix != ".safetensors":
-            raise BadInputError(f"Cannot write masks to {path.name}.", fix="Use --out masks.safetensors.")
         if not path.parent.exists():
             raise BadInputError(f"Folder {path.parent} does not exist.", fix="Create it or choose another path.")
         save_masks(masks, path, {"method": method, "proportion": proportion, "math": math, "nonmath": nonmath,
                                  "n": n, "model": ref, "fingerprint": lm.fingerprint})
         result["masks_file"] = str(path)
-    return result
+    status = (f"{method}: {result['selected']:,} of {result['total']:,} weights ({100 * result['share']:.3f}%) are "
+              f"math-specific (K = {proportion:g}, N = {n}, {result['seconds']} s)")
+    return Result(status, result, tables={"matrices": result["matrices"]}, stem="mathneuro-identify")
 
 
 def layer_distribution_result(ref: str, math: str, nonmath, n: int, proportion: float, method: str = "mathneuro",
-                              progress: Progress = None) -> dict:
-    """Selected parameters per (layer, module) for one or two non-math datasets."""
+                              progress=None, show: str = "count") -> Result:
+    """Selected parameters per (layer, module) for one or two non-math datasets; ``show``: count or share."""
     proportion, n = check_proportion(proportion), check_count(n, "The number of samples N")
     get_method(method)
-    nonmath = _check_nonmath(nonmath)
-    lm = load(ref)
+    nonmath, ref = _check_nonmath(nonmath), _ref(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportion": proportion, "method": method}
 
     def compute():
-        out = {}
-        for nm in nonmath:
-            masks = masks_for(lm, math, nm, n, proportion, method, progress=progress)
+        lm, out = load(ref), {}
+        for i, nm in enumerate(nonmath):
+            masks = masks_for(lm, math, nm, n, proportion, method,
+                              progress=_scaled(progress, i / len(nonmath), (i + 1) / len(nonmath)))
             rows = [r for r in A.layer_distribution(masks) if r["layer"] is not None]
             out[nm] = {"rows": rows, "selected": sum(r["selected"] for r in rows),
                        "total": sum(r["total"] for r in rows)}
         return {"params": params, "by_nonmath": out}
-    result, where = cached(lm, "layers", params, compute)
-    return {**result, "source": where}
+    return analysis_view("layers", *_lookup(ref, "layers", params, compute), show=show)
+
+
+def _scaled(progress, lo, hi):
+    from core.runner import scaled
+    return scaled(progress, lo, hi)
 
 
 def _evaluation_sets(math: str, nonmath: list[str], eval_n: int, metric: str) -> tuple[dict, dict]:
@@ -255,27 +187,25 @@ def _evaluation_sets(math: str, nonmath: list[str], eval_n: int, metric: str) ->
 
 
 def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, methods=None, eval_n: int = 100,
-                  metric: str = "auto", mode: str = "prune", factor: float | None = None,
-                  progress: Progress = None) -> dict:
+                  metric: str = "auto", mode: str = "prune", factor: float | None = None, progress=None) -> Result:
     """Math and non-math metric before and after the intervention, per method and non-math dataset."""
     proportion = check_proportion(proportion)
-    nonmath, methods = _check_nonmath(nonmath), _check_methods(methods or list(METHODS))
+    nonmath, methods, ref = _check_nonmath(nonmath), _check_methods(methods or list(METHODS)), _ref(ref)
     eval_n = check_count(eval_n, "The number of evaluation items")
     if mode == "scale":
         factor = check_factor(factor)
     elif mode != "prune":
         raise BadInputError(f"Unknown intervention {mode!r}.", fix="Use prune or scale.")
-    lm = load(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportion": proportion, "methods": methods,
               "eval_n": eval_n, "metric": metric, "mode": mode, "factor": factor if mode == "scale" else None}
 
     def compute():
+        lm = load(ref)
         sets, metrics = _evaluation_sets(math, nonmath, eval_n, metric)
         model, tok = lm.model, lm.tokenizer
         total = len(methods) * len(nonmath) + 1
         before = {name: score(model, tok, recs, metrics[name], name) for name, recs in sets.items()}
-        if progress:
-            progress(1, total, "evaluations")
+        report(progress, 1 / total, "evaluations")
         rows, done = [], 1
         for nm in nonmath:
             for method in methods:
@@ -288,24 +218,22 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
                              "math_before": before[math], "math_after": m_after,
                              "nonmath_before": before[nm], "nonmath_after": n_after})
                 done += 1
-                if progress:
-                    progress(done, total, "evaluations")
+                report(progress, done / total, f"evaluations: {done}/{total}")
         return {"params": params, "metrics": metrics, "before": before, "rows": rows}
-    result, where = cached(lm, "effect", params, compute)
-    return {**result, "source": where}
+    return analysis_view("effect", *_lookup(ref, "effect", params, compute))
 
 
 def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportions=None, method: str = "mathneuro",
-                            eval_n: int = 100, metric: str = "auto", progress: Progress = None) -> dict:
+                            eval_n: int = 100, metric: str = "auto", progress=None) -> Result:
     """Selected count and math / non-math metric after pruning, per K."""
     proportions = [check_proportion(k, "Each proportion K") for k in (proportions or DEFAULTS["proportions"])]
-    eval_n = check_count(eval_n, "The number of evaluation items")
+    eval_n, ref = check_count(eval_n, "The number of evaluation items"), _ref(ref)
     get_method(method)
-    lm = load(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportions": proportions, "method": method,
               "eval_n": eval_n, "metric": metric}
 
     def compute():
+        lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
         model, tok = lm.model, lm.tokenizer
         rows = [{"proportion": 0.0, "selected": 0, "share": 0.0,
@@ -318,27 +246,30 @@ def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportio
                 rows.append({"proportion": k, "selected": s["selected"], "share": s["share"],
                              "math": score(model, tok, sets[math], metrics[math], math),
                              "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)})
-            if progress:
-                progress(i + 1, len(proportions), "proportions")
+            report(progress, (i + 1) / len(proportions), f"proportions: {i + 1}/{len(proportions)}")
         return {"params": params, "metrics": metrics, "rows": rows}
-    result, where = cached(lm, "proportion-sweep", params, compute)
-    return {**result, "source": where}
+    return analysis_view("proportion-sweep", *_lookup(ref, "proportion-sweep", params, compute))
 
 
 def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: float, method: str = "mathneuro",
-                       factors=None, eval_n: int = 100, metric: str = "auto", progress: Progress = None) -> dict:
-    """Math / non-math metric with the selected parameters scaled by each factor (1.0 = unchanged)."""
+                       factors=None, eval_n: int = 100, metric: str = "auto", progress=None,
+                       factor: float | None = None) -> Result:
+    """Math / non-math metric with the selected parameters scaled by each factor (1.0 = unchanged); ``factor``
+    adds one chosen factor to ``factors`` (the default factors when None) and is reported in the status."""
     proportion = check_proportion(proportion)
     factors = [check_factor(f, "Each scale factor") for f in (factors if factors is not None else DEFAULTS["factors"])]
+    if factor is not None:
+        factor = check_factor(factor)
+        factors = factors if factor in factors else sorted(set(factors) | {round(factor, 4)})
     if not factors:
         raise BadInputError("Give at least one scale factor.")
-    eval_n = check_count(eval_n, "The number of evaluation items")
+    eval_n, ref = check_count(eval_n, "The number of evaluation items"), _ref(ref)
     get_method(method)
-    lm = load(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportion": proportion, "method": method,
               "factors": factors, "eval_n": eval_n, "metric": metric}
 
     def compute():
+        lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
         model, tok = lm.model, lm.tokenizer
         masks = masks_for(lm, math, nonmath, n, proportion, method)
@@ -347,35 +278,32 @@ def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: fl
             with intervened(model, masks, "scale", f):
                 rows.append({"factor": f, "math": score(model, tok, sets[math], metrics[math], math),
                              "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)})
-            if progress:
-                progress(i + 1, len(factors), "scale factors")
+            report(progress, (i + 1) / len(factors), f"scale factors: {i + 1}/{len(factors)}")
         return {"params": params, "metrics": metrics, "rows": rows,
                 "selected": A.selection_summary(masks)["selected"]}
-    result, where = cached(lm, "scale-sweep", params, compute)
-    return {**result, "source": where}
+    return analysis_view("scale-sweep", *_lookup(ref, "scale-sweep", params, compute), factor=factor)
 
 
 def consistency_result(ref: str, math: str, nonmath: str, n: int, proportions=None, method: str = "mathneuro",
-                       repeats: int = 3, seed: int = 0, progress: Progress = None) -> dict:
+                       repeats: int = 3, seed: int = 0, progress=None) -> Result:
     """Overlap of sets found from 1..N random samples with the set found from all N, per K."""
-    n = check_count(n, "The number of samples N")
+    n, ref = check_count(n, "The number of samples N"), _ref(ref)
     repeats = check_count(repeats, "repeats")
     proportions = [check_proportion(k, "Each proportion K")
                    for k in (proportions or DEFAULTS["consistency_proportions"])]
-    lm = load(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportions": proportions, "method": method,
               "repeats": repeats, "seed": seed}
 
     def compute():
+        lm = load(ref)
         m_in = token_inputs(lm.tokenizer, load_records(math, "train", n), MAX_LENGTH)
         n_in = token_inputs(lm.tokenizer, load_records(nonmath, "train", n), MAX_LENGTH)
         rows = A.consistency(lm.model, m_in, n_in, None, proportions, repeats=repeats, seed=seed, method=method,
-                             max_length=MAX_LENGTH, progress=progress)
+                             max_length=MAX_LENGTH, progress=item_progress(progress, "consistency"))
         rows = [{k: (None if isinstance(v, float) and not _math.isfinite(v) else v) for k, v in r.items()}
                 for r in rows]
         return {"params": params, "rows": rows}
-    result, where = cached(lm, "consistency", params, compute)
-    return {**result, "source": where}
+    return analysis_view("consistency", *_lookup(ref, "consistency", params, compute))
 
 
 def matrix_names(ref: str) -> list[str]:
@@ -385,7 +313,7 @@ def matrix_names(ref: str) -> list[str]:
 
 
 def drill_result(ref: str, math: str, nonmath: str, n: int, proportion: float, method: str = "mathneuro",
-                 matrix: str | None = None, max_cells: int = 64, progress: Progress = None) -> dict:
+                 matrix: str | None = None, max_cells: int = 64, progress=None) -> Result:
     """One weight matrix's selected entries, pooled to at most ``max_cells`` per side, plus row/column counts."""
     proportion, n = check_proportion(proportion), check_count(n, "The number of samples N")
     get_method(method)
@@ -393,50 +321,95 @@ def drill_result(ref: str, math: str, nonmath: str, n: int, proportion: float, m
     matrix = matrix or next((x for x in names if "mlp.down_proj" in x), names[0])
     if matrix not in names:
         raise BadInputError(f"The model has no scored matrix {matrix!r}.", fix=f"Use e.g. {names[0]}.")
-    lm = load(ref)
     params = {"math": math, "nonmath": nonmath, "n": n, "proportion": proportion, "method": method,
               "matrix": matrix, "max_cells": max_cells}
 
     def compute():
-        masks = masks_for(lm, math, nonmath, n, proportion, method, progress=progress)
+        masks = masks_for(load(ref), math, nonmath, n, proportion, method, progress=progress)
         d = A.drill_down(masks, matrix, max_cells)
         mask = masks[matrix]
         d["row_counts"] = mask.sum(1).tolist()
         d["col_counts"] = mask.sum(0).tolist()
         return {"params": params, **d}
-    result, where = cached(lm, "drill", params, compute)
-    return {**result, "source": where, "matrices": names}
+    data, source, key = _lookup(_ref(ref), "drill", params, compute)
+    return analysis_view("drill", {**data, "matrices": names}, source, key)
 
 
-# ---- files ------------------------------------------------------------------------------------------------------
+# ---- what an analysis shows ---------------------------------------------------------------------------------------
 def flat_rows(analysis: str, result: dict) -> list[dict]:
+    """The CSV rows of an analysis."""
     if analysis == "layers":
         return [{"nonmath": nm, **r} for nm, part in result["by_nonmath"].items() for r in part["rows"]]
     if analysis == "drill":
         return [{"row_block": i, **{f"col_{j}": v for j, v in enumerate(row)}} for i, row in enumerate(result["grid"])]
-    if analysis == "identify":
-        return result["matrices"]
     return result["rows"]
 
 
-def write_result(path: str | Path, analysis: str, result: dict) -> str:
-    """Write an analysis result to .json / .csv (its rows), or its figure to .html (plotly.js included);
-    atomically (temporary file, then rename)."""
-    from core.figures import write_output
-
-    suffix = Path(path).suffix.lower()
-    figure = None
-    if suffix == ".html":
-        from core.mathneuro.figures import FIGURES
-        if analysis not in FIGURES:
-            raise BadInputError(f"{analysis} has no figure.", fix="Use --out FILE.json or FILE.csv.")
-        figure = FIGURES[analysis](result)
-    rows = flat_rows(analysis, result) if suffix == ".csv" else None
-    return str(write_output(path, data=result, rows=rows, figure=figure))
+def effect_rows(result: dict) -> list[dict]:
+    """The before / after table of the pruning effect."""
+    return [{"method": r["label"], "non-math dataset": r["nonmath"], "parameters pruned": r["selected"],
+             "math before": round(r["math_before"], 3), "math after": round(r["math_after"], 3),
+             "non-math before": round(r["nonmath_before"], 3), "non-math after": round(r["nonmath_after"], 3)}
+            for r in result["rows"]]
 
 
-# ---- precomputed examples -------------------------------------------------------------------------------------
-def default_calls(ref: str = DEMO_NAME) -> list[tuple[str, Callable, dict]]:
+def _status(analysis: str, res: dict, source: str, factor=None) -> str:
+    p, src = res["params"], source_text(source)
+    if analysis == "effect":
+        parts = [f"**{metric_label(k, v)}**" for k, v in res["metrics"].items()]
+        text = f"Metrics: {', '.join(parts)}; K = {100 * p['proportion']:g}%, N = {p['n']} ({src})."
+        for r in (r for r in res["rows"] if r["method"] == "mathneuro"):
+            text += (f" MathNeuro vs {r['nonmath']}: math {r['math_before']:.3g} → {r['math_after']:.3g}, "
+                     f"non-math {r['nonmath_before']:.3g} → {r['nonmath_after']:.3g}.")
+        return text
+    if analysis == "layers":
+        sel = ", ".join(f"{nm}: {part['selected']:,} of {part['total']:,}" for nm, part in res["by_nonmath"].items())
+        return f"Layer distribution of **{p['method']}** ({src}): {sel} selected."
+    if analysis == "proportion-sweep":
+        return f"Proportion sweep of **{p['method']}** against {p['nonmath']} ({src})."
+    if analysis == "scale-sweep":
+        row = next((r for r in res["rows"] if factor is not None and abs(r["factor"] - factor) < 1e-9), None)
+        extra = f" At x{factor:g}: math {row['math']:.3g}, non-math {row['nonmath']:.3g}." if row else ""
+        return f"Scale-factor sweep of **{p['method']}** ({res['selected']:,} parameters, {src}).{extra}"
+    if analysis == "consistency":
+        return f"Consistency of **{p['method']}** from 1 to {p['n']} samples ({src})."
+    rows, cols = res["row_counts"], res["col_counts"]
+    top_r = sorted(range(len(rows)), key=lambda i: -rows[i])[:3]
+    top_c = sorted(range(len(cols)), key=lambda i: -cols[i])[:3]
+    return (f"**{res['name']}** {res['shape'][0]}×{res['shape'][1]} ({src}): rows with most selected entries "
+            f"{', '.join(f'{i} ({rows[i]})' for i in top_r)}; columns {', '.join(f'{i} ({cols[i]})' for i in top_c)}.")
+
+
+def analysis_view(analysis: str, data: dict, source: str = "computed", key: str | None = None, *,
+                  show: str = "count", factor=None) -> Result:
+    """One analysis as a Result: status text, its table (CSV), its figure, and the files the tab offers."""
+    figure = FIGURES[analysis](data, value="share" if show == "share" else "count") if analysis == "layers" \
+        else FIGURES[analysis](data)
+    views = {"effect": effect_rows(data)} if analysis == "effect" else {}
+    return Result(_status(analysis, data, source, factor), data, tables={analysis: flat_rows(analysis, data)},
+                  figures={analysis: figure}, views=views, source=source, key=key, stem=f"mathneuro-{analysis}",
+                  downloads=("json", "csv"))
+
+
+def example_results(ref: str = DEMO_NAME) -> dict[str, Result]:
+    """The committed examples of ``ref`` by analysis (only those computed with its current weights)."""
+    from core.zoo import fingerprint
+
+    try:
+        fp = fingerprint(ref)
+    except BadInputError:
+        return {}
+    out = {}
+    for e in EXAMPLES.entries():
+        name = e["analysis"].removeprefix("mathneuro-")
+        if e["fingerprint"] == fp and name in ANALYSES and name not in out:
+            out[name] = analysis_view(name, e["data"], "precomputed",
+                                      result_key(e["fingerprint"], e["analysis"], e["params"]))
+    return out
+
+
+# ---- precomputed examples, the embedded model ---------------------------------------------------------------
+def default_calls(ref: str = DEMO_NAME) -> list[tuple[str, object, dict]]:
     """(analysis, function, kwargs) of the tab's default view."""
     d = DEFAULTS
     first = d["nonmath"][0]
@@ -457,27 +430,29 @@ def default_calls(ref: str = DEMO_NAME) -> list[tuple[str, Callable, dict]]:
     ]
 
 
-def precompute_examples(path: Path | str = EXAMPLES, ref: str = DEMO_NAME, log=print) -> Path:
-    """Run the default view and write it to ``assets/mathneuro/examples.json`` (atomically)."""
-    lm = load(ref)
-    entries = []
-    for analysis, fn, kwargs in default_calls(ref):
-        t0 = time.perf_counter()
-        result = fn(**kwargs)
-        result = {k: v for k, v in result.items() if k != "source"}
-        entries.append({"fingerprint": lm.fingerprint, "analysis": analysis, "params": result["params"],
-                        "result": result})
-        log(f"{analysis}: {time.perf_counter() - t0:.1f}s")
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps({"model": ref, "entries": entries}, separators=(",", ":")))
-    tmp.replace(path)
-    return path
+def precompute_examples(path: Path | str | None = None, ref: str = DEMO_NAME, log=print) -> Path:
+    """Run the default view afresh (:func:`core.runner.recomputing`) and write the example store."""
+    from core.runner import recomputing
+
+    lm, entries = load(ref), []
+    with recomputing():
+        for analysis, fn, kwargs in default_calls(ref):
+            t0 = time.perf_counter()
+            data = fn(**kwargs).data
+            entries.append({"model": ref, "fingerprint": lm.fingerprint, "analysis": f"mathneuro-{analysis}",
+                            "params": data["params"], "data": data})
+            log(f"{analysis}: {time.perf_counter() - t0:.1f}s")
+    return ExampleStore.write(Path(path) if path is not None else EXAMPLES.path, entries)
 
 
-__all__ = ["DEFAULTS", "MATH_DATASETS", "NONMATH_DATASETS", "METRICS", "dataset_names", "load_records",
-           "identify_result", "layer_distribution_result", "effect_result", "proportion_sweep_result",
-           "scale_sweep_result", "consistency_result", "drill_result", "matrix_names", "precompute_examples",
-           "write_result", "flat_rows",
-           "default_calls"]
+def train_demo_result(out=None, quick: bool = False, steps: int | None = None, resume=None, log=print) -> Result:
+    """Retrain the embedded model ``mathneuro-tiny`` (:func:`core.mathneuro.recipe.train_demo`)."""
+    from core.mathneuro.recipe import train_demo
+
+    if steps is not None and steps < 1:
+        raise BadInputError("--steps must be at least 1.")
+    r = train_demo(out, quick=quick, log=log, resume_from=resume, **({"steps": steps} if steps else {}))
+    q = r["quality"]
+    status = (f"saved to {r['folder']} after {r['seconds']} s: math accuracy {q['math_accuracy']:.3f}, "
+              f"sentiment accuracy {q['sentiment_accuracy']:.3f} (held-out test, n = {q['n']})")
+    return Result(status, r, stem="mathneuro-train")

@@ -1,16 +1,21 @@
-"""core.lrp.demo (what the MambaLRP tab computes) and core.lrp.figures: conservation on the embedded models, inputs
-validated with a message naming the fix, truncation said, images normalised, downloads complete, colours centred."""
+"""core.lrp's service (what the MambaLRP tab and CLI compute), its inputs and figures: conservation on the embedded
+models, inputs validated with a message naming the fix, truncation said, images normalised, downloads complete,
+colours centred; precomputed examples answer at once and a repeated request is a cache hit."""
 import json
+import time
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+import core.lrp as api
 from core.errors import BadInputError
-from core.lrp import demo
 from core.lrp import figures as F
-from core.zoo import registered_names
+from core.lrp import inputs
+from core.lrp import service as S
+from core.runner import ExampleStore
+from core.zoo import fingerprint, registered_names
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs = pytest.mark.skipif(not {"mamba-sentiment", "mamba-lm", "vision-mamba-mnist"} <= set(registered_names()),
@@ -21,7 +26,7 @@ FAST = ["mambalrp", "gradient_x_input", "lrp_ln", "random"]
 @needs
 def test_text_result_conserves_and_lines_up_with_tokens():
     text = "The plot is predictable and the acting is painfully flat."
-    res = demo.text_result("mamba-sentiment", text, FAST)
+    res = api.text_result("mamba-sentiment", text, FAST).data
     json.dumps(res)  # the download is plain JSON
     assert res["tokens"][-1] == "<|endoftext|>" and "".join(res["tokens"][:-1]).strip() == text
     for m in res["methods"].values():
@@ -32,50 +37,50 @@ def test_text_result_conserves_and_lines_up_with_tokens():
     assert abs(res["methods"]["lrp_ln"]["absorbed"]) > 1e-3  # the LN-rule alone does not conserve
     top = max(res["predictions"], key=lambda p: p["probability"])
     assert res["target"] == top["id"] and res["target_name"] == top["name"]
-    other = demo.text_result("mamba-sentiment", text, ["mambalrp"], target=1 - res["target"])
+    other = api.text_result("mamba-sentiment", text, ["mambalrp"], target=1 - res["target"]).data
     assert other["target"] == 1 - res["target"]
     assert other["methods"]["mambalrp"]["logit"] != pytest.approx(lrp["logit"])
 
 
 @needs
 def test_rule_toggles_change_mambalrp_only_and_leave_the_model_unchanged():
-    loaded = demo.load("mamba-sentiment")
+    loaded = inputs.load("mamba-sentiment")
     before = {k: v.clone() for k, v in loaded.model.state_dict().items()}
     text = "A gorgeous, witty and seductive movie."
-    full = demo.text_result("mamba-sentiment", text, ["mambalrp", "gradient_x_input"])
-    ablated = demo.text_result("mamba-sentiment", text, ["mambalrp", "gradient_x_input"], rules={"ssm": False})
+    full = api.text_result("mamba-sentiment", text, ["mambalrp", "gradient_x_input"]).data
+    ablated = api.text_result("mamba-sentiment", text, ["mambalrp", "gradient_x_input"], rules={"ssm": False}).data
     assert not np.allclose(full["methods"]["mambalrp"]["relevance"], ablated["methods"]["mambalrp"]["relevance"])
     assert np.allclose(full["methods"]["gradient_x_input"]["relevance"],
                        ablated["methods"]["gradient_x_input"]["relevance"])
     assert all(torch.equal(before[k], v) for k, v in loaded.model.state_dict().items())
     with pytest.raises(BadInputError, match="Unknown rule"):
-        demo.text_result("mamba-sentiment", text, ["mambalrp"], rules={"swish": False})
+        api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"swish": False})
     with pytest.raises(BadInputError, match="gamma"):
-        demo.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gamma": float("inf")})
+        api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gamma": float("inf")})
 
 
 @needs
 def test_long_text_is_cut_and_says_so():
-    loaded = demo.load("mamba-sentiment")
-    ids, pieces, note = demo.tokenize(loaded, "great fun " * 400, max_tokens=64)
+    loaded = inputs.load("mamba-sentiment")
+    ids, pieces, note = inputs.tokenize(loaded, "great fun " * 400, max_tokens=64)
     assert ids.shape == (1, 64) and len(pieces) == 64 and pieces[-1] == "<|endoftext|>" and "first 63" in note
-    lm = demo.load("mamba-lm")
-    ids, _, note = demo.tokenize(lm, "the city of " * 300, max_tokens=32)
+    lm = inputs.load("mamba-lm")
+    ids, _, note = inputs.tokenize(lm, "the city of " * 300, max_tokens=32)
     assert ids.shape == (1, 32) and "last 32" in note
-    assert demo.tokenize(loaded, "short")[2] == ""
+    assert inputs.tokenize(loaded, "short")[2] == ""
 
 
 @needs
 @pytest.mark.parametrize("call, match", [
-    (lambda: demo.text_result("mamba-sentiment", "   \n"), "empty"),
-    (lambda: demo.text_result("mamba-sentiment", "fine", ["lime"]), "Unknown method"),
-    (lambda: demo.text_result("mamba-sentiment", "fine", []), "No method"),
-    (lambda: demo.text_result("mamba-sentiment", "fine", ["mambalrp"], target=2), "out of range"),
-    (lambda: demo.text_result("mamba-lm", "fine", ["mambalrp"], target=10 ** 6), "out of range"),
-    (lambda: demo.text_result("vision-mamba-mnist", "fine"), "images, not text"),
-    (lambda: demo.image_result("mamba-sentiment", sample=0), "not an image model"),
-    (lambda: demo.image_result(sample=10 ** 6), "out of range"),
-    (lambda: demo.text_result("", "fine"), "No model"),
+    (lambda: api.text_result("mamba-sentiment", "   \n"), "empty"),
+    (lambda: api.text_result("mamba-sentiment", "fine", ["lime"]), "Unknown method"),
+    (lambda: api.text_result("mamba-sentiment", "fine", []), "No method"),
+    (lambda: api.text_result("mamba-sentiment", "fine", ["mambalrp"], target=2), "out of range"),
+    (lambda: api.text_result("mamba-lm", "fine", ["mambalrp"], target=10 ** 6), "out of range"),
+    (lambda: api.text_result("vision-mamba-mnist", "fine"), "images, not text"),
+    (lambda: api.image_result("mamba-sentiment", sample=0), "not an image model"),
+    (lambda: api.image_result(sample=10 ** 6), "out of range"),
+    (lambda: api.text_result("", "fine"), "No model"),
 ])
 def test_bad_input_names_the_problem(call, match):
     with pytest.raises(BadInputError, match=match):
@@ -87,19 +92,19 @@ def test_a_non_mamba_model_is_refused():
     if "mathneuro-tiny" not in registered_names():
         pytest.skip("no Llama model committed")
     with pytest.raises(BadInputError, match="Mamba"):
-        demo.text_result("mathneuro-tiny", "1 + 1 =")
+        api.text_result("mathneuro-tiny", "1 + 1 =")
 
 
 def test_prepare_image_normalises_and_says_what_it_did(tmp_path):
     digit = np.zeros((56, 56, 3), dtype=np.uint8)
     digit[10:46, 24:32] = 255
-    arr, note = demo.prepare_image(digit)
+    arr, note = inputs.prepare_image(digit)
     assert arr.shape == (28, 28) and arr.dtype == np.float32 and 0 <= arr.min() and arr.max() <= 1
     assert "grey" in note and "56x56" in note and "inverted" not in note
     dark_on_light = Image.fromarray(255 - digit[..., 0])
-    arr2, note2 = demo.prepare_image(dark_on_light)
+    arr2, note2 = inputs.prepare_image(dark_on_light)
     assert "inverted" in note2 and np.allclose(arr2, arr, atol=1e-5)
-    same, none = demo.prepare_image(np.zeros((28, 28), dtype=np.uint8))
+    same, none = inputs.prepare_image(np.zeros((28, 28), dtype=np.uint8))
     assert none == "" and same.shape == (28, 28)
     bad = tmp_path / "notes.png"
     bad.write_text("not a picture")
@@ -107,12 +112,12 @@ def test_prepare_image_normalises_and_says_what_it_did(tmp_path):
                          (np.zeros((28, 28, 2)), "channels"), (np.array([["a"]], dtype=object), "not an image"),
                          (None, "No image")]:
         with pytest.raises(BadInputError, match=match):
-            demo.prepare_image(image)
+            inputs.prepare_image(image)
 
 
 @needs
 def test_image_result_maps_patches_and_conserves():
-    res = demo.image_result(sample=3, methods=["mambalrp", "random"])
+    res = api.image_result(sample=3, methods=["mambalrp", "random"]).data
     json.dumps(res)
     assert res["grid"] == [4, 4] and np.asarray(res["image"]).shape == (28, 28)
     lrp = res["methods"]["mambalrp"]
@@ -121,36 +126,57 @@ def test_image_result_maps_patches_and_conserves():
     assert lrp["total"] == pytest.approx(lrp["logit"], rel=1e-4, abs=1e-4)
     assert res["label"] is not None and res["target"] == res["predictions"][0]["id"]
     upload = (np.asarray(res["image"]) * 255).astype(np.uint8)
-    again = demo.image_result(image=upload, methods=["mambalrp"])
+    again = api.image_result(image=upload, methods=["mambalrp"]).data
     assert again["target"] == res["target"] and again["sample"] is None
     assert np.allclose(again["methods"]["mambalrp"]["relevance"], lrp["relevance"], atol=0.05 * np.abs(
         lrp["relevance"]).max())
-    assert len(demo.rows(res)) == 16 and set(demo.rows(res)[0]) == {"row", "col", "mambalrp", "random"}
-    assert [r["method"] for r in demo.summary_rows(res)] == ["MambaLRP", "Random"]
+    assert len(S.relevance_rows(res)) == 16 and set(S.relevance_rows(res)[0]) == {"row", "col", "mambalrp", "random"}
+    assert [r["method"] for r in S.summary_rows(res)] == ["MambaLRP", "Random"]
 
 
 @needs
 def test_target_choices():
-    assert demo.target_choices("mamba-sentiment") == [("0: negative", 0), ("1: positive", 1)]
-    lm = demo.target_choices("mamba-lm", "He was born in the city of", k=5)
+    assert api.target_choices("mamba-sentiment") == [("0: negative", 0), ("1: positive", 1)]
+    lm = api.target_choices("mamba-lm", "He was born in the city of", k=5)
     assert len(lm) == 5 and all(isinstance(i, int) for _, i in lm)
-    assert demo.target_choices("mamba-lm", "") == []
+    assert api.target_choices("mamba-lm", "") == []
 
 
 @needs
 def test_precomputed_examples_are_current_and_found():
-    entries = demo.read_examples()
-    assert {e["kind"] for e in entries} == {"text", "image"}
-    assert len(entries) == len(demo.default_calls())
-    kind, inputs = demo.default_calls()[0]
-    found = demo.find_example(entries, **inputs)
-    assert found is not None, "assets/lrp/examples.json is stale: run python -m core lrp precompute-examples"
-    fresh = demo.compute(kind, inputs)
-    assert found["target"] == fresh["target"]
-    assert np.allclose(found["methods"]["mambalrp"]["relevance"], fresh["methods"]["mambalrp"]["relevance"],
+    entries = S.EXAMPLES.entries()
+    assert {e["analysis"] for e in entries} == {"lrp/text", "lrp/image"}
+    assert len(entries) == len(api.default_requests())
+    kind, inputs_ = api.default_requests()[0]
+    found = api.text_result(**inputs_)
+    assert found.source == "precomputed", "assets/lrp/examples.json is stale: run python -m core lrp precompute-examples"
+    fresh = S._text_request(inputs_["model"], inputs_["text"], inputs_["methods"], None, None, None)[3]()
+    assert found.data["target"] == fresh["target"]
+    assert np.allclose(found.data["methods"]["mambalrp"]["relevance"], fresh["methods"]["mambalrp"]["relevance"],
                        atol=1e-5)
-    stale = [{**entries[0], "result": {**entries[0]["result"], "fingerprint": "0" * 64}}]
-    assert demo.find_example(stale, **inputs) is None
+    e = entries[0]
+    stale = ExampleStore.from_entries([{**e, "fingerprint": "0" * 24}])  # other weights: not an answer
+    assert stale.get(fingerprint(e["model"]), e["analysis"], e["params"]) is None
+
+
+@needs
+def test_examples_answer_without_loading_and_a_repeat_is_a_cache_hit(fresh_cache):
+    from core.zoo import clear_loaded, loading
+
+    clear_loaded()
+    for kind, kwargs in api.default_requests():
+        t0 = time.perf_counter()
+        res = (api.text_result if kind == "text" else api.image_result)(**kwargs)
+        assert res.source == "precomputed" and time.perf_counter() - t0 < 2
+        assert res.files() and res.figures and res.views["summary"]  # an example has downloads too
+    assert not loading._loaded  # no model was loaded to compare a fingerprint
+    text = "A long, slow and oddly moving film."
+    first = api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gate": False})
+    second = api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gate": False})
+    assert (first.source, second.source) == ("computed", "cache") and first.key == second.key
+    assert second.data["methods"] == first.data["methods"] and second.files() == first.files()
+    image = api.image_result(sample=7, methods=["random"])
+    assert image.source == "computed" and api.image_result(sample=7, methods=["random"]).source == "cache"
 
 
 def test_colours_are_centred_and_the_heatmap_escapes_tokens():

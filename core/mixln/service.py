@@ -1,0 +1,242 @@
+"""What the Mix-LN tab and ``python -m core mixln`` do, one function per user action, each returning a
+:class:`core.runner.Result` (status text, data, tables, figures, files):
+
+    loss_result(runs)                         training and held-out loss of committed runs
+    gradnorms_result(runs, kind, step)        per-layer gradient norms logged at init and at a step
+    compare_result(), sweep_result()          held-out perplexity per placement / against alpha
+    angular_distance_result(refs)             d(h_l, h_l+n) heatmap of a run or any causal LM (precomputed / cached)
+    layer_removal_result(refs)                held-out loss increase when each layer is skipped
+    model_gradnorms_result(ref)               gradient norms of one batch for any causal LM
+    live_run(placement, alpha, layers, steps) a small run trained now, one Result per update (a generator)
+    train_result(...), reproduce_result(...)  train a run folder / retrain the committed runs
+
+Placements (labels, colours, the alpha) come from :data:`core.mixln.placements.PLACEMENTS`.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Iterator
+
+from core.errors import BadInputError, Cancelled
+from core.figures import PALETTE
+from core.mixln import analysis, runs
+from core.mixln import figures as F
+from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
+from core.runner import Result, digest, report, source_text
+
+DEFAULT_RUNS = ("pre-ln", "post-ln", "mix-ln-0.25")
+
+
+def _names(names) -> list[str]:
+    names = [names] if isinstance(names, str) else list(names or [])
+    if not names:
+        raise BadInputError("no run chosen.", fix="tick at least one committed run.")
+    return names
+
+
+def _colour(run, i: int = 0) -> str:
+    return placement_colour(run.meta["norm"], run.meta["alpha"], i)
+
+
+def _check_alpha(alpha) -> float:
+    alpha = float(alpha)
+    if math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
+        raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
+                            fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
+    return alpha
+
+
+def _rows_of(result: dict) -> list[dict]:
+    """A dict of per-layer lists (and scalars) -> one row per layer."""
+    lists = {k: v for k, v in result.items() if isinstance(v, list) and v and not isinstance(v[0], list)}
+    n = max((len(v) for v in lists.values()), default=0)
+    scalars = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
+    return [{**scalars, **{k: (v[i] if i < len(v) else None) for k, v in lists.items()}} for i in range(n)]
+
+
+# ---- committed runs -----------------------------------------------------------------------------------------------
+def loss_result(names=DEFAULT_RUNS) -> Result:
+    """Training (thin) and held-out (thick) loss against the step, one colour per run."""
+    loaded = [runs.load_run(n) for n in _names(names)]
+    curves = [{"label": r.label, "color": _colour(r, i), "history": r.history} for i, r in enumerate(loaded)]
+    rows = [{"run": r.name, "split": split, "step": e["step"], "loss": e["loss"]} for r in loaded
+            for split in ("train", "eval") for e in r.history.get(split, [])]
+    return Result(f"Loss of {', '.join(r.label for r in loaded)}.", {"runs": [r.name for r in loaded]},
+                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss of the committed runs "
+                                                                                  "(equal steps)")}, stem="mixln-loss")
+
+
+def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None = None) -> Result:
+    """Each run's per-layer gradient norm at initialisation (dotted) and at ``step`` (solid; default: the end)."""
+    results = [analysis.run_gradnorms(n, kind) for n in _names(names)]
+    if step is not None:
+        for r in results:
+            k = max([i for i, s in enumerate(r["steps"]) if s <= max(float(step), r["steps"][0])] or [0])
+            r["final_step"], r["final"] = r["steps"][k], r["per_step"][k]
+    shown = results[0]["final_step"]
+    fig = F.gradnorm_figure(F.gradnorm_series(results), f"Gradient norm per layer: init (dotted), step {shown} "
+                            "(solid)", kind)
+    rows = [{"subject": r["run"], "layer": layer, "init": r["init"][layer], "final": r["final"][layer]}
+            for r in results for layer in r["layers"]]
+    return Result(f"{kind} gradient norms at initialisation and at step {shown}.", results,
+                  tables={"gradnorms": rows}, figures={"gradnorms": fig}, stem="mixln-gradnorms")
+
+
+def compare_result(names=None) -> Result:
+    """One row per committed run: placement, alpha, steps, status, final held-out loss and perplexity."""
+    rows = runs.compare_table(list(names) if names else None)
+    if not rows:
+        raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
+    best = min((r for r in rows if r["eval_perplexity"]), key=lambda r: r["eval_perplexity"], default=None)
+    status = (f"{len(rows)} runs at equal steps; lowest held-out perplexity: **{best['run']}** "
+              f"({best['eval_perplexity']:.1f})." if best else f"{len(rows)} runs.")
+    return Result(status, rows, tables={"compare": rows}, figures={"compare": F.compare_figure(rows)},
+                  key="mixln-compare-" + digest(rows), stem="mixln-compare")
+
+
+def sweep_result() -> Result:
+    """Final held-out perplexity against Mix-LN's alpha (0 = all Pre-LN, 1 = all Post-LN)."""
+    rows = runs.sweep_table()
+    if not rows:
+        raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
+    return Result(f"Alpha sweep over {len(rows)} runs.", rows, tables={"sweep": rows},
+                  figures={"sweep": F.sweep_figure(rows)}, stem="mixln-sweep")
+
+
+# ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
+def angular_distance_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
+                            progress=None) -> Result:
+    """The paper's (first layer l, block size n) heatmap of d(h_l, h_l+n), raw and scaled per block size."""
+    res = analysis.angular_result(ref, int(samples), int(seq_len), position, progress=progress)
+    source = res["source"]
+    kind = "committed run " if analysis.is_run(ref) else ""
+    rows = [{"block_size": n, "first_layer": layer, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
+            for i, n in enumerate(res["block_sizes"]) for j, layer in enumerate(res["first_layers"])
+            if res["raw"][i][j] is not None]
+    title = f"Angular distance d(h_l, h_l+n): {kind}{res['subject']}"
+    status = (f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, {res['samples']} held-out "
+              f"Wikipedia sequences of {res['seq_len']} tokens ({source_text(source)}).")
+    return Result(status, res, tables={"angular": rows}, figures={"angular": F.angular_figure(res, title)},
+                  source=source, key=digest("mixln/angular", res["subject"], res["samples"], res["seq_len"], position),
+                  stem=f"mixln-angular-{Path(str(ref)).name}")
+
+
+def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress=None) -> Result:
+    """Held-out loss increase when each layer is skipped, one bar group per run or model."""
+    refs = _names(refs)
+    results = []
+    for i, ref in enumerate(refs):
+        r = analysis.removal_result(ref, int(samples), int(seq_len), progress=progress)
+        if analysis.is_run(ref):
+            run = runs.load_run(ref)
+            r = {**r, "label": run.label, "colour": _colour(run, i)}
+        results.append(r)
+    colours = [r.get("colour", PALETTE[i % len(PALETTE)]) for i, r in enumerate(results)]
+    one = results[0]
+    title = ("Layer removal: held-out loss increase when one layer is skipped" if len(results) > 1 or "label" in one
+             else f"Layer removal: {one['subject']}")
+    worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
+    source = "computed" if any(r["source"] == "computed" for r in results) else results[0]["source"]
+    status = (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
+              f"skipping layer {worst} hurts most (+{one['loss_increase'][worst]:.3f} nats) ({source_text(source)}).")
+    rows = [row for r in results for row in _rows_of({k: v for k, v in r.items() if k != "colour"})]
+    return Result(status, results, tables={"removal": rows},
+                  figures={"removal": F.removal_figure(results, title, colours)}, source=source,
+                  key=digest("mixln/removal", refs, samples, seq_len), stem="mixln-removal")
+
+
+def model_gradnorms_result(ref: str, samples: int = 4, seq_len: int = 64) -> Result:
+    """Per-layer gradient norms of one batch of held-out text for any causal LM at its current weights."""
+    r = analysis.gradnorm_result(ref, int(samples), int(seq_len))
+    rows = [{"subject": r["subject"], "layer": layer, "param": r["param"][layer], "input": r["input"][layer]}
+            for layer in r["layers"]]
+    return Result(f"Gradient norms of **{r['subject']}** on {samples} held-out sequences.", [r],
+                  tables={"gradnorms": rows}, figures={"gradnorms": F.gradnorm_figure(F.gradnorm_series([r]))},
+                  source=r["source"], stem="mixln-gradnorms")
+
+
+# ---- training -----------------------------------------------------------------------------------------------------
+def _live_figures(history: dict, label: str, colour: str, kind: str = "param"):
+    loss = F.loss_figure([{"label": label, "color": colour, "history": history}],
+                         f"Live run ({label}): training and held-out loss")
+    logs, series = history.get("grad_norms", []), []
+    if logs:
+        layers = list(range(len(logs[0][kind])))
+        series.append({"label": f"at init (step {logs[0]['step']})", "color": colour, "layers": layers,
+                       "values": logs[0][kind], "dash": "dot"})
+        if len(logs) > 1:
+            series.append({"label": f"step {logs[-1]['step']}", "color": colour, "layers": layers,
+                           "values": logs[-1][kind]})
+    return loss, F.gradnorm_figure(series, f"Live run ({label}): gradient norm per layer", kind)
+
+
+def live_run(placement: str, alpha: float, layers: int, steps: int, progress=None) -> Iterator[Result]:
+    """Train a small model now (nothing is written) and yield a Result (status, loss and gradient-norm figures) at
+    every evaluation and gradient-norm log; a ``progress`` that raises ``Cancelled`` ends it, keeping the curves."""
+    alpha = _check_alpha(alpha)
+    if placement not in PLACEMENTS:
+        raise BadInputError(f"unknown norm placement {placement!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
+    sizes = {**runs.LIVE_MODEL, "num_layers": int(layers)}
+    tcfg = {**runs.LIVE_TRAIN, "steps": int(steps), "eval_every": max(5, int(steps) // 6)}
+    tok = runs.ASSETS / "tokenizer.json"
+    label = placement_label(placement, alpha if PLACEMENTS[placement].has_alpha else None)
+    colour = placement_colour(placement, alpha)
+    events = runs.train_run_iter(None, placement, alpha, sizes, tcfg, tok if tok.is_file() else None)
+    history = None
+    try:
+        for ev in events:
+            if ev.kind == "step":
+                report(progress, ev.step / ev.total_steps, f"step {ev.step}/{ev.total_steps}")
+            if ev.kind in ("eval", "grad_norms", "diverged", "stopped", "done"):
+                history = ev.history.to_dict()
+                loss = history["train"][-1]["loss"] if history["train"] else float("nan")
+                msg = f"**{label}**, {int(layers)} layers: step {ev.step}/{ev.total_steps}, training loss {loss:.3f}"
+                if history["eval"]:
+                    msg += f", held-out perplexity {history['eval'][-1]['perplexity']:.1f}"
+                if ev.kind in ("diverged", "stopped", "done"):
+                    msg += f". **{history['status']}** {history['message']}"
+                yield Result(msg, history, figures=dict(zip(("loss", "gradnorms"),
+                                                            _live_figures(history, label, colour))), stem="mixln-live")
+    except Cancelled:
+        events.close()
+        if history is not None:
+            yield Result(f"**{label}**: **stopped** at step {history['train'][-1]['step'] if history['train'] else 0};"
+                         " the curves so far are kept.", history,
+                         figures=dict(zip(("loss", "gradnorms"), _live_figures(history, label, colour))),
+                         stem="mixln-live")
+
+
+def train_result(out, placement: str = "mix", alpha: float = 0.25, model_sizes: dict | None = None,
+                 train_config: dict | None = None, tokenizer=None, resume=None, checkpoint_every: int = 0,
+                 callback=None) -> Result:
+    """Train one run into the folder ``out`` (:func:`core.mixln.train_run`)."""
+    _check_alpha(alpha)
+    if out is None and resume is None:
+        raise BadInputError("no output folder given.", fix="pass --out DIR (or --resume DIR).")
+    meta = runs.train_run(out, placement, alpha, model_sizes, train_config, tokenizer, resume,
+                          checkpoint_every=checkpoint_every, callback=callback)
+    meta["folder"] = str(Path(out or resume))
+    fmt = (lambda x: "-" if x is None else f"{x:.5g}")
+    status = (f"{meta['status']}: {meta['folder']} ({meta['norm']}, alpha {meta['alpha']}, {meta['steps_done']} steps, "
+              f"{meta['wall_seconds']} s, {meta['train_tokens_per_s']} tokens/s)\nfinal held-out perplexity "
+              f"{fmt(meta['final_eval_perplexity'])} (loss {fmt(meta['final_eval_loss'])})"
+              + (f"\n{meta['message']}" if meta["message"] else ""))
+    return Result(status, meta, stem="mixln-train")
+
+
+def reproduce_result(root=None, names=None, callback=None) -> Result:
+    """Retrain the committed runs with the recipe and precompute each run's diagnostics (what the tab opens on)."""
+    for name in names or []:
+        if name not in runs.RECIPE:
+            raise BadInputError(f"unknown run {name!r}.", fix=f"use one of: {', '.join(runs.RECIPE)}.")
+    root = Path(root) if root else runs.ASSETS
+    done = runs.reproduce(root, names, callback=callback)
+    for name in done:
+        analysis.write_run_diagnostics(str(root / name))
+    data = {"root": str(root), "runs": {n: {k: m[k] for k in ("status", "final_eval_perplexity", "wall_seconds")}
+                                        for n, m in done.items()},
+            "commands": {n: runs.recipe_command(n) for n in done}}
+    status = "\n".join(f"{n}: {v['status']}, ppl {v['final_eval_perplexity']}, {v['wall_seconds']} s"
+                       for n, v in data["runs"].items())
+    return Result(status, data, stem="mixln-reproduce")

@@ -1,0 +1,101 @@
+"""Adding an attribution method, a norm placement or a NeuZip baseline is one registry entry (plus its
+implementation): registered here, each appears in the CLI and in the tab without touching either."""
+import json
+
+import gradio as gr
+import pytest
+import torch
+
+from core.cli import build_parser, build_registry, main
+from core.zoo import registered_names
+from ui.header import AppContext
+
+pytestmark = pytest.mark.usefixtures("single_thread")
+
+
+def _components(blocks, kind):
+    return [b for b in blocks.blocks.values() if isinstance(b, kind)]
+
+
+def _build(tab) -> gr.Blocks:
+    with gr.Blocks() as blocks:
+        tab.build(AppContext(model=gr.Dropdown(["mathneuro-tiny"], value="mathneuro-tiny", allow_custom_value=True)))
+    return blocks
+
+
+# ---- an attribution method ----------------------------------------------------------------------------------------
+def saliency(adapter, embeds, target, **options):
+    """|gradient| per position (Simonyan et al., 2014): the implementation a new method brings."""
+    from core.lrp import lrp_rules
+
+    x = embeds.detach().clone().requires_grad_(True)
+    with lrp_rules(adapter.model, None):
+        logits = adapter.logits(x)[0]
+        t = int(logits.argmax()) if target is None else int(target)
+        (grad,) = torch.autograd.grad(logits[t], x)
+    return grad.norm(dim=-1)[0].float(), float(logits[t].detach()), t
+
+
+@pytest.mark.skipif("mamba-sentiment" not in registered_names(), reason="embedded Mamba models not committed")
+def test_a_new_attribution_method_reaches_the_cli_and_the_tab(monkeypatch, capsys, fresh_cache):
+    import core.lrp as lrp
+    from ui import lrp as tab
+
+    monkeypatch.setitem(lrp.METHODS, "saliency", lrp.Method("Saliency", saliency, "|gradient| of the input",
+                                                            colour="#117733"))
+    assert main(["lrp", "explain", "--model", "mamba-sentiment", "--text", "a fine film", "--method",
+                 "mambalrp,saliency", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out["methods"]) == {"mambalrp", "saliency"} and min(out["methods"]["saliency"]["relevance"]) >= 0
+    boxes = [b for b in _components(_build(tab), gr.CheckboxGroup) if b.label == "Methods"]
+    assert boxes and all(("Saliency", "saliency") in b.choices for b in boxes)
+    status, page, table, target, files = tab.explain_text("mamba-sentiment", "a fine film", ["saliency"], tab.TOP,
+                                                          True, True, True, True, None, [])
+    assert list(table["method"]) == ["Saliency"] and "Saliency" in page
+
+
+# ---- a norm placement ---------------------------------------------------------------------------------------------
+def test_a_new_norm_placement_reaches_the_cli_and_the_tab(monkeypatch):
+    import core.mixln as mixln
+    from ui import mixln as tab
+
+    monkeypatch.setitem(mixln.PLACEMENTS, "peri", mixln.Placement("Peri-LN", "#AA3377", "x + N(F(N(x)))",
+                                                                  "Kim et al. (2025)"))
+    parser = build_parser(build_registry("mixln"))
+    args = parser.parse_args(["mixln", "train", "--norm", "peri", "--out", "x"])
+    assert args.norm == "peri"
+    assert mixln.MixLNConfig(norm="peri").norm == "peri"  # the config accepts what the registry lists
+    radios = [b for b in _components(_build(tab), gr.Radio) if b.label == "Norm placement"]
+    assert radios and ("Peri-LN", "peri") in radios[0].choices
+    assert mixln.placement_label("peri") == "Peri-LN" and mixln.placement_colour("peri") == "#AA3377"
+
+
+# ---- a NeuZip baseline --------------------------------------------------------------------------------------------
+def int4_absmax(w: torch.Tensor, **_):
+    """Row-wise absmax INT4: the quantizer a new baseline brings; stored bytes = 4 bits per weight + a fp16 scale."""
+    w = w.float()
+    scale = w.abs().amax(dim=1, keepdim=True).clamp(min=1e-12) / 7.0
+    return (torch.round(w / scale).clamp(-7, 7) * scale), w.numel() // 2 + 2 * w.shape[0]
+
+
+@pytest.mark.skipif("mathneuro-tiny" not in registered_names(), reason="mathneuro-tiny not committed")
+def test_a_new_neuzip_baseline_reaches_the_cli_and_the_tab(monkeypatch, capsys, fresh_cache):
+    import importlib
+
+    import core.neuzip as nz
+    from ui import neuzip as tab
+
+    T = importlib.import_module("core.neuzip.tradeoff")  # the module (core.neuzip.tradeoff is also a function)
+
+    monkeypatch.setattr(T, "bnb_available", lambda: False)  # keep the test to the new baseline (bnb is slow to load)
+    monkeypatch.setitem(nz.TRADEOFF_METHODS, "int4-absmax", nz.Method("int4-absmax", "absmax INT4", int4_absmax,
+                                                                     "INT4 (absmax)", nz.Style("#117733", "hexagon")))
+    status, fig, frame, state = tab.measure_tradeoff("mathneuro-tiny", "none", 120, False, None)
+    assert "INT4 (absmax)" in list(frame["setting"]) and "absmax INT4" in [t.name for t in fig.data]
+    assert main(["neuzip", "tradeoff", "--model", "mathneuro-tiny", "--block-size", "0", "--words", "120",
+                 "--json"]) == 0  # the tab's request from the command line: answered from the cache
+    out = json.loads(capsys.readouterr().out)
+    points = {p["label"]: p for p in out["points"]}
+    assert {"bf16", "NeuZip k=7 (lossless)", "NeuZip k=0", "INT4 (absmax)"} <= set(points)
+    assert points["INT4 (absmax)"]["bits_per_weight"] < 5 and points["INT4 (absmax)"]["family"] == "absmax INT4"
+    assert out["source"] == "cache"
