@@ -16,6 +16,7 @@ from core.lrp.adapters import ModelAdapter, adapter_for
 from core.lrp.attention import layer_attention, rollout
 from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
+from core.runner import scaled
 
 VISION_GAMMA = 0.25
 RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # kept activations above which every mixer is recomputed in the backward pass
@@ -210,12 +211,13 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
 def _attention(adapter, embeds, target, weighted: bool):
     record: list = []
     x = embeds.detach().clone().requires_grad_(weighted)  # the scans' outputs then carry a graph to the logit
-    with lrp_rules(adapter.model, None, record, progress=adapter.progress):
+    # the forward (and backward) pass is cheap beside the O(layers D N L^2) hidden attention: a fifth of the bar
+    with lrp_rules(adapter.model, None, record, progress=scaled(adapter.progress, 0.0, 0.2)):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
         grads = list(torch.autograd.grad(logit, [r.y for r in record])) if weighted else None
-    roll = rollout(layer_attention(record, grads))
+    roll = rollout(layer_attention(record, grads, progress=scaled(adapter.progress, 0.2, 1.0)))
     row = roll[adapter.explained_position(x.shape[1])]
     return row.detach().float().cpu(), float(logit.detach()), target
 
@@ -298,8 +300,9 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
         explains the argmax.
     method : a key of :data:`METHODS`.
     progress : optional ``progress(fraction, message)``, called once per mixer layer in the forward pass and
-        again in the backward pass (fractions rise from 0 to 1); an exception it raises (e.g.
-        the app's Stop) stops the explanation and propagates.
+        again in the backward pass (the hidden-attention methods: also per chunk of channels of every scan;
+        fractions rise from 0 to 1); an exception it raises (e.g. the app's Stop) stops the explanation and
+        propagates.
     **options : method options (e.g. ``gamma=0.25``, ``ssm=False``, ``n_samples=16``).
 
     Returns

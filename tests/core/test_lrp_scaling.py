@@ -193,6 +193,32 @@ def test_progress_is_reported_per_layer_and_can_stop_the_explanation(monkeypatch
     assert torch.equal(explain(model, x).relevance, e.relevance)
 
 
+@pytest.mark.parametrize("method", ["mamba_attr", "attention_rollout"])
+def test_hidden_attention_methods_report_progress_per_channel_chunk_and_can_stop(monkeypatch, method):
+    import core.lrp.attention as attention
+
+    real = attention.channel_mean_attention
+    monkeypatch.setattr(attention, "channel_mean_attention",  # 64 channels, 8 per chunk: 8 reports per scan
+                        lambda *a, **k: real(*a, max_elements=8 * 20 * 20 * 8, **k))
+    model, x = random_lm(layers=3), ids(20)
+    seen = []
+    e = explain(model, x, method=method, progress=lambda fraction, message: seen.append((fraction, message)))
+    fractions = [f for f, _ in seen]
+    attn = [m for _, m in seen if m.startswith("hidden attention")]
+    assert fractions == sorted(fractions) and fractions[-1] == pytest.approx(1.0)
+    assert len(seen) == 3 * (2 if method == "mamba_attr" else 1) + 3 * 8 and len(attn) == 24
+    assert attn[0] == "hidden attention: scan 1 of 3" and attn[-1] == "hidden attention: scan 3 of 3"
+    assert max(f for f, m in seen if not m.startswith("hidden")) <= 0.2 + 1e-9  # the passes: a fifth of the bar
+    assert torch.equal(e.relevance, explain(model, x, method=method).relevance)
+
+    def stop_in_attention(fraction, message):
+        if message == "hidden attention: scan 2 of 3":
+            raise _Stop(message)
+
+    with pytest.raises(_Stop):
+        explain(model, x, method=method, progress=stop_in_attention)
+
+
 def test_recomputation_releases_freed_memory_after_each_mixer_pass(monkeypatch, recompute):
     import core.lrp.context as context
 
