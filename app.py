@@ -38,15 +38,23 @@ def main(argv=None) -> None:
         prepare(progress=lambda name: print(f"preparing {name}", flush=True))
         for name in PACKAGED:
             prepare_model(name, progress=lambda msg: print(msg, flush=True))
+    from core.paths import write_problem
     from core.runner import files_dir
     from ui import CSS, build_app, projector_theme
 
+    problem = write_problem()
+    if problem:  # a read-only or full LAYERWISE_HOME: serve what can be served, say what cannot
+        print(f"warning: {problem} Results will be computed but not cached, and downloads are off.", flush=True)
+    try:
+        served = [str(files_dir())]  # the download files of results (core.runner.Result.files)
+    except OSError:
+        served = []
     demo = build_app()
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
                 show_error=True, ssr_mode=False, footer_links=["api"],
-                allowed_paths=[str(files_dir())])  # the download files of results (core.runner.Result.files)
+                allowed_paths=served)
 
 
 if __name__ == "__main__":

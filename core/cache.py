@@ -5,14 +5,21 @@ An entry is one safetensors file: its tensors plus a JSON document in the metada
 either the whole entry or none. :meth:`ResultsCache.get_or_compute` holds an exclusive ``flock`` per key,
 so concurrent requests (threads or processes) for the same key compute it once. Past ``max_bytes``
 the least recently used entries are evicted.
+
+Faults: a file that cannot be read as an entry (truncated, garbage, cut short by a killed writer) is a miss and
+is recomputed. A folder that cannot be written (read-only, no permission, full disk) never fails a request:
+entries are still read where they can be, results are computed and returned without being stored, and a
+warning says why (``disabled`` holds the reason when the folder cannot even be created).
 """
 from __future__ import annotations
 
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import threading
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +29,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
+from core.errors import storage_error
 from core.paths import results_dir
 from core.runner import atomic_write
+
+log = logging.getLogger("layerwise.cache")
 
 DEFAULT_MAX_BYTES = 2 * 1024**3
 
@@ -47,10 +57,27 @@ class ResultsCache:
 
     def __init__(self, root: Path | None = None, max_bytes: int | None = None):
         self.root = Path(root) if root is not None else results_dir()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.disabled: str | None = None  # why nothing can be stored (a read-only folder), or None
+        self.problem: str | None = None  # the last storage problem met (e.g. a full disk), or None
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            self.disabled = self._storage_problem(err)
         env_cap = os.environ.get("LAYERWISE_CACHE_MAX_BYTES")
         self.max_bytes = int(max_bytes if max_bytes is not None else (env_cap or DEFAULT_MAX_BYTES))
         self._thread_lock = threading.Lock()
+
+    def _storage_problem(self, err: OSError) -> str:
+        """Warn (once per distinct problem) that results are not stored, and return why; other errors propagate."""
+        problem = storage_error(err)
+        if problem is None:
+            raise err
+        text = f"results are not cached: {problem}"
+        if text != self.problem:
+            self.problem = text
+            log.warning(text)
+            warnings.warn(text, RuntimeWarning, stacklevel=3)
+        return text
 
     def _path(self, key: str) -> Path:
         return self.root / f"{key}.safetensors"
@@ -66,9 +93,15 @@ class ResultsCache:
         except FileNotFoundError:
             return None
         except (SafetensorError, OSError, ValueError, json.JSONDecodeError):
-            path.unlink(missing_ok=True)  # a corrupt entry is a miss, never an error
+            try:
+                path.unlink(missing_ok=True)  # a corrupt entry is a miss, never an error
+            except OSError:
+                pass  # a read-only folder keeps it; it stays a miss
             return None
-        os.utime(path)  # mark as recently used
+        try:
+            os.utime(path)  # mark as recently used
+        except OSError:
+            pass  # read-only: the entry is still good
         return entry
 
     def put(self, key: str, entry: CacheEntry) -> None:
@@ -78,11 +111,27 @@ class ResultsCache:
         atomic_write(self._path(key), lambda tmp: save_file(tensors, str(tmp), metadata=meta))
         self.evict()
 
+    def store(self, key: str, entry: CacheEntry) -> bool:
+        """:meth:`put`, except that a folder that cannot be written (read-only, full) only warns; True if stored."""
+        if self.disabled:
+            return False
+        try:
+            self.put(key, entry)
+        except OSError as err:
+            self._storage_problem(err)
+            return False
+        return True
+
     @contextmanager
     def _locked(self, key: str):
         lock_path = self.root / f".{key}.lock"
-        with self._thread_lock:
-            fh = open(lock_path, "a+")
+        try:
+            with self._thread_lock:
+                fh = open(lock_path, "a+")
+        except OSError as err:  # a read-only folder: compute without the lock (at worst twice)
+            self._storage_problem(err)
+            yield
+            return
         try:
             fcntl.flock(fh, fcntl.LOCK_EX)
             yield
@@ -102,7 +151,7 @@ class ResultsCache:
             if entry is not None:
                 return entry, True
             entry = compute()
-            self.put(key, entry)
+            self.store(key, entry)
             return entry, False
 
     def entries(self) -> list[Path]:
@@ -125,7 +174,10 @@ class ResultsCache:
         for _, size, path in sorted(files):
             if total <= self.max_bytes:
                 break
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                break
             total -= size
             removed += 1
         return removed
@@ -142,4 +194,4 @@ class ResultsCache:
 
     def info(self) -> dict:
         return {"root": str(self.root), "entries": len(self.entries()), "bytes": self.size_bytes(),
-                "max_bytes": self.max_bytes}
+                "max_bytes": self.max_bytes, "problem": self.disabled or self.problem}

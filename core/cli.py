@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 from typing import Callable
 
-from core.errors import LayerwiseError
+from core.errors import LayerwiseError, storage_error
 
 # Each paper package may add a command group in ``core/<group>/cli.py`` with ``register(groups)``.
 # Only the group being run is imported (the packages pull in torch and transformers), so the one-line
@@ -275,4 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message, not a traceback
+        err = storage_error(exc)
+        if err is None:
+            raise
+        if getattr(args, "json", False):
+            print(json.dumps({"error": err.message, "fix": err.fix}))
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     return 0

@@ -41,3 +41,24 @@ class Cancelled(LayerwiseError):
     def __init__(self, message: str = "Stopped.", fix: str | None = None, partial=None):
         super().__init__(message, fix)
         self.partial = partial
+
+
+class StorageError(LayerwiseError):
+    """The user's folder (``$LAYERWISE_HOME``) cannot be written: read-only, no permission, or full."""
+
+
+#: errno values that mean "this folder cannot be written", with what to say about each.
+STORAGE_ERRNOS = {30: "the file system is read-only", 13: "permission denied", 1: "not permitted",
+                  28: "no space left on the device", 122: "the disk quota is exceeded"}
+
+
+def storage_error(exc: BaseException) -> StorageError | None:
+    """A :class:`StorageError` naming the fix for an ``OSError`` that means the folder cannot be written
+    (EROFS, EACCES, EPERM, ENOSPC, EDQUOT); None for any other error (a bug keeps its traceback)."""
+    if not isinstance(exc, OSError) or exc.errno not in STORAGE_ERRNOS:
+        return None
+    where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+    full = exc.errno in (28, 122)
+    fix = ("free some space (`python -m core cache clear` empties the results cache), or point LAYERWISE_HOME at a "
+           "folder with room." if full else "point LAYERWISE_HOME at a folder you can write, or fix its permissions.")
+    return StorageError(f"cannot write to the Layerwise folder{where}: {STORAGE_ERRNOS[exc.errno]}.", fix=fix)

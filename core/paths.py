@@ -12,11 +12,35 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 ASSETS_DIR = REPO_ROOT / "assets"
 
 
+def home_path() -> Path:
+    """The user cache folder, ``$LAYERWISE_HOME`` or ``~/.cache/layerwise`` (not created)."""
+    return Path(os.environ.get("LAYERWISE_HOME") or Path.home() / ".cache" / "layerwise")
+
+
 def home() -> Path:
     """The user cache folder (created on demand)."""
-    root = Path(os.environ.get("LAYERWISE_HOME") or Path.home() / ".cache" / "layerwise")
+    root = home_path()
     root.mkdir(parents=True, exist_ok=True)
     return root
+
+
+def write_problem() -> str | None:
+    """Why the user cache folder cannot be written (read-only, no permission, full), or None when it can:
+    creates and removes a small probe file."""
+    import tempfile
+
+    from core.errors import storage_error
+    try:
+        with tempfile.NamedTemporaryFile(dir=home(), prefix=".probe-", suffix=".tmp") as fh:
+            fh.write(b"0" * 4096)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except OSError as err:
+        problem = storage_error(err)
+        if problem is None:
+            raise
+        return str(problem)
+    return None
 
 
 def _sub(name: str) -> Path:

@@ -215,7 +215,11 @@ def results_cache():
 
     if _recompute["cache"] is not None:
         return _recompute["cache"]
-    root = str(results_dir())
+    try:
+        root = str(results_dir())
+    except OSError:  # a read-only LAYERWISE_HOME: a cache that reads what it can, stores nothing and says why
+        from core.paths import home_path
+        root = str(home_path() / "results")
     with _cache_lock:
         if root not in _caches:
             _caches[root] = ResultsCache(root)
@@ -331,17 +335,26 @@ class Result:
         plan = self.file_plan(self.downloads)
         if not plan:
             return []
-        folder = files_dir() / (self.key or f"once-{uuid.uuid4().hex}")
-        if not all((folder / name).is_file() for name in plan):
-            from core.figures import write_output
+        try:
+            folder = files_dir() / (self.key or f"once-{uuid.uuid4().hex}")
+            if not all((folder / name).is_file() for name in plan):
+                from core.figures import write_output
 
-            def fill(tmp: Path) -> None:
-                for name, (kind, value) in plan.items():
-                    write_output(tmp / name, **_payload(kind, value))
-            atomic_write(folder, fill, folder=True)
-            _evict_files(folder)
-        else:
-            os.utime(folder)
+                def fill(tmp: Path) -> None:
+                    for name, (kind, value) in plan.items():
+                        write_output(tmp / name, **_payload(kind, value))
+                atomic_write(folder, fill, folder=True)
+                _evict_files(folder)
+            else:
+                os.utime(folder)
+        except OSError as err:  # a read-only or full LAYERWISE_HOME: the result is shown, without downloads
+            from core.errors import storage_error
+            problem = storage_error(err)
+            if problem is None:
+                raise
+            import warnings
+            warnings.warn(f"no download files: {problem}", RuntimeWarning, stacklevel=2)
+            return []
         return [str(folder / name) for name in plan]
 
 

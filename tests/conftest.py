@@ -6,6 +6,7 @@ the real user cache (preparing them is the job of `python -m core data prepare` 
 which the test command runs first); tests that write use a private folder.
 """
 import os
+import re
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("LAYERWISE_ONLINE", "0")
@@ -13,6 +14,7 @@ os.environ.setdefault("LAYERWISE_ONLINE", "0")
 import socket  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 import time  # noqa: E402
 import urllib.request  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -21,6 +23,49 @@ import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 ARTIFACTS = Path(os.environ.get("LAYERWISE_ARTIFACTS", REPO / "artifacts"))
+
+
+# ---- temporary files: the whole run (its subprocesses and the app included) writes under pytest's base temp --------
+ORIGINAL_TMP = Path(tempfile.gettempdir())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_configure(config):
+    """Point TMPDIR, Python's ``tempfile`` and Gradio's temp dir at folders inside pytest's base temp folder, so
+    that nothing the run starts (torch, gradio and gradio_client, the app, CLI subprocesses) writes into /tmp
+    itself; pytest keeps (and prunes) its base temp folders as usual."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if factory is None:  # pytest without its tmp_path plugin
+        return
+    base = factory.getbasetemp()
+    for name, var in (("tmp", "TMPDIR"), ("gradio", "GRADIO_TEMP_DIR")):
+        (base / name).mkdir(exist_ok=True)
+        os.environ[var] = str(base / name)
+    tempfile.tempdir = str(base / "tmp")
+    config.stash[TMP_ROOT] = base
+
+
+TMP_ROOT = pytest.StashKey[Path]()
+TMP_BEFORE = pytest.StashKey[set]()
+# names in /tmp that Layerwise's own code or tests would create (result files, downloads, recompute folders); other
+# programs on a shared machine write /tmp too, so only these count
+OWN_TMP_NAMES = re.compile(r"^(lrp|mathneuro|neuzip|mixln|layerwise)[-_.]")
+
+
+def pytest_sessionstart(session):
+    session.config.stash[TMP_BEFORE] = set(os.listdir(ORIGINAL_TMP))
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Fail the run if it left a Layerwise temp file or folder in /tmp itself (outside pytest's base temp)."""
+    before = session.config.stash.get(TMP_BEFORE, None)
+    if before is None:
+        return
+    left = sorted(n for n in set(os.listdir(ORIGINAL_TMP)) - before if OWN_TMP_NAMES.match(n))
+    if left:
+        print(f"\nerror: the test run left {len(left)} entries in {ORIGINAL_TMP}: {', '.join(left[:10])}",
+              file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def free_port() -> int:

@@ -17,7 +17,9 @@ TABS = ("ui.models_data", "ui.lrp", "ui.mathneuro", "ui.mixln", "ui.neuzip")
 
 def build_app() -> gr.Blocks:
     """The whole app (not launched)."""
-    with gr.Blocks(title="Layerwise", analytics_enabled=False) as demo:
+    # delete_cache: Gradio's copies of served and uploaded files older than an hour go every hour, and all of them
+    # when the server stops or restarts (the app cleans its own temp files)
+    with gr.Blocks(title="Layerwise", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         ctx = build_header()
         with gr.Tabs():
             for module_name in TABS:

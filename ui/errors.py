@@ -6,7 +6,7 @@ import inspect
 
 import gradio as gr
 
-from core.errors import Cancelled, LayerwiseError
+from core.errors import Cancelled, LayerwiseError, storage_error
 
 
 def _as_gr_error(exc: LayerwiseError) -> gr.Error:
@@ -14,7 +14,8 @@ def _as_gr_error(exc: LayerwiseError) -> gr.Error:
 
 
 def user_errors(fn):
-    """Wrap an event handler (plain or generator): a :class:`LayerwiseError` becomes a ``gr.Error`` naming the fix."""
+    """Wrap an event handler (plain or generator): a :class:`LayerwiseError` (or a read-only / full user folder)
+    becomes a ``gr.Error`` naming the fix."""
     if inspect.isgeneratorfunction(fn):
         @functools.wraps(fn)
         def streaming(*args, **kwargs):
@@ -22,6 +23,10 @@ def user_errors(fn):
                 yield from fn(*args, **kwargs)
             except LayerwiseError as exc:
                 raise _as_gr_error(exc) from exc
+            except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message; any other OSError a bug
+                if storage_error(exc) is None:
+                    raise
+                raise _as_gr_error(storage_error(exc)) from exc
         return streaming
 
     @functools.wraps(fn)
@@ -30,5 +35,9 @@ def user_errors(fn):
             return fn(*args, **kwargs)
         except LayerwiseError as exc:
             raise _as_gr_error(exc) from exc
+        except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message; any other OSError a bug
+            if storage_error(exc) is None:
+                raise
+            raise _as_gr_error(storage_error(exc)) from exc
 
     return wrapper

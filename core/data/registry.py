@@ -110,6 +110,14 @@ def _manifest_path(name: str) -> Path:
 def _save(spec: DatasetSpec, records: list) -> None:
     folder = _folder(spec.name)
     folder.mkdir(parents=True, exist_ok=True)
+    # a rebuild (--force) first withdraws the manifest: if it is killed half-way the dataset reads as not prepared
+    _manifest_path(spec.name).unlink(missing_ok=True)
+    for stale in folder.glob(".*.tmp"):  # temp files of a prepare that was killed (older than a minute)
+        try:
+            if time.time() - stale.stat().st_mtime > 60:
+                stale.unlink()
+        except OSError:
+            pass
     if spec.record_type is ImageLabel:
         images = np.stack([r.image for r in records])
         labels = np.array([r.label for r in records], dtype=np.int64)
@@ -159,6 +167,10 @@ def status(name: str) -> DatasetStatus:
     if spec.storage == "prepared":
         path = _manifest_path(name)
         if not path.exists():
+            folder = _folder(name)
+            if folder.is_dir() and any(folder.iterdir()):  # files but no manifest: a prepare was cut short
+                return DatasetStatus(False, "incomplete: an earlier prepare was interrupted",
+                                     f"{PREPARE_CMD} --only {name}")
             return DatasetStatus(False, "not prepared", f"{PREPARE_CMD} --only {name}")
         manifest = json.loads(path.read_text())
         if manifest.get("version", 1) != spec.version:

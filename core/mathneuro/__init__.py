@@ -10,8 +10,9 @@ Public API
 identify(model, math_inputs, nonmath_inputs, proportion, method="mathneuro", seed=0)
     -> {parameter name: bool mask of the parameter's shape}
 METHODS, get_method, collect, select          the method registry; two-step use for sweeps
-intervened, apply_intervention, intervened_copy, save_checkpoint, save_intervened_checkpoint,
-save_masks, load_masks, mask_metadata, MODES  interventions and files
+intervened, intervened_view, private_view     interventions on a private view (the shared model is never written)
+apply_intervention, intervened_copy, save_checkpoint, save_intervened_checkpoint,
+save_masks, load_masks, mask_metadata, MODES  in-place / copied interventions and files
 math_accuracy, multiple_choice_accuracy, teacher_forced_loss, evaluator, token_inputs   evaluation, inputs
 layer_distribution, intervention_effects, proportion_sweep, scale_factor_sweep, consistency,
 drill_down, selection_summary, overlap        analyses as plain data
@@ -27,15 +28,17 @@ from core.mathneuro.analysis import (consistency, drill_down, intervention_effec
 from core.mathneuro.evaluation import (extract_answer, math_accuracy, math_prompt, multiple_choice_accuracy,
                                        teacher_forced_loss, evaluator, sample_text, token_inputs)
 from core.mathneuro.interventions import (MODES, Restore, apply_intervention, intervened, intervened_copy,
-                                          load_masks, mask_metadata, save_checkpoint, save_intervened_checkpoint,
-                                          save_masks)
+                                          intervened_view, load_masks, mask_metadata, save_checkpoint,
+                                          save_intervened_checkpoint, save_masks)
 from core.mathneuro.methods import METHODS, Masks, Method, Statistics, collect, get_method, identify, select
 from core.mathneuro.scoring import (ColumnNorms, collect_column_norms, importance_scores, scored_linears,
                                     top_share_mask)
+from core.mathneuro.views import private_view
 
 __all__ = [
     "identify", "METHODS", "Method", "Masks", "Statistics", "get_method", "collect", "select",
-    "MODES", "Restore", "apply_intervention", "intervened", "intervened_copy", "save_checkpoint",
+    "MODES", "Restore", "apply_intervention", "intervened", "intervened_view", "private_view", "intervened_copy",
+    "save_checkpoint",
     "save_intervened_checkpoint", "save_masks", "load_masks", "mask_metadata",
     "math_accuracy", "multiple_choice_accuracy", "teacher_forced_loss", "evaluator", "extract_answer", "math_prompt",
     "sample_text", "token_inputs",

@@ -8,8 +8,8 @@
 - :func:`drill_down`: one weight matrix's mask, downsampled for a heatmap.
 
 ``evaluate`` arguments are functions ``model -> {metric: float}`` (see
-:func:`core.mathneuro.evaluation.evaluator`). Interventions inside the sweeps are applied in place
-and restored exactly, also on error.
+:func:`core.mathneuro.evaluation.evaluator`). Interventions inside the sweeps are applied to a private
+view (:func:`core.mathneuro.interventions.intervened`); ``model`` is never written.
 """
 from __future__ import annotations
 
@@ -110,8 +110,8 @@ def intervention_effects(model: nn.Module, masks_by_method: dict[str, Masks], ev
     before = evaluate(model)
     rows = []
     for i, (method, masks) in enumerate(masks_by_method.items()):
-        with intervened(model, masks, mode, factor):
-            after = evaluate(model)
+        with intervened(model, masks, mode, factor) as view:
+            after = evaluate(view)
         selected = selection_summary(masks)["selected"]
         for metric, value in before.items():
             rows.append({"method": method, "metric": metric, "before": value, "after": after[metric],
@@ -151,8 +151,8 @@ def proportion_sweep(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonm
         summary = selection_summary(masks)
         row = {"proportion": k, "selected": summary["selected"], "total": summary["total"], "share": summary["share"]}
         if evaluate is not None:
-            with intervened(model, masks, mode, factor):
-                row.update(evaluate(model))
+            with intervened(model, masks, mode, factor) as view:
+                row.update(evaluate(view))
         rows.append(row)
     return rows
 
@@ -168,8 +168,8 @@ def scale_factor_sweep(model: nn.Module, masks: Masks, factors: Sequence[float],
     factors = _check_values(factors, "scale factor", check_factor)
     rows = []
     for i, f in enumerate(factors):
-        with intervened(model, masks, "scale", f):
-            rows.append({"factor": f, **evaluate(model)})
+        with intervened(model, masks, "scale", f) as view:
+            rows.append({"factor": f, **evaluate(view)})
         if progress is not None:
             progress(i + 1, len(factors), "scale factors")
     return rows

@@ -1,10 +1,13 @@
 """Interventions on selected parameters: prune (multiply by 0) or scale (multiply by a factor).
 
-- :func:`intervened` applies one in place and restores the exact original values on exit (also
-  after an error inside the block): only the selected entries are saved, so the extra memory is
-  that of the selected values.
-- :func:`apply_intervention` applies one in place and returns a :class:`Restore` handle; if applying
-  fails half-way, what was changed is restored before the error propagates.
+- :func:`intervened_view` / :func:`intervened` give the intervened model as a private view
+  (:func:`core.mathneuro.views.private_view`): the touched weight matrices are copied and changed, every
+  other tensor is shared, and the model itself is never written, so requests served on the same
+  in-memory model at the same time never see each other's interventions. Extra memory: the touched
+  matrices, for as long as the view lives.
+- :func:`apply_intervention` applies one in place (for a model nobody else uses) and returns a
+  :class:`Restore` handle; if applying fails half-way, what was changed is restored before the error
+  propagates.
 - :func:`intervened_copy` returns a modified deep copy and leaves the model alone.
 - :func:`save_checkpoint` writes a model (e.g. the copy) as a safetensors checkpoint;
   :func:`save_masks` / :func:`load_masks` keep masks in a safetensors file. Files are written
@@ -22,6 +25,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.scoring import check_factor
+from core.mathneuro.views import private_view
 from core.runner import atomic_write
 
 MODES = {"prune": "multiply the selected parameters by 0",
@@ -110,20 +114,38 @@ def apply_intervention(model: nn.Module, masks: dict[str, torch.Tensor], mode: s
     return undo
 
 
+def intervened_view(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune",
+                    factor: float | None = None) -> nn.Module:
+    """A private view of ``model`` with the selected entries multiplied by 0 (prune) or ``factor`` (scale).
+
+    Only the masked matrices are copied; ``model`` is never written, so other requests on it are not
+    affected. The view's weights equal what :func:`apply_intervention` would write, bit for bit.
+    """
+    multiplier = resolve_factor(mode, factor)
+    pairs = check_masks(model, masks)
+    names = {id(p): n for n, p in model.named_parameters()}
+    changed: dict[int, torch.Tensor] = {}
+    with torch.no_grad():
+        for param, mask in pairs:
+            new = changed.get(id(param))
+            if new is None:
+                new = changed[id(param)] = param.detach().clone()
+            new[mask] = new[mask] * multiplier
+    return private_view(model, {names[i]: t for i, t in changed.items()})
+
+
 @contextmanager
 def intervened(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune", factor: float | None = None):
-    """Context manager: the model with the intervention applied in place, restored exactly on exit.
+    """Context manager: yields the intervened private view (:func:`intervened_view`); ``model`` is untouched.
+
+    Use the yielded view inside the block, not ``model``:
 
     Examples
     --------
-    >>> with intervened(model, masks, "scale", 1.1):
-    ...     accuracy = math_accuracy(model, tokenizer, problems)["accuracy"]
+    >>> with intervened(model, masks, "scale", 1.1) as view:
+    ...     accuracy = math_accuracy(view, tokenizer, problems)["accuracy"]
     """
-    undo = apply_intervention(model, masks, mode, factor)
-    try:
-        yield model
-    finally:
-        undo.restore()
+    yield intervened_view(model, masks, mode, factor)
 
 
 def intervened_copy(model: nn.Module, masks: dict[str, torch.Tensor], mode: str = "prune",
@@ -150,9 +172,8 @@ def save_checkpoint(model: nn.Module, path: str | os.PathLike) -> Path:
 
 def save_intervened_checkpoint(model: nn.Module, masks: dict[str, torch.Tensor], path: str | os.PathLike,
                                mode: str = "prune", factor: float | None = None) -> Path:
-    """Save the intervened model without copying it: apply in place, save, restore exactly."""
-    with intervened(model, masks, mode, factor):
-        return save_checkpoint(model, path)
+    """Save the intervened model without copying the untouched weights (a private view); ``model`` is untouched."""
+    return save_checkpoint(intervened_view(model, masks, mode, factor), path)
 
 
 def save_masks(masks: dict[str, torch.Tensor], path: str | os.PathLike,

@@ -21,6 +21,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.scoring import Progress, prepare_inputs, run_samples, scored_linears
+from core.mathneuro.views import private_view
 from kernels.topk_mask import topk_mask
 
 
@@ -56,6 +57,7 @@ class FiringCounts:
 def collect_firing_counts(model: nn.Module, inputs: Iterable[torch.Tensor], *, what: str = "input",
                           max_length: int | None = None, progress: Progress | None = None) -> FiringCounts:
     """Count positive activations per MLP neuron over all tokens of ``inputs`` ((1, T) LongTensors)."""
+    model = private_view(model)  # hooks on a private view: other requests' passes on the model are not counted
     blocks = mlp_blocks(model)
     samples = prepare_inputs(model, inputs, what, max_length)
     counts = {n: torch.zeros(b.down_proj.in_features, dtype=torch.int64, device=b.down_proj.weight.device)

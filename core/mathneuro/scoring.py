@@ -21,6 +21,7 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
+from core.mathneuro.views import private_view
 from kernels.topk_mask import topk_mask
 
 Progress = Callable[[int, int, str], None]
@@ -227,7 +228,7 @@ def collect_column_norms(model: nn.Module, inputs: Iterable[torch.Tensor], *, wh
     Parameters
     ----------
     model : nn.Module
-        Left unchanged (hooks are removed and train/eval flags restored, also on error).
+        Never written: hooks and flags are set on a private view (:mod:`core.mathneuro.views`).
     inputs : iterable of (1, T) LongTensor
     per_sample : bool
         Keep each sample's norms, ``(N, d_in)`` per matrix, instead of their sum (for the
@@ -237,6 +238,7 @@ def collect_column_norms(model: nn.Module, inputs: Iterable[torch.Tensor], *, wh
     -------
     ColumnNorms with ``sums[name]`` of shape (d_in,) float32 ((N, d_in) with ``per_sample``).
     """
+    model = private_view(model)  # hooks on a private view: other requests' passes on the model are not counted
     linears = scored_linears(model)
     samples = prepare_inputs(model, inputs, what, max_length)
     current = {n: torch.zeros(m.in_features, dtype=torch.float32, device=m.weight.device)

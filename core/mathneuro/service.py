@@ -16,7 +16,8 @@ nats per token: worked solution, correct option or text); ``auto`` picks accurac
 model was trained on and loss elsewhere (SmolLM2's accuracy is at the floor on GSM-style problems).
 
 ``progress(fraction, message)`` (:mod:`core.runner`'s convention) may raise :class:`core.errors.Cancelled`; an
-intervened model is always restored exactly, also after an error or a cancel.
+intervention is applied to a private view of the shared model (:func:`core.mathneuro.intervened`), which is never
+written, so concurrent requests on the same model never see it.
 """
 from __future__ import annotations
 
@@ -49,9 +50,9 @@ DEFAULTS = {"model": DEMO_NAME, "math": "arithmetic-words", "nonmath": [SENTIMEN
 
 # ---- model, statistics -------------------------------------------------------------------------------------------
 def load(ref: str):
-    """``core.zoo.load_model(ref)``; an empty reference is a clear error."""
-    from core.zoo import load_model
-    return load_model(_ref(ref))
+    """``core.zoo.load_model(ref)``; an empty reference or a model that is not a causal LM is a clear error."""
+    from core.zoo import load_model, require_kind
+    return require_kind(load_model(_ref(ref)), ("causal-lm",), "MathNeuro")
 
 
 def _ref(ref) -> str:
@@ -210,9 +211,9 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
         for nm in nonmath:
             for method in methods:
                 masks = masks_for(lm, math, nm, n, proportion, method)
-                with intervened(model, masks, mode, factor):
-                    m_after = score(model, tok, sets[math], metrics[math], math)
-                    n_after = score(model, tok, sets[nm], metrics[nm], nm)
+                with intervened(model, masks, mode, factor) as view:
+                    m_after = score(view, tok, sets[math], metrics[math], math)
+                    n_after = score(view, tok, sets[nm], metrics[nm], nm)
                 rows.append({"method": method, "label": METHODS[method].label, "nonmath": nm,
                              "selected": A.selection_summary(masks)["selected"],
                              "math_before": before[math], "math_after": m_after,
@@ -242,10 +243,10 @@ def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportio
         for i, k in enumerate(proportions):
             masks = masks_for(lm, math, nonmath, n, k, method)
             s = A.selection_summary(masks)
-            with intervened(model, masks, "prune"):
+            with intervened(model, masks, "prune") as view:
                 rows.append({"proportion": k, "selected": s["selected"], "share": s["share"],
-                             "math": score(model, tok, sets[math], metrics[math], math),
-                             "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)})
+                             "math": score(view, tok, sets[math], metrics[math], math),
+                             "nonmath": score(view, tok, sets[nonmath], metrics[nonmath], nonmath)})
             report(progress, (i + 1) / len(proportions), f"proportions: {i + 1}/{len(proportions)}")
         return {"params": params, "metrics": metrics, "rows": rows}
     return analysis_view("proportion-sweep", *_lookup(ref, "proportion-sweep", params, compute))
@@ -275,9 +276,9 @@ def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: fl
         masks = masks_for(lm, math, nonmath, n, proportion, method)
         rows = []
         for i, f in enumerate(factors):
-            with intervened(model, masks, "scale", f):
-                rows.append({"factor": f, "math": score(model, tok, sets[math], metrics[math], math),
-                             "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)})
+            with intervened(model, masks, "scale", f) as view:
+                rows.append({"factor": f, "math": score(view, tok, sets[math], metrics[math], math),
+                             "nonmath": score(view, tok, sets[nonmath], metrics[nonmath], nonmath)})
             report(progress, (i + 1) / len(factors), f"scale factors: {i + 1}/{len(factors)}")
         return {"params": params, "metrics": metrics, "rows": rows,
                 "selected": A.selection_summary(masks)["selected"]}

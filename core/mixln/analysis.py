@@ -78,8 +78,8 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
         folder = _runs.resolve_run(ref)
         return Subject(folder.name, _runs.run_model(ref), _runs.sample_windows(ref, n=samples, seq_len=seq_len),
                        run_fingerprint(folder), folder)
-    from core.zoo import load_model
-    lm = load_model(ref)
+    from core.zoo import load_model, require_kind
+    lm = require_kind(load_model(ref), ("causal-lm",), "Mix-LN's layer diagnostics")
     model = lm.model
     if not getattr(getattr(model, "config", None), "is_decoder", True) and not hasattr(model, "lm_head"):
         raise BadInputError(f"{ref} is not a causal language model.", fix="use a causal LM such as smollm2-135m.")

@@ -52,7 +52,12 @@ def load_tokenizer(path: str | os.PathLike):
         path = path / "tokenizer.json"
     if not path.is_file():
         raise BadInputError(f"no tokenizer at {path}.", fix="train a run first (it writes tokenizer.json).")
-    return Tokenizer.from_file(str(path))
+    try:
+        return Tokenizer.from_file(str(path))
+    except Exception as err:  # the tokenizers library raises a bare Exception for a file it cannot parse
+        cause = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise BadInputError(f"{path.name} is not a tokenizers tokenizer.json ({cause}).",
+                            fix="pass --tokenizer with a run's tokenizer.json, or leave it out to train one.") from err
 
 
 def encode_stream(tokenizer, texts: list[str]) -> torch.Tensor:

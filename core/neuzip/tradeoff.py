@@ -533,10 +533,10 @@ def tradeoff(ref: str, ks=(7, 3, 1, 0), block_size: int | None = 128, words: int
         raise BadInputError(f"window must be an integer >= 8, got {window!r}.")
     text, dataset = eval_text(words, dataset)
     from core.runner import results_cache
-    from core.zoo import load_model
+    from core.zoo import load_model, require_kind
 
     report(progress, 0.0, f"loading {ref}")
-    lm = load_model(ref)
+    lm = require_kind(load_model(ref), ("causal-lm",), "The memory / perplexity trade-off")
     if lm.tokenizer is None:
         raise BadInputError(f"{ref} has no tokenizer, so its perplexity cannot be measured.",
                             fix="pick a causal language model with a tokenizer")

@@ -1,13 +1,14 @@
 """Models: one loader for registered names, local folders and hub ids; cards; packaged conversions.
 
-Public API: :func:`load_model` (the one bounded model cache), :func:`fingerprint` (without loading),
+Public API: :func:`load_model` (the one bounded model cache), :func:`require_kind` (refuse the wrong kind of
+model for an action), :func:`fingerprint` (without loading),
 :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
 :func:`module_fingerprint`, :func:`token_texts` (``<id N>`` past the tokenizer), :func:`hub_choices` (the hub ids pickers offer,
 the allow-list of shared deployments); :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
 """
 from core.zoo.card import ModelCard
-from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, resolve, \
-    token_texts
+from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, require_kind, \
+    resolve, token_texts
 from core.zoo.hub import PAPER_CHECKPOINTS, allowed_hub_models, hub_choices
 from core.zoo.registry import PACKAGED, card_of, list_cards, registered_names
 
@@ -25,5 +26,5 @@ def prepare_model(name: str, progress=None, force: bool = False):
 
 
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
-           "clear_loaded", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
+           "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
            "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices"]

@@ -333,6 +333,26 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     return loaded
 
 
+KIND_LABELS = {"causal-lm": "a causal language model", "sequence-classifier": "a text classifier",
+               "image-classifier": "an image classifier", "model": "a model without a task head"}
+
+
+def require_kind(loaded: LoadedModel, kinds: tuple[str, ...], action: str) -> LoadedModel:
+    """``loaded`` if its card's kind is one of ``kinds``; else a :class:`ModelLoadError` naming the models that fit.
+
+    Examples
+    --------
+    >>> lm = require_kind(load_model(ref), ("causal-lm",), "MathNeuro")
+    """
+    kind = loaded.card.kind or "model"
+    if kind in kinds:
+        return loaded
+    fitting = [n for n in registry.registered_names() if registry.card_of(n).kind in kinds]
+    wanted = " or ".join(KIND_LABELS.get(k, k) for k in kinds)
+    raise ModelLoadError(f"{action} needs {wanted}, but {loaded.card.name} is {KIND_LABELS.get(kind, kind)} "
+                         f"(kind {kind!r}).", fix=f"pick {wanted}, e.g. {', '.join(fitting) or 'a *ForCausalLM model'}.")
+
+
 def fingerprint(ref: str) -> str:
     """The fingerprint :func:`load_model` gives ``ref``, read from its weight files without loading the model
     (a registered name or a folder with safetensors); anything else (a hub id) is loaded to find it."""

@@ -319,14 +319,20 @@ def test_intervention_applies_and_restores_bit_exact(mode, factor):
     model = tiny_llama()
     masks = some_masks(model)
     snap = snapshot(model)
-    params = dict(model.named_parameters())
-    with mn.intervened(model, masks, mode, factor):
+    with mn.intervened(model, masks, mode, factor) as view:
+        params = dict(view.named_parameters())
         mult = 0.0 if mode == "prune" else factor
         for name, mask in masks.items():
             before = snap[0][name]
             assert torch.equal(params[name][mask], before[mask] * mult)
             assert torch.equal(params[name][~mask], before[~mask])
         assert any(mask.any() for mask in masks.values())
+        assert_same(model, snap)  # the shared model is never written, not even inside the block
+    assert_same(model, snap)
+    # the in-place variant (for a model nobody else uses) writes the same values and restores them exactly
+    undo = mn.apply_intervention(model, masks, mode, factor)
+    assert all(torch.equal(p, params[n]) for n, p in model.named_parameters())
+    undo.restore()
     assert_same(model, snap)
 
 
@@ -336,7 +342,7 @@ def test_model_untouched_after_errors_mid_intervention(monkeypatch):
     snap = snapshot(model)
     # an error inside the block
     with pytest.raises(RuntimeError):
-        with mn.intervened(model, masks, "scale", 2.0):
+        with mn.intervened(model, masks, "scale", 2.0) as _view:
             raise RuntimeError("evaluation failed")
     assert_same(model, snap)
     # an error half-way through applying (third matrix)
@@ -360,7 +366,7 @@ def test_model_untouched_after_errors_mid_intervention(monkeypatch):
                  (masks, "scale", float("inf")), (masks, "scale", float("nan")), (masks, "scale", None),
                  (masks, "shrink", 0.5)]:
         with pytest.raises(BadInputError):
-            with mn.intervened(model, *args):
+            with mn.intervened(model, *args) as _view:
                 pass
         assert_same(model, snap)
 

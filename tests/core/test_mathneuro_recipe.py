@@ -85,12 +85,12 @@ def test_pruning_the_mathneuro_set_removes_math_not_sentiment(tiny):
     problems, reviews = load("arithmetic-words", "test")[:60], recipe.sentiment_split("test", 60)
     original = {n: p.detach().clone() for n, p in model.named_parameters()}
 
-    def both():
-        return (math_accuracy(model, tok, problems, max_new_tokens=24)["accuracy"],
-                multiple_choice_accuracy(model, tok, reviews)["accuracy"])
-    math0, senti0 = both()
-    with intervened(model, masks, "prune"):
-        math1, senti1 = both()
+    def both(m):
+        return (math_accuracy(m, tok, problems, max_new_tokens=24)["accuracy"],
+                multiple_choice_accuracy(m, tok, reviews)["accuracy"])
+    math0, senti0 = both(model)
+    with intervened(model, masks, "prune") as view:
+        math1, senti1 = both(view)
     assert math0 - math1 >= 0.2, (math0, math1)  # 96% -> 38% on the committed test figures
     assert senti0 - senti1 <= 0.05, (senti0, senti1)  # 100% -> 100%
-    assert all(torch.equal(p, original[n]) for n, p in model.named_parameters())  # restored exactly
+    assert all(torch.equal(p, original[n]) for n, p in model.named_parameters())  # never written
