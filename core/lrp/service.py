@@ -39,8 +39,8 @@ MAX_TOKENS = inputs.MAX_TOKENS
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
 # published configs, a shared 2-core CPU, 2 torch threads; medians, see the README):
 # (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
-MEASURED_COST = {("mamba-130m", 512): (154.45, 3.58), ("mamba-130m", 2048): (437.84, 4.08),
-                 ("mamba-370m", 512): (222.93, 1.67)}
+MEASURED_COST = {("mamba-130m", 512): (79.01, 2.89), ("mamba-130m", 2048): (94.84, 4.40),
+                 ("mamba-370m", 512): (131.71, 2.98)}  # the second run of each case
 TOGGLES = ("silu", "ssm", "gate", "norm", "gamma", "gamma_layers")  # LRPRules.from_toggles' switches
 TEXT_EXAMPLES = {
     "mamba-sentiment": ["A gorgeous, witty and seductive movie.",
