@@ -11,10 +11,21 @@
   ``TRITON_INTERPRET=1`` (numpy, one program at a time, very slow), so the kernel is measured at a reduced
   channel count (``--interp-channels``) and the reference both at that shape and at mamba-130m-like shapes
   (B=1, D=1536, N=16, L=1024); the analytic size of the materialised tensors is printed beside them.
+  The chunked CPU path (``selective_scan_lrp_chunked``, what ``selective_scan_lrp`` runs off CUDA) is measured
+  beside them at the large shape.
+- ``real_size``: random-weight Mambas of the papers' published configs (mamba-130m: 24 layers, d_model 768, d_state
+  16, expand 2, vocabulary 50280; mamba-370m: 48 layers, d_model 1024) on random token ids, each case in a fresh
+  subprocess: peak RSS of the process from the start of the first ``explain(method="mambalrp")`` (sampled every
+  2 ms; the process's lifetime maximum, model construction included, beside it), then ``--real-repeats`` rounds of
+  one no-grad forward (transformers' own forward through the same call ``explain`` makes: last-position logits)
+  and one ``explain``, alternating; medians and the ratio MambaLRP / forward (target <= 4; <= 1.5 GiB at 512
+  tokens for mamba-130m). ``--reference-tokens N`` adds the previous path (the reference scan under autograd,
+  no recomputation) for mamba-130m at N tokens.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
 
-Usage: ``python bench/lrp.py [--repeats 5] [--ig-steps 50] [--lm-tokens 64] [--threads 2] [--no-triton]``
+Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,evaluation] [--repeats 5] [--ig-steps 50]
+[--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``
 """
 from __future__ import annotations
 
@@ -34,7 +45,8 @@ _SCAN_CHILD = r"""
 import json, os, sys, threading, time
 import torch
 sys.path.insert(0, {root!r})
-from kernels.selective_scan import selective_scan_lrp_ref, selective_scan_lrp_triton, selective_scan_ref
+from kernels.selective_scan import (selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
+                                    selective_scan_ref)
 
 def rss():
     with open("/proc/self/statm") as f:
@@ -50,7 +62,8 @@ B = torch.randn(b, n, length, generator=g)
 C = torch.randn(b, n, length, generator=g)
 D = torch.randn(d, generator=g)
 bias = torch.randn(d, generator=g) * 0.1
-fn = {{"ref_lrp": selective_scan_lrp_ref, "ref_full": selective_scan_ref, "triton": selective_scan_lrp_triton}}[variant]
+fn = {{"ref_lrp": selective_scan_lrp_ref, "ref_full": selective_scan_ref, "triton": selective_scan_lrp_triton,
+       "chunked": selective_scan_lrp_chunked}}[variant]
 if variant == "triton":
     from kernels.selective_scan import _kernels
     _kernels()
@@ -75,7 +88,7 @@ y.sum().backward()
 secs = time.perf_counter() - t0
 run = False; t.join(); peak = max(peak, rss())
 out = {{"peak_above_inputs_mb": round((peak - base) / 2**20, 1), "seconds": round(secs, 2)}}
-if variant == "triton":
+if variant in ("triton", "chunked"):
     xr = u.clone().requires_grad_(True)
     yr = selective_scan_lrp_ref(xr, delta, A, B, C, D, bias, True)
     yr.sum().backward()
@@ -83,6 +96,87 @@ if variant == "triton":
     out["max_abs_diff_grad"] = float((x.grad - xr.grad).abs().max())
 print(json.dumps(out))
 """
+
+
+_REAL_CHILD = r"""
+import json, os, resource, statistics, sys, threading, time
+import torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads({threads})
+from transformers import MambaConfig, MambaForCausalLM
+from core.lrp import explain
+from core.lrp.adapters import adapter_for
+
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+layers, hidden, length, repeats, reference = {layers}, {hidden}, {length}, {repeats}, {reference}
+if reference:  # the previous path: the reference scan under autograd, every activation kept
+    import core.lrp.methods, core.lrp.mixer
+    from kernels.selective_scan import selective_scan_lrp_ref
+    core.lrp.mixer.selective_scan_lrp = selective_scan_lrp_ref
+    core.lrp.methods.RECOMPUTE_ABOVE_BYTES = float("inf")
+torch.manual_seed(0)
+config = MambaConfig(vocab_size=50280, hidden_size=hidden, state_size=16, num_hidden_layers=layers, expand=2)
+model = MambaForCausalLM(config).eval()
+ids = torch.randint(0, config.vocab_size, (1, length), generator=torch.Generator().manual_seed(0))
+adapter = adapter_for(model)
+
+def forward():
+    with torch.no_grad():
+        return adapter.logits(adapter.embed(ids))
+
+try:
+    import ctypes; ctypes.CDLL("libc.so.6").malloc_trim(0)
+except OSError:
+    pass
+before = peak = rss(); run = True
+def sample():
+    global peak
+    while run:
+        peak = max(peak, rss()); time.sleep(0.002)
+sampler = threading.Thread(target=sample, daemon=True); sampler.start()
+t0 = time.perf_counter()
+e = explain(model, ids, method="mambalrp")
+first = time.perf_counter() - t0
+run = False; sampler.join(); peak = max(peak, rss())
+out = {{"rss_before_explain_gib": round(before / 2**30, 3), "peak_rss_explain_gib": round(peak / 2**30, 3),
+        "first_explain_s": round(first, 2), "conservation_abs_error": abs(e.total - e.logit),
+        "conservation_rel_error": abs(e.total - e.logit) / max(1e-12, abs(e.logit))}}
+t_fwd, t_lrp = [], []
+for _ in range(repeats):
+    t0 = time.perf_counter(); forward(); t_fwd.append(time.perf_counter() - t0)
+    t0 = time.perf_counter(); explain(model, ids, method="mambalrp"); t_lrp.append(time.perf_counter() - t0)
+if repeats:
+    f, m = statistics.median(t_fwd), statistics.median(t_lrp)
+    out.update(forward_s=round(f, 2), mambalrp_s=round(m, 2), mambalrp_over_forward=round(m / f, 2),
+               mambalrp_over_forward_per_round=[round(b / a, 2) for a, b in zip(t_fwd, t_lrp)],
+               forward_s_all=[round(t, 2) for t in t_fwd], mambalrp_s_all=[round(t, 2) for t in t_lrp])
+out["max_rss_process_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+print(json.dumps(out))
+"""
+
+REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024)}  # published Mamba sizes: layers, d_model (d_state 16)
+
+
+def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
+    """One random-weight model of a published config in a fresh interpreter: peak RSS, forward and MambaLRP times."""
+    layers, hidden = REAL_CONFIGS[name]
+    code = _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden, length=length,
+                              repeats=repeats, reference=reference)
+    t0 = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result["subprocess_s"] = round(time.perf_counter() - t0, 1)
+    return {"config": {"layers": layers, "d_model": hidden, "d_inner": 2 * hidden, "d_state": 16, "vocab": 50280,
+                       "tokens": length, "path": "reference scan (previous)" if reference else "chunked scan"},
+            **result}
 
 
 def scan_memory(variant: str, b: int, d: int, n: int, length: int, threads: int, timeout: int) -> dict:
@@ -181,8 +275,12 @@ def evaluation_tables() -> dict:
     return out
 
 
+PARTS = ("time", "scan_memory", "real_size", "evaluation")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated subset of {', '.join(PARTS)}")
     ap.add_argument("--models", default="vision-mamba-mnist,mamba-sentiment,mamba-lm")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--ig-steps", type=int, default=50)
@@ -196,42 +294,75 @@ def main() -> None:
     ap.add_argument("--no-triton", action="store_true", help="skip the interpreted kernel")
     ap.add_argument("--full-autograd", action="store_true", help="also the ordinary (fully differentiable) scan")
     ap.add_argument("--timeout", type=int, default=900, help="per scan subprocess, seconds")
+    ap.add_argument("--real-cases", default="130m:512,130m:2048,370m:512",
+                    help=f"config:tokens pairs, configs {', '.join(REAL_CONFIGS)}")
+    ap.add_argument("--real-repeats", type=int, default=3, help="forward / MambaLRP rounds per real-size case")
+    ap.add_argument("--real-repeats-long", type=int, default=1, help="rounds for cases over 1024 tokens")
+    ap.add_argument("--reference-tokens", type=int, default=0,
+                    help="also the previous path (reference scan) on mamba-130m at this many tokens (0: skip)")
+    ap.add_argument("--reference-repeats", type=int, default=1, help="rounds for the previous path (slow)")
+    ap.add_argument("--real-timeout", type=int, default=3600, help="per real-size subprocess, seconds")
     args = ap.parse_args()
+    parts = [p for p in args.parts.split(",") if p]
+    unknown = sorted(set(parts) - set(PARTS))
+    if unknown:
+        ap.error(f"unknown part(s) {', '.join(unknown)}; choose from {', '.join(PARTS)}")
 
     import torch
     torch.set_num_threads(args.threads)
     t_start = time.perf_counter()
-    timing = {}
-    for m in [m for m in args.models.split(",") if m]:
-        timing[m] = time_model(m, args.repeats, args.ig_steps, args.ig_repeats, args.lm_tokens)
-        print(f"... {m}: {json.dumps(timing[m])}", file=sys.stderr, flush=True)
+    report = {"machine": {"cpu_threads": args.threads, "cpus": os.cpu_count(), "cuda": torch.cuda.is_available(),
+                          "load_average_1m_at_start": round(os.getloadavg()[0], 2), "torch": torch.__version__}}
+    if "time" in parts:
+        timing = {}
+        for m in [m for m in args.models.split(",") if m]:
+            timing[m] = time_model(m, args.repeats, args.ig_steps, args.ig_repeats, args.lm_tokens)
+            print(f"... {m}: {json.dumps(timing[m])}", file=sys.stderr, flush=True)
+        report.update(ig_steps=args.ig_steps, repeats=args.repeats, time=timing)
 
-    b, n, L = 1, args.scan_state, args.scan_length
-    big = args.scan_channels
-    small = args.interp_channels
-    materialised_mb = lambda d: round(b * d * L * n * 4 / 2**20, 1)  # one (B, D, L, N) float32 tensor
-    scan = {
-        "shapes": {"batch": b, "state": n, "length": L, "channels_reference": big, "channels_interpreted": small},
-        "one_materialised_BDLN_tensor_mb": {str(big): materialised_mb(big), str(small): materialised_mb(small)},
-    }
-    runs = [(f"reference_lrp_D{small}", "ref_lrp", small, args.threads)]
-    if not args.no_triton:
-        runs.append((f"triton_interpreted_D{small}", "triton", small, 1))
-    runs.append((f"reference_lrp_D{big}", "ref_lrp", big, args.threads))
-    if args.full_autograd:
-        runs.append((f"reference_full_autograd_D{big}", "ref_full", big, args.threads))
-    for key, variant, d, threads in runs:
-        scan[key] = scan_memory(variant, b, d, n, L, threads, args.timeout)
-        print(f"... {key}: {json.dumps(scan[key])}", file=sys.stderr, flush=True)
-        scan["note"] = ("no CUDA here: the Triton kernel ran under TRITON_INTERPRET=1 (numpy emulation, its peak RSS "
-                        "includes the interpreter's own temporaries; its time says nothing about GPU speed)")
-    print(json.dumps({
-        "machine": {"cpu_threads": args.threads, "cpus": os.cpu_count(), "cuda": torch.cuda.is_available(),
-                    "load_average_1m_at_end": round(os.getloadavg()[0], 2), "torch": torch.__version__},
-        "ig_steps": args.ig_steps, "repeats": args.repeats,
-        "time": timing, "scan_memory": scan, "evaluation": evaluation_tables(),
-        "bench_seconds": round(time.perf_counter() - t_start, 1),
-    }, indent=1))
+    if "scan_memory" in parts:
+        b, n, L = 1, args.scan_state, args.scan_length
+        big = args.scan_channels
+        small = args.interp_channels
+        materialised_mb = lambda d: round(b * d * L * n * 4 / 2**20, 1)  # one (B, D, L, N) float32 tensor  # noqa: E731
+        scan = {
+            "shapes": {"batch": b, "state": n, "length": L, "channels_reference": big, "channels_interpreted": small},
+            "one_materialised_BDLN_tensor_mb": {str(big): materialised_mb(big), str(small): materialised_mb(small)},
+        }
+        runs = [(f"reference_lrp_D{small}", "ref_lrp", small, args.threads)]
+        if not args.no_triton:
+            runs.append((f"triton_interpreted_D{small}", "triton", small, 1))
+        runs.append((f"reference_lrp_D{big}", "ref_lrp", big, args.threads))
+        runs.append((f"chunked_lrp_D{big}", "chunked", big, args.threads))
+        if args.full_autograd:
+            runs.append((f"reference_full_autograd_D{big}", "ref_full", big, args.threads))
+        for key, variant, d, threads in runs:
+            scan[key] = scan_memory(variant, b, d, n, L, threads, args.timeout)
+            print(f"... {key}: {json.dumps(scan[key])}", file=sys.stderr, flush=True)
+        if not args.no_triton:
+            scan["note"] = ("no CUDA here: the Triton kernel ran under TRITON_INTERPRET=1 (numpy emulation, its peak "
+                            "RSS includes the interpreter's own temporaries; its time says nothing about GPU speed)")
+        report["scan_memory"] = scan
+
+    if "real_size" in parts:
+        real = {}
+        cases = [(c.split(":")[0], int(c.split(":")[1]), False) for c in args.real_cases.split(",") if c]
+        if args.reference_tokens:
+            cases.append(("130m", args.reference_tokens, True))
+        for name, length, reference in cases:
+            repeats = args.reference_repeats if reference else (args.real_repeats if length <= 1024
+                                                                  else args.real_repeats_long)
+            key = f"mamba-{name}-random_{length}_tokens" + ("_reference_path" if reference else "")
+            real[key] = real_size(name, length, repeats, args.threads, args.real_timeout, reference)
+            print(f"... {key}: {json.dumps(real[key])}", file=sys.stderr, flush=True)
+        report["real_size"] = {"targets": {"mambalrp_over_forward": 4.0, "peak_rss_gib_130m_512_tokens": 1.5},
+                               "forward": "no-grad, transformers' own forward, last-position logits", **real}
+
+    if "evaluation" in parts:
+        report["evaluation"] = evaluation_tables()
+    report["machine"]["load_average_1m_at_end"] = round(os.getloadavg()[0], 2)
+    report["bench_seconds"] = round(time.perf_counter() - t_start, 1)
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

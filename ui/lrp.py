@@ -158,7 +158,7 @@ def build(ctx: AppContext) -> None:
         text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
                                                       "Text model (or a local Mamba folder)", "text")
         text = gr.Textbox(text_ex.data["text"] if text_ex else lrp.TEXT_EXAMPLES["mamba-sentiment"][0], lines=2,
-                          label=f"Text (cut to {lrp.MAX_TOKENS} tokens)", elem_id="lrp-text")
+                          label=f"Text (cut to {lrp.MAX_TOKENS} tokens)", info=lrp.cost_note(), elem_id="lrp-text")
         gr.Examples([[t, m] for m, ts in lrp.TEXT_EXAMPLES.items() for t in ts], [text, text_model],
                     label="Examples (precomputed)")
         with gr.Row():

@@ -16,7 +16,8 @@ The service (what the tab and ``python -m core lrp`` call; each returns a ``core
 
     text_result, image_result, target_choices, evaluation_result, long_range_result, key_token_result,
     committed_result, example_result, train_result, precompute_examples, precompute_evaluation,
-    method_choices, TEXT_MODELS, IMAGE_MODELS, EVAL_MODELS, DEFAULT_METHODS, TEXT_EXAMPLES, MAX_TOKENS, GAMMA_LAYERS
+    method_choices, TEXT_MODELS, IMAGE_MODELS, EVAL_MODELS, DEFAULT_METHODS, TEXT_EXAMPLES, MAX_TOKENS, GAMMA_LAYERS,
+    MEASURED_COST, cost_note
 """
 from core.lrp.attention import hidden_attention
 from core.lrp.context import lrp_rules
@@ -26,8 +27,8 @@ from core.lrp.metrics import (FlipCurves, conservation, faithfulness, flip_curve
                               top_k_distances)
 from core.lrp.models import MambaSequenceClassifier, VisionMamba, VisionMambaConfig
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
-from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, MAX_TOKENS, TEXT_EXAMPLES, TEXT_MODELS,
-                              committed_result, default_requests, evaluation_result, example_result, image_result,
+from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, MAX_TOKENS, MEASURED_COST, TEXT_EXAMPLES,
+                              TEXT_MODELS, committed_result, cost_note, default_requests, evaluation_result, example_result, image_result,
                               key_token_result, long_range_result, method_choices, precompute_evaluation,
                               precompute_examples, target_choices, text_result, train_result)
 
@@ -39,5 +40,5 @@ __all__ = [
     "text_result", "image_result", "target_choices", "evaluation_result", "long_range_result", "key_token_result",
     "committed_result", "example_result", "train_result", "precompute_examples", "precompute_evaluation",
     "default_requests", "method_choices", "TEXT_MODELS", "IMAGE_MODELS", "EVAL_MODELS", "DEFAULT_METHODS",
-    "TEXT_EXAMPLES", "MAX_TOKENS", "GAMMA_LAYERS",
+    "TEXT_EXAMPLES", "MAX_TOKENS", "GAMMA_LAYERS", "MEASURED_COST", "cost_note",
 ]

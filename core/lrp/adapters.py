@@ -12,6 +12,7 @@ model                     kind        explained output
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -29,10 +30,12 @@ class ModelAdapter:
     ----------
     model : the wrapped model (never modified).
     kind : ``"lm"``, ``"classifier"`` or ``"vision"``.
+    progress : optional ``progress(fraction, message)`` the methods pass to :func:`core.lrp.lrp_rules`.
     """
 
     model: nn.Module
     kind: str
+    progress: Callable[[float, str], None] | None = None
 
     # ---- inputs ------------------------------------------------------------------------------
     def embed(self, input_ids: torch.Tensor | None = None, pixel_values: torch.Tensor | None = None

@@ -40,14 +40,15 @@ def hidden_attention(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: t
     return torch.where(causal, alpha, torch.zeros_like(alpha))
 
 
-def channel_mean_attention(record: ScanRecord, positive: bool = False,
-                           max_elements: int = 1 << 24) -> tuple[torch.Tensor, float]:
+def channel_mean_attention(record: ScanRecord, positive: bool = False, max_elements: int = 1 << 24,
+                           done=None) -> tuple[torch.Tensor, float]:
     """Hidden attention of one scan averaged over channels, for batch element 0.
 
     Parameters
     ----------
     record : the scan.
     positive : average ``alpha.clamp(min=0)`` (Mamba-Attribution) instead of ``|alpha|`` (rollout).
+    done : optional ``done(fraction)``, called after each chunk of channels (the work is ``O(D N L^2)``).
 
     Returns
     -------
@@ -66,6 +67,8 @@ def channel_mean_attention(record: ScanRecord, positive: bool = False,
         alpha = alpha.clamp(min=0) if positive else alpha.abs()
         peak = max(peak, float(alpha.max()))
         total += alpha.sum(0)
+        if done is not None:
+            done(min(start + chunk, channels) / channels)
     total = total / channels
     if record.flipped:
         total = total.flip(0, 1)
@@ -85,20 +88,24 @@ def _minmax(x: torch.Tensor) -> torch.Tensor:
     return (x - x.min()) / span if span > 0 else torch.zeros_like(x)
 
 
-def layer_attention(records: list[ScanRecord], grads: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+def layer_attention(records: list[ScanRecord], grads: list[torch.Tensor] | None = None,
+                    progress=None) -> list[torch.Tensor]:
     """One ``(L, L)`` matrix per mixer layer; the branches of a bidirectional mixer are averaged.
 
     Without ``grads``: the channel mean of ``|alpha|`` (Attention Rollout input). With ``grads`` (the
     gradient of the explained logit w.r.t. each record's ``y``): Mamba-Attribution as in Ali et al.'s
     code, ``minmax(mean_d alpha^+)`` with each source-token column weighted by the min-max normalised
-    clamped gradient.
+    clamped gradient. ``progress(fraction, message)``, if given, is called as the scans' channels are done (it may
+    raise to stop the work).
     """
     by_layer: dict[int, list[torch.Tensor]] = {}
     for i, rec in enumerate(records):
+        done = None if progress is None else (
+            lambda f, i=i: progress((i + f) / len(records), f"hidden attention: scan {i + 1} of {len(records)}"))
         if grads is None:
-            mat, _ = channel_mean_attention(rec)
+            mat, _ = channel_mean_attention(rec, done=done)
         else:
-            mean, peak = channel_mean_attention(rec, positive=True)
+            mean, peak = channel_mean_attention(rec, positive=True, done=done)
             mat = (mean / peak if peak > 0 else mean) * gradient_weights(rec, grads[i])[None, :]
         by_layer.setdefault(rec.layer, []).append(mat)
     return [torch.stack(mats).mean(0) for _, mats in sorted(by_layer.items())]

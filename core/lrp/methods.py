@@ -14,10 +14,13 @@ import torch
 from core.errors import BadInputError
 from core.lrp.adapters import ModelAdapter, adapter_for
 from core.lrp.attention import layer_attention, rollout
-from core.lrp.context import lrp_rules
+from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
+from core.runner import scaled
 
 VISION_GAMMA = 0.25
+RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # kept activations above which every mixer is recomputed in the backward pass
+KEPT_BYTES_PER_CHANNEL = 28  # per token and scan channel, what a mixer keeps for the backward (~7 float32, measured)
 
 
 @dataclass
@@ -111,9 +114,20 @@ def _reject_unknown(method: str, options: dict) -> None:
         raise BadInputError(f"Unknown option(s) for {method}: {', '.join(sorted(options))}.")
 
 
+def recompute_mixers(adapter: ModelAdapter, embeds: torch.Tensor) -> bool:
+    """Whether to recompute each mixer in the backward pass (activation checkpointing) for ``embeds: (B, L, H)``.
+
+    True when keeping every mixer's activations would take more than :data:`RECOMPUTE_ABOVE_BYTES` (e.g. a
+    mamba-130m-sized model from about 100 tokens on): memory then stays at one mixer's activations plus each
+    mixer's input, for the time of one more forward pass.
+    """
+    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
+    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL > RECOMPUTE_ABOVE_BYTES
+
+
 def _gradient_x_input(adapter, embeds, target, rules):
     x = embeds.detach().clone().requires_grad_(True)
-    with lrp_rules(adapter.model, rules):
+    with lrp_rules(adapter.model, rules, recompute=recompute_mixers(adapter, x), progress=adapter.progress):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
@@ -166,7 +180,7 @@ def smoothgrad(adapter, embeds, target, n_samples: int = 16, noise: float = 0.1,
     sigma = float(noise) * float(embeds.max() - embeds.min())
     eps = torch.randn((int(n_samples),) + tuple(embeds.shape[1:]), generator=gen).to(embeds) * sigma
     x = (embeds + eps).requires_grad_(True)
-    with lrp_rules(adapter.model, None):
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, x), progress=adapter.progress):
         out = adapter.logits(x)[:, target].sum()
         (grad,) = torch.autograd.grad(out, x)
     return (embeds[0] * grad.mean(0)).sum(-1).float(), logit, target
@@ -179,7 +193,8 @@ def integrated_gradients(adapter, embeds, target, n_steps: int = 32, baseline: s
     _reject_unknown("integrated_gradients", options)
     logit, target = _plain_logits(adapter, embeds, target)
     base = _baseline_embedding(adapter, embeds, baseline).expand_as(embeds)
-    with lrp_rules(adapter.model, None):
+    batch = embeds.expand(int(n_steps), -1, -1)
+    with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, batch), progress=adapter.progress):
         ig = IntegratedGradients(lambda e: adapter.logits(e)[:, target])
         attr = ig.attribute(embeds, baselines=base, n_steps=int(n_steps), internal_batch_size=int(n_steps))
     return attr.sum(-1)[0].float().detach(), logit, target
@@ -195,13 +210,14 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
 
 def _attention(adapter, embeds, target, weighted: bool):
     record: list = []
-    x = embeds.detach().clone()
-    with lrp_rules(adapter.model, None, record):
+    x = embeds.detach().clone().requires_grad_(weighted)  # the scans' outputs then carry a graph to the logit
+    # the forward (and backward) pass is cheap beside the O(layers D N L^2) hidden attention: a fifth of the bar
+    with lrp_rules(adapter.model, None, record, progress=scaled(adapter.progress, 0.0, 0.2)):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
         grads = list(torch.autograd.grad(logit, [r.y for r in record])) if weighted else None
-    roll = rollout(layer_attention(record, grads))
+    roll = rollout(layer_attention(record, grads, progress=scaled(adapter.progress, 0.2, 1.0)))
     row = roll[adapter.explained_position(x.shape[1])]
     return row.detach().float().cpu(), float(logit.detach()), target
 
@@ -270,7 +286,7 @@ def method_names(methods=None, empty_means_all: bool = True) -> list[str]:
     return names
 
 
-def explain(model, input_ids=None, pixel_values=None, target=None, method: str = "mambalrp",
+def explain(model, input_ids=None, pixel_values=None, target=None, method: str = "mambalrp", progress=None,
             **options) -> Explanation:
     """Explain one prediction of a Mamba model.
 
@@ -283,6 +299,10 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     target : token id (language model, next token after the last position) or class index; None
         explains the argmax.
     method : a key of :data:`METHODS`.
+    progress : optional ``progress(fraction, message)``, called once per mixer layer in the forward pass and
+        again in the backward pass (the hidden-attention methods: also per chunk of channels of every scan;
+        fractions rise from 0 to 1); an exception it raises (e.g. the app's Stop) stops the explanation and
+        propagates.
     **options : method options (e.g. ``gamma=0.25``, ``ssm=False``, ``n_samples=16``).
 
     Returns
@@ -292,6 +312,7 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     if method not in METHODS:
         raise BadInputError(f"Unknown method {method!r}.", fix=f"Use one of: {', '.join(METHODS)}.")
     adapter = adapter_for(model)
+    adapter.progress = progress
     embeds = adapter.embed(input_ids, pixel_values)
     relevance, logit, target = METHODS[method](adapter, embeds, target, **dict(options))
     relevance = relevance.detach().float().cpu()

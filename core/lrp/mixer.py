@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.lrp import rules as R
-from kernels.selective_scan import selective_scan_lrp, selective_scan_ref
+from kernels.selective_scan import selective_scan, selective_scan_lrp
 
 
 @dataclass
@@ -46,12 +46,33 @@ class ScanRecord:
     flipped: bool = False
 
 
+class _ConvInputGradient(torch.autograd.Function):
+    """``F.conv1d`` (the same call, the same values) whose backward computes the input's gradient only and keeps
+    only the weight; autograd's own conv keeps its input, here a view of the whole in_proj output."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, padding, groups):
+        ctx.save_for_backward(weight)
+        ctx.shape, ctx.padding, ctx.groups = x.shape, padding, groups
+        return F.conv1d(x, weight, bias, padding=padding, groups=groups)
+
+    @staticmethod
+    def backward(ctx, grad):
+        (weight,) = ctx.saved_tensors
+        dx = torch.nn.grad.conv1d_input(ctx.shape, weight, grad, padding=ctx.padding, groups=ctx.groups)
+        return dx, None, None, None, None
+
+
 def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.Tensor:
     """Depthwise causal conv of ``x: (B, D, L)`` as in transformers' ``causal_conv1d_fn`` (no activation)."""
     length, kernel = x.shape[-1], conv.weight.shape[-1]
     channels = conv.weight.shape[0]
     x = x.to(conv.weight.dtype)
-    z = F.conv1d(x, conv.weight, conv.bias, padding=kernel - 1, groups=channels)
+    frozen = not any(p is not None and p.requires_grad for p in (conv.weight, conv.bias))
+    if frozen and x.requires_grad and torch.is_grad_enabled():  # gradient to x only: keep no activation
+        z = _ConvInputGradient.apply(x, conv.weight, conv.bias, kernel - 1, channels)
+    else:
+        z = F.conv1d(x, conv.weight, conv.bias, padding=kernel - 1, groups=channels)
     if gamma:
         # applied to the unsliced output so that the result keeps the original memory layout
         # (CPU kernels downstream take a different, bitwise different, path for other layouts)
@@ -74,7 +95,7 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     conv, x_proj, dt_proj, A_log, D : the branch's parameters (transformers' ``MambaMixer`` layout).
     rules : the MambaLRP rules, or None for the original computation.
     scan : the selective scan, with ``selective_scan_ref``'s signature; default: ``selective_scan_lrp`` when
-        ``rules.ssm`` is on, else ``selective_scan_ref`` (training passes ``selective_scan_train``).
+        ``rules.ssm`` is on, else ``selective_scan`` (training passes ``selective_scan_train``).
 
     Returns
     -------
@@ -91,7 +112,7 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     A = -torch.exp(A_log.float())
     B, C = B.transpose(1, 2), C.transpose(1, 2)
     if scan is None:
-        scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan_ref
+        scan = selective_scan_lrp if (rules is not None and rules.ssm) else selective_scan
     y = scan(u, time_step, A, B, C, D.float(), dt_bias, True)
     if record is not None:
         delta = time_step.detach()

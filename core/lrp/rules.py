@@ -113,10 +113,11 @@ def with_gradient_of(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tens
 # ---------------------------------------------------------------------------------------------
 def silu(x: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
     """SiLU; with ``rules.silu`` the identity rule ``x * const(sigmoid(x))``. Any shape."""
-    y = F.silu(x)
     if rules is None or not rules.silu:
-        return y
-    return with_gradient_of(y, x * torch.sigmoid(x).detach())
+        return F.silu(x)
+    with torch.no_grad():  # the value and the constant: no graph
+        y, slope = F.silu(x), torch.sigmoid(x)
+    return with_gradient_of(y, x * slope)
 
 
 def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
@@ -125,9 +126,10 @@ def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tens
     The gradient is then ``g/2`` for ``y`` and ``y/2`` for ``g``, so each factor receives half of the
     relevance ``s``.
     """
-    s = y * g
     if rules is None or not rules.gate:
-        return s
+        return y * g
+    with torch.no_grad():
+        s = y * g
     return with_gradient_of(s, 0.5 * (y * g.detach()) + 0.5 * (y.detach() * g))
 
 
@@ -138,10 +140,9 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules 
     """
     input_dtype = x.dtype
     h = x.to(torch.float32)
-    variance = h.pow(2).mean(-1, keepdim=True)
+    constant = rules is not None and rules.norm
+    variance = (h.detach() if constant else h).pow(2).mean(-1, keepdim=True)
     scale = torch.rsqrt(variance + eps)
-    if rules is not None and rules.norm:
-        scale = scale.detach()
     return weight * (h * scale).to(input_dtype)
 
 

@@ -8,6 +8,7 @@
     long_range_result(model, ...), key_token_result(...)            where relevance lies; ground truth
     committed_result(item)                                         the committed evaluations (assets/lrp/evaluation)
     precompute_examples(), precompute_evaluation(...)              the files the tab opens on
+    cost_note()                                                    what the text cap costs (MEASURED_COST)
 
 ``rules`` are the switches of MambaLRP's rules (the paper's ablation) as keyword arguments of
 :meth:`core.lrp.LRPRules.from_toggles` (``{"ssm": False}``, ``{"gamma": 0.25, "gamma_layers": ["conv"]}``); they are
@@ -27,7 +28,7 @@ from core.lrp import inputs
 from core.lrp.methods import METHODS, VISION_GAMMA, explain, method_names
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.paths import ASSETS_DIR
-from core.runner import ExampleStore, Result, digest, lookup, report, source_text
+from core.runner import ExampleStore, Result, digest, lookup, report, scaled, source_text
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "lrp" / "examples.json")
 TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
@@ -35,6 +36,11 @@ IMAGE_MODELS = ("vision-mamba-mnist",)
 EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist")
 DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
 MAX_TOKENS = inputs.MAX_TOKENS
+# MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
+# published configs, a shared 2-core CPU, 2 torch threads; medians, see the README):
+# (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
+MEASURED_COST = {("mamba-130m", 512): (79.01, 2.89), ("mamba-130m", 2048): (94.84, 4.40),
+                 ("mamba-370m", 512): (131.71, 2.98)}  # the second run of each case
 TOGGLES = ("silu", "ssm", "gate", "norm", "gamma", "gamma_layers")  # LRPRules.from_toggles' switches
 TEXT_EXAMPLES = {
     "mamba-sentiment": ["A gorgeous, witty and seductive movie.",
@@ -92,12 +98,27 @@ def _options(method: str, rules: LRPRules) -> dict:
     return {"rules": rules} if method == "mambalrp" else dict(METHODS[method].options)
 
 
+def cost_note() -> str:
+    """What the text cap costs, from :data:`MEASURED_COST` (measured, not modelled), and which methods cost more."""
+    ratios = [ratio for _, ratio in MEASURED_COST.values()]
+    sizes = ", ".join(f"{config}-sized at {tokens} tokens {seconds:.0f} s"
+                      for (config, tokens), (seconds, _) in MEASURED_COST.items())
+    return (f"MambaLRP costs {min(ratios):.1f}-{max(ratios):.1f} forward passes; on a shared, busy 2-core CPU it took: "
+            f"{sizes}; the embedded models well under a second. Integrated Gradients and SmoothGrad repeat a gradient "
+            "per step (32, 16); MambaAttr and Attention Rollout grow with the square of the length.")
+
+
 def _explain_all(loaded, methods, target, rules, progress=None, **model_inputs) -> dict:
     out = {}
     for i, name in enumerate(methods):
-        report(progress, i / len(methods), METHODS[name].label)
+        label = METHODS[name].label
+        step = scaled(progress, i / len(methods), (i + 1) / len(methods))  # this method's share of the bar
+        report(step, 0.0, label)
+        per_layer = None if step is None else (lambda fraction, message, label=label: step(fraction,
+                                                                                          f"{label}: {message}"))
         t0 = time.perf_counter()
-        e = explain(loaded.model, target=target, method=name, **model_inputs, **_options(name, rules))
+        e = explain(loaded.model, target=target, method=name, progress=per_layer, **model_inputs,
+                    **_options(name, rules))
         out[name] = {"label": METHODS[name].label, "relevance": e.relevance.tolist(), "logit": e.logit,
                      "total": e.total, "absorbed": e.absorbed, "target": e.target,
                      "conservative": METHODS[name].conservative, "seconds": time.perf_counter() - t0}

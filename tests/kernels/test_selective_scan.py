@@ -5,8 +5,10 @@ import pytest
 import torch
 
 from kernels.dispatch import triton_available
-from kernels.selective_scan import (_SelectiveScanTrain, selective_scan_lrp, selective_scan_lrp_ref,
-                                    selective_scan_lrp_triton, selective_scan_ref, selective_scan_train)
+import kernels.selective_scan as scan_module
+from kernels.selective_scan import (_SelectiveScanTrain, selective_scan, selective_scan_chunked, selective_scan_lrp,
+                                    selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
+                                    selective_scan_ref, selective_scan_train)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -76,10 +78,91 @@ def test_scan_is_linear_in_u_so_gradient_times_input_conserves():
     torch.testing.assert_close((g * u).sum(), (y * w).sum(), rtol=1e-5, atol=1e-5)
 
 
-def test_dispatch_uses_the_reference_on_cpu():
+def test_dispatch_uses_the_chunked_path_on_cpu():
     u, delta, A, B, C, D, bias = _inputs()
-    assert torch.equal(selective_scan_lrp(u, delta, A, B, C, D, bias, True),
-                       selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True))
+    u = u.requires_grad_(True)
+    y = selective_scan_lrp(u, delta, A, B, C, D, bias, True)
+    assert type(y.grad_fn).__name__ == "_SelectiveScanLRPChunkedBackward"  # one node, not L recorded steps
+    assert torch.equal(y, selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True))
+
+
+# ---- the chunked CPU path against the reference (its oracle) ----
+@pytest.mark.parametrize("with_d,with_bias,softplus", [(True, True, True), (False, False, False), (True, False, True),
+                                                       (False, True, True)])
+@pytest.mark.parametrize("shape,chunk", [((2, 6, 9, 3), 4), ((1, 5, 16, 16), 1), ((3, 7, 33, 5), 8),
+                                         ((2, 4, 10, 2), None), ((1, 3, 5, 4), 64)])
+def test_chunked_matches_reference_values_and_gradients(with_d, with_bias, softplus, shape, chunk):
+    batch, channels, length, state = shape  # lengths 9, 33 with blocks of 4, 8: the last block is partial
+    u, delta, A, B, C, D, bias = _inputs(batch, channels, length, state, with_d=with_d, with_bias=with_bias)
+    if not softplus:
+        delta = delta.abs()  # time steps must be positive without the softplus
+    u1, u2 = u.clone().requires_grad_(True), u.clone().requires_grad_(True)
+    y1 = selective_scan_lrp_chunked(u1, delta, A, B, C, D, bias, softplus, chunk=chunk)
+    y2 = selective_scan_lrp_ref(u2, delta, A, B, C, D, bias, softplus)
+    assert torch.equal(y1, y2)  # the forward repeats the reference's operations: bit-identical values
+    g = torch.randn(y1.shape, generator=torch.Generator().manual_seed(3))
+    (g1,) = torch.autograd.grad(y1, u1, g)  # the hand-written reverse scan
+    (g2,) = torch.autograd.grad(y2, u2, g)  # autograd through the reference's L steps
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5 * float(g2.abs().max()))
+
+
+def test_chunked_gradient_is_the_exact_jacobian_transpose():
+    """In float64 (the reference casts B and u to float32, so it cannot be the oracle at this precision)."""
+    u, delta, A, B, C, D, bias = (None if t is None else t.double() for t in _inputs(2, 3, 7, 2))
+
+    def fn(x):
+        return selective_scan_lrp_chunked(x, delta, A, B, C, D, bias, True, chunk=3)
+
+    assert fn(u).dtype == torch.float64
+    assert torch.autograd.gradcheck(fn, (u.requires_grad_(True),))
+
+
+def test_chunked_gradient_flows_to_u_only_and_conserves():
+    u, delta, A, B, C, D, bias = _inputs(batch=1, length=12)
+    u, delta, B, C = (t.clone().requires_grad_(True) for t in (u, delta, B, C))
+    y = selective_scan_lrp_chunked(u, delta, A, B, C, D, bias, True, chunk=5)
+    w = torch.randn_like(y)
+    grads = torch.autograd.grad((y * w).sum(), [u, delta, B, C], allow_unused=True)
+    assert grads[0] is not None and all(g is None for g in grads[1:])
+    torch.testing.assert_close((grads[0] * u).sum(), (y * w).sum(), rtol=1e-5, atol=1e-5)  # linear in u
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 5e-3), (torch.bfloat16, 3e-2)])
+def test_chunked_in_half_precision_matches_the_float32_reference(dtype, tol):
+    u, delta, A, B, C, D, bias = _inputs()
+    u, delta, B, C = (t.to(dtype) for t in (u, delta, B, C))  # state and arithmetic stay in float32
+    u_half, u_ref = u.clone().requires_grad_(True), u.float().requires_grad_(True)
+    y = selective_scan_lrp_chunked(u_half, delta, A, B, C, D, bias, True, chunk=4)
+    y_ref = selective_scan_lrp_ref(u_ref, delta.float(), A, B.float(), C.float(), D, bias, True)
+    assert y.dtype == dtype
+    torch.testing.assert_close(y.float(), y_ref.detach(), rtol=tol, atol=tol * float(y_ref.detach().abs().max()))
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    (gu,) = torch.autograd.grad(y, u_half, g)
+    (gu_ref,) = torch.autograd.grad(y_ref, u_ref, g.float())
+    assert gu.dtype == dtype
+    torch.testing.assert_close(gu.float(), gu_ref, rtol=tol, atol=tol * float(gu_ref.abs().max()))
+
+
+def _largest_allocation(fn) -> int:
+    """Bytes of the largest net allocation one operator made while ``fn()`` ran (torch's CPU profiler)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn()
+    return max(e.self_cpu_memory_usage for e in prof.events())
+
+
+def test_chunked_never_allocates_a_BDLN_tensor_the_reference_does():
+    batch, channels, length, state = 1, 32, 256, 16
+    u, delta, A, B, C, D, bias = _inputs(batch, channels, length, state)
+    one_bdln = batch * channels * length * state * 4  # bytes of one (B, D, L, N) float32 tensor
+
+    def run(scan):
+        x = u.clone().requires_grad_(True)
+        scan(x, delta, A, B, C, D, bias, True).sum().backward()
+
+    assert _largest_allocation(lambda: run(selective_scan_lrp_ref)) >= one_bdln  # the check sees it
+    chunked = _largest_allocation(lambda: run(lambda *a: selective_scan_lrp_chunked(*a, chunk=16)))
+    assert chunked <= one_bdln * 16 / length  # one block of 16 steps
+    assert scan_module._chunk_length(1, 1536, 16, 100_000, None) * 1536 * 16 <= scan_module.CHUNK_ELEMENTS
 
 
 @needs_interpreter
@@ -98,6 +181,52 @@ def test_kernel_in_half_precision_matches_the_float32_reference(dtype, tol):
     (gu,) = torch.autograd.grad(y, u_half, g.to(dtype))
     (gu_ref,) = torch.autograd.grad(y_ref, u_ref, g.to(dtype).float())
     torch.testing.assert_close(gu.float(), gu_ref, rtol=tol, atol=tol * float(gu_ref.abs().max()))
+
+
+# ---- the ordinary scan in blocks (every gradient) against the reference ----
+@pytest.mark.parametrize("with_d,with_bias,softplus", [(True, True, True), (False, False, False), (True, False, True)])
+@pytest.mark.parametrize("shape,chunk", [((2, 6, 9, 3), 4), ((1, 5, 16, 16), 1), ((3, 7, 33, 5), 8),
+                                         ((2, 4, 10, 2), None)])
+def test_chunked_full_scan_matches_reference_values_and_every_gradient(with_d, with_bias, softplus, shape, chunk):
+    batch, channels, length, state = shape
+    inputs = list(_inputs(batch, channels, length, state, with_d=with_d, with_bias=with_bias))
+    if not softplus:
+        inputs[1] = inputs[1].abs()
+    mine = [None if t is None else t.clone().requires_grad_(True) for t in inputs]
+    theirs = [None if t is None else t.clone().requires_grad_(True) for t in inputs]
+    y1 = selective_scan_chunked(*mine, softplus, chunk=chunk)
+    y2 = selective_scan_ref(*theirs, softplus)
+    assert torch.equal(y1, y2)  # the forward repeats the reference's operations
+    w = torch.randn(y1.shape, generator=torch.Generator().manual_seed(5))
+    grads = torch.autograd.grad((y1 * w).sum(), [t for t in mine if t is not None])
+    grads_ref = torch.autograd.grad((y2 * w).sum(), [t for t in theirs if t is not None])
+    for g1, g2 in zip(grads, grads_ref):  # u, delta, A, B, C, then D and delta_bias when given
+        torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5 * float(g2.abs().max()))
+
+
+def test_chunked_full_scan_gradients_are_exact():
+    inputs = [t.double().requires_grad_(True) for t in _inputs(2, 3, 7, 2)]
+    assert torch.autograd.gradcheck(lambda *a: selective_scan_chunked(*a, True, chunk=3), tuple(inputs))
+
+
+def test_ordinary_scan_dispatches_to_the_chunked_path():
+    u, delta, A, B, C, D, bias = _inputs()
+    u = u.requires_grad_(True)
+    y = selective_scan(u, delta, A, B, C, D, bias, True)
+    assert torch.equal(y, selective_scan_ref(u, delta, A, B, C, D, bias, True))
+    assert "_SelectiveScanChunkedBackward" in str(y.grad_fn.next_functions)
+
+
+def test_chunked_full_scan_never_allocates_a_BDLN_tensor():
+    batch, channels, length, state = 1, 32, 256, 16
+    u, delta, A, B, C, D, bias = _inputs(batch, channels, length, state)
+    one_bdln = batch * channels * length * state * 4
+
+    def run():
+        x, dt, b, c = (t.clone().requires_grad_(True) for t in (u, delta, B, C))
+        selective_scan_chunked(x, dt, A, b, c, D, bias, True, chunk=16).sum().backward()
+
+    assert _largest_allocation(run) <= one_bdln * 16 / length
 
 
 # ---- the training scan (hand-written backward) ----

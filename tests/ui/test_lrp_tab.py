@@ -1,6 +1,7 @@
 """The MambaLRP tab: the examples are precomputed and shown at once, handlers return a heatmap, a labelled figure, a
 table and downloads; rule toggles reach core; bad input becomes gr.Error."""
 import json
+import threading
 import time
 
 import gradio as gr
@@ -130,3 +131,79 @@ def test_evaluate_handler_computes_and_refuses_bad_input(fresh_cache):
         lrp.evaluate("vision-mamba-mnist", 0, 4, ["mambalrp"])
     with pytest.raises(gr.Error):
         lrp.evaluate("vision-mamba-mnist", 2, 4, [])
+
+
+class _Bar:
+    """A stand-in for ``gr.Progress``: records ``(fraction, desc)``; ``hold`` runs on every call (a test's hook)."""
+
+    def __init__(self, hold=None):
+        self.calls, self.hold = [], hold
+
+    def __call__(self, fraction, desc=None, **_):
+        self.calls.append((fraction, desc))
+        if self.hold is not None:
+            self.hold(desc)
+
+
+@needs
+def test_progress_reaches_the_bar_per_method_and_mixer(fresh_cache):
+    bar = _Bar()
+    status, *_ = lrp.explain_text("mamba-sentiment", "A slow, dull film with a good score.",
+                                  ["mambalrp", "gradient_x_input"], lrp.TOP, *RULES_ON, progress=bar)
+    assert "precomputed" not in status and "results cache" not in status
+    fractions, messages = [f for f, _ in bar.calls], [m for _, m in bar.calls]
+    assert fractions == sorted(fractions) and fractions[0] == 0.0 and fractions[-1] == pytest.approx(1.0)
+    layers = sum(1 for m in messages if m.startswith("MambaLRP: forward pass: layer"))
+    assert layers >= 1 and sum(1 for m in messages if m.startswith("MambaLRP: backward pass: layer")) == layers
+    assert "Gradient x Input: forward pass: layer 1 of %d" % layers in messages
+    first_of_second = messages.index("Gradient x Input")  # each method fills its own half of the bar
+    assert fractions[first_of_second] == pytest.approx(0.5) and max(fractions[:first_of_second]) <= 0.5
+
+
+@needs
+def test_stop_cancels_a_running_explanation_and_caches_nothing(fresh_cache):
+    from ui.stopping import STOPPED
+
+    at_layer, pressed = threading.Event(), threading.Event()
+
+    def hold(desc):  # the work waits at its first mixer until Stop was pressed (as a long explanation would run on)
+        if desc and "layer" in desc:
+            at_layer.set()
+            pressed.wait(30)
+
+    outcome = {}
+
+    def work():
+        try:
+            outcome["result"] = lrp.explain_text("mamba-sentiment", "Stop me before I finish.", ["mambalrp"], lrp.TOP,
+                                                 *RULES_ON, progress=_Bar(hold))
+        except gr.Error as exc:
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    assert at_layer.wait(120)
+    assert lrp.stop() == STOPPED  # what the Stop button's click runs (the session's flag)
+    pressed.set()
+    worker.join(60)
+    assert not worker.is_alive() and "result" not in outcome
+    assert outcome["error"].title == "Stopped" and "Stopped" in str(outcome["error"].message)
+    assert fresh_cache.entries() == []  # a stopped explanation leaves nothing behind
+    status, *_ = lrp.explain_text("mamba-sentiment", "Stop me before I finish.", ["mambalrp"], lrp.TOP, *RULES_ON,
+                                  progress=_Bar())  # the next press starts afresh
+    assert "results cache" not in status and "precomputed" not in status
+
+
+def test_stop_cancels_every_explanation_and_the_text_cap_says_what_it_costs():
+    from ui.header import AppContext
+
+    with gr.Blocks() as blocks:
+        lrp.build(AppContext(model=gr.Dropdown(["x"], value="x")))
+    deps = blocks.config["dependencies"]
+    ids = {d["id"]: d["api_name"] for d in deps}
+    cancelled = {ids[i] for d in deps for i in (d.get("cancels") or [])}
+    assert {"lrp_explain_text", "lrp_explain_text_submit", "lrp_explain_image", "lrp_evaluate"} <= cancelled
+    box = next(c for c in blocks.config["components"] if c.get("props", {}).get("elem_id") == "lrp-text")["props"]
+    assert f"cut to {core_lrp.MAX_TOKENS} tokens" in box["label"] and box["info"] == core_lrp.cost_note()
+    for (config, tokens), (seconds, ratio) in core_lrp.MEASURED_COST.items():
+        assert f"{seconds:.0f} s" in box["info"] and seconds > 0 and ratio > 0
