@@ -23,8 +23,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import wait_http  # noqa: E402
-from tests.fuzz.conftest import AppServer, start_app, stop_app  # noqa: E402
+from tests.conftest import stop_process, wait_http  # noqa: E402
+from tests.fuzz.conftest import AppServer, start_app  # noqa: E402
 from tests.fuzz.load import percentile, rss_mib, run_load  # noqa: E402
 
 
@@ -71,7 +71,7 @@ def main() -> None:
                 "seconds": round(time.perf_counter() - t0, 1),
             }
         finally:
-            stop_app(proc)
+            stop_process(proc)
     print(json.dumps(out, indent=1))
 
 

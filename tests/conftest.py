@@ -22,7 +22,9 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-ARTIFACTS = Path(os.environ.get("LAYERWISE_ARTIFACTS", REPO / "artifacts"))
+# Screenshots and the session app's log: under pytest's base temp folder unless LAYERWISE_ARTIFACTS names a folder
+# (CI sets it to keep them); resolved in pytest_configure.
+ARTIFACTS = Path(os.environ["LAYERWISE_ARTIFACTS"]) if os.environ.get("LAYERWISE_ARTIFACTS") else None
 
 
 # ---- temporary files: the whole run (its subprocesses and the app included) writes under pytest's base temp --------
@@ -43,6 +45,8 @@ def pytest_configure(config):
         os.environ[var] = str(base / name)
     tempfile.tempdir = str(base / "tmp")
     config.stash[TMP_ROOT] = base
+    global ARTIFACTS
+    ARTIFACTS = ARTIFACTS or base / "artifacts"
 
 
 TMP_ROOT = pytest.StashKey[Path]()
@@ -74,6 +78,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(proc: subprocess.Popen, grace: float = 10) -> None:
+    """Terminate a server subprocess; kill it if it has not stopped within ``grace`` seconds."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(grace)
+
+
 def wait_http(url: str, timeout: float) -> float:
     """Seconds until ``url`` answers 200, or raise."""
     t0 = time.perf_counter()
@@ -87,23 +101,33 @@ def wait_http(url: str, timeout: float) -> float:
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
+def linked_home(home: Path) -> Path:
+    """A private LAYERWISE_HOME at ``home``: the prepared datasets and models linked in (read where they are),
+    its results cache and downloads its own, so a test app or CLI never writes the user's folder."""
+    from core.paths import data_dir, models_dir
+
+    home.mkdir(parents=True, exist_ok=True)
+    for name, real in (("data", data_dir()), ("models", models_dir())):
+        if not (home / name).exists():
+            (home / name).symlink_to(real, target_is_directory=True)
+    return home
+
+
 @pytest.fixture(scope="session")
-def app_url():
-    """The real app, launched once per test session as a user would (`python app.py`)."""
+def app_url(tmp_path_factory):
+    """The real app, launched once per test session as a user would (`python app.py`), on a private home."""
     port = free_port()
+    home = linked_home(tmp_path_factory.mktemp("app") / "layerwise")
     log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / "app.log", "w")
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO, stdout=log,
-                            stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                            stderr=subprocess.STDOUT,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1", "LAYERWISE_HOME": str(home)})
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url, 120)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 
@@ -171,12 +195,7 @@ def online_env(hub, tmp_path, **extra) -> dict:
     """Environment for a subprocess that talks to ``hub``: online, private caches under ``tmp_path``."""
     env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE",
                                                               "TRANSFORMERS_OFFLINE", "SPACE_ID")}
-    home = tmp_path / "layerwise"  # private caches; the prepared datasets and models are read where they are
-    home.mkdir(exist_ok=True)
-    from core.paths import data_dir, models_dir
-    for name, real in (("data", data_dir()), ("models", models_dir())):
-        if not (home / name).exists():
-            (home / name).symlink_to(real, target_is_directory=True)
+    home = linked_home(tmp_path / "layerwise")  # private caches; the prepared datasets and models read where they are
     env.update(HF_ENDPOINT=hub.url, HF_HOME=str(tmp_path / "hf"), LAYERWISE_ONLINE="1",
                LAYERWISE_HOME=str(home), HF_HUB_DISABLE_TELEMETRY="1",
                HF_HUB_ETAG_TIMEOUT="3", HF_HUB_DOWNLOAD_TIMEOUT="3", LAYERWISE_HUB_TIMEOUT="3",

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import ARTIFACTS
+from tests import conftest
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -77,7 +77,7 @@ def test_every_tab_renders_real_content(page):
         for where, text in EXPECTED[title]:
             expect(page.locator(where)).to_be_visible(timeout=WAIT_MS)
             expect(page.locator(where)).to_contain_text(text, timeout=WAIT_MS)
-        page.screenshot(path=str(ARTIFACTS / f"e2e-{title.lower().replace(' ', '-').replace('&', 'and')}.png"),
+        page.screenshot(path=str(conftest.ARTIFACTS / f"e2e-{title.lower().replace(' ', '-').replace('&', 'and')}.png"),
                         full_page=True)
 
 
@@ -94,4 +94,4 @@ def test_browsing_an_image_dataset_shows_a_grid(page):
     grid.nth(11).wait_for(state="visible")
     assert grid.count() >= 12
     expect(page.locator("#dataset-grid")).to_contain_text("label", timeout=WAIT_MS)
-    page.screenshot(path=str(ARTIFACTS / "e2e-mnist-grid.png"), full_page=True)
+    page.screenshot(path=str(conftest.ARTIFACTS / "e2e-mnist-grid.png"), full_page=True)

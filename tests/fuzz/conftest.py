@@ -2,6 +2,7 @@
 the fuzz tallies (inputs tried, results, clear errors, bad outcomes) printed at the end of the session."""
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, wait_http
+from tests.conftest import REPO, free_port, linked_home, stop_process, wait_http
 from tests.fuzz.common import summary_lines
 
 
@@ -45,13 +46,7 @@ class AppServer:
 
 def start_app(root: Path, *args: str, **env_extra) -> tuple[subprocess.Popen, Path, str]:
     """``python app.py`` with a private LAYERWISE_HOME under ``root`` (prepared data and models linked in)."""
-    from core.paths import data_dir, models_dir
-
-    home = root / "home"
-    home.mkdir(parents=True, exist_ok=True)
-    for name, real in (("data", data_dir()), ("models", models_dir())):
-        if not (home / name).exists():
-            (home / name).symlink_to(real, target_is_directory=True)
+    home = linked_home(root / "home")
     for sub in ("gradio", "tmp", "downloads"):
         (root / sub).mkdir(exist_ok=True)
     env = {**os.environ, "LAYERWISE_HOME": str(home), "GRADIO_TEMP_DIR": str(root / "gradio"),
@@ -64,24 +59,21 @@ def start_app(root: Path, *args: str, **env_extra) -> tuple[subprocess.Popen, Pa
     return proc, log, f"http://127.0.0.1:{port}/"
 
 
-def stop_app(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture(scope="module")
-def app_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("app-fuzz")
-    proc, log, url = start_app(root)
+@contextlib.contextmanager
+def serving(root: Path, *args: str, **env_extra):
+    """An app started under ``root`` (see ``start_app``), answering, stopped on exit."""
+    proc, log, url = start_app(root, *args, **env_extra)
     try:
         wait_http(url, 180)
         yield AppServer(url, proc, log, root)
     finally:
-        stop_app(proc)
+        stop_process(proc)
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory):
+    with serving(tmp_path_factory.mktemp("app-fuzz")) as server:
+        yield server
 
 
 @pytest.fixture(scope="session", autouse=True)

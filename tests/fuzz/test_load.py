@@ -12,8 +12,7 @@ import weakref
 
 import pytest
 
-from tests.conftest import wait_http
-from tests.fuzz.conftest import AppServer, start_app, stop_app
+from tests.fuzz.conftest import serving
 from tests.fuzz.load import ask, percentile, run_load
 
 pytestmark = pytest.mark.slow
@@ -22,13 +21,8 @@ PEAK_RSS_LIMIT_MIB = 4096  # the app idles near 0.6 GiB; SmolLM2-135M (f32) and 
 
 @pytest.fixture(scope="module")
 def load_server(tmp_path_factory):
-    root = tmp_path_factory.mktemp("app-load")
-    proc, log, url = start_app(root)
-    try:
-        wait_http(url, 180)
-        yield AppServer(url, proc, log, root)
-    finally:
-        stop_app(proc)
+    with serving(tmp_path_factory.mktemp("app-load")) as server:
+        yield server
 
 
 def test_ten_users_at_once_each_get_their_own_answer(load_server):

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, free_port, online_env, wait_http
+from tests.conftest import REPO, free_port, online_env, stop_process, wait_http
 from tests.hub_repos import LLAMA_ID, MAMBA_ID
 
 pytestmark = pytest.mark.slow
@@ -28,11 +28,7 @@ def client(hub_stand_in, tmp_path_factory):
         wait_http(url, 180)
         yield Client(url, verbose=False, download_files=str(tmp / "downloads"))
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_process(proc)
         log.close()
 
 

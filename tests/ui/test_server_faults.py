@@ -16,7 +16,7 @@ import pytest
 from gradio_client import Client
 
 from core.cache import ResultsCache
-from tests.conftest import REPO, free_port, wait_http
+from tests.conftest import REPO, free_port, stop_process, wait_http
 
 STALL = '''
 import os
@@ -53,15 +53,6 @@ def start(home: Path, tmp: Path, log: Path, **extra) -> tuple[subprocess.Popen, 
         proc.kill()
         raise
     return proc, url
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(15)
 
 
 @pytest.mark.slow
@@ -106,6 +97,6 @@ def test_server_killed_while_caching_a_heavy_result_loses_nothing(tmp_path):
         assert "(from the results cache)" in again
         assert again.replace("from the results cache", "computed now") == status and plot_again == plot
     finally:
-        stop(proc)
+        stop_process(proc)
     entries = cache.entries()
     assert len(entries) == 2 and all(cache.get(p.stem) is not None for p in entries)  # statistics + result, whole
