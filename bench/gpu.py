@@ -160,7 +160,7 @@ def selective_scan(timer, device, length: int, channels: int, checks: list[dict]
     else:
         def mamba_step():
             x = u.detach().requires_grad_(True)
-            y = selective_scan_fn(x, delta, A, B, C, D, None, bias, True)
+            y = selective_scan_fn(x, delta, A, B, C, D=D, delta_bias=bias, delta_softplus=True)
             (du,) = torch.autograd.grad(y, x, grad)
             return y.detach(), du
         contestants["mamba_ssm"] = mamba_step
@@ -352,6 +352,8 @@ def main(argv=None) -> int:
                     help="tiny shapes on the CPU under TRITON_INTERPRET=1 (proves the script runs; timings meaningless)")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per comparison (default 20; smoke 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; smoke 1)")
+    ap.add_argument("--only", default="", help="comma-separated name prefixes of the comparisons to run "
+                    "(selective_scan, neuzip_decode, neuzip_forward, topk_mask, add_rmsnorm); default all")
     ap.add_argument("--slow-repeats", type=int, default=3, help="rounds for the slow selective-scan twin")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -385,6 +387,8 @@ def main(argv=None) -> int:
                                                        checks, sizes["llama_label"])),
              ("topk_mask", lambda: topk(timer, device, sizes["topk"], checks)),
              ("add_rmsnorm", lambda: rmsnorm(timer, device, *sizes["norm"], checks))]
+    only = tuple(p.strip() for p in args.only.split(",") if p.strip())
+    plan = [(name, fn) for name, fn in plan if not only or name.startswith(only)]
     comparisons, failed = {}, []
     for name, fn in plan:
         _log(name)

@@ -87,3 +87,32 @@ def test_without_cuda_and_without_smoke_exits_2_naming_the_fix(tmp_path):
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "--smoke" in lines[0] and "CUDA" in lines[0]
     assert done.stdout == ""
+
+
+@pytest.mark.slow
+def test_mamba_ssm_branch_with_a_stand_in_module(tmp_path):
+    """The mamba_ssm comparison's plumbing (import, call, ratio, error against the twin), exercised on the CPU
+    with a stand-in ``mamba_ssm`` whose ``selective_scan_fn`` is this project's ordinary reference scan; the
+    real library needs CUDA. Nothing here is a measurement."""
+    package = tmp_path / "stand_in" / "mamba_ssm" / "ops"
+    package.mkdir(parents=True)
+    (package.parent / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "selective_scan_interface.py").write_text(
+        "from kernels.selective_scan import selective_scan_ref\n\n"
+        "def selective_scan_fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):\n"
+        "    assert z is None\n"
+        "    return selective_scan_ref(u, delta, A, B, C, D, delta_bias, delta_softplus)\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(tmp_path / "stand_in"), str(REPO)]))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--only", "selective_scan"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert set(report["comparisons"]) == {"selective_scan_L16", "selective_scan_L32"}
+    for row in report["comparisons"].values():
+        assert set(row["median_s"]) == {"triton", "ref_twin", "mamba_ssm"}
+        assert math.isfinite(row["ratio_triton_over_mamba_ssm"]) and row["ratio_triton_over_mamba_ssm"] > 0
+        assert row["max_abs_err_y_mamba_ssm_vs_twin"] < 1e-5  # the stand-in computes the same forward
+        assert row["target_within_1_5x_of_mamba_ssm"] is None  # no verdict off CUDA
+        assert "mamba_ssm" not in row  # no skip note when the module imports
