@@ -275,6 +275,20 @@ def build_parser(reg: CommandGroups | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _subparsers(parser: argparse.ArgumentParser) -> dict:
+    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def all_commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
+    """(group, command, its parser) for every registered command, every group's module imported (slower than
+    ``build_parser``, which imports a paper's group only when it is asked for)."""
+    out = []
+    for group in build_registry().groups:
+        parser = build_parser(build_registry(group))
+        out += [(group, command, cp) for command, cp in _subparsers(_subparsers(parser)[group]).items()]
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--online" in argv:

@@ -27,6 +27,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from core.cli import all_commands
 from tests.fuzz.common import (CALL_LIMIT_S, FUZZ_SETTINGS, TALLIES, TINY_MODELS, booleans, cache_problems, known,
                                leaked_paths, names, numbers, odd_files, odd_paths)
 
@@ -37,22 +38,6 @@ PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lr
               ("lrp", "precompute-evaluation"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
               ("mixln", "reproduce"), ("neuzip", "precompute")}
 SPLITS = ["train", "validation", "test", "all"]
-
-
-def _subparsers(parser: argparse.ArgumentParser) -> dict:
-    return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
-
-
-def all_commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
-    """(group, command, its parser) for every registered command, every group imported."""
-    from core.cli import build_parser, build_registry
-
-    out = []
-    for group in build_registry().groups:
-        parser = build_parser(build_registry(group))
-        for command, cp in _subparsers(_subparsers(parser)[group]).items():
-            out.append((group, command, cp))
-    return out
 
 
 def _values(action: argparse.Action, files: dict, out_dir) -> st.SearchStrategy:
@@ -191,7 +176,7 @@ def cli_home(tmp_path_factory):
     mp.undo()
 
 
-COMMANDS = all_commands()
+COMMANDS = all_commands()  # core.cli: every group's commands
 
 
 @pytest.mark.parametrize("group, command", [(g, c) for g, c, _ in COMMANDS])
