@@ -153,7 +153,6 @@ def build(ctx: AppContext) -> None:
     text_ex, image_ex = lrp.example_result("text"), lrp.example_result("image")
     gr.Markdown(INTRO, elem_id="lrp-intro")
     rules = _rules_block()
-    stop_btn = gr.Button("Stop", variant="stop", size="sm", elem_id="lrp-stop")
     with gr.Accordion("Text: token relevance", open=True):
         text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
                                                       "Text model (or a local Mamba folder)", "text")
@@ -165,6 +164,7 @@ def build(ctx: AppContext) -> None:
             text_target = _target_box(text_ex, "Explain which class / next token", "lrp-text-target")
             targets_btn = gr.Button("List targets for this text", size="sm")
             text_btn = gr.Button("Explain text", variant="primary", elem_id="lrp-text-btn")
+            stop_btn = gr.Button("Stop", variant="stop", elem_id="lrp-stop", scale=0, min_width=90)
         text_status = gr.Markdown(text_ex.status if text_ex else "Press Explain.", elem_id="lrp-text-status")
         text_view = gr.HTML(text_ex.views["html"] if text_ex else "", elem_id="lrp-text-heatmap")
         text_table = gr.Dataframe(frame(text_ex.views["summary"]) if text_ex else None, interactive=False,
