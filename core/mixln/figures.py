@@ -152,10 +152,12 @@ def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm 
         norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
         has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
         label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
-        if r.get("layers") not in (None, RECIPE_MODEL["num_layers"]):
+        deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
+        if deeper:
             label += f" ({r['layers']} layers)"
         mean = r.get("eval_perplexity_mean")
         fig.add_trace(go.Bar(x=[label], y=[mean], name=label, marker_color=run_color(norm, r["alpha"], i),
+                             marker_pattern_shape="/" if deeper else "",
                              error_y=_minmax_error([r], "eval_perplexity") if mean is not None else None,
                              text=[_std_text(mean, r.get("eval_perplexity_std"), r.get("n_seeds"))
                                    + (f", {r['diverged']} diverged" if r.get("diverged") else "")],
@@ -164,8 +166,8 @@ def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm 
     fig.update_yaxes(range=[0, top * 1.2])
     fig = _layout(fig, _title(title + ": mean, bars min-max over seeds (lower is better)",
                               note if note is not None else settings_note()),
-                  "run (norm placement)", "final held-out perplexity", height=540)
-    fig.update_layout(margin=dict(t=130))
+                  "run (norm placement; hatched: the deeper run set)", "final held-out perplexity", height=540)
+    fig.update_layout(margin=dict(t=130), showlegend=False)  # every bar is named on the x axis
     return fig
 
 
