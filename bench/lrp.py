@@ -41,16 +41,46 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-_SCAN_CHILD = r"""
-import json, os, sys, threading, time
-import torch
-sys.path.insert(0, {root!r})
-from kernels.selective_scan import (selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
-                                    selective_scan_ref)
+# Pasted into each child script after its formatting (so no doubled braces): the heap trimmed, then this process's
+# resident memory sampled every 2 ms from start() to stop().
+_PEAK_RSS_PROBE = r"""
+import ctypes, os, threading, time
 
 def rss():
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+class PeakRSS:
+    def start(self):
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except OSError:
+            pass
+        self.base = self.peak = rss()
+        self.running = True
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    def _sample(self):
+        while self.running:
+            self.peak = max(self.peak, rss())
+            time.sleep(0.002)
+
+    def stop(self):
+        self.running = False
+        self.thread.join()
+        self.peak = max(self.peak, rss())
+        return self
+"""
+
+_SCAN_CHILD = r"""
+import json, sys, time
+import torch
+sys.path.insert(0, {root!r})
+from kernels.selective_scan import (selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
+                                    selective_scan_ref)
 
 variant, b, d, n, length = {variant!r}, {b}, {d}, {n}, {length}
 torch.set_num_threads({threads})
@@ -72,22 +102,13 @@ args = (delta.clone().requires_grad_(True), A.clone().requires_grad_(True), B.cl
         C.clone().requires_grad_(True)) if variant == "ref_full" else (delta, A, B, C)
 if variant == "ref_full":
     x.requires_grad_(True)
-try:
-    import ctypes; ctypes.CDLL("libc.so.6").malloc_trim(0)
-except OSError:
-    pass
-base = peak = rss(); run = True
-def loop():
-    global peak
-    while run:
-        peak = max(peak, rss()); time.sleep(0.002)
-t = threading.Thread(target=loop, daemon=True); t.start()
+probe = PeakRSS().start()
 t0 = time.perf_counter()
 y = fn(x, *args, D, bias, True)
 y.sum().backward()
 secs = time.perf_counter() - t0
-run = False; t.join(); peak = max(peak, rss())
-out = {{"peak_above_inputs_mb": round((peak - base) / 2**20, 1), "seconds": round(secs, 2)}}
+probe.stop()
+out = {{"peak_above_inputs_mb": round((probe.peak - probe.base) / 2**20, 1), "seconds": round(secs, 2)}}
 if variant in ("triton", "chunked"):
     xr = u.clone().requires_grad_(True)
     yr = selective_scan_lrp_ref(xr, delta, A, B, C, D, bias, True)
@@ -99,17 +120,13 @@ print(json.dumps(out))
 
 
 _REAL_CHILD = r"""
-import json, os, resource, statistics, sys, threading, time
+import json, resource, statistics, sys, time
 import torch
 sys.path.insert(0, {root!r})
 torch.set_num_threads({threads})
 from transformers import MambaConfig, MambaForCausalLM
 from core.lrp import explain
 from core.lrp.adapters import adapter_for
-
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 layers, hidden, length, repeats, reference = {layers}, {hidden}, {length}, {repeats}, {reference}
 if reference:  # the previous path: the reference scan under autograd, every activation kept
@@ -127,21 +144,12 @@ def forward():
     with torch.no_grad():
         return adapter.logits(adapter.embed(ids))
 
-try:
-    import ctypes; ctypes.CDLL("libc.so.6").malloc_trim(0)
-except OSError:
-    pass
-before = peak = rss(); run = True
-def sample():
-    global peak
-    while run:
-        peak = max(peak, rss()); time.sleep(0.002)
-sampler = threading.Thread(target=sample, daemon=True); sampler.start()
+probe = PeakRSS().start()
 t0 = time.perf_counter()
 e = explain(model, ids, method="mambalrp")
 first = time.perf_counter() - t0
-run = False; sampler.join(); peak = max(peak, rss())
-out = {{"rss_before_explain_gib": round(before / 2**30, 3), "peak_rss_explain_gib": round(peak / 2**30, 3),
+probe.stop()
+out = {{"rss_before_explain_gib": round(probe.base / 2**30, 3), "peak_rss_explain_gib": round(probe.peak / 2**30, 3),
         "first_explain_s": round(first, 2), "conservation_abs_error": abs(e.total - e.logit),
         "conservation_rel_error": abs(e.total - e.logit) / max(1e-12, abs(e.logit))}}
 t_fwd, t_lrp = [], []
@@ -163,8 +171,8 @@ REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024)}  # published Mamba sizes:
 def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
     """One random-weight model of a published config in a fresh interpreter: peak RSS, forward and MambaLRP times."""
     layers, hidden = REAL_CONFIGS[name]
-    code = _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden, length=length,
-                              repeats=repeats, reference=reference)
+    code = _PEAK_RSS_PROBE + _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden,
+                                                length=length, repeats=repeats, reference=reference)
     t0 = time.perf_counter()
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
@@ -184,7 +192,8 @@ def scan_memory(variant: str, b: int, d: int, n: int, length: int, threads: int,
     env = dict(os.environ)
     if variant == "triton":
         env["TRITON_INTERPRET"] = "1"
-    code = _SCAN_CHILD.format(root=str(ROOT), variant=variant, b=b, d=d, n=n, length=length, threads=threads)
+    code = _PEAK_RSS_PROBE + _SCAN_CHILD.format(root=str(ROOT), variant=variant, b=b, d=d, n=n, length=length,
+                                                threads=threads)
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
     except subprocess.TimeoutExpired:

@@ -24,6 +24,9 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fuzz.load import rss_mib  # noqa: E402  (resident memory of a process and its children)
 
 
 def free_port() -> int:
@@ -42,21 +45,6 @@ def wait_ok(url: str, t0: float, timeout: float = 180) -> float:
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(url)
-
-
-def rss_mib(pid: int) -> float:
-    """Resident memory of a process and its children, MiB (Linux /proc)."""
-    total = 0
-    pids = [pid]
-    try:
-        pids += [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:
-        pass
-    for p in pids:
-        for line in Path(f"/proc/{p}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                total += int(line.split()[1])
-    return total / 1024
 
 
 def cold_start(runs: int) -> dict:

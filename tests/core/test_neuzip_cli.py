@@ -68,19 +68,6 @@ def test_tampered_or_truncated_checkpoint_is_refused_and_nothing_is_written(chec
                                                                                 "w.neuzip.safetensors"]
 
 
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    """A local Hugging Face folder (config.json + model.safetensors), without a tokenizer."""
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(folder)
-    return folder
-
-
 @pytest.mark.slow
 def test_model_commands_on_a_local_folder(tiny_folder, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("LAYERWISE_HOME", str(tmp_path / "home"))  # a private results cache

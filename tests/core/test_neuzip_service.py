@@ -3,7 +3,6 @@ hit, and the registry gives every setting a label, a family and a style."""
 import time
 
 import pytest
-import torch
 
 import core.neuzip as nz
 from core.errors import LayerwiseError
@@ -28,18 +27,6 @@ def test_the_committed_example_answers_without_loading(fresh_cache):
                                           "zstd -3 (raw bytes)", "memory copy"]
     assert all(r["decompress_MBps"] > 0 and 0 < r["bits_per_weight"] <= 16 for r in rows)
     assert "ZipNN 0.5.4" in shown["throughput"].status and not loading._loaded
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=1,
-                      num_attention_heads=4, num_key_value_heads=4, tie_word_embeddings=True)
-    folder = tmp_path_factory.mktemp("tiny-llama")
-    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(folder)
-    return folder
 
 
 def test_a_repeated_measurement_is_a_cache_hit(tiny_folder, fresh_cache):
