@@ -89,21 +89,15 @@ class ProgressBar:
             print(file=sys.stderr)
 
 
-MAX_THREADS = 1024
-
-
 def set_threads(n: int, *, zero_is_default: bool = False) -> None:
-    """Apply ``--threads n`` to torch; with ``zero_is_default``, 0 keeps torch's default. A count torch cannot
-    take (negative, zero, absurdly large) is a clear error."""
+    """Apply ``--threads n`` to torch (``core.runner.check_threads``); with ``zero_is_default``, 0 keeps torch's
+    default."""
     import torch
 
-    if zero_is_default and n == 0:
-        return
-    low = 0 if zero_is_default else 1
-    if not low <= n <= MAX_THREADS:
-        raise LayerwiseError(f"--threads {n} is not a thread count.",
-                             fix=f"give a number from {low} to {MAX_THREADS} (about the machine's cores).")
-    torch.set_num_threads(n)
+    from core.runner import check_threads
+
+    if check_threads(n, zero_is_default=zero_is_default):
+        torch.set_num_threads(n)
 
 
 def emit(args: argparse.Namespace, data, text: str, result=None) -> None:

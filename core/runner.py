@@ -34,6 +34,17 @@ from core.errors import BadInputError, Cancelled
 Progress = Callable[[float, str], None]
 SOURCES = {"precomputed": "precomputed example", "cache": "from the results cache", "computed": "computed now"}
 FILES_MAX_BYTES = 512 * 1024**2
+MAX_THREADS = 1024
+
+
+def check_threads(n: int, *, zero_is_default: bool = False) -> int:
+    """``n`` as a torch thread count (with ``zero_is_default``, 0 means torch's default), or
+    :class:`BadInputError` for a count torch cannot take (negative, zero, absurdly large)."""
+    low = 0 if zero_is_default else 1
+    if not low <= n <= MAX_THREADS:
+        raise BadInputError(f"--threads {n} is not a thread count.",
+                            fix=f"give a number from {low} to {MAX_THREADS} (about the machine's cores).")
+    return n
 
 
 # ---- progress and cancellation --------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from core.lrp import inputs
 from core.lrp.methods import METHODS, VISION_GAMMA, explain, method_names
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.paths import ASSETS_DIR
-from core.runner import ExampleStore, Result, digest, lookup, report, scaled, source_text
+from core.runner import ExampleStore, Result, check_threads, digest, lookup, report, scaled, source_text
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "lrp" / "examples.json")
 TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
@@ -530,8 +530,7 @@ def train_result(recipe: str, seed: int = 0, quick: bool = False, out=None, init
 
     if recipe not in recipes.RECIPES:
         raise BadInputError(f"unknown recipe {recipe!r}.", fix=f"use one of {', '.join(recipes.RECIPES)}.")
-    if not 1 <= threads <= 1024:
-        raise BadInputError(f"--threads {threads} is not a thread count.", fix="give a number from 1 to 1024.")
+    check_threads(threads)
     if init_from is not None and recipe != "sentiment":
         raise BadInputError("--init-from applies to the sentiment recipe only.")
     overrides = {"init_from": init_from} if init_from is not None else {}
