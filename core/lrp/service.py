@@ -39,8 +39,9 @@ MAX_TOKENS = inputs.MAX_TOKENS
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
 # published configs, a shared 2-core CPU, 2 torch threads; medians, see the README):
 # (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
-MEASURED_COST = {("mamba-130m", 512): (79.01, 2.89), ("mamba-130m", 2048): (94.84, 4.40),
-                 ("mamba-370m", 512): (131.71, 2.98)}  # the second run of each case
+# bench/lrp.py --parts real_size on the quiet 2-core development CPU, 2 threads (README, MambaLRP): seconds, forwards
+MEASURED_COST = {("mamba-130m", 512): (5.59, 2.65), ("mamba-130m", 2048): (19.36, 1.93),
+                 ("mamba-370m", 512): (14.81, 2.62)}
 TOGGLES = ("silu", "ssm", "gate", "norm", "gamma", "gamma_layers")  # LRPRules.from_toggles' switches
 TEXT_EXAMPLES = {
     "mamba-sentiment": ["A gorgeous, witty and seductive movie.",
@@ -103,8 +104,8 @@ def cost_note() -> str:
     ratios = [ratio for _, ratio in MEASURED_COST.values()]
     sizes = ", ".join(f"{config}-sized at {tokens} tokens {seconds:.0f} s"
                       for (config, tokens), (seconds, _) in MEASURED_COST.items())
-    return (f"MambaLRP costs {min(ratios):.1f}-{max(ratios):.1f} forward passes; on a shared, busy 2-core CPU it took: "
-            f"{sizes}; the embedded models well under a second. Integrated Gradients and SmoothGrad repeat a gradient "
+    return (f"MambaLRP costs {min(ratios):.1f}-{max(ratios):.1f} forward passes; on a quiet 2-core CPU it took: "
+            f"{sizes} (several times longer on a busy one); the embedded models well under a second. Integrated Gradients and SmoothGrad repeat a gradient "
             "per step (32, 16); MambaAttr and Attention Rollout grow with the square of the length.")
 
 
@@ -388,14 +389,14 @@ def evaluation_rows(result: dict) -> list[dict]:
 def key_token_rows(res: dict) -> list[dict]:
     """One row per method, best first: the hit rate (mean over seeds), its std (ddof 1), min and max over the
     seeds and the n behind it (results of one seed give the rate alone)."""
-    col = f"key token in top-{res['k']} (%)"
+    col = f"key in top-{res['k']} (%)"
     rows = []
     for m, v in sorted(res["hit_rate"].items(), key=lambda kv: -kv[1]):
         row = {"method": res["labels"].get(m, m), col: round(100 * v, 1)}
         if "hit_rate_std" in res:
             row.update({"± std": round(100 * res["hit_rate_std"][m], 1), "min": round(100 * res["hit_rate_min"][m], 1),
                         "max": round(100 * res["hit_rate_max"][m], 1), "seeds": res["n_seeds"],
-                        "sequences per seed": res["n"]})
+                        "n per seed": res["n"]})
         rows.append(row)
     return rows
 

@@ -112,7 +112,7 @@ def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
     assert res["n_seeds"] >= 5 and "over 5 seeds" in key_token.status
     mamba = next(r for r in rows if r["method"] == "MambaLRP")  # mean, spread and n agree with the seeds
     per_seed = [100 * x for x in res["hit_rate_per_seed"]["mambalrp"]]
-    assert mamba["key token in top-1 (%)"] == pytest.approx(sum(per_seed) / len(per_seed), abs=0.06)
+    assert mamba["key in top-1 (%)"] == pytest.approx(sum(per_seed) / len(per_seed), abs=0.06)
     assert (mamba["min"], mamba["max"]) == (round(min(per_seed), 1), round(max(per_seed), 1))
     assert mamba["seeds"] == len(per_seed) and mamba["± std"] > 0
     last = key_token.views["last-token"]   # the last-token observation beside the table, its medians quoted
