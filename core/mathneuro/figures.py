@@ -68,7 +68,7 @@ def effect_figure(result: dict) -> go.Figure:
     math_name = p["math"]
     fig = make_subplots(rows=1, cols=len(nonmath), horizontal_spacing=0.1,
                         subplot_titles=[f"non-math: {nm}" for nm in nonmath])
-    shown = set()
+    shown, noted = set(), False
     for c, nm in enumerate(nonmath, start=1):
         rows = [r for r in result["rows"] if r["nonmath"] == nm]
         for r in rows:
@@ -91,21 +91,26 @@ def effect_figure(result: dict) -> go.Figure:
                                  legendgroup="ideal", showlegend=c == 1,
                                  marker={"size": 20, "symbol": "star-open", "color": "#D55E00", "line": {"width": 2}},
                                  hovertemplate="ideal corner<extra></extra>"), row=1, col=c)
-        _mark_limits(fig, metrics[nm], before[nm], (result.get("levels") or {}).get(nm), "x", c)
+        noted = _mark_limits(fig, metrics[nm], before[nm], (result.get("levels") or {}).get(nm), "x", c) or noted
         fig.update_xaxes(title_text=f"{nm} {_unit(metrics[nm])}", row=1, col=c)
         fig.update_yaxes(title_text=f"{math_name} {_unit(metrics[math_name])}", row=1, col=c)
         if metrics[math_name] == "accuracy":
             fig.update_yaxes(range=[-4, 104], row=1, col=c)
     what = "pruning" if p["mode"] == "prune" else f"scaling by {p['factor']:g}"
-    return _style(fig, f"Effect of {what} each method's set<br><sup>K = {100 * p['proportion']:g}%, N = {p['n']} "
-                       f"identification samples, {p['eval_n']} test items per dataset</sup>", height=480)
+    return _room_for_notes(_style(fig, f"Effect of {what} each method's set<br><sup>K = {100 * p['proportion']:g}%, "
+                                       f"N = {p['n']} identification samples, {p['eval_n']} test items per dataset</sup>",
+                                  height=480), noted)
+
+
+LIMIT_NOTE_SPACE = 50  # px added below a figure for the comparator-limit notes under its x-axis titles
 
 
 def _mark_limits(fig: go.Figure, metric: str, before: float, levels: dict | None, axis: str, col: int = 1,
-                 secondary_y: bool = False) -> None:
+                 secondary_y: bool = False) -> bool:
     """Draw the comparator's no-skill level (chance accuracy or uniform-guess loss ln V) as a dotted line on its
     ``axis`` and, when the unmodified model sits at chance, at ceiling or beyond uniform guessing, say so in red
-    inside the panel (:func:`core.mathneuro.tasks.limitation`)."""
+    under the panel's x-axis title, clear of the data (:func:`core.mathneuro.tasks.limitation`). Returns whether a
+    note was added (the caller then makes room: :func:`_room_for_notes`)."""
     levels = levels or {}
     level = levels.get("chance") if metric == "accuracy" else levels.get("uniform_loss")
     name = "chance" if metric == "accuracy" else "uniform guessing (ln V)"
@@ -118,9 +123,18 @@ def _mark_limits(fig: go.Figure, metric: str, before: float, levels: dict | None
     if why:
         xref = "x domain" if col == 1 else f"x{col} domain"
         yref = "y domain" if col == 1 else f"y{col} domain"
-        fig.add_annotation(text="Comparator limit: " + why.replace(": ", ":<br>", 1), x=0.02, y=0.02,
-                           xref=xref, yref=yref, showarrow=False, xanchor="left", yanchor="bottom", align="left",
-                           font={"size": 11, "color": "#B91C1C"}, bgcolor="rgba(255,255,255,0.85)")
+        fig.add_annotation(text="Comparator limit: " + why.replace(": ", ":<br>", 1), x=0, y=0, yshift=-58,
+                           xref=xref, yref=yref, showarrow=False, xanchor="left", yanchor="top", align="left",
+                           font={"size": 11, "color": "#B91C1C"})
+    return bool(why)
+
+
+def _room_for_notes(fig: go.Figure, noted: bool) -> go.Figure:
+    """Grow a styled figure's bottom margin (and height) by :data:`LIMIT_NOTE_SPACE` when limit notes were added."""
+    if noted:
+        fig.update_layout(height=fig.layout.height + LIMIT_NOTE_SPACE,
+                          margin={"b": fig.layout.margin.b + LIMIT_NOTE_SPACE})
+    return fig
 
 
 def _two_metric_figure(result: dict, x_key: str, x_title: str, title: str, log_x: bool = False,
@@ -144,9 +158,9 @@ def _two_metric_figure(result: dict, x_key: str, x_title: str, title: str, log_x
         fig.update_yaxes(title_text=f"math {_unit(metrics[math_name])}", secondary_y=False)
         fig.update_yaxes(title_text=f"non-math {_unit(metrics[nm])}", secondary_y=True)
     fig.update_xaxes(title_text=x_title, type="log" if log_x else "linear")
-    if unmodified is not None:
-        _mark_limits(fig, metrics[nm], unmodified, (result.get("levels") or {}).get(nm), "y", secondary_y=not same)
-    return _style(fig, title)
+    noted = unmodified is not None and _mark_limits(fig, metrics[nm], unmodified, (result.get("levels") or {}).get(nm),
+                                                    "y", secondary_y=not same)
+    return _room_for_notes(_style(fig, title), noted)
 
 
 def proportion_figure(result: dict) -> go.Figure:
@@ -173,7 +187,7 @@ def scale_figure(result: dict) -> go.Figure:
                              f"{result.get('selected', 0):,} parameters, {p['eval_n']} test items per dataset</sup>",
                              unmodified=next((r["nonmath"] for r in result["rows"] if r["factor"] == 1.0), None))
     fig.add_vline(x=1.0, line={"color": "#475569", "dash": "dot"}, annotation_text="unchanged",
-                  annotation_position="top left")
+                  annotation_position="bottom right")
     return fig
 
 
