@@ -69,7 +69,7 @@ def table_figure(table: dict):
         ys = [wavg(groups[k], key) for k in groups] + [table["total"].get(key)]
         if all(y is None for y in ys):
             continue
-        fig.add_trace(go.Bar(x=kinds, y=ys, name=name, marker_color=colour, textposition="outside",
+        fig.add_trace(go.Bar(x=kinds, y=ys, name=name, marker_color=colour, textposition="outside", textangle=-90,
                              text=[None] * (len(ys) - 1) + [None if ys[-1] is None else f"{ys[-1]:.2f}"]))
     fig.add_hline(y=16, line_dash="dot", line_color="#475569", annotation_text="bf16: 16 bits",
                   annotation_position="top left")
