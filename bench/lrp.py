@@ -41,39 +41,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-# Pasted into each child script after its formatting (so no doubled braces): the heap trimmed, then this process's
-# resident memory sampled every 2 ms from start() to stop().
-_PEAK_RSS_PROBE = r"""
-import ctypes, os, threading, time
-
-def rss():
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class PeakRSS:
-    def start(self):
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except OSError:
-            pass
-        self.base = self.peak = rss()
-        self.running = True
-        self.thread = threading.Thread(target=self._sample, daemon=True)
-        self.thread.start()
-        return self
-
-    def _sample(self):
-        while self.running:
-            self.peak = max(self.peak, rss())
-            time.sleep(0.002)
-
-    def stop(self):
-        self.running = False
-        self.thread.join()
-        self.peak = max(self.peak, rss())
-        return self
-"""
+# Put before each child script (its own code string, so no doubled braces): the children insert the repository root
+# into sys.path first, then use bench/peak_rss.py's PeakRSS.
+_PEAK_RSS_PROBE = """
+import sys
+sys.path.insert(0, %r)
+from bench.peak_rss import PeakRSS
+""" % str(ROOT)
 
 _SCAN_CHILD = r"""
 import json, sys, time

@@ -12,51 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
-import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def _trim() -> None:
-    """Give freed heap memory back to the OS so that RSS growth shows what a step really allocates."""
-    try:
-        import ctypes
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except OSError:
-        pass
-
-
-def _rss() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-
-
-class PeakRSS:
-    """Peak resident memory inside a ``with`` block, sampled by a thread."""
-
-    def __enter__(self):
-        import gc
-        gc.collect()
-        _trim()
-        self.base, self.peak, self._run = _rss(), _rss(), True
-        self._t = threading.Thread(target=self._loop, daemon=True)
-        self._t.start()
-        return self
-
-    def _loop(self):
-        while self._run:
-            self.peak = max(self.peak, _rss())
-            time.sleep(0.002)
-
-    def __exit__(self, *exc):
-        self._run = False
-        self._t.join()
-        self.peak = max(self.peak, _rss())
+from bench.peak_rss import PeakRSS  # noqa: E402
 
 
 def main() -> None:
@@ -108,9 +70,9 @@ def main() -> None:
     select(model, stats, args.proportion, "mathneuro")
     t_select = time.perf_counter() - t0
     del stats
-    with PeakRSS() as mem_plain:
+    with PeakRSS(collect=True) as mem_plain:
         plain()
-    with PeakRSS() as mem_ident:
+    with PeakRSS(collect=True) as mem_ident:
         masks = ident()
     unchanged = all(torch.equal(p, dict(model.named_parameters())[n]) for n, p in before.items())
     linears = scored_linears(model)
