@@ -40,6 +40,20 @@ class Tally:
     bad: list = field(default_factory=list)
     per_target: Counter = field(default_factory=Counter)
 
+    def record(self, target: str, verdict: str, why: str, what: str, bad: list) -> None:
+        """Count one input to ``target`` by its ``verdict`` (``result``, ``clear``, ``known``, else bad); ``what``
+        describes the input in the lists, a bad outcome goes to ``bad`` (the test's own list)."""
+        self.tried += 1
+        self.per_target[target] += 1
+        if verdict == "result":
+            self.results += 1
+        elif verdict == "clear":
+            self.clear_errors += 1
+        elif verdict == "known":
+            self.known.append(f"{what[:200]} -> {why}")
+        else:
+            bad.append(f"{what[:300]} -> {why}")
+
     def as_dict(self) -> dict:
         return {"inputs_tried": self.tried, "results": self.results, "clear_errors": self.clear_errors,
                 "known": len(self.known), "bad_outcomes": len(self.bad), "targets": len(self.per_target)}

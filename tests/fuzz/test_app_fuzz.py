@@ -130,16 +130,7 @@ def test_every_endpoint_answers_bad_input_with_one_clear_message(app_server, cli
                     job.cancel()
             time.sleep(0.05)  # the server's log lines of this call
             verdict, why = judge(endpoint, answer, error, app_server.log_text(start), inputs, [app_server.root])
-            tally.tried += 1
-            tally.per_target[endpoint] += 1
-            if verdict == "result":
-                tally.results += 1
-            elif verdict == "clear":
-                tally.clear_errors += 1
-            elif verdict == "known":
-                tally.known.append(f"{endpoint} {str(inputs)[:200]} -> {why}")
-            else:
-                bad.append(f"{endpoint} {str(inputs)[:300]} -> {why}")
+            tally.record(endpoint, verdict, why, f"{endpoint} {str(inputs)[:300]}", bad)
 
         one()
         assert "smollm2-135m" in client.predict("smollm2-135m", api_name="/registered_model_card"), \

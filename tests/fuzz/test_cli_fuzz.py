@@ -190,16 +190,7 @@ def test_every_cli_command_answers_bad_input_with_one_clear_line(group, command,
     def one(argv):
         code, stdout, stderr, seconds = run_cli(argv)
         verdict, why = judge(argv, code, stdout, stderr, seconds)
-        tally.tried += 1
-        tally.per_target[f"{group} {command}"] += 1
-        if verdict == "result":
-            tally.results += 1
-        elif verdict == "clear":
-            tally.clear_errors += 1
-        elif verdict == "known":
-            tally.known.append(f"{' '.join(argv)[:200]} -> {why}")
-        else:
-            bad.append(f"{' '.join(argv)[:300]} -> {why}")
+        tally.record(f"{group} {command}", verdict, why, " ".join(argv), bad)
 
     one()
     from core.paths import results_dir
