@@ -111,17 +111,24 @@ def compare_result(names=None, sets=("main", "depth-24")) -> Result:
         rows += runs.compare_table(picked, root) if picked else []
     if not rows:
         raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
-    parts = []
-    for layers in dict.fromkeys(r["layers"] for r in rows):
-        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
-        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
-        if best:
-            parts.append(f"{layers} layers: lowest mean held-out perplexity **{best['label']}**, {_spread_text(best)}")
+    parts = _best_per_depth(rows, lambda best: f"lowest mean held-out perplexity **{best['label']}**")
     diverged = sum(r["diverged"] for r in rows)
     status = (f"{len(rows)} runs at equal steps, mean ± std over seeds. " + "; ".join(parts) + "."
               + (f" {diverged} seed(s) diverged." if diverged else ""))
     return Result(status, rows, tables={"compare": rows}, figures={"compare": F.compare_figure(rows)},
                   key="mixln-compare-" + digest(rows), stem="mixln-compare")
+
+
+def _best_per_depth(rows: list[dict], name) -> list[str]:
+    """Per layer count (in order of appearance), ``"<L> layers: <name(best)>, <spread>"`` for the row with the lowest
+    mean held-out perplexity (rows without one are skipped)."""
+    parts = []
+    for layers in dict.fromkeys(r["layers"] for r in rows):
+        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
+        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
+        if best:
+            parts.append(f"{layers} layers: {name(best)}, {_spread_text(best)}")
+    return parts
 
 
 def sweep_result() -> Result:
@@ -130,12 +137,7 @@ def sweep_result() -> Result:
     rows = runs.sweep_table()
     if not rows:
         raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
-    parts = []
-    for layers in dict.fromkeys(r["layers"] for r in rows):
-        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
-        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
-        if best:
-            parts.append(f"{layers} layers: best alpha {best['alpha']:g}, {_spread_text(best)}")
+    parts = _best_per_depth(rows, lambda best: f"best alpha {best['alpha']:g}")
     return Result(f"Alpha sweep over {len(rows)} run groups; " + "; ".join(parts) + ".", rows,
                   tables={"sweep": rows}, figures={"sweep": F.sweep_figure(rows)},
                   key="mixln-sweep-" + digest(rows), stem="mixln-sweep")
