@@ -444,35 +444,47 @@ def _decode_chunk(words, p, x, slot_pair, info, pairs, m):
 def _finish_chunk(x, p, p_end, pairs, count, escapes, q, q_end, marker, fields, scales, out, src, dst, k, block,
                   field_bits, exponents_out):
     """After :func:`_decode_chunk`: check the end states ``x`` and word pointer ``p``, patch the markers
-    with the chunk's escaped bytes ``escapes[q:q_end]``, then merge into ``out`` (bf16 bits) at ``dst``
-    when ``out.size``, and/or copy the exponent bytes to ``exponents_out[dst:]`` when its size is
-    nonzero. Returns False for a corrupt chunk. (A separate call from the decode loop: compiled
-    together, the loop runs 35 % slower.)"""
+    with the chunk's escaped bytes ``escapes[q:q_end]``, merge into ``out`` (bf16 bits) at ``dst`` when
+    ``out.size``, and/or copy the exponent bytes to ``exponents_out[dst:]`` when its size is nonzero.
+    Returns False for a corrupt chunk. (A separate call from the decode loop: compiled together, the loop
+    runs 35 % slower.) When merging, the markers are counted per 256 weights inside the merge loop, so
+    only windows with a marker are read again (one pass over the chunk instead of two)."""
     if p != p_end:
         return False
     for j in range(8):
         if x[j] != 65536:
             return False
     exps = pairs.view(np.uint8)
-    if q < q_end:  # count markers per 256 bytes (a fixed trip count vectorises), patch where found
-        for b0 in range(0, count, 256):
+    hits = np.zeros((count + 255) >> 8, np.int32)
+    if out.size:
+        _merge(exps, fields, out, src, dst, count, k, field_bits, marker, hits)
+    elif q < q_end:  # count markers per 256 bytes (a fixed trip count vectorises)
+        for w in range(hits.size):
+            b0 = w << 8
             if b0 + 256 <= count:
                 window = exps[b0:b0 + 256]
-                hits = 0
+                h = 0
                 for i in range(256):
-                    hits += window[i] == marker
-                if hits == 0:
-                    continue
-            for i in range(b0, min(count, b0 + 256)):
+                    h += window[i] == marker
+                hits[w] = h
+            else:
+                hits[w] = 1  # the short last window: read it
+    if q < q_end:
+        for w in range(hits.size):
+            if hits[w] == 0:
+                continue
+            for i in range(w << 8, min(count, (w + 1) << 8)):
                 if exps[i] == marker:
                     if q == q_end:
                         return False
                     exps[i] = escapes[q]
+                    if out.size:  # the exponent field is bits 7-14 of a bf16 value
+                        out[dst + i] = (out[dst + i] & np.uint16(0x807F)) | (np.uint16(escapes[q]) << 7)
                     q += 1
     if q != q_end:
         return False
-    if out.size:
-        _merge(exps, fields, scales, out, src, dst, count, k, block, field_bits)
+    if out.size and block > 0:
+        _scale_blocks(out[dst:dst + count], scales, src, block)
     if exponents_out.size:
         exponents_out[dst:dst + count] = exps[:count]
     return True
@@ -486,16 +498,26 @@ def _decode_chunks(stream: PairStream, first: int, last: int, fields, scales, ou
     t = stream.table
     slot_pair, info = t.cpu_tables()
     marker, field_bits = np.uint8(t.marker), _field_table(k)
-    pairs = np.empty(stream.chunk_size // 2, np.uint16)
+    return _decode_range(stream.words, stream.states, stream.offsets, stream.escapes, stream.escape_offsets, stream.n,
+                         stream.chunk_size, first, last, slot_pair, info, marker, fields, scales, out, out_offset, k,
+                         block, field_bits, exponents_out)
+
+
+@numba.njit(nogil=True, cache=True)
+def _decode_range(words, states, offsets, escapes, escape_offsets, n, chunk_size, first, last, slot_pair, info, marker,
+                  fields, scales, out, out_offset, k, block, field_bits, exponents_out):
+    """The chunk loop of :func:`_decode_chunks`, compiled (one call into numba per tensor, the GIL released
+    throughout)."""
+    pairs = np.empty(chunk_size // 2, np.uint16)
     x = np.empty(LANES, np.int64)
-    offsets, escape_offsets = stream.offsets, stream.escape_offsets
     for c in range(first, last):
-        lo = c * stream.chunk_size
-        count = min(stream.n, lo + stream.chunk_size) - lo
-        x[:] = stream.states[c]
-        p = _decode_chunk(stream.words, int(offsets[c]), x, slot_pair, info, pairs, (count + 1) // 2)
-        if not _finish_chunk(x, p, int(offsets[c + 1]), pairs, count, stream.escapes, int(escape_offsets[c]),
-                             int(escape_offsets[c + 1]), marker, fields, scales, out, lo, lo - out_offset, k, block,
+        lo = c * chunk_size
+        count = min(n, lo + chunk_size) - lo
+        for j in range(LANES):
+            x[j] = states[c, j]
+        p = _decode_chunk(words, np.int64(offsets[c]), x, slot_pair, info, pairs, (count + 1) // 2)
+        if not _finish_chunk(x, p, np.int64(offsets[c + 1]), pairs, count, escapes, np.int64(escape_offsets[c]),
+                             np.int64(escape_offsets[c + 1]), marker, fields, scales, out, lo, lo - out_offset, k, block,
                              field_bits, exponents_out):
             return c
     return -1
@@ -519,44 +541,75 @@ _FIELD_BITS = {}
 
 
 @numba.njit(nogil=True, cache=True)
-def _merge(exponents, fields, scales, out, src, dst, count, k, block, field_bits):
-    """``out[dst + i]`` (bf16 bits) for ``i < count`` from ``exponents[i]`` and the packed field (and
-    block scale code, when ``block > 0``) of weight ``src + i``: the numba twin of
-    :func:`kernels.neuzip_bits.merge_bf16_ref` followed by :func:`core.neuzip.normaliser.denormalise`.
-    ``src`` is a multiple of 16 (a chunk start), so it starts on a packed byte; ``field_bits`` is
-    :func:`_field_bits` of ``k`` (unused for ``k = 7``)."""
+def _merge(exponents, fields, out, src, dst, count, k, field_bits, marker, hits):
+    """``out[dst + i]`` (bf16 bits) for ``i < count`` from ``exponents[i]`` and the packed field of weight
+    ``src + i``: the numba twin of :func:`kernels.neuzip_bits.merge_bf16_ref` (the block scale, when
+    there is one, is applied by :func:`_scale_blocks` after the escapes are patched). ``src`` is a multiple
+    of 16 (a chunk start), so it starts on a packed byte; ``field_bits`` is :func:`_field_bits` of ``k``
+    (unused for ``k = 7``). Counts the exponents equal to ``marker`` per 256 weights into ``hits``."""
     dest = out[dst:dst + count]
-    exps = exponents[:count]
     if k == 7:
         raw = fields[src:src + count]
-        for i in range(count):
-            r = np.uint16(raw[i])
-            dest[i] = ((r & 0x80) << 8) | (np.uint16(exps[i]) << 7) | (r & 0x7F)
+        for w in range(hits.size):
+            lo = w << 8
+            if lo + 256 <= count:  # a fixed trip count: the loop vectorises
+                d, r, e = dest[lo:lo + 256], raw[lo:lo + 256], exponents[lo:lo + 256]
+                h = 0
+                for i in range(256):
+                    ri = np.uint16(r[i])
+                    d[i] = ((ri & 0x80) << 8) | (np.uint16(e[i]) << 7) | (ri & 0x7F)
+                    h += np.int32(e[i] == marker)
+                hits[w] = h
+            else:
+                h = 0
+                for i in range(lo, count):
+                    ri = np.uint16(raw[i])
+                    dest[i] = ((ri & 0x80) << 8) | (np.uint16(exponents[i]) << 7) | (ri & 0x7F)
+                    h += np.int32(exponents[i] == marker)
+                hits[w] = h
     else:
         shift = 3 if k == 0 else (2 if k == 1 else 1)  # log2 of the fields per byte
         per = 1 << shift
         packed = fields[src >> shift:]
         for i in range(count):
-            dest[i] = field_bits[(np.int64(packed[i >> shift]) << shift) | (i & (per - 1))] | (np.uint16(exps[i]) << 7)
-    if block > 0:  # times 1 + code / 128 in float32, rounded to bf16 (nearest even); NaNs pass unchanged
-        wide = np.empty(block, np.uint32)  # one block at a time: stays in L1
-        value = wide.view(np.float32)
-        i = 0
-        while i < count:
-            b = (src + i) // block
-            size = min(count, (b + 1) * block - src) - i
-            seg = dest[i:i + size]
-            scale = np.float32(1.0 + np.float32(scales[b]) / np.float32(128.0))
-            for j in range(size):
-                wide[j] = np.uint32(seg[j]) << 16
-            for j in range(size):
-                value[j] = value[j] * scale
-            for j in range(size):
-                v = wide[j]
-                rounded = np.uint16((v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
-                if (seg[j] & 0x7FFF) <= 0x7F80:
-                    seg[j] = rounded
-            i += size
+            dest[i] = field_bits[(np.int64(packed[i >> shift]) << shift) | (i & (per - 1))] | (np.uint16(exponents[i]) << 7)
+        for w in range(hits.size):
+            lo = w << 8
+            h = 0
+            if lo + 256 <= count:
+                e = exponents[lo:lo + 256]
+                for i in range(256):
+                    h += np.int32(e[i] == marker)
+            else:
+                for i in range(lo, count):
+                    h += np.int32(exponents[i] == marker)
+            hits[w] = h
+
+
+@numba.njit(nogil=True, cache=True)
+def _scale_blocks(dest, scales, src, block):
+    """Times ``1 + code / 128`` in float32, rounded to bf16 (nearest even), per block of ``block`` weights
+    of ``dest`` (bf16 bits of weights ``src, src + 1, ...``): the numba twin of
+    :func:`core.neuzip.normaliser.denormalise`. NaNs and infinities pass unchanged."""
+    count = dest.size
+    wide = np.empty(block, np.uint32)  # one block at a time: stays in L1
+    value = wide.view(np.float32)
+    i = 0
+    while i < count:
+        b = (src + i) // block
+        size = min(count, (b + 1) * block - src) - i
+        seg = dest[i:i + size]
+        scale = np.float32(1.0 + np.float32(scales[b]) / np.float32(128.0))
+        for j in range(size):
+            wide[j] = np.uint32(seg[j]) << 16
+        for j in range(size):
+            value[j] = value[j] * scale
+        for j in range(size):
+            v = wide[j]
+            rounded = np.uint16((v + np.uint32(0x7FFF) + ((v >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16))
+            if (seg[j] & 0x7FFF) <= 0x7F80:
+                seg[j] = rounded
+        i += size
 
 # ------------------------------------------------------------------------------------------ wrappers
 
