@@ -458,17 +458,8 @@ def _finish_chunk(x, p, p_end, pairs, count, escapes, q, q_end, marker, fields, 
     hits = np.zeros((count + 255) >> 8, np.int32)
     if out.size:
         _merge(exps, fields, out, src, dst, count, k, field_bits, marker, hits)
-    elif q < q_end:  # count markers per 256 bytes (a fixed trip count vectorises)
-        for w in range(hits.size):
-            b0 = w << 8
-            if b0 + 256 <= count:
-                window = exps[b0:b0 + 256]
-                h = 0
-                for i in range(256):
-                    h += window[i] == marker
-                hits[w] = h
-            else:
-                hits[w] = 1  # the short last window: read it
+    elif q < q_end:
+        _count_markers(exps, count, marker, hits)
     if q < q_end:
         for w in range(hits.size):
             if hits[w] == 0:
@@ -573,17 +564,24 @@ def _merge(exponents, fields, out, src, dst, count, k, field_bits, marker, hits)
         packed = fields[src >> shift:]
         for i in range(count):
             dest[i] = field_bits[(np.int64(packed[i >> shift]) << shift) | (i & (per - 1))] | (np.uint16(exponents[i]) << 7)
-        for w in range(hits.size):
-            lo = w << 8
-            h = 0
-            if lo + 256 <= count:
-                e = exponents[lo:lo + 256]
-                for i in range(256):
-                    h += np.int32(e[i] == marker)
-            else:
-                for i in range(lo, count):
-                    h += np.int32(exponents[i] == marker)
-            hits[w] = h
+        _count_markers(exponents, count, marker, hits)
+
+
+@numba.njit(nogil=True, cache=True)
+def _count_markers(exponents, count, marker, hits):
+    """``hits[w]``: how many of ``exponents[256 w:256 (w + 1)]`` (within ``count``) equal ``marker`` (a fixed
+    trip count for the full windows, so the count vectorises)."""
+    for w in range(hits.size):
+        lo = w << 8
+        h = 0
+        if lo + 256 <= count:
+            e = exponents[lo:lo + 256]
+            for i in range(256):
+                h += np.int32(e[i] == marker)
+        else:
+            for i in range(lo, count):
+                h += np.int32(exponents[i] == marker)
+        hits[w] = h
 
 
 @numba.njit(nogil=True, cache=True)
