@@ -1,18 +1,21 @@
-"""Chunk-parallel decode of NeuZip exponent streams (format 2, pairs of exponents), beside its PyTorch twin.
+"""Chunk-parallel decode of NeuZip exponent streams (format 3, pairs of exponents), beside its PyTorch twin.
 
-The stream format ("rans32x16-pairs", written by ``core.neuzip.pairs``): ``n`` exponent bytes as
-``ceil(n / 2)`` pairs, cut into chunks of ``chunk_size`` weights. Each chunk has 8 rANS states
-(``states[c, :]``) sharing one stream of 16-bit words ``words[offsets[c]:offsets[c + 1]]``; pair ``j``
-of a chunk is decoded by state ``j % 8``. A decoder needs one per-slot table of ``2**precision``
-int64 entries: bits 0-15 the frequency, 16-31 ``slot - cdf``, 32-39 / 40-47 the two exponent bytes::
+The stream format ("rans64x32-pairs", written by ``core.neuzip.pairs``): ``n`` exponent bytes as
+``ceil(n / 2)`` pairs, cut into chunks of ``chunk_size`` weights (a multiple of 32). Each chunk has 8
+rANS states of 64 bits (``states[c, :]``, in ``[2**31, 2**63)``) sharing one stream of 32-bit words
+``words[offsets[c]:offsets[c + 1]]``. A chunk's pairs are padded to whole rounds of 16 (the pad pairs
+are decoded and dropped); round ``r`` decodes pairs ``16 r + j`` with state ``j % 8``, then refills
+the states in order 0..7. A decoder needs one per-slot table of ``2**precision`` int64 entries
+(``precision <= 15``): bits 0-15 the frequency, 16-31 ``slot - cdf``, 32-39 / 40-47 the two exponent
+bytes::
 
-    t = table[x & (2**precision - 1)]
-    x = (t & 0xFFFF) * (x >> precision) + ((t >> 16) & 0xFFFF)
-    if x < 2**16: x = (x << 16) | words[p]; p += 1
+    for j in 0..15:  t = table[x[j % 8] & (2**precision - 1)]
+                     x[j % 8] = (t & 0xFFFF) * (x[j % 8] >> precision) + ((t >> 16) & 0xFFFF)
+    for i in 0..7:   if x[i] < 2**31: x[i] = (x[i] << 32) | words[p]; p += 1
 
 An exponent that decodes to ``marker`` is an escape: it takes the chunk's next byte of ``escapes``
 (chunk ``c``'s are ``escapes[escape_offsets[c]:escape_offsets[c + 1]]``). A well-formed chunk ends
-with all 8 states at ``2**16``, ``p == offsets[c + 1]`` and every escape used; both implementations
+with all 8 states at ``2**31``, ``p == offsets[c + 1]`` and every escape used; both implementations
 check it.
 
 Public functions, one signature
@@ -22,9 +25,9 @@ Public functions, one signature
 - :func:`pair_rans_decode_triton`: one program decodes ``BLOCK`` chunks, one chunk per lane,
 - :func:`pair_rans_decode_ref`: the same lanes in plain PyTorch.
 
-Tensor types: ``states (C, 8) int64`` (values < 2**32), ``offsets (C + 1,) int64``, ``words (W,) int16``
-(the uint16 words, bit for bit), ``table (2**precision,) int64``, ``escapes (E,) uint8``,
-``escape_offsets (C + 1,) int64``; ``marker`` an int in [0, 255].
+Tensor types: ``states (C, 8) int64``, ``offsets (C + 1,) int64``, ``words (W,) int32`` (the uint32
+words, bit for bit), ``table (2**precision,) int64``, ``escapes (E,) uint8``, ``escape_offsets (C + 1,)
+int64``; ``marker`` an int in [0, 255].
 
 (The CPU path of the codec decodes with numba, ``core.neuzip.pairs.decode_into``; these two are the
 GPU path and its reference.)
@@ -38,20 +41,22 @@ from kernels.dispatch import KernelCheck, register_check, triton_available, use_
 __all__ = ["LANES", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton"]
 
 LANES = 8
-_L = 1 << 16
+ROUND = 2 * LANES  # pairs per round
+_L = 1 << 31
+_SHIFT = 32
 _BLOCK = 32  # chunks per program
 
 
 def _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision) -> int:
-    if chunk_size < 2 * LANES or chunk_size % (2 * LANES):
-        raise ValueError(f"chunk_size must be a positive multiple of {2 * LANES}")
+    if chunk_size < 2 * ROUND or chunk_size % (2 * ROUND):
+        raise ValueError(f"chunk_size must be a positive multiple of {2 * ROUND}")
     num = -(-n // chunk_size) if n > 0 else 0
     if tuple(states.shape) != (num, LANES) or offsets.numel() != num + 1 or escape_offsets.numel() != num + 1:
         raise ValueError(f"{n} symbols in chunks of {chunk_size} need ({num}, {LANES}) states and {num + 1} offsets")
-    if not 8 <= precision <= 16 or table.numel() != 1 << precision:
-        raise ValueError("the table must have 2**precision entries, precision in [8, 16]")
-    if words.dtype != torch.int16:
-        raise TypeError("words must be int16 (the uint16 words, bit for bit)")
+    if not 8 <= precision <= 15 or table.numel() != 1 << precision:
+        raise ValueError("the table must have 2**precision entries, precision in [8, 15]")
+    if words.dtype != torch.int32:
+        raise TypeError("words must be int32 (the uint32 words, bit for bit)")
     return num
 
 
@@ -82,27 +87,30 @@ def pair_rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: tor
     p = offsets[:-1].to(torch.int64).clone()
     q = escape_offsets[:-1].to(torch.int64).clone()
     count = (n - torch.arange(num, device=device, dtype=torch.int64) * chunk_size).clamp(max=chunk_size)
-    w = torch.cat([words.to(torch.int64) & 0xFFFF, torch.zeros(1, dtype=torch.int64, device=device)])
+    rounds = ((count + 1) // 2 + ROUND - 1) // ROUND
+    w = torch.cat([words.to(torch.int64) & 0xFFFFFFFF, torch.zeros(1, dtype=torch.int64, device=device)])
     esc = torch.cat([escapes.to(torch.int64), torch.zeros(1, dtype=torch.int64, device=device)])
     table = table.to(torch.int64)
     out = torch.zeros(num, chunk_size, dtype=torch.uint8, device=device)
     mask = (1 << precision) - 1
-    for j in range(min(chunk_size // 2, (n + 1) // 2)):
-        act = count > 2 * j
-        lane = j % LANES
-        xl = x[:, lane]
-        t = table[xl & mask]
-        xv = (t & 0xFFFF) * (xl >> precision) + ((t >> 16) & 0xFFFF)
-        need = act & (xv < _L)
-        xv = torch.where(need, (xv << 16) | w[p.clamp(max=w.numel() - 1)], xv)
-        p = p + need.to(torch.int64)
-        x[:, lane] = torch.where(act, xv, xl)
-        for half in range(2):
-            e = (t >> (32 + 8 * half)) & 0xFF
-            hit = (count > 2 * j + half) & (e == marker)
-            e = torch.where(hit, esc[q.clamp(max=esc.numel() - 1)], e)
-            q = q + hit.to(torch.int64)
-            out[:, 2 * j + half] = e.to(torch.uint8)
+    for r in range(-(-min(chunk_size // 2, (n + 1) // 2) // ROUND)):  # the most rounds of any chunk
+        act = rounds > r
+        for h in range(ROUND):
+            j, lane = r * ROUND + h, h % LANES
+            xl = x[:, lane]
+            t = table[xl & mask]
+            x[:, lane] = torch.where(act, (t & 0xFFFF) * (xl >> precision) + ((t >> 16) & 0xFFFF), xl)
+            for half in range(2):
+                e = (t >> (32 + 8 * half)) & 0xFF
+                hit = (count > 2 * j + half) & (e == marker)
+                e = torch.where(hit, esc[q.clamp(max=esc.numel() - 1)], e)
+                q = q + hit.to(torch.int64)
+                out[:, 2 * j + half] = torch.where(count > 2 * j + half, e, 0).to(torch.uint8)
+        for lane in range(LANES):
+            xl = x[:, lane]
+            need = act & (xl < _L)
+            x[:, lane] = torch.where(need, (xl << _SHIFT) | w[p.clamp(max=w.numel() - 1)], xl)
+            p = p + need.to(torch.int64)
     if num:
         _corrupt(x, p, offsets.to(torch.int64), q, escape_offsets.to(torch.int64))
     return out.reshape(-1)[:n]
@@ -117,41 +125,47 @@ if triton_available():
                                  out_ptr, x_end_ptr, p_end_ptr, q_end_ptr, marker, n, num_chunks, chunk_size,
                                  num_words, num_escapes,
                                  PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr):
-        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one per lane) for all pairs.
+        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one per lane) for all rounds.
 
-        The 8 states of a lane are a ``(BLOCK, LANES)`` tile; pair ``j`` works on column ``j % LANES``.
+        The 8 states of a lane are a ``(BLOCK, LANES)`` tile; pair ``16 r + h`` works on column ``h % LANES``.
         ``out_ptr``: ``(num_chunks * chunk_size,) uint8`` (padded; the wrapper keeps ``[:n]``).
         """
         pid = tl.program_id(0)
         c = pid * BLOCK + tl.arange(0, BLOCK)
         live = c < num_chunks
         col = tl.arange(0, LANES_)
-        X = tl.load(states_ptr + c[:, None] * LANES_ + col[None, :], mask=live[:, None], other=65536)
+        X = tl.load(states_ptr + c[:, None] * LANES_ + col[None, :], mask=live[:, None], other=2147483648)
         p = tl.load(offsets_ptr + c, mask=live, other=0)
         q = tl.load(escape_offsets_ptr + c, mask=live, other=0)
         start = c.to(tl.int64) * chunk_size
         count = tl.minimum(n - start, chunk_size)
-        for j in range(0, chunk_size // 2):
-            act = live & (2 * j < count)
-            sel = col[None, :] == (j % LANES_)
-            xl = tl.sum(tl.where(sel, X, 0), axis=1)
-            t = tl.load(table_ptr + (xl & ((1 << PRECISION) - 1)), mask=act, other=0)
-            xv = (t & 0xFFFF) * (xl >> PRECISION) + ((t >> 16) & 0xFFFF)
-            need = act & (xv < 65536)
-            wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFF
-            xv = tl.where(need, (xv << 16) | wd, xv)
-            p = p + need.to(tl.int64)
-            X = tl.where(sel & act[:, None], xv[:, None], X)
-            e0 = (t >> 32) & 0xFF
-            hit = act & (e0 == marker)
-            e0 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e0)
-            q = q + hit.to(tl.int64)
-            e1 = (t >> 40) & 0xFF
-            hit = live & (2 * j + 1 < count) & (e1 == marker)
-            e1 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e1)
-            q = q + hit.to(tl.int64)
-            tl.store(out_ptr + start + 2 * j, e0.to(tl.uint8), mask=act)
-            tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=live & (2 * j + 1 < count))
+        rounds = ((count + 1) // 2 + 2 * LANES_ - 1) // (2 * LANES_)
+        for r in range(0, chunk_size // (4 * LANES_)):
+            act = live & (r < rounds)
+            for h in tl.static_range(2 * LANES_):
+                j = r * 2 * LANES_ + h
+                sel = col[None, :] == (h % LANES_)
+                xl = tl.sum(tl.where(sel, X, 0), axis=1)
+                t = tl.load(table_ptr + (xl & ((1 << PRECISION) - 1)), mask=act, other=0)
+                xv = (t & 0xFFFF) * (xl >> PRECISION) + ((t >> 16) & 0xFFFF)
+                X = tl.where(sel & act[:, None], xv[:, None], X)
+                e0 = (t >> 32) & 0xFF
+                hit = live & (2 * j < count) & (e0 == marker)
+                e0 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e0)
+                q = q + hit.to(tl.int64)
+                e1 = (t >> 40) & 0xFF
+                hit = live & (2 * j + 1 < count) & (e1 == marker)
+                e1 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e1)
+                q = q + hit.to(tl.int64)
+                tl.store(out_ptr + start + 2 * j, e0.to(tl.uint8), mask=live & (2 * j < count))
+                tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=live & (2 * j + 1 < count))
+            for lane in tl.static_range(LANES_):
+                sel = col[None, :] == lane
+                xl = tl.sum(tl.where(sel, X, 0), axis=1)
+                need = act & (xl < 2147483648)
+                wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFFFFFF
+                X = tl.where(sel & need[:, None], ((xl << 32) | wd)[:, None], X)
+                p = p + need.to(tl.int64)
         tl.store(x_end_ptr + c[:, None] * LANES_ + col[None, :], X, mask=live[:, None])
         tl.store(p_end_ptr + c, p, mask=live)
         tl.store(q_end_ptr + c, q, mask=live)
@@ -170,7 +184,7 @@ def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: 
     p_end = torch.empty(num, dtype=torch.int64, device=device)
     q_end = torch.empty(num, dtype=torch.int64, device=device)
     if num:
-        w = words if words.numel() else torch.zeros(1, dtype=torch.int16, device=device)
+        w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
         esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
         _pair_rans_decode_kernel[(triton.cdiv(num, _BLOCK),)](
             states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
@@ -184,7 +198,7 @@ def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: 
 def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
                      escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
                      precision: int) -> torch.Tensor:
-    """Decode a format-2 exponent stream: Triton on CUDA, reference elsewhere. See :func:`pair_rans_decode_ref`."""
+    """Decode a format-3 exponent stream: Triton on CUDA, reference elsewhere. See :func:`pair_rans_decode_ref`."""
     args = (states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision)
     if use_triton(states, offsets, words, table, escape_offsets, kernel="pair_rans_decode"):
         return pair_rans_decode_triton(*args)
@@ -193,7 +207,7 @@ def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.T
 
 def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision: int = 10) -> tuple:
     """A small valid stream for the self-check: skewed pairs (escapes included) in chunks of 8 interleaved states,
-    encoded by a plain rANS encoder (the inverse of the decode loop in the module docstring)."""
+    encoded by a plain rANS encoder (the inverse of the decode loop in the module docstring; pad pairs 0)."""
     marker = 255
     pairs = [(120, 121), (121, 121), (122, marker), (marker, 119)]
     freq = [500, 300, 150, 74]  # sums to 2**precision
@@ -203,13 +217,17 @@ def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision:
     states, offsets, words, escapes, escape_offsets = [], [0], [], [], [0]
     for start in range(0, n // 2, chunk_size // 2):
         chunk = symbols[start:start + chunk_size // 2]
+        rounds = -(-len(chunk) // ROUND)
+        padded = chunk + [0] * (rounds * ROUND - len(chunk))
         x, out = [_L] * LANES, []
-        for j in reversed(range(len(chunk))):
-            s, lane = chunk[j], j % LANES
-            if x[lane] >= ((_L >> precision) << 16) * freq[s]:
-                out.append(x[lane] & 0xFFFF)
-                x[lane] >>= 16
-            x[lane] = ((x[lane] // freq[s]) << precision) + x[lane] % freq[s] + cdf[s]
+        for r in reversed(range(rounds)):
+            for lane in reversed(range(LANES)):
+                a, b = padded[r * ROUND + lane], padded[r * ROUND + LANES + lane]
+                if x[lane] >> (2 * _SHIFT - 1 - 2 * precision) >= freq[a] * freq[b]:
+                    out.append(x[lane] & 0xFFFFFFFF)
+                    x[lane] >>= _SHIFT
+                for s in (b, a):
+                    x[lane] = ((x[lane] // freq[s]) << precision) + x[lane] % freq[s] + cdf[s]
         states.append(x)
         words += out[::-1]
         offsets.append(len(words))
@@ -220,9 +238,9 @@ def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision:
     first = torch.tensor([p[0] for p in pairs])[sym]
     second = torch.tensor([p[1] for p in pairs])[sym]
     table = torch.tensor(freq)[sym] | ((slots - torch.tensor(cdf)[sym]) << 16) | (first << 32) | (second << 40)
-    w = torch.tensor(words, dtype=torch.int32)
+    w = torch.tensor(words, dtype=torch.int64)
     return (torch.tensor(states, dtype=torch.int64, device=device), torch.tensor(offsets, device=device),
-            torch.where(w >= 2**15, w - 2**16, w).to(torch.int16).to(device), table.to(device),
+            torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device), table.to(device),
             torch.tensor(escapes, dtype=torch.uint8, device=device), torch.tensor(escape_offsets, device=device),
             marker, n, chunk_size, precision)
 

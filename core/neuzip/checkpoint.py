@@ -7,14 +7,16 @@ A safetensors file whose tensors are the stored arrays, named ``"{tensor name}::
 (:meth:`core.neuzip.CompressedTensor.arrays`; unsigned arrays are stored
 as the signed integer type of the same width, bit for bit), and whose string metadata holds
 
-- ``format``: ``"layerwise-neuzip"``, ``version``: ``"2"`` (the exponent stream of
-  :mod:`core.neuzip.pairs`);
+- ``format``: ``"layerwise-neuzip"``, ``version``: ``"3"`` (the exponent stream of
+  :mod:`core.neuzip.pairs`, format 3: ``states`` uint64, ``words`` uint32);
 - ``codec``: JSON ``{tensor name: CompressedTensor.metadata()}``;
 - ``sha256``: hex digest over the codec JSON and every array (names sorted, raw bytes).
 
-Version 1 files (exponents in :mod:`core.neuzip.rans` format, parts ``symbols, freqs, states,
-offsets, words``, 1-D ``states``) still load: each tensor's exponents are decoded and re-encoded in
-format 2, with a ``UserWarning`` saying so (save the result again to keep the new format).
+Older files still load: each tensor's exponents are decoded and re-encoded in format 3, with a
+``UserWarning`` saying so (save the result again to keep the new format). Version 1: exponents in
+:mod:`core.neuzip.rans` format (parts ``symbols, freqs, states, offsets, words``, 1-D ``states``);
+version 2: format 2 of the pair stream (the parts of version 3, ``states`` uint32 and ``words``
+uint16; :func:`core.neuzip.pairs.decode_format2`).
 
 Writes go to a temporary file in the target folder and are renamed into place, so a failed save
 leaves no half-written file. Any problem reading a file (truncated, tampered, not a NeuZip
@@ -42,12 +44,14 @@ from kernels.neuzip_bits import packed_length
 __all__ = ["save_compressed", "load_compressed"]
 
 FORMAT = "layerwise-neuzip"
-VERSION = "2"
-READABLE_VERSIONS = ("1", "2")
-_SIGNED = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32}
-_PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "counts": np.uint16, "states": np.uint32,
-                "offsets": np.uint32, "words": np.uint16, "escapes": np.uint8, "escape_offsets": np.uint32,
+VERSION = "3"
+READABLE_VERSIONS = ("1", "2", "3")
+_SIGNED = {np.dtype(np.uint8): np.uint8, np.dtype(np.uint16): np.int16, np.dtype(np.uint32): np.int32,
+           np.dtype(np.uint64): np.int64}
+_PART_DTYPES = {"symbols": np.uint8, "freqs": np.uint32, "counts": np.uint16, "states": np.uint64,
+                "offsets": np.uint32, "words": np.uint32, "escapes": np.uint8, "escape_offsets": np.uint32,
                 "fields": np.uint8, "scales": np.uint8}
+_OLD_PART_DTYPES = {**_PART_DTYPES, "states": np.uint32, "words": np.uint16}  # versions 1 and 2
 
 
 def _digest(codec_json: str, arrays: dict[str, np.ndarray]) -> str:
@@ -121,14 +125,15 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
                              f"{', '.join(READABLE_VERSIONS)})")
     codec_json = meta.get("codec", "")
     try:
-        arrays = {k: a.view(_PART_DTYPES[k.rsplit("::", 1)[1]]) for k, a in arrays.items()}
+        dtypes = _PART_DTYPES if version == VERSION else _OLD_PART_DTYPES
+        arrays = {k: a.view(dtypes[k.rsplit("::", 1)[1]]) for k, a in arrays.items()}
     except (KeyError, IndexError, ValueError):
         raise _corrupt(path, "unexpected tensors") from None
     if _digest(codec_json, arrays) != meta.get("sha256"):
         raise _corrupt(path, "checksum mismatch")
     try:
         codec = json.loads(codec_json)
-        rebuild = _rebuild if version == VERSION else _rebuild_version_1
+        rebuild = {"1": _rebuild_version_1, "2": _rebuild_version_2, VERSION: _rebuild}[version]
         tensors = {name: rebuild(name, m, arrays) for name, m in codec.items()}
     except (KeyError, TypeError, ValueError, LayerwiseError) as exc:
         raise _corrupt(path, f"inconsistent contents ({exc})") from None
@@ -140,6 +145,14 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
 
 
 def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
+    m, table, offsets, escape_offsets = _pair_parts(name, m, arrays)
+    stream = pairs.PairStream(table, arrays[f"{name}::states"], offsets, arrays[f"{name}::words"],
+                              arrays[f"{name}::escapes"], escape_offsets, m["numel"], int(m["chunk_size"]))
+    return _finish_rebuild(name, m, stream, arrays)
+
+
+def _pair_parts(name: str, m: dict, arrays: dict[str, np.ndarray]) -> tuple:
+    """Versions 2 and 3: the metadata with its defaults, the table and the full chunk offset arrays."""
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 
@@ -147,16 +160,23 @@ def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTen
          "source_dtype": "bfloat16", "note": None, **m}
     m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
     table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))
-    words, escapes = part("words"), part("escapes")
-    offsets = np.concatenate([[0], part("offsets"), [words.size]]).astype(np.uint32)
-    escape_offsets = np.concatenate([[0], part("escape_offsets"), [escapes.size]]).astype(np.uint32)
-    stream = pairs.PairStream(table, part("states"), offsets, words, escapes, escape_offsets, m["numel"],
-                              int(m["chunk_size"]))
-    return _finish_rebuild(name, m, stream, arrays)
+    offsets = np.concatenate([[0], part("offsets"), [part("words").size]]).astype(np.uint32)
+    escape_offsets = np.concatenate([[0], part("escape_offsets"), [part("escapes").size]]).astype(np.uint32)
+    return m, table, offsets, escape_offsets
+
+
+def _rebuild_version_2(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
+    """A version-2 tensor (format 2 of the pair stream), decoded and re-encoded in format 3 with its chunk size
+    rounded up to a multiple of 32."""
+    m, table, offsets, escape_offsets = _pair_parts(name, m, arrays)
+    exponents = pairs.decode_format2(table, arrays[f"{name}::states"], offsets, arrays[f"{name}::words"],
+                                     arrays[f"{name}::escapes"], escape_offsets, m["numel"], int(m["chunk_size"]))
+    chunk = -(-int(m["chunk_size"]) // pairs.CHUNK_MULTIPLE) * pairs.CHUNK_MULTIPLE
+    return _finish_rebuild(name, m, pairs.encode(exponents, chunk_size=chunk), arrays)
 
 
 def _rebuild_version_1(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
-    """A version-1 tensor (exponents in :mod:`core.neuzip.rans` format), re-encoded in format 2."""
+    """A version-1 tensor (exponents in :mod:`core.neuzip.rans` format), re-encoded in format 3."""
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 

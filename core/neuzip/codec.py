@@ -11,8 +11,8 @@
 
 Stored parts of a compressed tensor
 -----------------------------------
-- ``exponents``: a :class:`core.neuzip.pairs.PairStream` (codec format 2: table, chunk states,
-  offsets, words); files of format 1 (:mod:`core.neuzip.rans`) are converted when loaded;
+- ``exponents``: a :class:`core.neuzip.pairs.PairStream` (codec format 3: table, chunk states,
+  offsets, words); files of formats 1 (:mod:`core.neuzip.rans`) and 2 are converted when loaded;
 - ``fields``: ``(ceil(N / P),) uint8``, the packed ``1 + k`` bit sign/mantissa fields;
 - ``scales``: ``(ceil(N / B),) uint8`` normaliser codes, or None;
 - metadata: shape, ``k``, ``B``, chunk size, source dtype and a note.
@@ -40,7 +40,8 @@ __all__ = ["CompressedTensor", "compress", "split_fields", "check_params", "to_b
            "decode_workspace_bytes", "FORMAT_VERSION"]
 
 BLOCK_SIZES = tuple(2**i for i in range(5, 11))  # 32 .. 1024
-FORMAT_VERSION = 2  # of the exponent stream: 1 = core.neuzip.rans (read by conversion), 2 = core.neuzip.pairs
+FORMAT_VERSION = 3  # of the exponent stream: 1 = core.neuzip.rans, 2 = 32-bit pair states (both read by
+# conversion), 3 = core.neuzip.pairs
 
 
 def decode_workspace_bytes(numel: int, chunk_size: int = pairs.DEFAULT_CHUNK,
@@ -262,9 +263,9 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
     tensor : (...) floating tensor, non-empty; converted to bf16 with a warning when it is not bf16
     mantissa_bits : 7 (lossless) or 3, 1, 0 (mantissa rounded to that many bits)
     block_size : None, or a power of two in [32, 1024] for the per-block normaliser (k < 7 only)
-    chunk_size : weights per chunk (8 interleaved rANS states each), rounded up to a multiple of 16;
+    chunk_size : weights per chunk (8 interleaved rANS states each), rounded up to a multiple of 32;
         None: :data:`core.neuzip.pairs.DEFAULT_CHUNK` (2**17). Smaller chunks give a GPU more
-        independent lanes and cost 36 bytes each.
+        independent lanes and cost 72 bytes each (64 of states, 8 of offsets).
 
     Returns
     -------
@@ -287,7 +288,7 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
                             fix="use mantissa_bits >= 1 or remove the NaNs")
     exponent, fields, scales = split_fields(x, mantissa_bits, block_size)
     if chunk_size is not None:
-        chunk_size = -(-chunk_size // (2 * pairs.LANES)) * 2 * pairs.LANES
+        chunk_size = -(-chunk_size // pairs.CHUNK_MULTIPLE) * pairs.CHUNK_MULTIPLE
     stream = pairs.encode(exponent.cpu().numpy(), chunk_size=chunk_size)
     return CompressedTensor(tuple(tensor.shape), mantissa_bits, block_size, stream,
                             fields.cpu(), None if scales is None else scales.cpu(),

@@ -3,7 +3,7 @@
 Format 1 was the NeuZip exponent stream until format 2 (:mod:`core.neuzip.pairs`: pairs of exponents,
 8 interleaved states, big chunks, a numba decoder) replaced it. It stays for two uses: reading
 version-1 checkpoints (:func:`core.neuzip.load_compressed` decodes them here and re-encodes them in
-format 2) and entropy-coding NF4 codes in the trade-off (:mod:`core.neuzip.tradeoff`).
+the current format, 3) and entropy-coding NF4 codes in the trade-off (:mod:`core.neuzip.tradeoff`).
 
 The stream format ("rans32x16") is chosen so that every chunk decodes on its own, e.g. one chunk per
 GPU lane or program, with nothing shared but a small read-only table.

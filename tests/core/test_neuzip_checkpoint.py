@@ -1,6 +1,7 @@
 """Compressed checkpoint: round trip, checksum, truncated / tampered / foreign files, atomic writes."""
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -152,14 +153,14 @@ def _write_version_1(path, tensors: dict):
 def test_version_1_files_are_converted_on_load(tmp_path):
     _, w = _tensors()
     _write_version_1(tmp_path / "old", {"a": (w, 7, None), "b": (w[:9], 3, 32)})
-    with pytest.warns(UserWarning, match="version 1 checkpoint.*converted to version 2"):
+    with pytest.warns(UserWarning, match="version 1 checkpoint.*converted to version 3"):
         loaded = load_compressed(tmp_path / "old")
     assert torch.equal(loaded["a"].decompress().view(torch.int16), w.view(torch.int16))
     want = compress(w[:9], mantissa_bits=3, block_size=32).decompress()
     assert torch.equal(loaded["b"].decompress().view(torch.int16), want.view(torch.int16))
-    path = save_compressed(tmp_path / "new", loaded)  # saved again: version 2, no warning on load
+    path = save_compressed(tmp_path / "new", loaded)  # saved again: version 3, no warning on load
     with safe_open(str(path), framework="pt") as f:
-        assert f.metadata()["version"] == "2"
+        assert f.metadata()["version"] == "3"
     import warnings
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -167,12 +168,59 @@ def test_version_1_files_are_converted_on_load(tmp_path):
     assert torch.equal(again["a"].decompress().view(torch.int16), w.view(torch.int16))
 
 
+DATA = Path(__file__).resolve().parent.parent / "data"
+
+
+def test_version_2_files_are_converted_on_load(tmp_path):
+    """tests/data/neuzip_v2.safetensors was written by Layerwise's format-2 writer (32-bit states, 16-bit words):
+    a lossless 40x37 tensor in 6 chunks of 256 with NaN, infinities, signed zero, subnormals and escaped
+    exponents, and a k = 3, B = 32 tensor in chunks of 512; the expected bf16 values sit beside it."""
+    from safetensors.torch import load_file
+
+    want = load_file(str(DATA / "neuzip_v2_expected.safetensors"))
+    with safe_open(str(DATA / "neuzip_v2.safetensors"), framework="pt") as f:
+        assert f.metadata()["version"] == "2" and f.get_tensor("a::words").dtype == torch.int16
+    with pytest.warns(UserWarning, match="version 2 checkpoint.*converted to version 3"):
+        loaded = load_compressed(DATA / "neuzip_v2.safetensors")
+    assert loaded["a"].exponents.escapes.size == 3 and loaded["a"].exponents.chunk_size == 256
+    assert loaded["b"].exponents.chunk_size == 512 and loaded["b"].mantissa_bits == 3
+    for name in ("a", "b"):
+        assert torch.equal(loaded[name].decompress().view(torch.int16), want[name].view(torch.int16))
+    path = save_compressed(tmp_path / "new", loaded)
+    with safe_open(str(path), framework="pt") as f:
+        assert f.metadata()["version"] == "3" and f.get_tensor("a::states").dtype == torch.int64
+    assert torch.equal(load_compressed(path)["a"].decompress().view(torch.int16), want["a"].view(torch.int16))
+
+
+def test_a_corrupt_version_2_stream_is_refused(tmp_path):
+    from core.neuzip import pairs
+
+    with safe_open(str(DATA / "neuzip_v2.safetensors"), framework="pt") as f:
+        arrays = {k: f.get_tensor(k).numpy() for k in f.keys()}
+        codec = json.loads(f.metadata()["codec"])
+    table = pairs.PairTable(arrays["a::symbols"], arrays["a::counts"].view(np.uint16), pairs.PRECISION)
+    words = arrays["a::words"].view(np.uint16)
+    n, chunk = codec["a"]["shape"][0] * codec["a"]["shape"][1], codec["a"]["chunk_size"]
+    offsets = np.concatenate([[0], arrays["a::offsets"].view(np.uint32), [words.size]])
+    escape_offsets = np.concatenate([[0], arrays["a::escape_offsets"].view(np.uint32), [arrays["a::escapes"].size]])
+    states = arrays["a::states"].view(np.uint32)
+    args = (table, states, offsets, words, arrays["a::escapes"], escape_offsets, n, chunk)
+    ok = pairs.decode_format2(*args)
+    assert ok.size == n
+    bad = words.copy()
+    bad[5] ^= 0x0F0F
+    with pytest.raises(ValueError, match="corrupt"):
+        pairs.decode_format2(table, states, offsets, bad, *args[4:])
+    with pytest.raises(ValueError, match="corrupt"):  # escapes moved between chunks
+        pairs.decode_format2(*args[:5], escape_offsets + np.r_[0, [1] * (escape_offsets.size - 2), 0], n, chunk)
+
+
 def test_unknown_version_names_the_readable_ones(tmp_path):
     tensors, _ = _tensors()
     path = save_compressed(tmp_path / "m", tensors)
     with safe_open(str(path), framework="pt") as f:
         meta, arrays = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
-    meta["version"] = "3"
+    meta["version"] = "4"
     save_file(arrays, str(path), metadata=meta)
-    with pytest.raises(BadInputError, match="unsupported version '3'.*reads versions 1, 2"):
+    with pytest.raises(BadInputError, match="unsupported version '4'.*reads versions 1, 2, 3"):
         load_compressed(path)

@@ -231,13 +231,13 @@ def test_rans_decodes_any_chunk_range_on_its_own():
         assert np.array_equal(rans.decode(stream, first, last), sym[64 * first:stop])
 
 
-@pytest.mark.parametrize("k,block,chunk", [(7, None, 40), (3, 32, 48), (0, None, 12), (1, 64, 1024)])
+@pytest.mark.parametrize("k,block,chunk", [(7, None, 40), (3, 32, 48), (0, None, 12), (1, 64, 1024), (7, None, 96)])
 def test_chunk_sizes_round_up_and_chunks_decode_on_their_own(k, block, chunk):
     from core.neuzip import pairs
 
     x = weights(5000, seed=chunk)
     c = compress(x, mantissa_bits=k, block_size=block, chunk_size=chunk)
-    assert c.exponents.chunk_size == -(-chunk // 16) * 16  # a multiple of 16 weights (8 states x 2)
+    assert c.exponents.chunk_size == -(-chunk // 32) * 32  # a multiple of 32 weights (whole rounds of 16 pairs)
     whole = pairs.decode(c.exponents)
     parts = [pairs.decode(c.exponents, i, i + 1) for i in range(c.exponents.num_chunks)]
     assert np.array_equal(np.concatenate(parts), whole)

@@ -1,5 +1,6 @@
-"""Format-2 exponent streams (pairs, 8 interleaved rANS states): the fast numba coder against the plain
-reference decoder, integer frequency tables, sizes against the entropy, escapes and corrupt streams."""
+"""Format-3 exponent streams (pairs, 8 interleaved 64-bit rANS states, two pairs per refill): the fast numba
+coder against the plain reference decoder, integer frequency tables, sizes against the entropy, escapes,
+the pad pairs of the last round and corrupt streams."""
 from dataclasses import replace
 
 import numpy as np
@@ -17,8 +18,8 @@ def exponents(n, seed=0, spread=2.5, escapes=0):
     return e
 
 
-@pytest.mark.parametrize("n,chunk,escapes", [(1, 16, 0), (2, 16, 0), (17, 16, 3), (1000, 64, 40), (5001, 1024, 500),
-                                             (4096, 4096, 0), (70_001, 1 << 17, 2000)])
+@pytest.mark.parametrize("n,chunk,escapes", [(1, 32, 0), (2, 32, 0), (33, 32, 3), (47, 96, 3), (1000, 64, 40),
+                                             (5001, 1024, 500), (4096, 4096, 0), (70_001, 1 << 17, 2000)])
 def test_round_trip_and_reference(n, chunk, escapes):
     e = exponents(n, n, escapes=escapes)
     s = pairs.encode(e, chunk_size=chunk)
@@ -116,7 +117,32 @@ def test_escapes_and_the_marker():
                           [np.sum(e[i:i + 512] >= 15) for i in range(0, e.size, 512)])
 
 
-@pytest.mark.parametrize("kwargs", [dict(chunk_size=24), dict(chunk_size=0), dict(chunk_size=8)])
+@pytest.mark.parametrize("kwargs", [dict(chunk_size=24), dict(chunk_size=0), dict(chunk_size=8), dict(chunk_size=48)])
 def test_bad_parameters(kwargs):
     with pytest.raises(ValueError):
         pairs.encode(exponents(100), **kwargs)
+
+
+def test_states_and_the_pad_pair():
+    e = exponents(3 * 64 + 2, 5)  # 3 full chunks of 2 rounds, then 1 pair padded to a round of 16
+    s = pairs.encode(e, chunk_size=64)
+    assert s.states.dtype == np.uint64 and s.words.dtype == np.uint32
+    assert ((s.states >= 2**31) & (s.states < 2**63)).all()
+    f = s.table.frequencies
+    assert f[s.table.pad_pair] == f.max() and s.table.pad_pair == int(np.flatnonzero(f == f.max())[0])
+    # the pad pairs cost about -log2(p) bits each: the ragged chunk is cheaper with them than with pair 0
+    assert np.array_equal(pairs.decode(s), e) and np.array_equal(pairs.decode_reference(s), e)
+
+
+def test_a_state_takes_two_pairs_between_refills():
+    """Known answer: two equally frequent exponents make 4 pairs of exactly 2 bits. A state gains 4 bits per
+    round from 2**31; before the round that would take it past 2**63 (it is >= 2**33 f1 f2 = 2**59 after 7
+    rounds, then every 8) it moves one 32-bit word out."""
+    e = np.random.default_rng(1).permutation(np.repeat(np.array([118, 119], np.uint8), 2048))
+    s = pairs.encode(e, chunk_size=e.size)
+    f = s.table.frequencies
+    assert sorted(f[f > 0].tolist()) == [2**13] * 4  # 4 pairs of 2 bits each at precision 15
+    rounds = e.size // 2 // pairs.ROUND  # 128
+    assert s.words.size == pairs.LANES * (rounds // 8)
+    assert ((s.states >= 2**31) & (s.states < 2**35)).all()
+    assert np.array_equal(pairs.decode(s), e) and np.array_equal(pairs.decode_reference(s), e)

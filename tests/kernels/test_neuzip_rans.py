@@ -1,4 +1,4 @@
-"""Chunk-parallel decode of format-2 exponent streams: the Triton kernel (under TRITON_INTERPRET=1) and its
+"""Chunk-parallel decode of format-3 exponent streams: the Triton kernel (under TRITON_INTERPRET=1) and its
 PyTorch twin against the numba coder that writes the format, exponent for exponent."""
 import numpy as np
 import pytest
@@ -19,7 +19,7 @@ def _exponents(n, seed=0, escapes=0):
     return e
 
 
-CASES = [(1, 16, 0), (300, 64, 9), (641, 64, 30), (1000, 128, 0), (350, 352, 12)]
+CASES = [(1, 32, 0), (300, 64, 9), (641, 64, 30), (1000, 128, 0), (350, 352, 12), (70, 32, 4)]
 
 
 @pytest.mark.parametrize("n,chunk,escapes", CASES)
@@ -41,8 +41,8 @@ def test_triton_matches_ref(n, chunk, escapes):
 
 @needs_triton
 def test_triton_many_programs():
-    e = _exponents(33 * 16 + 5, 3, escapes=20)  # 34 chunks: two programs of 32 lanes, a ragged last chunk
-    stream = pairs.encode(e, chunk_size=16)
+    e = _exponents(33 * 32 + 5, 3, escapes=20)  # 34 chunks: two programs of 32 lanes, a ragged last chunk
+    stream = pairs.encode(e, chunk_size=32)
     assert np.array_equal(pair_rans_decode_triton(*pairs.kernel_args(stream)).numpy(), e)
 
 
@@ -67,4 +67,4 @@ def test_bad_arguments():
     with pytest.raises(ValueError):
         pair_rans_decode_ref(*args[:8], 48, args[9])  # chunk size that does not match the states
     with pytest.raises(TypeError):
-        pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int32), *args[3:])
+        pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int16), *args[3:])
