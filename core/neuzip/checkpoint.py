@@ -193,7 +193,7 @@ def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[s
         return arrays[f"{name}::{p}"]
 
     scales = arrays.get(f"{name}::scales")
-    ct = CompressedTensor(tuple(m["shape"]), int(m["mantissa_bits"]), m["block_size"], stream,
+    ct = CompressedTensor(tuple(m["shape"]), int(m.get("mantissa_bits", 7)), m["block_size"], stream,
                           torch.from_numpy(part("fields").copy()),
                           None if scales is None else torch.from_numpy(scales.copy()),
                           m["source_dtype"], m["note"])

@@ -131,11 +131,13 @@ class CompressedTensor:
         return self.mantissa_bits == 7
 
     def metadata(self) -> dict:
-        """The JSON-able codec metadata (everything but the arrays): ``shape`` and ``mantissa_bits``,
-        and ``block_size``, ``chunk_size``, ``source_dtype``, ``note`` when they differ from their
-        defaults (None, 2**17, bfloat16, None); stored with each tensor."""
+        """The JSON-able codec metadata (everything but the arrays): ``shape``, and ``mantissa_bits``,
+        ``block_size``, ``chunk_size``, ``source_dtype``, ``note`` when they differ from their defaults
+        (7, None, 2**17, bfloat16, None); stored with each tensor."""
         t = self.exponents
-        m = {"shape": list(self.shape), "mantissa_bits": self.mantissa_bits}
+        m = {"shape": list(self.shape)}
+        if self.mantissa_bits != 7:
+            m["mantissa_bits"] = self.mantissa_bits
         if self.block_size is not None:
             m["block_size"] = self.block_size
         if t.chunk_size != pairs.DEFAULT_CHUNK:

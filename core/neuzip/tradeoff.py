@@ -61,7 +61,7 @@ __all__ = ["METHODS", "Method", "Style", "Cancelled", "default_settings", "setti
 DEFAULT_WORDS = 2000  # the live path; the precomputed example in assets/neuzip used more (see its JSON)
 DEFAULT_WINDOW = 512
 SKIP = ("embed", "lm_head")  # linear layers left in bf16, as compress_model does
-CACHE_VERSION = 2  # 2: codec format 2 (core.neuzip.pairs) changed every NeuZip size
+CACHE_VERSION = 3  # 2, 3: codec formats 2 and 3 (core.neuzip.pairs) changed every NeuZip size
 BNB_BLOCK = 64
 
 Progress = Callable[[float, str], None]  # (fraction done in [0, 1], message); may raise Cancelled

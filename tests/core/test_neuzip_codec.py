@@ -214,6 +214,15 @@ def test_numpy_integers_are_accepted():
     assert c.metadata()["block_size"] == 32
 
 
+def test_metadata_keeps_only_what_differs_from_the_defaults():
+    x = weights(100).reshape(4, 25)
+    lossless = compress(x)
+    assert lossless.metadata() == {"shape": [4, 25]}  # k = 7, no blocks, default chunk, bf16, no note
+    assert lossless.nbytes == lossless.exponents.nbytes + lossless.fields.numel() + len('{"shape":[4,25]}')
+    assert compress(x, mantissa_bits=3, block_size=64, chunk_size=64).metadata() == {
+        "shape": [4, 25], "mantissa_bits": 3, "block_size": 64, "chunk_size": 64}
+
+
 def test_decompress_into_a_reused_buffer():
     x = weights(600).reshape(20, 30)
     c = compress(x)
