@@ -273,6 +273,14 @@ def test_cpu_decoder_matches_the_torch_twins_on_every_bf16_pattern(k, block):
     assert torch.equal(_i16(c.decompress().reshape(-1)), _i16(c._decode_on_device(torch.device("cpu"))))
 
 
+@pytest.mark.parametrize("k", [0, 1, 3])
+def test_cpu_merge_of_ragged_chunks_matches_the_torch_twin(k):
+    """Chunks of 96 and a last one of 81 weights: the per-byte merge and its tail (81 = 8 * 10 + 1 = 4 * 20 + 1 = 2 * 40 + 1)."""
+    x = all_bf16()[12345:13386]
+    c = compress(x, mantissa_bits=k, chunk_size=96)
+    assert torch.equal(_i16(c.decompress().reshape(-1)), _i16(c._decode_on_device(torch.device("cpu"))))
+
+
 @pytest.mark.parametrize("k", [0, 1, 3, 7])
 def test_cpu_split_matches_the_torch_twin_on_every_bf16_pattern(k):
     from core.neuzip.codec import split_fields
