@@ -223,6 +223,30 @@ def test_metadata_keeps_only_what_differs_from_the_defaults():
         "shape": [4, 25], "mantissa_bits": 3, "block_size": 64, "chunk_size": 64}
 
 
+def test_large_outputs_come_from_a_huge_page_mapping(monkeypatch):
+    """From HUGE_OUTPUT_BYTES on, decompress() returns a tensor over its own anonymous mapping (Linux): the same
+    bits, writable, alive after the compressed tensor and the mapping's last Python name are gone."""
+    import gc
+    import mmap
+
+    from core.neuzip import codec
+
+    x = weights(3000).reshape(60, 50)
+    c = compress(x)
+    monkeypatch.setattr(codec, "HUGE_OUTPUT_BYTES", 2 * x.numel())
+    y = c.decompress()
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        assert not y.untyped_storage().resizable()  # over a buffer of its own, not from torch's allocator
+    assert y.shape == (60, 50) and y.dtype == torch.bfloat16 and torch.equal(_i16(y), _i16(x))
+    del c
+    gc.collect()
+    y.mul_(2)
+    assert torch.equal(y, x * 2)
+    monkeypatch.setattr(codec, "HUGE_OUTPUT_BYTES", 2 * x.numel() + 1)  # one byte short: torch.empty
+    z = compress(x).decompress()
+    assert torch.equal(_i16(z), _i16(x)) and z.untyped_storage().resizable()
+
+
 def test_decompress_into_a_reused_buffer():
     x = weights(600).reshape(20, 30)
     c = compress(x)
