@@ -124,7 +124,7 @@ class PairTable:
     def validate(self) -> None:
         """Raise ValueError when the table cannot be well formed."""
         if self.precision != PRECISION:
-            raise ValueError(f"corrupt table: precision {self.precision} (format 2 uses {PRECISION})")
+            raise ValueError(f"corrupt table: precision {self.precision} (formats 2 and 3 use {PRECISION})")
         sym = self.symbols.astype(np.int64)
         if sym.size > MAX_DIRECT or np.any(np.diff(sym) <= 0) or self.counts.size != sym.size + 1:
             raise ValueError("corrupt table: symbols / counts")
