@@ -156,7 +156,7 @@ def _pair_parts(name: str, m: dict, arrays: dict[str, np.ndarray]) -> tuple:
     def part(p: str) -> np.ndarray:
         return arrays[f"{name}::{p}"]
 
-    m = {"block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.PRECISION,
+    m = {"mantissa_bits": 7, "block_size": None, "chunk_size": pairs.DEFAULT_CHUNK, "precision": pairs.PRECISION,
          "source_dtype": "bfloat16", "note": None, **m}
     m["numel"] = int(np.prod(m["shape"], dtype=np.int64))
     table = pairs.PairTable(part("symbols"), part("counts"), int(m["precision"]))
@@ -171,8 +171,7 @@ def _rebuild_version_2(name: str, m: dict, arrays: dict[str, np.ndarray]) -> Com
     m, table, offsets, escape_offsets = _pair_parts(name, m, arrays)
     exponents = pairs.decode_format2(table, arrays[f"{name}::states"], offsets, arrays[f"{name}::words"],
                                      arrays[f"{name}::escapes"], escape_offsets, m["numel"], int(m["chunk_size"]))
-    chunk = -(-int(m["chunk_size"]) // pairs.CHUNK_MULTIPLE) * pairs.CHUNK_MULTIPLE
-    return _finish_rebuild(name, m, pairs.encode(exponents, chunk_size=chunk), arrays)
+    return _finish_rebuild(name, m, pairs.encode(exponents, chunk_size=pairs.round_chunk_size(m["chunk_size"])), arrays)
 
 
 def _rebuild_version_1(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
@@ -193,7 +192,7 @@ def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[s
         return arrays[f"{name}::{p}"]
 
     scales = arrays.get(f"{name}::scales")
-    ct = CompressedTensor(tuple(m["shape"]), int(m.get("mantissa_bits", 7)), m["block_size"], stream,
+    ct = CompressedTensor(tuple(m["shape"]), int(m["mantissa_bits"]), m["block_size"], stream,
                           torch.from_numpy(part("fields").copy()),
                           None if scales is None else torch.from_numpy(scales.copy()),
                           m["source_dtype"], m["note"])

@@ -312,7 +312,7 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
                             fix="use mantissa_bits >= 1 or remove the NaNs")
     exponent, fields, scales = split_fields(x, mantissa_bits, block_size)
     if chunk_size is not None:
-        chunk_size = -(-chunk_size // pairs.CHUNK_MULTIPLE) * pairs.CHUNK_MULTIPLE
+        chunk_size = pairs.round_chunk_size(chunk_size)
     stream = pairs.encode(exponent.cpu().numpy(), chunk_size=chunk_size)
     return CompressedTensor(tuple(tensor.shape), mantissa_bits, block_size, stream,
                             fields.cpu(), None if scales is None else scales.cpu(),

@@ -68,7 +68,7 @@ import numpy as np
 
 __all__ = ["LANES", "ROUND", "CHUNK_MULTIPLE", "PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable",
            "PairStream", "pair_frequencies", "build_table", "encode", "decode", "decode_into", "decode_reference",
-           "decode_format2", "decode_table", "kernel_args", "split_into"]
+           "decode_format2", "decode_table", "kernel_args", "split_into", "round_chunk_size"]
 
 LANES = 8
 ROUND = 2 * LANES  # pairs per round: each state decodes two, then refills once
@@ -98,6 +98,11 @@ class PairTable:
     def frequencies(self) -> np.ndarray:
         """:func:`pair_frequencies` of the counts, ``(A * A,) int64`` (computed once)."""
         return pair_frequencies(self.counts, self.precision)
+
+    @functools.cached_property
+    def cdf(self) -> np.ndarray:
+        """The running sum of :attr:`frequencies` before each pair, ``(A * A,) int64`` (computed once)."""
+        return np.concatenate([[0], np.cumsum(self.frequencies)[:-1]]).astype(np.int64)
 
     @functools.cached_property
     def pad_pair(self) -> int:
@@ -214,10 +219,7 @@ class PairStream:
             raise ValueError("corrupt stream: wrong number of chunks")
         if np.any(self.states < _L) or np.any(self.states >= np.uint64(1 << 63)):
             raise ValueError("corrupt stream: a state outside [2**31, 2**63)")
-        for offsets, size in ((self.offsets, self.words.size), (self.escape_offsets, self.escapes.size)):
-            o = offsets.astype(np.int64)
-            if o[0] != 0 or np.any(np.diff(o) < 0) or o[-1] != size:
-                raise ValueError("corrupt stream: bad chunk offsets")
+        _check_offsets(self.offsets, self.words, self.escape_offsets, self.escapes, "stream")
 
     @property
     def nbytes(self) -> int:
@@ -225,6 +227,20 @@ class PairStream:
         inner entries (the first is 0, the last the array's length)."""
         inner = 2 * 4 * max(0, self.num_chunks - 1)
         return int(self.table.nbytes + self.states.nbytes + inner + self.words.nbytes + self.escapes.nbytes)
+
+
+def _check_offsets(offsets: np.ndarray, words: np.ndarray, escape_offsets: np.ndarray, escapes: np.ndarray,
+                   what: str) -> None:
+    """ValueError unless both chunk offset arrays start at 0, never decrease and end at their array's length."""
+    for o, size in ((offsets, words.size), (escape_offsets, escapes.size)):
+        o = o.astype(np.int64)
+        if o[0] != 0 or np.any(np.diff(o) < 0) or o[-1] != size:
+            raise ValueError(f"corrupt {what}: bad chunk offsets")
+
+
+def round_chunk_size(chunk_size: int) -> int:
+    """``chunk_size`` rounded up to a multiple of :data:`CHUNK_MULTIPLE` (whole rounds)."""
+    return -(-int(chunk_size) // CHUNK_MULTIPLE) * CHUNK_MULTIPLE
 
 
 # ------------------------------------------------------------------------------------------ encoder
@@ -283,8 +299,7 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTabl
     alpha = table.alphabet
     lookup = np.full(256, alpha - 1, np.int64)
     lookup[table.symbols] = np.arange(table.symbols.size)
-    freq = table.frequencies
-    cdf = np.concatenate([[0], np.cumsum(freq)[:-1]]).astype(np.int64)
+    freq, cdf = table.frequencies, table.cdf
     num = -(-n // chunk_size)
     pair_index = np.empty((n + 1) // 2, np.int64)
     escapes = np.empty(n, np.uint8)
@@ -562,7 +577,8 @@ def _decode_range(words, states, offsets, escapes, escape_offsets, n, chunk_size
         count = min(n, lo + chunk_size) - lo
         for j in range(LANES):
             x[j] = states[c, j]
-        p = _decode_chunk(words, np.int64(offsets[c]), x, slot_pair, info, pairs, ((count + 1) // 2 + ROUND - 1) // ROUND)
+        rounds = ((count + 1) // 2 + ROUND - 1) // ROUND
+        p = _decode_chunk(words, np.int64(offsets[c]), x, slot_pair, info, pairs, rounds)
         if not _finish_chunk(x, p, np.int64(offsets[c + 1]), pairs, count, escapes, np.int64(escape_offsets[c]),
                              np.int64(escape_offsets[c + 1]), marker, fields, scales, out, lo, lo - out_offset, k, block,
                              field_bits, exponents_out):
@@ -831,18 +847,15 @@ def decode_format2(table: PairTable, states: np.ndarray, offsets: np.ndarray, wo
     table, pairs and escapes; ``states (C, 8) uint32`` in ``[2**16, 2**32)``, ``words (W,) uint16``, a refill
     test after every pair), for converting old files. ValueError for an inconsistent stream."""
     table.validate()
-    num = -(-int(n) // int(chunk_size)) if n >= 1 and chunk_size >= 2 * LANES and chunk_size % (2 * LANES) == 0 else -1
-    if num < 1 or states.shape != (num, LANES) or offsets.shape != (num + 1,) or escape_offsets.shape != (num + 1,):
+    if n < 1 or chunk_size < 2 * LANES or chunk_size % (2 * LANES):
+        raise ValueError("corrupt format-2 stream: bad length or chunk size")
+    num = -(-int(n) // int(chunk_size))
+    if states.shape != (num, LANES) or offsets.shape != (num + 1,) or escape_offsets.shape != (num + 1,):
         raise ValueError("corrupt format-2 stream: wrong number of chunks")
-    for o, size in ((offsets, words.size), (escape_offsets, escapes.size)):
-        o = o.astype(np.int64)
-        if o[0] != 0 or np.any(np.diff(o) < 0) or o[-1] != size:
-            raise ValueError("corrupt format-2 stream: bad chunk offsets")
-    freq = table.frequencies
-    cdf = np.concatenate([[0], np.cumsum(freq)[:-1]]).astype(np.int64)
+    _check_offsets(offsets, words, escape_offsets, escapes, "format-2 stream")
     s = np.empty((n + 1) // 2, np.int64)
     bad = _format2_pairs(words.astype(np.uint16, copy=False), states.astype(np.int64), offsets.astype(np.int64),
-                         table.cpu_tables()[0], freq, cdf, int(n), int(chunk_size), s)
+                         table.cpu_tables()[0], table.frequencies, table.cdf, int(n), int(chunk_size), s)
     if bad >= 0:
         raise _corrupt(bad)
     alpha = table.alphabet
