@@ -49,6 +49,13 @@ def main(argv=None) -> None:
         served = [str(files_dir())]  # the download files of results (core.runner.Result.files)
     except OSError:
         served = []
+    import torch
+
+    if torch.cuda.is_available():  # every kernel's self-check once, in the background, under the keys models use
+        import threading
+
+        from kernels.dispatch import warm
+        threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)

@@ -222,7 +222,7 @@ def _register_builtin(reg: CommandGroups) -> None:
             raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
                                  fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
         rows = check_all(device)
-        _emit(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "seconds", "reason"]))
+        _emit(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "used", "seconds", "reason"]))
         if not all(r["ok"] for r in rows):
             sys.exit(1)
 

@@ -6,7 +6,17 @@ has proved itself there: the first time a kernel would run on a device (per kern
 :class:`KernelCheck`. If the kernel fails to compile or run, or its result differs from the twin beyond a
 dtype-aware tolerance, one warning is logged (logger ``layerwise.kernels``) and the twin is used for that
 kernel, device and dtype from then on. The verdicts are kept for the life of the process
-(:func:`self_check_results`).
+(:func:`self_check_results`), keyed by the normalised device (:func:`device_key`: ``"cuda"``, ``"cuda:0"`` and
+``torch.device("cuda", 0)`` are one key), so :func:`check_all` / :func:`warm` (``python -m core kernels check``,
+the app's start on a CUDA host) decide the verdicts that a model's tensors later ask for.
+
+A self-check can be asked for from inside a model's forward or backward (the first scan of an explanation).
+It then runs isolated from what surrounds it: gradients on and no inference mode, its own identity saved-tensor
+hooks (so an activation checkpoint around the caller never stores, and later recomputes, the check's tensors),
+and no lock held while it runs. While one call checks a kernel, any other call for the same kernel, device and
+dtype (another thread, or autograd's device thread running a backward for it) uses the twin at once instead of
+waiting: a check can never wait on itself. Entry points that know their device call :func:`warm` first, so on a
+GPU the checks run once, before the model does.
 
 ``LAYERWISE_KERNELS`` forces a path (tests, benchmarks, debugging):
 
@@ -68,6 +78,9 @@ class KernelCheck:
     run : ``(fn, args) -> tensor or tuple of tensors`` to compare; default ``fn(*args)``. Use it to compare
         gradients too (run forward and backward and return both).
     dtypes : the dtypes the kernel is used with; a call in another dtype is checked with the first one.
+    auto : False for a kernel measured slower than the library call its twin makes (``auto`` mode then runs the
+        twin on CUDA too; ``LAYERWISE_KERNELS=triton`` and the checks still run the kernel). ``why`` says the
+        measurement.
     """
 
     triton: Callable
@@ -75,6 +88,8 @@ class KernelCheck:
     inputs: Callable[[torch.device, torch.dtype], tuple]
     run: Callable[[Callable, tuple], Any] | None = None
     dtypes: tuple = (torch.float32,)
+    auto: bool = True
+    why: str = ""
 
 
 # Tolerances by dtype for the self-check (relative, absolute); integer and bool results must be equal.
@@ -86,7 +101,17 @@ TOLERANCE = {
 
 CHECKS: dict[str, KernelCheck] = {}
 _verdicts: dict[tuple[str, str, str], dict] = {}
-_lock = threading.Lock()
+_checking: set[tuple[str, str, str]] = set()  # verdicts being decided right now (by any thread)
+_lock = threading.Lock()                      # guards the two above; never held while a check runs
+
+
+def device_key(device: torch.device | str) -> str:
+    """One spelling per device for the verdicts: ``"cpu"``, ``"cuda:0"`` (``"cuda"`` is the current CUDA device)."""
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        index = torch.cuda.current_device() if torch.cuda.is_available() else 0
+        device = torch.device("cuda", index)
+    return str(device)
 
 
 def register_check(name: str, check: KernelCheck) -> None:
@@ -122,16 +147,30 @@ def compare(got, want) -> str | None:
     return None
 
 
+def _isolated():
+    """The context a self-check runs in, whatever surrounds the call: gradients on, no inference mode, and identity
+    saved-tensor hooks on top of any a caller pushed (e.g. ``torch.utils.checkpoint``'s), so the check's own
+    backward never unpacks through them."""
+    import contextlib
+
+    stack = contextlib.ExitStack()
+    stack.enter_context(torch.inference_mode(False))
+    stack.enter_context(torch.enable_grad())
+    stack.enter_context(torch.autograd.graph.saved_tensors_hooks(lambda t: t, lambda t: t))
+    return stack
+
+
 def self_check(name: str, device: torch.device, dtype: torch.dtype) -> dict:
     """Run kernel ``name`` and its twin on the check's small input; return ``{"ok", "reason"}``."""
     check = CHECKS[name]
     dtype = dtype if dtype in check.dtypes else check.dtypes[0]
     run = check.run or (lambda fn, args: fn(*args))
     try:
-        args = check.inputs(device, dtype)
-        want = run(check.ref, args)
-        got = run(check.triton, args)
-        reason = compare(got, want)
+        with _isolated():
+            args = check.inputs(torch.device(device), dtype)
+            want = run(check.ref, args)
+            got = run(check.triton, args)
+            reason = compare(got, want)
     except Exception as exc:  # a kernel that does not compile or crashes is exactly what the check is for
         reason = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"
     return {"ok": reason is None, "reason": reason or ""}
@@ -142,19 +181,51 @@ def _key_dtype(tensors) -> torch.dtype:
     return floats[0] if floats else tensors[0].dtype
 
 
-def kernel_trusted(name: str, device: torch.device, dtype: torch.dtype) -> bool:
-    """The cached verdict of the self-check of ``name`` on ``device`` / ``dtype`` (running it the first time)."""
-    key = (name, str(device), str(dtype))
+def _decide(name: str, key: tuple[str, str, str], device: str, dtype: torch.dtype) -> dict | None:
+    """Run the self-check behind ``key`` unless it is decided or being decided; the verdict, or None while another
+    call is deciding it. The lock guards only the bookkeeping, never the check itself."""
     with _lock:
         verdict = _verdicts.get(key)
-        if verdict is None:
-            verdict = self_check(name, device, dtype)
-            _verdicts[key] = verdict
-            if not verdict["ok"]:
-                log.warning("Triton kernel %r failed its self-check on %s (%s): %s. Using its PyTorch reference "
-                            "twin from now on (set LAYERWISE_KERNELS=triton to force the kernel).",
-                            name, device, dtype, verdict["reason"])
-    return verdict["ok"]
+        if verdict is not None or key in _checking:
+            return verdict
+        _checking.add(key)
+    try:
+        verdict = self_check(name, device, dtype)
+    finally:
+        with _lock:
+            _checking.discard(key)
+            if verdict is not None:
+                _verdicts[key] = verdict
+    if not verdict["ok"]:
+        log.warning("Triton kernel %r failed its self-check on %s (%s): %s. Using its PyTorch reference "
+                    "twin from now on (set LAYERWISE_KERNELS=triton to force the kernel).",
+                    name, device, dtype, verdict["reason"])
+    return verdict
+
+
+def kernel_trusted(name: str, device: torch.device | str, dtype: torch.dtype) -> bool:
+    """The verdict of the self-check of ``name`` on ``device`` / ``dtype``, running it the first time. While the
+    check is running (in this or another thread) the answer is False: that call uses the twin, it never waits."""
+    device = device_key(device)
+    verdict = _decide(name, (name, device, str(dtype)), device, dtype)
+    return verdict is not None and verdict["ok"]
+
+
+def warm(device: torch.device | str, names=None) -> list[dict]:
+    """Decide the verdicts of the kernels ``names`` (default: all) on ``device`` for every dtype each is used
+    with, before any model runs; verdicts already decided are kept. Call it at the entry points that put work on
+    a CUDA device; a no-op elsewhere (the twins run there) and in the ``ref`` / ``triton`` modes."""
+    if mode() != "auto" or not triton_available() or torch.device(device).type != "cuda":
+        return []
+    _import_kernels()
+    device = device_key(device)
+    rows = []
+    for name in sorted(n for n in CHECKS if CHECKS[n].auto) if names is None else names:
+        for dtype in CHECKS[name].dtypes:
+            verdict = _decide(name, (name, device, str(dtype)), device, dtype)
+            rows.append({"kernel": name, "device": device, "dtype": str(dtype).replace("torch.", ""),
+                         "ok": bool(verdict and verdict["ok"])})
+    return rows
 
 
 def self_check_results() -> dict[tuple[str, str, str], dict]:
@@ -173,27 +244,33 @@ KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.rmsnorm
                   "kernels.topk_mask")
 
 
+def _import_kernels() -> None:
+    """Import every kernel module, so that each has registered its check."""
+    import importlib
+
+    for module in KERNEL_MODULES:
+        importlib.import_module(module)
+
+
 def check_all(device: torch.device | str | None = None) -> list[dict]:
     """Run every kernel's self-check on ``device`` (default: CUDA when present, else the CPU, which works only
     under ``TRITON_INTERPRET=1``) for each dtype it is used with; one row per kernel and dtype.
 
     The verdicts are recorded as if the kernels had been used, so a failing kernel is not used afterwards.
     """
-    import importlib
     import time
 
-    for module in KERNEL_MODULES:
-        importlib.import_module(module)
-    device = torch.device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
+    _import_kernels()
+    device = device_key(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     rows = []
     for name, check in sorted(CHECKS.items()):
         for dtype in check.dtypes:
             t0 = time.perf_counter()
             verdict = self_check(name, device, dtype)
             with _lock:
-                _verdicts[(name, str(device), str(dtype))] = verdict
-            rows.append({"kernel": name, "device": str(device), "dtype": str(dtype).replace("torch.", ""),
-                         "ok": verdict["ok"], "reason": verdict["reason"],
+                _verdicts[(name, device, str(dtype))] = verdict
+            rows.append({"kernel": name, "device": device, "dtype": str(dtype).replace("torch.", ""),
+                         "ok": verdict["ok"], "reason": verdict["reason"], "used": check.auto,
                          "seconds": round(time.perf_counter() - t0, 3)})
     return rows
 
@@ -218,4 +295,6 @@ def use_triton(*tensors: torch.Tensor, kernel: str) -> bool:
         raise KeyError(f"kernel {kernel!r} has no registered self-check (kernels.dispatch.register_check)")
     if chosen == "triton":
         return True
+    if not CHECKS[kernel].auto:
+        return False
     return kernel_trusted(kernel, tensors[0].device, _key_dtype(tensors))

@@ -17,6 +17,7 @@ from core.lrp.attention import layer_attention, rollout
 from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
 from core.runner import scaled
+from kernels.dispatch import warm
 
 VISION_GAMMA = 0.25
 RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # kept activations above which every mixer is recomputed in the backward pass
@@ -314,6 +315,7 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     adapter = adapter_for(model)
     adapter.progress = progress
     embeds = adapter.embed(input_ids, pixel_values)
+    warm(embeds.device, ("selective_scan_lrp", "add_rmsnorm"))  # on CUDA: the kernels' checks before the model runs
     relevance, logit, target = METHODS[method](adapter, embeds, target, **dict(options))
     relevance = relevance.detach().float().cpu()
     return Explanation(relevance=adapter.to_map(relevance), logit=float(logit), target=int(target),

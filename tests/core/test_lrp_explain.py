@@ -181,3 +181,49 @@ def test_bad_input_raises_a_clear_error(lm):
         explain(lm, ids(), target=1.5)
     with pytest.raises(BadInputError, match="gamma"):
         explain(lm, ids(), gamma=-0.5)
+
+
+_KERNEL_IN_RECOMPUTE = r"""
+import json, os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from transformers import MambaConfig, MambaForCausalLM
+import kernels.dispatch as dispatch
+import core.lrp.methods as methods
+from core.lrp import explain
+methods.RECOMPUTE_ABOVE_BYTES = 0                     # every mixer recomputed in the backward (checkpointing)
+torch.manual_seed(0)
+model = MambaForCausalLM(MambaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, state_size=4, expand=2,
+                                     conv_kernel=4, use_bias=False, use_conv_bias=False)).eval()
+ids = torch.randint(0, 64, (1, 8))
+twin = explain(model, input_ids=ids)                  # CPU tensors: the PyTorch twins
+dispatch.device_eligible = lambda tensors: bool(tensors)  # now the CPU stands in for a GPU: kernels + self-checks
+got = explain(model, input_ids=ids)
+print(json.dumps({"logit": got.logit, "sum": float(got.relevance.sum()),
+                  "diff": float((got.relevance - twin.relevance).abs().max()),
+                  "checked": sorted(k[0] for k in dispatch.self_check_results())}))
+"""
+
+
+@pytest.mark.slow
+def test_a_kernel_self_check_inside_a_recomputed_mixer_does_not_deadlock(tmp_path):
+    """The GPU deadlock, reproduced on the CPU: the first explanation with activation checkpointing asks for the scan
+    kernel's self-check inside the checkpointed forward; the check's backward must not recompute the mixer through the
+    caller's hooks and wait for itself. It returns in seconds, conserving the logit, with the kernels' relevance."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    script = tmp_path / "recompute.py"
+    script.write_text(_KERNEL_IN_RECOMPUTE)
+    try:
+        out = subprocess.run([sys.executable, str(script)], cwd=REPO, capture_output=True, text=True, timeout=120,
+                             env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    except subprocess.TimeoutExpired:
+        pytest.fail("explain() with a self-check inside a recomputed mixer did not return within 120 s (deadlock)")
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout.strip().splitlines()[-1])
+    assert abs(r["sum"] - r["logit"]) <= 1e-5 * abs(r["logit"])
+    assert r["diff"] <= 1e-4 and "selective_scan_lrp" in r["checked"]

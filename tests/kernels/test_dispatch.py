@@ -96,15 +96,34 @@ def test_every_check_compares_every_output_tightly():
 
 @needs_interpreter
 def test_a_passing_kernel_is_used_and_checked_once_per_device_and_dtype(fake_gpu):
+    from kernels.neuzip_bits import split_bf16, split_bf16_ref
+
+    x = torch.randn(3000).to(torch.bfloat16)
+    assert dispatch.use_triton(x, kernel="split_bf16")
+    assert all(torch.equal(a, b) for a, b in zip(split_bf16(x, 3), split_bf16_ref(x, 3)))
+    assert list(dispatch.self_check_results()) == [("split_bf16", "cpu", "torch.bfloat16")]
+    assert dispatch.use_triton(x.float(), kernel="add_rmsnorm")
+    assert dispatch.use_triton(x, kernel="add_rmsnorm")
+    assert dispatch.use_triton(x, kernel="add_rmsnorm")
+    assert len(dispatch.self_check_results()) == 3
+
+
+@needs_interpreter
+def test_a_kernel_slower_than_its_library_call_is_checked_but_not_chosen(fake_gpu, monkeypatch):
+    """The top-K mask lost to torch.topk + scatter on an H100 (5.6-7.3x): auto mode keeps the twin on every device,
+    the check still runs it (``kernels check``), and LAYERWISE_KERNELS=triton still forces it."""
     from kernels.topk_mask import topk_mask, topk_mask_ref
 
+    assert not dispatch.CHECKS["topk_mask"].auto and "H100" in dispatch.CHECKS["topk_mask"].why
     x = torch.randn(3000)
-    assert dispatch.use_triton(x, kernel="topk_mask")
+    assert not dispatch.use_triton(x, kernel="topk_mask")
+    assert dispatch.self_check_results() == {}  # not even checked: it would not be used
     assert torch.equal(topk_mask(x, 77), topk_mask_ref(x, 77))
-    assert list(dispatch.self_check_results()) == [("topk_mask", "cpu", "torch.float32")]
-    assert dispatch.use_triton(x, kernel="add_rmsnorm")
-    assert dispatch.use_triton(x.to(torch.bfloat16), kernel="add_rmsnorm")
-    assert len(dispatch.self_check_results()) == 3
+    rows = [r for r in dispatch.check_all("cpu") if r["kernel"] == "topk_mask"]
+    assert rows and all(r["ok"] and not r["used"] for r in rows)
+    assert not dispatch.use_triton(x, kernel="topk_mask")
+    monkeypatch.setenv("LAYERWISE_KERNELS", "triton")
+    assert dispatch.use_triton(x, kernel="topk_mask")
 
 
 def test_a_kernel_that_does_not_compile_falls_back_to_its_twin_with_one_warning(fake_gpu, registry, caplog):
@@ -185,3 +204,76 @@ def test_cpu_tensors_never_reach_triton_and_unknown_kernels_are_a_bug(monkeypatc
     monkeypatch.setattr(dispatch, "triton_available", lambda: True)
     with pytest.raises(KeyError, match="no registered self-check"):
         dispatch.use_triton(torch.ones(3), kernel="no-such-kernel")
+
+
+def _counting(calls, inputs=lambda device, dtype: (torch.ones(4),)):
+    def kernel(x):
+        calls.append(1)
+        return x * 2
+    return dispatch.KernelCheck(triton=kernel, ref=_twice, inputs=inputs)
+
+
+def test_every_spelling_of_a_cuda_device_shares_one_verdict(fake_gpu, registry, monkeypatch):
+    """``python -m core kernels check`` / the app's start (``check_all("cuda")``, ``warm("cuda")``) decide the
+    verdicts that a model's tensors ask for under ``cuda:0``: the check runs once, not again inside the model."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    assert dispatch.device_key("cuda") == dispatch.device_key("cuda:0") == dispatch.device_key(torch.device("cuda", 0)) \
+        == "cuda:0"
+    assert dispatch.device_key("cuda:1") == "cuda:1" and dispatch.device_key("cpu") == "cpu"
+    calls = []
+    registry.clear()
+    registry["fake"] = _counting(calls)
+    monkeypatch.setattr(dispatch, "_import_kernels", lambda: None)
+    assert [r["device"] for r in dispatch.check_all("cuda")] == ["cuda:0"] and calls == [1]
+    for spelling in ("cuda", "cuda:0", torch.device("cuda", 0), torch.device("cuda")):
+        assert dispatch.kernel_trusted("fake", spelling, torch.float32)
+    assert calls == [1]
+    dispatch.reset_self_checks()
+    assert dispatch.warm("cuda") == [{"kernel": "fake", "device": "cuda:0", "dtype": "float32", "ok": True}]
+    assert dispatch.kernel_trusted("fake", torch.device("cuda", 0), torch.float32) and calls == [1, 1]
+    assert dispatch.warm("cpu") == []  # the twins run off CUDA: nothing to decide
+
+
+def test_a_check_in_progress_is_never_waited_for(fake_gpu, registry):
+    """While a kernel's check runs, another call for the same kernel (another thread, e.g. autograd's device thread
+    running a backward for it, or the check's own thread re-entering) uses the twin at once instead of waiting."""
+    import threading
+
+    answers = {}
+
+    def kernel(x):
+        other = threading.Thread(target=lambda: answers.setdefault("thread", dispatch.use_triton(x, kernel="slow")))
+        other.start()
+        other.join(10)
+        answers["alive"] = other.is_alive()
+        answers["same thread"] = dispatch.use_triton(x, kernel="slow")
+        return x * 2
+
+    registry["slow"] = dispatch.KernelCheck(triton=kernel, ref=_twice, inputs=lambda device, dtype: (torch.ones(3),))
+    assert dispatch.use_triton(torch.ones(2), kernel="slow")
+    assert answers == {"thread": False, "alive": False, "same thread": False}
+    assert dispatch.use_triton(torch.ones(2), kernel="slow")  # decided: the kernel from now on
+
+
+def test_a_check_runs_apart_from_the_callers_autograd_state(fake_gpu, registry):
+    """A check asked for inside no_grad, inference mode or a caller's saved-tensor hooks (activation checkpointing)
+    still gets gradients and never stores its tensors through the caller's hooks."""
+    packed = []
+
+    def run(fn, args):
+        (x,) = args
+        x = x.detach().clone().requires_grad_(True)
+        y = fn(x)
+        (g,) = torch.autograd.grad((y * y).sum(), x)
+        return y.detach(), g
+
+    inputs = lambda device, dtype: (torch.linspace(-1, 1, 8),)  # noqa: E731
+    for i, context in enumerate((torch.no_grad, torch.inference_mode,
+                                 lambda: torch.autograd.graph.saved_tensors_hooks(
+                                     lambda t: packed.append(t) or t, lambda t: t))):
+        registry[f"grad-{i}"] = dispatch.KernelCheck(triton=lambda x: x * 2, ref=_twice, inputs=inputs, run=run)
+        with context():
+            assert dispatch.use_triton(torch.ones(2), kernel=f"grad-{i}")
+        assert dispatch.self_check_results()[(f"grad-{i}", "cpu", "torch.float32")] == {"ok": True, "reason": ""}
+    assert packed == []
