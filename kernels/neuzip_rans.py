@@ -38,7 +38,7 @@ import torch
 
 from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
-__all__ = ["LANES", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton"]
+__all__ = ["LANES", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton", "slot_table"]
 
 LANES = 8
 ROUND = 2 * LANES  # pairs per round
@@ -58,6 +58,28 @@ def _check(states, offsets, words, table, escape_offsets, n, chunk_size, precisi
     if words.dtype != torch.int32:
         raise TypeError("words must be int32 (the uint32 words, bit for bit)")
     return num
+
+
+def slot_table(freq: torch.Tensor, pair_bytes: torch.Tensor, precision: int) -> torch.Tensor:
+    """The per-slot decode table, ``(2**precision,) int64``, built on the device of its inputs without a host sync.
+
+    Parameters
+    ----------
+    freq : (P,) integer, the frequency of each pair (in pair-index order), summing to ``2**precision``
+    pair_bytes : (P,) integer, each pair's two exponent bytes (first in bits 0-7, second in bits 8-15)
+    precision : table precision
+
+    Slot ``s`` of pair ``i`` (``cdf[i] <= s < cdf[i] + freq[i]``) holds ``freq[i] | (s - cdf[i]) << 16 |
+    pair_bytes[i] << 32``: the layout the decoders read (module docstring). A few kilobytes per tensor stay
+    resident (``freq``, ``pair_bytes``); the 256 KB table is rebuilt per decode.
+    """
+    size = 1 << precision
+    freq, pair_bytes = freq.to(torch.int64), pair_bytes.to(torch.int64)
+    index = torch.arange(freq.numel(), device=freq.device)
+    pair = torch.repeat_interleave(index, freq, output_size=size)  # output_size: no device-to-host sync
+    cdf = torch.cumsum(freq, 0) - freq
+    slots = torch.arange(size, device=freq.device, dtype=torch.int64)
+    return freq[pair] | ((slots - cdf[pair]) << 16) | (pair_bytes[pair] << 32)
 
 
 def _corrupt(x_end: torch.Tensor, p_end: torch.Tensor, offsets: torch.Tensor, q_end: torch.Tensor,
@@ -233,11 +255,7 @@ def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision:
         offsets.append(len(words))
         escapes += [7 + (i % 100) for i, s in enumerate(chunk) for e in pairs[s] if e == marker]
         escape_offsets.append(len(escapes))
-    slots = torch.arange(2**precision)
-    sym = torch.repeat_interleave(torch.arange(len(freq)), torch.tensor(freq))
-    first = torch.tensor([p[0] for p in pairs])[sym]
-    second = torch.tensor([p[1] for p in pairs])[sym]
-    table = torch.tensor(freq)[sym] | ((slots - torch.tensor(cdf)[sym]) << 16) | (first << 32) | (second << 40)
+    table = slot_table(torch.tensor(freq), torch.tensor([a | (b << 8) for a, b in pairs]), precision)
     w = torch.tensor(words, dtype=torch.int64)
     return (torch.tensor(states, dtype=torch.int64, device=device), torch.tensor(offsets, device=device),
             torch.where(w >= 2**31, w - 2**32, w).to(torch.int32).to(device), table.to(device),

@@ -35,9 +35,9 @@ from core.errors import BadInputError
 from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
 from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
-from kernels.neuzip_rans import pair_rans_decode
+from kernels.neuzip_rans import pair_rans_decode, slot_table
 
-__all__ = ["CompressedTensor", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
+__all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
 
 BLOCK_SIZES = tuple(2**i for i in range(5, 11))  # 32 .. 1024
@@ -126,6 +126,41 @@ def bf16_exact(x: torch.Tensor, y: torch.Tensor | None = None) -> bool:
     y = x.to(torch.bfloat16) if y is None else y
     back = y.to(x.dtype)
     return bool(((back == x) | (torch.isnan(back) & torch.isnan(x))).all())
+
+
+@dataclass
+class DeviceArrays:
+    """Every stored array of a :class:`CompressedTensor` as the tensors the kernel path decodes from, all on one
+    device (:meth:`CompressedTensor.device_arrays`; on the CPU they share memory with the stored arrays where the
+    dtype allows). The exponent stream as :func:`core.neuzip.pairs.stream_arrays` gives it (states, offsets,
+    words, escapes, escape offsets, and per pair its frequency and bytes, from which the per-slot decode table is
+    built on the device at each decode), the packed sign/mantissa ``fields`` and the normaliser ``scales``.
+    :class:`core.neuzip.modules.CompressedLinear` keeps them as buffers, so ``model.to(device)`` moves them."""
+
+    states: torch.Tensor
+    offsets: torch.Tensor
+    words: torch.Tensor
+    escapes: torch.Tensor
+    escape_offsets: torch.Tensor
+    pair_freq: torch.Tensor
+    pair_bytes: torch.Tensor
+    fields: torch.Tensor
+    scales: torch.Tensor | None = None
+
+    NAMES = ("states", "offsets", "words", "escapes", "escape_offsets", "pair_freq", "pair_bytes", "fields", "scales")
+
+    def items(self) -> list[tuple[str, torch.Tensor | None]]:
+        return [(name, getattr(self, name)) for name in self.NAMES]
+
+    @property
+    def device(self) -> torch.device:
+        return self.states.device
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes these tensors take (a little more than the stored bytes: offsets widened to int64, per-pair
+        frequencies and bytes instead of the counts)."""
+        return sum(t.numel() * t.element_size() for _, t in self.items() if t is not None)
 
 
 @dataclass
@@ -238,12 +273,29 @@ class CompressedTensor:
             out.copy_(target.view(out.shape))
         return out.view(self.shape)
 
+    def device_arrays(self, device: torch.device | str | None = None) -> DeviceArrays:
+        """The stored arrays as :class:`DeviceArrays` on ``device`` (default: the CPU, sharing memory with this
+        tensor's arrays where the dtype allows)."""
+        arrays = {k: torch.from_numpy(v) for k, v in pairs.stream_arrays(self.exponents).items()}
+        arrays = DeviceArrays(**arrays, fields=self.fields, scales=self.scales)
+        if device is None or torch.device(device) == torch.device("cpu"):
+            return arrays
+        return DeviceArrays(**{k: None if t is None else t.to(device) for k, t in arrays.items()})
+
+    def decode_arrays(self, arrays: DeviceArrays) -> torch.Tensor:
+        """Whole-tensor decode from ``arrays`` with the kernel ops, on their device (Triton exponent decode and bit
+        merge on CUDA, their PyTorch twins elsewhere): ``(N,) bfloat16``. Reads nothing from the host: the decode
+        table is built from the per-pair arrays on the device."""
+        t = self.exponents
+        table = slot_table(arrays.pair_freq, arrays.pair_bytes, t.table.precision)
+        exponent = pair_rans_decode(arrays.states, arrays.offsets, arrays.words, table, arrays.escapes,
+                                    arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision)
+        return self._finish(exponent, arrays.fields, arrays.scales)
+
     def _decode_on_device(self, device: torch.device) -> torch.Tensor:
-        """Whole-tensor decode with the kernel ops (Triton exponent decode + bit merge on CUDA, their
-        PyTorch twins elsewhere): ``(N,) bfloat16`` on ``device``."""
-        exponent = pair_rans_decode(*pairs.kernel_args(self.exponents, device))
-        scales = None if self.scales is None else self.scales.to(device)
-        return self._finish(exponent, self.fields.to(device), scales)
+        """Whole-tensor decode on ``device`` from a copy of the arrays made for this call (a weight kept on the
+        device decodes from its own :class:`DeviceArrays` instead): ``(N,) bfloat16``."""
+        return self.decode_arrays(self.device_arrays(device))
 
     def _finish(self, exponent: torch.Tensor, fields: torch.Tensor, scales: torch.Tensor | None) -> torch.Tensor:
         """Merge decoded exponents with their fields and undo the normaliser: ``(m,) bfloat16``."""

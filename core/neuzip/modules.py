@@ -13,13 +13,19 @@ the parameters and buffers left uncompressed; peak = resident + the shared decom
 the decode workspace of the largest layer (the peak transient). The buffer is not thread-safe: run
 one forward at a time per model.
 
-The compressed arrays live on the CPU and are not part of ``state_dict()``; save them with
-``save_compressed(path, compressed_tensors(model))`` and restore with :func:`apply_compressed`.
-On CUDA inputs each forward copies the layer's compressed arrays to the GPU and decodes them
-there (Triton rANS decode and bit merge).
+Where the weights live: each :class:`CompressedLinear` keeps its compressed arrays (exponent stream, escapes,
+sign/mantissa fields, normaliser scales, per-pair table) as non-persistent buffers, so they follow the module:
+``compress_model`` leaves them on the device the weights were on, and ``model.to(device)`` / ``.cuda()`` moves them
+like any buffer. On a CUDA device every forward decodes from those resident arrays (Triton rANS decode and bit
+merge, the decode table built on the device) and moves nothing from the host; the GPU holds the compressed
+weights plus one decompression buffer, not the bf16 weights. On the CPU the numba decoder reads the same memory.
+The buffers are not part of ``state_dict()``; save the weights with ``save_compressed(path,
+compressed_tensors(model))`` and restore them with :func:`apply_compressed` (onto the device of the model's
+layers). The stored arrays also stay on the host (what saving and the CPU decoder read).
 """
 from __future__ import annotations
 
+import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
@@ -29,7 +35,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import BadInputError
-from core.neuzip.codec import CompressedTensor, bf16_exact, check_params, compress, decode_workspace_bytes
+from kernels.dispatch import warm
+from core.neuzip.codec import CompressedTensor, DeviceArrays, bf16_exact, check_params, compress, \
+    decode_workspace_bytes
 
 __all__ = ["CompressedLinear", "DecompressionBuffer", "compress_model", "apply_compressed", "decompress_model",
            "memory_report", "compressed_tensors", "set_decode_ahead"]
@@ -96,7 +104,7 @@ class DecompressionBuffer:
         if self.ahead == 0 or device.type != "cpu" or i is None:
             self._drain()
             self._current = 0
-            return ct.decompress(out=self.take(ct.numel, device))
+            return layer.decode(self.take(ct.numel, device))
         self._current = None  # the previous layer has finished with its buffer
         window = {(i + d) % len(self.layers) for d in range(1, self.ahead + 1)} - {i}
         for j in [j for j in self._pending if j != i and j not in window]:
@@ -137,6 +145,18 @@ class DecompressionBuffer:
         return sum(t.numel() * 2 for t in self.slots if t is not None)
 
 
+ARRAY_PREFIX = "nz_"  # CompressedLinear's buffers: nz_states, nz_words, nz_fields, ... (core.neuzip.codec.DeviceArrays)
+_warned = threading.Event()
+
+
+def _warn_not_resident(where: torch.device, wanted: torch.device) -> None:
+    if not _warned.is_set():
+        _warned.set()
+        warnings.warn(f"NeuZip: the compressed weights are on {where} but the input is on {wanted}, so every forward "
+                      f"copies them there; move the model with model.to({str(wanted)!r}) to keep them resident.",
+                      UserWarning, stacklevel=4)
+
+
 class CompressedLinear(nn.Module):
     """``y = x W^T + b`` with ``W`` stored NeuZip-compressed and decompressed on each call.
 
@@ -153,10 +173,38 @@ class CompressedLinear(nn.Module):
         self.weight_compressed = weight
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self._buffer = buffer
+        for name, t in weight.device_arrays().items():  # on the CPU: views of the stored arrays
+            self.register_buffer(ARRAY_PREFIX + name, t, persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        """Where the compressed arrays are (``model.to(device)`` moves them)."""
+        return self.nz_states.device
+
+    def arrays(self) -> DeviceArrays:
+        """The compressed arrays this layer keeps, on :attr:`device`."""
+        return DeviceArrays(**{name: getattr(self, ARRAY_PREFIX + name) for name in DeviceArrays.NAMES})
+
+    def decode(self, out: torch.Tensor) -> torch.Tensor:
+        """Decode the weight into ``out`` (bf16, ``numel`` elements) on ``out``'s device and return it shaped.
+
+        On the CPU the numba decoder runs; elsewhere the kernel path decodes from the arrays this layer keeps
+        on that device. A layer whose arrays are on another device than ``out`` (a model not moved with
+        ``.to(device)``) copies them for this call, with one warning per process."""
+        ct = self.weight_compressed
+        if out.device.type == "cpu":
+            return ct.decompress(out=out)
+        arrays = self.arrays()
+        if arrays.device != out.device:
+            _warn_not_resident(arrays.device, out.device)
+            arrays = ct.device_arrays(out.device)
+        out.view(-1).copy_(ct.decode_arrays(arrays))
+        return out.view(ct.shape)
 
     def decompressed_weight(self, device: torch.device | None = None) -> torch.Tensor:
-        """The weight, ``(out_features, in_features) bfloat16``, living in the shared buffer."""
-        device = torch.device("cpu") if device is None else device
+        """The weight, ``(out_features, in_features) bfloat16``, living in the shared buffer (on ``device``,
+        default :attr:`device`)."""
+        device = self.device if device is None else torch.device(device)
         return self._buffer.weight(self, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -233,13 +281,23 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
             if progress:
                 progress(i, len(chosen), name)
             weight = compress(linear.weight.detach(), mantissa_bits, block_size)
-            swapped.append((name, CompressedLinear(weight, linear.bias, buffer)))
+            swapped.append((name, CompressedLinear(weight, linear.bias, buffer).to(linear.weight.device)))
     for name, layer in swapped:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, layer)
     model._neuzip_buffer = buffer
+    _warm_decoder(model)
     return set_decode_ahead(model, decode_ahead)
+
+
+DECODE_KERNELS = ("pair_rans_decode", "merge_bf16")
+
+
+def _warm_decoder(model: nn.Module) -> None:
+    """On CUDA, decide the decode kernels' self-checks now, not inside the first forward."""
+    for device in {m.device for m in model.modules() if isinstance(m, CompressedLinear)}:
+        warm(device, DECODE_KERNELS)
 
 
 def set_decode_ahead(model: nn.Module, layers: int = 2) -> nn.Module:
@@ -290,8 +348,9 @@ def apply_compressed(model: nn.Module, tensors: dict[str, CompressedTensor]) -> 
     for name, ct in tensors.items():
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer))
+        setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer).to(modules[name].weight.device))
     model._neuzip_buffer = buffer
+    _warm_decoder(model)
     return set_decode_ahead(model, buffer.ahead)
 
 
@@ -307,7 +366,8 @@ def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.M
     dtype : weight dtype of the new layers (default bf16, the decoded dtype)
     """
     for name, layer in [(n, m) for n, m in model.named_modules() if isinstance(m, CompressedLinear)]:
-        weight = layer.weight_compressed.decompress()
+        ct = layer.weight_compressed
+        weight = layer.decode(torch.empty(ct.numel, dtype=torch.bfloat16, device=layer.device))
         linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
                            device="meta")
         linear.weight = nn.Parameter(weight if dtype is None else weight.to(dtype), requires_grad=False)
@@ -344,8 +404,10 @@ def memory_report(model: nn.Module) -> dict[str, int]:
     inputs are not bf16.
     """
     seen, other = set(), 0
+    compressed_arrays = {id(t) for m in model.modules() if isinstance(m, CompressedLinear)
+                         for _, t in m.arrays().items() if t is not None}
     for t in list(model.parameters()) + list(model.buffers()):
-        if t.data_ptr() in seen:
+        if t.data_ptr() in seen or id(t) in compressed_arrays:
             continue
         seen.add(t.data_ptr())
         other += t.numel() * t.element_size()

@@ -68,7 +68,7 @@ import numpy as np
 
 __all__ = ["LANES", "ROUND", "CHUNK_MULTIPLE", "PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable",
            "PairStream", "pair_frequencies", "build_table", "encode", "decode", "decode_into", "decode_reference",
-           "decode_format2", "decode_table", "kernel_args", "split_into", "round_chunk_size"]
+           "decode_format2", "decode_table", "kernel_args", "stream_arrays", "split_into", "round_chunk_size"]
 
 LANES = 8
 ROUND = 2 * LANES  # pairs per round: each state decodes two, then refills once
@@ -863,15 +863,29 @@ def decode_format2(table: PairTable, states: np.ndarray, offsets: np.ndarray, wo
     return _bytes_from_indices(table, indices, escapes, escape_offsets, int(chunk_size))
 
 
+def stream_arrays(stream: PairStream) -> dict[str, np.ndarray]:
+    """The stream as the arrays of the kernel path (:func:`kernels.neuzip_rans.pair_rans_decode` and
+    :func:`kernels.neuzip_rans.slot_table`), zero-copy views where the dtype allows: ``states (C, 8) int64``,
+    ``offsets (C + 1,) int64``, ``words (W,) int32`` (the uint32 words bit for bit), ``escapes (E,) uint8``,
+    ``escape_offsets (C + 1,) int64``, and per pair ``pair_freq (A * A,) int32`` and ``pair_bytes (A * A,) int32``
+    (its two exponent bytes, the marker for an escape)."""
+    t = stream.table
+    decoded, alpha = t._decoded, t.alphabet
+    index = np.arange(alpha * alpha)
+    return {"states": np.ascontiguousarray(stream.states).view(np.int64),
+            "offsets": stream.offsets.astype(np.int64),
+            "words": np.ascontiguousarray(stream.words).view(np.int32),
+            "escapes": np.ascontiguousarray(stream.escapes),
+            "escape_offsets": stream.escape_offsets.astype(np.int64),
+            "pair_freq": t.frequencies.astype(np.int32),
+            "pair_bytes": (decoded[index // alpha] | (decoded[index % alpha] << 8)).astype(np.int32)}
+
+
 def kernel_args(stream: PairStream, device=None) -> tuple:
     """The arguments of :func:`kernels.neuzip_rans.pair_rans_decode` for ``stream``, as tensors on ``device``."""
     import torch
 
-    table = decode_table(stream.table)
-
-    def t(a, dtype):
-        return torch.from_numpy(np.ascontiguousarray(a).astype(dtype, copy=False)).to(device)
-
-    return (t(stream.states, np.int64), t(stream.offsets, np.int64), t(stream.words.view(np.int32), np.int32),
-            t(table, np.int64), t(stream.escapes, np.uint8), t(stream.escape_offsets, np.int64),
-            stream.table.marker, stream.n, stream.chunk_size, stream.table.precision)
+    a = {k: torch.from_numpy(v).to(device) for k, v in stream_arrays(stream).items()}
+    return (a["states"], a["offsets"], a["words"], torch.from_numpy(decode_table(stream.table)).to(device),
+            a["escapes"], a["escape_offsets"], stream.table.marker, stream.n, stream.chunk_size,
+            stream.table.precision)

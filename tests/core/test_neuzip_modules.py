@@ -215,3 +215,49 @@ def test_set_decode_ahead_checks_its_input():
         model(IDS)
     decompress_model(model)
     assert not hasattr(model, "_neuzip_buffer")
+
+
+def _arrays_of(model):
+    return {f"{n}.{a}": t for n, m in model.named_modules() if isinstance(m, CompressedLinear)
+            for a, t in m.arrays().items() if t is not None}
+
+
+@pytest.mark.parametrize("k, block", [(7, None), (3, 64)])
+def test_every_compressed_array_follows_the_module_to_its_device(k, block):
+    """The stored arrays are buffers of each layer: ``model.to(device)`` moves every one of them (so on a GPU a forward
+    reads nothing from the host), they stay out of ``state_dict()``, and on the CPU they share the stored memory."""
+    model = compress_model(tiny(), mantissa_bits=k, block_size=block)
+    arrays = _arrays_of(model)
+    names = {a.rsplit(".", 1)[1] for a in arrays}
+    assert names == {"states", "offsets", "words", "escapes", "escape_offsets", "pair_freq", "pair_bytes", "fields"} \
+        | ({"scales"} if block else set())
+    layer = model.blocks[0]["up"]
+    assert layer.arrays().fields.data_ptr() == layer.weight_compressed.fields.data_ptr()  # no second host copy
+    assert layer.arrays().words.data_ptr() == layer.weight_compressed.exponents.words.ctypes.data
+    assert not any("nz_" in key for key in model.state_dict())
+    model.to("meta")
+    assert {t.device.type for t in _arrays_of(model).values()} == {"meta"}
+    assert {m.device.type for m in model.modules() if isinstance(m, CompressedLinear)} == {"meta"}
+
+
+@pytest.mark.parametrize("k, block", [(7, None), (3, 64), (0, 32)])
+def test_the_device_path_decodes_each_layer_from_its_own_arrays_bit_for_bit(k, block, monkeypatch):
+    """What a GPU forward runs (kernel twins here): the decode reads only the layer's resident arrays, building its
+    decode table from the per-pair arrays, and gives the CPU decoder's bits."""
+    from core.neuzip import pairs
+
+    model = compress_model(tiny(), mantissa_bits=k, block_size=block)
+    want = {n: m.weight_compressed.decompress() for n, m in model.named_modules() if isinstance(m, CompressedLinear)}
+    for name in ("stream_arrays", "kernel_args", "decode_table"):  # nothing may be rebuilt from the host stream
+        monkeypatch.setattr(pairs, name, lambda *a, **kw: pytest.fail("read the host stream"))
+    for n, m in model.named_modules():
+        if isinstance(m, CompressedLinear):
+            got = m.weight_compressed.decode_arrays(m.arrays()).view(m.weight_compressed.shape)
+            assert torch.equal(got.view(torch.int16), want[n].view(torch.int16)), n
+
+
+def test_memory_report_counts_the_resident_arrays_once():
+    model = compress_model(tiny())
+    report = memory_report(model)
+    plain = sum(t.numel() * t.element_size() for n, t in model.named_parameters())
+    assert report["other_bytes"] == plain  # the nz_ buffers are the compressed weights, not "other"

@@ -6,7 +6,7 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton
+from kernels.neuzip_rans import pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton, slot_table
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
@@ -29,6 +29,20 @@ def test_ref_matches_numba_coder(n, chunk, escapes):
     got = pair_rans_decode_ref(*pairs.kernel_args(stream))
     assert got.dtype == torch.uint8 and np.array_equal(got.numpy(), e)
     assert torch.equal(pair_rans_decode(*pairs.kernel_args(stream)), got)  # CPU tensors dispatch to the ref
+
+
+@pytest.mark.parametrize("n,chunk,escapes", CASES)
+def test_the_slot_table_built_from_per_pair_arrays_is_the_coders_table(n, chunk, escapes):
+    """What a resident GPU weight keeps (per pair: frequency and bytes) rebuilds the coder's per-slot table exactly,
+    and the stream decodes from it."""
+    e = _exponents(n, n + 2, escapes)
+    stream = pairs.encode(e, chunk_size=chunk)
+    a = {k: torch.from_numpy(v) for k, v in pairs.stream_arrays(stream).items()}
+    table = slot_table(a["pair_freq"], a["pair_bytes"], stream.table.precision)
+    assert torch.equal(table, torch.from_numpy(pairs.decode_table(stream.table)))
+    got = pair_rans_decode_ref(a["states"], a["offsets"], a["words"], table, a["escapes"], a["escape_offsets"],
+                               stream.table.marker, stream.n, stream.chunk_size, stream.table.precision)
+    assert np.array_equal(got.numpy(), e)
 
 
 @needs_triton
