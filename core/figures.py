@@ -13,16 +13,37 @@ import os
 import warnings
 from pathlib import Path
 
-import plotly.graph_objects as go
-
 from core.errors import BadInputError
+
+
+class _Lazy:
+    """A module imported on first use: the compute paths (explain, compress, train) import the paper packages,
+    whose figure modules name plotly, without loading it (a GPU image with only the compute stack runs them)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str):
+        import importlib
+
+        return getattr(importlib.import_module(self._name), attr)
+
+
+go = _Lazy("plotly.graph_objects")  # plotly's graph objects, imported when the first figure is built
+
+
+def make_subplots(*args, **kwargs):
+    """``plotly.subplots.make_subplots``, imported when first called."""
+    from plotly.subplots import make_subplots as make
+
+    return make(*args, **kwargs)
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 FONT = {"size": 15, "color": "#0f172a"}
 
 
-def style(fig: go.Figure, title: str, x_title: str | None = None, y_title: str | None = None,
-          height: int = 460) -> go.Figure:
+def style(fig: "go.Figure", title: str, x_title: str | None = None, y_title: str | None = None,
+          height: int = 460) -> "go.Figure":
     """Title, axis labels (say the unit: ``"memory (MB)"``), a framed legend, the palette, projector-size type."""
     fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template="plotly_white", font=FONT,
                       height=height, margin={"l": 70, "r": 20, "t": 80, "b": 60}, colorway=list(PALETTE),
@@ -34,7 +55,7 @@ def style(fig: go.Figure, title: str, x_title: str | None = None, y_title: str |
     return fig
 
 
-def message_figure(message: str, title: str = "", height: int = 300) -> go.Figure:
+def message_figure(message: str, title: str = "", height: int = 300) -> "go.Figure":
     """An empty figure that says why there is nothing to plot yet."""
     fig = go.Figure()
     fig.add_annotation(text=message, x=0.5, y=0.5, xref="paper", yref="paper", showarrow=False,
@@ -45,7 +66,7 @@ def message_figure(message: str, title: str = "", height: int = 300) -> go.Figur
     return fig
 
 
-def figure_html(fig: go.Figure) -> str:
+def figure_html(fig: "go.Figure") -> str:
     """A whole HTML page holding the figure, with plotly.js inlined (works offline)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -53,7 +74,7 @@ def figure_html(fig: go.Figure) -> str:
 
 
 def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
-                 figure: go.Figure | None = None) -> Path:
+                 figure: "go.Figure | None" = None) -> Path:
     """Write ``data`` (``.json``), ``rows`` (``.csv``) or ``figure`` (``.html``) to ``path`` atomically.
 
     Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.

@@ -9,10 +9,8 @@ from __future__ import annotations
 import html
 
 import numpy as np
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from core.figures import PALETTE, style
+from core.figures import PALETTE, go, make_subplots, style
 
 # diverging scale, blue (against) - white - red (for); the end colours pass the common colour-vision deficiencies
 DIVERGING = [[0.0, "#2166ac"], [0.25, "#92c5de"], [0.5, "#ffffff"], [0.75, "#f4a582"], [1.0, "#b2182b"]]

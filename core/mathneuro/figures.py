@@ -4,10 +4,8 @@ Inputs are the plain-data results of :mod:`core.mathneuro.service`. Style and pa
 """
 from __future__ import annotations
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from core.figures import PALETTE, style
+from core.figures import PALETTE, go, make_subplots, style
 from core.mathneuro.tasks import limitation
 MODULE_COLORS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
                  "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}

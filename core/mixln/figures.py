@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import math
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
 
-from core.figures import PALETTE, style
+from core.figures import PALETTE, go, make_subplots, style
 from core.mixln.placements import MIX_ALPHA_COLOURS as ALPHA_COLORS
 from core.mixln.placements import PLACEMENTS, placement_colour
 from core.mixln.runs import RECIPE_MODEL, RECIPE_TRAIN
