@@ -19,8 +19,17 @@ twin (0 for the bit-exact kernels).
   decoded bf16 bytes against a device-to-device copy of the same number of bytes (target >= 25 %);
 - ``neuzip_forward``: a random-weight model of SmolLM2-135M's config (transformers' LlamaForCausalLM, bf16)
   with every linear layer but the tied embedding / head NeuZip-compressed, against the same bf16 model;
+  the compressed arrays are resident on the device (``model.to(device)`` moves them); reported: the memory the
+  loaded model holds on the device (``torch.cuda.memory_allocated`` after ``.to(device)``, compressed against
+  bf16, and the linear layers' part of it), the peak of a forward, and the host-to-device copies one compressed
+  forward makes (torch profiler; expected 0);
+- ``lrp_explain``: MambaLRP ``explain`` end to end on a random-weight model of mamba-130m's config (24 layers,
+  d_model 768, d_state 16) at 512, 2048 and 8192 tokens against the same model's no-grad forward (transformers
+  uses mamba_ssm's fused kernels for that forward when they import), peak memory of each, and at 512 tokens the
+  GPU relevance against the CPU relevance of the same model (max abs difference, top-10 tokens, conservation);
 - ``topk_mask``: the MathNeuro top-K mask (proportion 0.05, the app's default) per matrix against
-  ``torch.topk`` + scatter into a mask, on SmolLM2-135M's MLP and embedding shapes;
+  ``torch.topk`` + scatter into a mask, on SmolLM2-135M's MLP and embedding shapes (the dispatcher uses
+  ``torch.topk`` on CUDA: the kernel lost this comparison on an H100);
 - ``add_rmsnorm``: fused residual add + RMSNorm forward against the unfused torch ops (its twin), bf16.
 
 With ``--smoke`` the timings are meaningless (interpreter, tiny shapes) and labelled so; the run proves the
@@ -44,6 +53,8 @@ sys.path.insert(0, str(REPO))
 SMOLLM2_135M = dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, num_attention_heads=9,
                     num_key_value_heads=3, head_dim=64, vocab_size=49152, max_position_embeddings=8192,
                     rms_norm_eps=1e-5, tie_word_embeddings=True)
+MAMBA_130M = dict(vocab_size=50280, hidden_size=768, num_hidden_layers=24, state_size=16, expand=2, conv_kernel=4)
+SMOKE_MAMBA = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, state_size=4, expand=2, conv_kernel=4)
 SMOKE_LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256,
                    rms_norm_eps=1e-5, tie_word_embeddings=True)
@@ -94,6 +105,31 @@ class Timer:
                 if r < repeats.get(name, self.repeats):
                     times[name].append(self._once(fn))
         return {name: statistics.median(t) for name, t in times.items()}
+
+    def allocated_by(self, fn) -> int | None:
+        """CUDA memory that ``fn()`` leaves allocated (None off CUDA)."""
+        if not self.cuda:
+            fn()
+            return None
+        torch = self.torch
+        self.sync()
+        before = torch.cuda.memory_allocated(self.device)
+        fn()
+        self.sync()
+        return int(torch.cuda.memory_allocated(self.device) - before)
+
+    def host_to_device_copies(self, fn) -> int | None:
+        """Host-to-device memory copies one call of ``fn`` makes (torch profiler; None off CUDA)."""
+        if not self.cuda:
+            return None
+        from torch.profiler import ProfilerActivity, profile
+
+        fn()
+        self.sync()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            fn()
+            self.sync()
+        return sum(e.count for e in prof.key_averages() if "HtoD" in e.key or "Memcpy HtoD" in e.key)
 
     def peak_bytes(self, fn) -> int | None:
         """Peak CUDA memory of one call above what was allocated before it (None off CUDA)."""
@@ -240,9 +276,8 @@ def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from core.neuzip import pairs
     from core.neuzip.codec import compress
-    from core.neuzip.modules import apply_compressed
+    from core.neuzip.modules import CompressedLinear, apply_compressed
     from kernels.dispatch import use_triton
 
     def build():
@@ -252,10 +287,17 @@ def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks:
     dense, packed = build(), build()
     linears = {name: m for name, m in packed.named_modules()
                if isinstance(m, torch.nn.Linear) and "lm_head" not in name}
+    linear_bf16_bytes = sum(m.weight.numel() * 2 for m in linears.values())
     t0 = time.perf_counter()
     apply_compressed(packed, {name: compress(m.weight.detach(), 7, chunk_size=chunk) for name, m in linears.items()})
     encode_s = time.perf_counter() - t0
-    dense, packed = dense.to(device), packed.to(device)
+    held = {}
+    for name, model in (("bf16", dense), ("compressed", packed)):
+        held[name] = timer.allocated_by(lambda model=model: model.to(device))
+    resident = sum(t.numel() * t.element_size() for m in packed.modules() if isinstance(m, CompressedLinear)
+                   for _, t in m.arrays().items() if t is not None)
+    on_device = {str(t.device) for m in packed.modules() if isinstance(m, CompressedLinear)
+                 for _, t in m.arrays().items() if t is not None}
     ids = torch.randint(0, config["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(1)).to(device)
 
     def forward(model):
@@ -266,9 +308,8 @@ def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks:
 
     got, want = forward(packed)(), forward(dense)()
     medians = timer.medians({"compressed": forward(packed), "bf16": forward(dense)})
-    probe = pairs.kernel_args(next(iter(m for m in packed.modules()
-                                        if hasattr(m, "weight_compressed"))).weight_compressed.exponents, device)
-    decode_path = "triton" if use_triton(probe[0], kernel="pair_rans_decode") else "reference (PyTorch/numba)"
+    probe = next(m for m in packed.modules() if isinstance(m, CompressedLinear)).arrays()
+    decode_path = "triton" if use_triton(probe.states, kernel="pair_rans_decode") else "reference (PyTorch/numba)"
     return {"what": f"{label}: forward of {tokens} tokens, linear layers NeuZip-compressed (lossless) vs bf16",
             "model": label, "shape": {"tokens": tokens, "compressed_linears": len(linears), "chunk_size": chunk},
             "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"),
@@ -276,11 +317,68 @@ def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks:
             "ratio_compressed_over_bf16": medians["compressed"] / medians["bf16"],
             "max_abs_err_vs_twin": _max_abs(got, want), "agrees_with_twin": _agrees(got, want), "cpu_encode_s": encode_s,
             "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
+            "device_bytes_after_load": held, "compressed_arrays_on": sorted(on_device),
+            "linear_weights_bytes": {"bf16": linear_bf16_bytes, "compressed_resident": resident,
+                                     "ratio": resident / linear_bf16_bytes},
+            "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
             "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",
-                      "each call decodes as core.neuzip.modules does: the compressed arrays live in host memory and "
-                      "are copied to the device (with a decode table built on the CPU) per layer per forward",
+                      "the compressed arrays are buffers of each CompressedLinear: model.to(device) put them on the "
+                      "device; each forward decodes from them (decode table built there) into one shared buffer",
+                      "device_bytes_after_load: torch.cuda.memory_allocated added by model.to(device) (None off CUDA)",
                       "on the CPU the compressed layers decode with the numba path (dispatch never sends CPU "
                       "tensors to Triton)"]}
+
+
+def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[dict], label: str,
+                compare_cpu_at: int | None) -> dict:
+    import torch
+    from transformers import MambaConfig, MambaForCausalLM
+
+    from core.lrp import explain
+
+    torch.manual_seed(0)
+    model = MambaForCausalLM(MambaConfig(**config)).eval()
+    cpu_model = None
+    if compare_cpu_at:
+        import copy
+        cpu_model = copy.deepcopy(model)
+    model = model.to(device)
+    rows = {}
+    for length in lengths:
+        ids = torch.randint(0, config["vocab_size"], (1, length), generator=torch.Generator().manual_seed(length))
+        ids = ids.to(device)
+
+        def forward(ids=ids):
+            with torch.no_grad():
+                return model(ids).logits
+
+        def lrp(ids=ids):
+            return explain(model, input_ids=ids)
+
+        e = lrp()
+        medians = timer.medians({"explain": lrp, "forward": forward}, repeats={"explain": max(3, timer.repeats // 4)})
+        row = {"median_s": medians, "ratio_explain_over_forward": medians["explain"] / medians["forward"],
+               "target_at_most_3x": None if timer.device.type != "cuda" else
+               bool(medians["explain"] / medians["forward"] <= 3),
+               "peak_bytes": {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)},
+               "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit}
+        if cpu_model is not None and length == compare_cpu_at:
+            ref = explain(cpu_model, input_ids=ids.cpu())
+            top = lambda r: set(r.abs().topk(min(10, r.numel())).indices.tolist())  # noqa: E731
+            row["vs_cpu"] = {"max_abs_diff": _max_abs(e.relevance, ref.relevance),
+                             "relevance_scale": float(ref.relevance.abs().max()),
+                             "same_top10_tokens": top(e.relevance) == top(ref.relevance),
+                             "cpu_conservation_abs": abs(float(ref.relevance.sum()) - ref.logit)}
+        rows[f"L{length}"] = row
+    try:
+        import mamba_ssm  # noqa: F401
+        fast = "mamba_ssm imports: transformers' forward uses its fused kernels"
+    except Exception as exc:
+        fast = f"mamba_ssm not importable ({type(exc).__name__}): the forward is transformers' PyTorch path"
+    return {"what": f"MambaLRP explain (default rules, kernels as dispatched) vs a no-grad forward, {label}",
+            "model": label, "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
+            "lengths": rows, "notes": [fast, "explain includes its forward, the relevance backward and the "
+                                             "activation recompute above 64 MB of kept activations"]}
 
 
 def topk(timer, device, shapes: dict, checks: list[dict]) -> dict:
@@ -339,9 +437,13 @@ def _sizes(smoke: bool) -> dict:
     if smoke:
         return {"scan": [(16, 8), (32, 8)], "decode": 4096, "chunk": 256, "llama": SMOKE_LLAMA, "tokens": 8,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
+                "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8,
+                "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
     return {"scan": [(2048, 1536), (8192, 1536)], "decode": 1536 * 576 * 16, "chunk": 1024,
             "llama": SMOLLM2_135M, "tokens": 512, "llama_label": "SmolLM2-135M config, random weights",
+            "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512,
+            "mamba_label": "mamba-130m config, random weights",
             "topk": {"mlp_1536x576": (1536, 576), "embed_49152x576": (49152, 576)}, "norm": (4096, 576)}
 
 
@@ -353,7 +455,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per comparison (default 20; smoke 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; smoke 1)")
     ap.add_argument("--only", default="", help="comma-separated name prefixes of the comparisons to run "
-                    "(selective_scan, neuzip_decode, neuzip_forward, topk_mask, add_rmsnorm); default all")
+                    "(selective_scan, neuzip_decode, neuzip_forward, lrp_explain, topk_mask, add_rmsnorm); default all")
     ap.add_argument("--slow-repeats", type=int, default=3, help="rounds for the slow selective-scan twin")
     args = ap.parse_args(argv)
     if args.smoke:
@@ -385,6 +487,8 @@ def main(argv=None) -> int:
     plan += [("neuzip_decode", lambda: neuzip_decode(timer, device, sizes["decode"], sizes["chunk"], checks)),
              ("neuzip_forward", lambda: neuzip_forward(timer, device, sizes["llama"], sizes["tokens"], sizes["chunk"],
                                                        checks, sizes["llama_label"])),
+             ("lrp_explain", lambda: lrp_explain(timer, device, sizes["mamba"], sizes["mamba_lengths"], checks,
+                                                 sizes["mamba_label"], sizes["mamba_cpu_at"])),
              ("topk_mask", lambda: topk(timer, device, sizes["topk"], checks)),
              ("add_rmsnorm", lambda: rmsnorm(timer, device, *sizes["norm"], checks))]
     only = tuple(p.strip() for p in args.only.split(",") if p.strip())

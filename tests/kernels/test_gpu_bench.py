@@ -18,6 +18,10 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu.py"
 COMPARISONS = ("selective_scan_L16", "selective_scan_L32", "neuzip_decode", "neuzip_forward", "topk_mask",
                "add_rmsnorm")
+# What a CUDA image with only the compute stack (torch, triton, transformers, numba) lacks: bench/gpu.py must not
+# need any of it (core imports plotly only where a figure is built, gradio only in ui/).
+APP_STACK = ("plotly", "gradio", "pandas", "sklearn", "captum", "mlxtend", "reasoning_gym", "constriction",
+             "zstandard", "datasets", "dill", "bitsandbytes", "gguf", "matplotlib")
 EXACT = ("neuzip_decode", "neuzip_forward", "topk_mask")  # bit-exact kernels (lossless codec, masks)
 
 
@@ -78,6 +82,36 @@ def test_smoke_kernels_agree_with_their_twins_and_pass_the_self_check(smoke):
     assert smoke["comparisons"]["neuzip_decode"]["bit_exact_vs_original"] is True
     assert smoke["comparisons"]["topk_mask"]["matrices"]["tiny_matrix"]["k"] > 0
     assert all(row["ok"] for row in smoke["self_check"])
+
+
+@pytest.mark.slow
+def test_smoke_explains_end_to_end_and_agrees_with_the_cpu(smoke):
+    row = smoke["comparisons"]["lrp_explain"]
+    assert "error" not in row and row["self_check"]["ok"] is True
+    assert set(row["lengths"]) == {"L8", "L16"}
+    for r in row["lengths"].values():
+        assert all(v > 0 for v in r["median_s"].values()) and math.isfinite(r["ratio_explain_over_forward"])
+        assert r["conservation_abs"] <= 1e-5 * max(1.0, abs(r["logit"]))
+    cpu = row["lengths"]["L8"]["vs_cpu"]
+    assert cpu["max_abs_diff"] <= 1e-4 * cpu["relevance_scale"] and cpu["same_top10_tokens"] is True
+    forward = smoke["comparisons"]["neuzip_forward"]
+    assert forward["compressed_arrays_on"] == ["cpu"] and 0 < forward["linear_weights_bytes"]["ratio"] < 1
+
+
+@pytest.mark.slow
+def test_the_compute_paths_need_only_the_compute_stack(tmp_path):
+    """bench/gpu.py's explain and NeuZip rows run with every package of the app stack made unimportable, as on a
+    CUDA image with only torch, triton, transformers and numba."""
+    code = (f"import runpy, sys\nfor m in {APP_STACK!r}: sys.modules[m] = None\n"
+            f"sys.argv = [{str(SCRIPT)!r}, '--smoke', '--only', 'lrp_explain,neuzip']\n"
+            "runpy.run_path(sys.argv[0], run_name='__main__')\n")
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    report = json.loads(done.stdout)
+    assert report["failed"] == [] and set(report["comparisons"]) == {"lrp_explain", "neuzip_decode", "neuzip_forward"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
