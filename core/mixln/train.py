@@ -54,6 +54,7 @@ class TrainConfig:
     seed: int = 0
     device: str = "cpu"
     bf16: bool = False                # autocast to bfloat16 (CUDA)
+    dtype: str = "float32"            # parameter dtype; "float64" for the reproducibility checks (machine-independent)
 
     def __post_init__(self) -> None:
         for name in ("steps", "batch_size", "seq_len", "eval_batches"):
@@ -63,6 +64,8 @@ class TrainConfig:
             raise BadInputError(f"learning rate {self.lr} / min_lr_ratio {self.min_lr_ratio} out of range.",
                                 fix="use lr > 0 and min_lr_ratio in [0, 1].")
         self.betas = tuple(self.betas)
+        if self.dtype not in ("float32", "float64"):
+            raise BadInputError(f"dtype {self.dtype!r} is not supported.", fix="use float32, or float64 for checks.")
 
 
 def lr_at(step: int, config: TrainConfig) -> float:
@@ -135,9 +138,12 @@ def train_batch(tokens: torch.Tensor, step: int, config: TrainConfig) -> torch.T
 
 
 def eval_batches(tokens: torch.Tensor, config: TrainConfig) -> list[torch.Tensor]:
-    """Contiguous non-overlapping windows from the start of the held-out stream, the same every time."""
-    n = min(tokens.numel() // config.seq_len, config.eval_batches * config.batch_size)
-    windows = tokens[:n * config.seq_len].view(n, config.seq_len)
+    """``eval_batches * batch_size`` non-overlapping windows spread evenly over the whole held-out stream (so every
+    corpus in it is scored in proportion to its size, not only the first one), the same every time."""
+    blocks = tokens.numel() // config.seq_len
+    n = min(blocks, config.eval_batches * config.batch_size)
+    starts = [(i * blocks // n) * config.seq_len for i in range(n)]
+    windows = torch.stack([tokens[s:s + config.seq_len] for s in starts])
     return list(windows.split(config.batch_size))
 
 
@@ -232,7 +238,7 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
     eval_tokens = _token_stream(eval_tokens, "evaluation", config.seq_len, vocab)
     if isinstance(model, MixLNForCausalLM):
         check_fits(model.config, config.batch_size, config.seq_len, training=True, device=config.device)
-    model.to(config.device).train()
+    model.to(device=config.device, dtype=getattr(torch, config.dtype)).train()
     layers = find_decoder_layers(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                   weight_decay=config.weight_decay)
