@@ -48,8 +48,8 @@ from core.mixln.placements import (PLACEMENTS, Placement, placement_choices, pla
                                    placement_label)
 from core.mixln.service import (DEFAULT_RUNS, angular_distance_result, compare_result, curves_result,  # noqa: E402
                                 depth_result, gradnorms_result, layer_removal_result, live_run, loss_result,
-                                lr_sweep_result, model_gradnorms_result, reproduce_result, settings_text,
-                                sweep_result, train_result)
+                                lr_sweep_result, model_gradnorms_result, reference_result, reproduce_result,
+                                settings_text, sweep_result, train_result)
 
 # The diagnostics a view can list: name -> callable(model, tokens, ...).
 DIAGNOSTICS = {
@@ -71,4 +71,5 @@ __all__ = ["NORMS", "DEEPNORM_FORMULAS", "MixLNConfig", "MixLNForCausalLM", "Cau
            "RECIPE_TRAIN", "recipe_command", "resolve_run", "PLACEMENTS", "Placement", "placement_choices",
            "placement_colour", "placement_label", "DEFAULT_RUNS", "loss_result", "gradnorms_result", "compare_result",
            "sweep_result", "angular_distance_result", "layer_removal_result", "model_gradnorms_result", "live_run",
-           "train_result", "reproduce_result", "recipe_jobs", "curves_result", "lr_sweep_result", "depth_result", "settings_text"]
+           "train_result", "reproduce_result", "reference_result", "recipe_jobs", "curves_result", "lr_sweep_result",
+           "depth_result", "settings_text"]

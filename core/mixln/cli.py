@@ -271,6 +271,16 @@ def run_lr_sweep(args) -> None:
                                                                "eval_perplexity"]), res)
 
 
+def _reference_args(p):
+    p.add_argument("--write", action="store_true", help="store them in assets/mixln/reference.json (what the charts draw)")
+    _table_out_args(p)
+
+
+def run_reference(args) -> None:
+    res = mixln.reference_result(write=args.write)
+    emit(args, res.data, res.status, res)
+
+
 def run_depth(args) -> None:
     res = mixln.depth_result()
     lines = [f"{p['run']} ({p['layers']} layers, n = {p['n']}): d(h_l, h_l+1) mean per layer "
@@ -298,5 +308,7 @@ def register(groups) -> None:
                    _curves_args)(run_curves)
     groups.command(g, "lr-sweep", "final held-out loss per placement and peak learning rate (one seed)",
                    _table_out_args)(run_lr_sweep)
+    groups.command(g, "reference", "unigram and bigram held-out loss of the training data on the runs' held-out "
+                   "windows (the reference levels of the loss charts)", _reference_args)(run_reference)
     groups.command(g, "depth", "12 vs 24 layers: per-layer angular distance, gradient norm and removal loss over "
                    "seeds", _table_out_args)(run_depth)

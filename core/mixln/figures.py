@@ -28,8 +28,29 @@ def _finite(v):
     return [x if x is not None and isinstance(x, (int, float)) and math.isfinite(x) else None for x in v]
 
 
-def loss_figure(curves: list[dict], title: str = "Training and held-out loss") -> go.Figure:
-    """curves: [{label, color, history}] with history = TrainHistory dict (train and eval records)."""
+# The count-based reference levels (core.mixln.reference): line dash and label.
+REFERENCE_LINES = (("unigram", "dash", "unigram of the training data"),
+                   ("bigram", "dot", "bigram of the training data"))
+
+
+def reference_lines(fig: go.Figure, reference: dict | None, metric: str = "loss") -> go.Figure:
+    """Labelled horizontal lines at the unigram and bigram levels (``metric`` loss in nats, or perplexity) scored
+    on the same held-out windows as the runs (:func:`core.mixln.reference.reference_levels`); none without them."""
+    if not reference:
+        return fig
+    for name, dash, text in REFERENCE_LINES:
+        v = reference[name]["loss" if metric == "loss" else "perplexity"]
+        value = f"{v:.3f} nats" if metric == "loss" else f"perplexity {v:,.0f}"
+        fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6),
+                      annotation_text=f"{text}: {value}", annotation_position="top right",
+                      annotation_font=dict(size=12, color="#334155"))
+    return fig
+
+
+def loss_figure(curves: list[dict], title: str = "Training and held-out loss", reference: dict | None = None
+                ) -> go.Figure:
+    """curves: [{label, color, history}] with history = TrainHistory dict (train and eval records); ``reference``:
+    the unigram / bigram levels of the held-out windows (:func:`reference_lines`)."""
     fig = go.Figure()
     for c in curves:
         h = c["history"]
@@ -45,7 +66,7 @@ def loss_figure(curves: list[dict], title: str = "Training and held-out loss") -
                                      line=dict(color=c["color"], width=2.5), legendgroup=c["label"]))
         if h.get("status") == "diverged" and tr:
             fig.add_annotation(x=tr[-1]["step"], y=0, yref="paper", text=f"{c['label']} diverged", showarrow=False)
-    return _layout(fig, title, "training step", "loss (nats / token)")
+    return _layout(reference_lines(fig, reference), title, "training step", "loss (nats / token)")
 
 
 def gradnorm_figure(series: list[dict], title: str = "Gradient norm per layer",
@@ -110,41 +131,43 @@ def removal_figure(results: list[dict], title: str = "Layer removal: held-out lo
     return _layout(fig, title, "skipped layer (0 = first)", "increase in held-out loss (nats / token)")
 
 
-def sweep_figure(rows: list[dict], note: str | None = None,
-                 title: str = "Alpha sweep: final held-out perplexity vs alpha (lower is better)") -> go.Figure:
+def sweep_figure(rows: list[dict], note: str | None = None, reference: dict | None = None,
+                 title: str = "Alpha sweep: final held-out loss vs alpha (lower is better)") -> go.Figure:
     """rows: :func:`core.mixln.runs.sweep_table` (mean, min, max over seeds), one line per depth: mean line,
-    min-max error bars."""
+    min-max error bars; the unigram / bigram levels as dashed lines."""
     fig = go.Figure()
     depths = list(dict.fromkeys(r["layers"] for r in rows))
     for i, layers in enumerate(depths):
-        ok = [r for r in rows if r["layers"] == layers and r.get("eval_perplexity_mean") is not None]
+        ok = [r for r in rows if r["layers"] == layers and r.get("eval_loss_mean") is not None]
         if not ok:
             continue
         n = sorted({r["n"] for r in ok})
         fig.add_trace(go.Scatter(
-            x=[r["alpha"] for r in ok], y=[r["eval_perplexity_mean"] for r in ok], mode="lines+markers",
+            x=[r["alpha"] for r in ok], y=[r["eval_loss_mean"] for r in ok], mode="lines+markers",
             name=f"{layers} layers (mean of n = {'/'.join(map(str, n))} seeds, bars min-max)",
             line=dict(color="#009E73", width=2.5, dash="solid" if i == 0 else "dash"),
-            error_y=_minmax_error(ok, "eval_perplexity"),
+            error_y=_minmax_error(ok, "eval_loss"),
             marker=dict(size=11, symbol="circle" if i == 0 else "diamond",
                         color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
-            text=[_std_text(r["eval_perplexity_mean"], r["eval_perplexity_std"], r["n"]) for r in ok],
-            hovertemplate=f"{layers} layers, alpha %{{x}}: ppl %{{text}}<extra></extra>"))
+            text=[_std_text(r["eval_loss_mean"], r["eval_loss_std"], r["n"], nd=3)
+                  + f", ppl {r['eval_perplexity_mean']:.1f}" for r in ok],
+            hovertemplate=f"{layers} layers, alpha %{{x}}: loss %{{text}}<extra></extra>"))
     for r in rows:
         if r.get("diverged"):
             fig.add_annotation(x=r["alpha"], y=1, yref="paper", showarrow=False,
                                text=f"{r['layers']} layers: {r['diverged']} diverged")
     fig.update_xaxes(dtick=0.25, range=[-0.05, 1.05])
-    fig = _layout(fig, _title(title, note if note is not None else settings_note()),
-                  "alpha (fraction of layers that are Post-LN; 0 = Pre-LN, 1 = Post-LN)", "final held-out perplexity",
-                  height=540)
-    fig.update_layout(margin=dict(t=130), legend=dict(x=0.02, y=0.98, xanchor="left", yanchor="top"))
+    fig = _layout(reference_lines(fig, reference), _title(title, note if note is not None else settings_note()),
+                  "alpha (fraction of layers that are Post-LN; 0 = Pre-LN, 1 = Post-LN)",
+                  "final held-out loss (nats / token)", height=540)
+    fig.update_layout(margin=dict(t=130), legend=dict(x=0.02, y=0.5, xanchor="left", yanchor="middle"))
     return fig
 
 
-def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm placement (equal steps)",
-                   note: str | None = None) -> go.Figure:
-    """rows: :func:`core.mixln.runs.compare_table`: bar = mean over seeds, error bar = min-max, text mean ± std (n)."""
+def compare_figure(rows: list[dict], title: str = "Held-out loss per norm placement (equal steps)",
+                   note: str | None = None, reference: dict | None = None) -> go.Figure:
+    """rows: :func:`core.mixln.runs.compare_table`: marker = mean final held-out loss over seeds, error bar = min-max,
+    text mean ± std (n); the unigram / bigram levels as dashed lines."""
     fig = go.Figure()
     for i, r in enumerate(rows):
         norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
@@ -153,24 +176,27 @@ def compare_figure(rows: list[dict], title: str = "Held-out perplexity per norm 
         deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
         if deeper:
             label += f" ({r['layers']} layers)"
-        mean = r.get("eval_perplexity_mean")
-        fig.add_trace(go.Bar(x=[label], y=[mean], name=label, marker_color=run_color(norm, r["alpha"], i),
-                             marker_pattern_shape="/" if deeper else "",
-                             error_y=_minmax_error([r], "eval_perplexity") if mean is not None else None,
-                             text=[_std_text(mean, r.get("eval_perplexity_std"), r.get("n_seeds"))
-                                   + (f", {r['diverged']} diverged" if r.get("diverged") else "")],
-                             textposition="outside", cliponaxis=False))
-    top = max([r["eval_perplexity_max"] for r in rows if r.get("eval_perplexity_max")] or [1])
-    fig.update_yaxes(range=[0, top * 1.2])
-    fig = _layout(fig, _title(title + ": mean, bars min-max over seeds (lower is better)",
-                              note if note is not None else settings_note()),
-                  "run (norm placement; hatched: the deeper run set)", "final held-out perplexity", height=540)
-    fig.update_layout(margin=dict(t=130), showlegend=False)  # every bar is named on the x axis
+        mean = r.get("eval_loss_mean")
+        text = _std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3) \
+            + (f", {r['diverged']} diverged" if r.get("diverged") else "")
+        fig.add_trace(go.Scatter(x=[label], y=[mean], name=label, mode="markers",
+                                 marker=dict(color=run_color(norm, r["alpha"], i), size=13,
+                                             symbol="diamond" if deeper else "circle",
+                                             line=dict(color="#0f172a", width=1)),
+                                 error_y=_minmax_error([r], "eval_loss") if mean is not None else None,
+                                 text=[text], hovertemplate="%{x}: %{text}<extra></extra>"))
+    fig = _layout(reference_lines(fig, reference),
+                  _title(title + ": mean, bars min-max over seeds (lower is better)",
+                         note if note is not None else settings_note()),
+                  "run (norm placement; diamonds: the deeper run set)", "final held-out loss (nats / token)",
+                  height=560)
+    fig.update_xaxes(tickangle=-30)
+    fig.update_layout(margin=dict(t=130), showlegend=False)  # every marker is named on the x axis
     return fig
 
 
 def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final held-out loss per placement (one seed)",
-                    note: str | None = None) -> go.Figure:
+                    note: str | None = None, reference: dict | None = None) -> go.Figure:
     """rows: :func:`core.mixln.summary.lr_sweep_table`; a diverged run is an x at the top of the chart."""
     fig = go.Figure()
     names = list(dict.fromkeys(r["run"] for r in rows))
@@ -192,8 +218,8 @@ def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final h
     fig.update_xaxes(type="log", tickvals=rates, ticktext=[f"{lr:.0e}".replace("e-0", "e-") for lr in rates])
     train = {**RECIPE_TRAIN, "lr": float("nan")}
     note = note if note is not None else settings_note(train=train).replace("Adam lr nan, ", "Adam, ")
-    fig = _layout(fig, _title(title, note), "peak learning rate (log scale)", "final held-out loss (nats / token)",
-                  height=540)
+    fig = _layout(reference_lines(fig, reference), _title(title, note), "peak learning rate (log scale)",
+                  "final held-out loss (nats / token)", height=540)
     fig.update_layout(margin=dict(t=130))
     return fig
 
@@ -286,9 +312,9 @@ def _n_text(n: int, diverged: int = 0) -> str:
 
 
 def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None = None,
-                     note: str | None = None) -> go.Figure:
-    """Held-out loss (``metric="loss"``) or perplexity curves over seeds: mean line, min-max band.
-    bands: :func:`core.mixln.summary.loss_bands` rows."""
+                     note: str | None = None, reference: dict | None = None) -> go.Figure:
+    """Held-out loss (``metric="loss"``) or perplexity curves over seeds: mean line, min-max band; the unigram /
+    bigram levels as dashed lines. bands: :func:`core.mixln.summary.loss_bands` rows."""
     key = {"loss": "eval_loss", "perplexity": "eval_perplexity"}[metric]
     fig = go.Figure()
     for i, b in enumerate(bands):
@@ -302,7 +328,8 @@ def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None 
     if title is None:
         title = f"Held-out {metric} over seeds (mean, band: min-max)"
     y = "held-out loss (nats / token)" if metric == "loss" else "held-out perplexity (lower is better)"
-    fig = _layout(fig, _title(title, note if note is not None else settings_note()), "training step", y, height=540)
+    fig = _layout(reference_lines(fig, reference, metric), _title(title, note if note is not None else settings_note()),
+                  "training step", y, height=540)
     if metric == "perplexity":
         fig.update_yaxes(type="log")
     fig.update_layout(margin=dict(t=130))

@@ -14,6 +14,7 @@
     model_gradnorms_result(ref)               gradient norms of one batch for any causal LM
     live_run(placement, alpha, layers, steps) a small run trained now, one Result per update (a generator)
     train_result(...), reproduce_result(...)  train a run folder / retrain the committed runs
+    reference_result()                        unigram / bigram levels of the training data on the held-out windows
 
 Placements (labels, colours, the alpha) come from :data:`core.mixln.placements.PLACEMENTS`.
 """
@@ -25,7 +26,7 @@ from typing import Iterator
 
 from core.errors import BadInputError, Cancelled
 from core.figures import PALETTE
-from core.mixln import analysis, runs, summary
+from core.mixln import analysis, reference, runs, summary
 from core.mixln import figures as F
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.runner import Result, digest, report, source_text
@@ -68,7 +69,8 @@ def loss_result(names=DEFAULT_RUNS) -> Result:
     rows = [{"run": r.name, "split": split, "step": e["step"], "loss": e["loss"]} for r in loaded
             for split in ("train", "eval") for e in r.history.get(split, [])]
     return Result(f"Loss of {', '.join(r.label for r in loaded)}.", {"runs": [r.name for r in loaded]},
-                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss, seed 0 of 3 (spread: below)")},
+                  tables={"loss": rows}, figures={"loss": F.loss_figure(curves, "Loss, seed 0 of 3 (spread: below)",
+                                                                        reference.load_reference())},
                   stem="mixln-loss")
 
 
@@ -115,7 +117,8 @@ def compare_result(names=None, sets=("main", "depth-24")) -> Result:
     diverged = sum(r["diverged"] for r in rows)
     status = (f"{len(rows)} runs at equal steps, mean ± std over seeds. " + "; ".join(parts) + "."
               + (f" {diverged} seed(s) diverged." if diverged else ""))
-    return Result(status, rows, tables={"compare": rows}, figures={"compare": F.compare_figure(rows)},
+    return Result(status, rows, tables={"compare": rows},
+                  figures={"compare": F.compare_figure(rows, reference=reference.load_reference())},
                   key="mixln-compare-" + digest(rows), stem="mixln-compare")
 
 
@@ -139,7 +142,7 @@ def sweep_result() -> Result:
         raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
     parts = _best_per_depth(rows, lambda best: f"best alpha {best['alpha']:g}")
     return Result(f"Alpha sweep over {len(rows)} run groups; " + "; ".join(parts) + ".", rows,
-                  tables={"sweep": rows}, figures={"sweep": F.sweep_figure(rows)},
+                  tables={"sweep": rows}, figures={"sweep": F.sweep_figure(rows, reference=reference.load_reference())},
                   key="mixln-sweep-" + digest(rows), stem="mixln-sweep")
 
 
@@ -157,7 +160,8 @@ def curves_result(names=None, set_name: str = "main", metric: str = "loss") -> R
              "max": hi} for b in bands
             for t, m, sd, lo, hi in zip(*(b[key][f] for f in ("steps", "mean", "std", "min", "max")))]
     layers = runs.RUN_SETS[set_name].model["num_layers"]
-    fig = F.loss_band_figure(bands, metric, f"Held-out {metric} over seeds at {layers} layers (mean, band min-max)")
+    fig = F.loss_band_figure(bands, metric, f"Held-out {metric} over seeds at {layers} layers (mean, band min-max)",
+                             reference=reference.load_reference())
     ends = [f"{b['label']} {b[key]['mean'][-1]:.3g} ± {b[key]['std'][-1]:.2g} (n = {b['n']})" for b in bands
             if b[key]["mean"] and b[key]["mean"][-1] is not None]
     return Result(f"Final held-out {metric}, {layers} layers, mean ± std over seeds: " + "; ".join(ends) + ".",
@@ -180,7 +184,8 @@ def lr_sweep_result() -> Result:
     status = ("Best peak rate per placement (one seed, so differences under the seed spread of the comparison are "
               "not resolved): " + "; ".join(f"{r['label']} {r['lr']:g}" for r in best.values()) + "."
               + (f" Diverged: {', '.join(diverged)}." if diverged else ""))
-    return Result(status, rows, tables={"lr-sweep": rows}, figures={"lr-sweep": F.lr_sweep_figure(rows)},
+    return Result(status, rows, tables={"lr-sweep": rows},
+                  figures={"lr-sweep": F.lr_sweep_figure(rows, reference=reference.load_reference())},
                   key="mixln-lr-sweep-" + digest(rows), stem="mixln-lr-sweep")
 
 
@@ -261,9 +266,9 @@ def model_gradnorms_result(ref: str, samples: int = 4, seq_len: int = 64) -> Res
 
 
 # ---- training -----------------------------------------------------------------------------------------------------
-def _live_figures(history: dict, label: str, colour: str, kind: str = "param"):
+def _live_figures(history: dict, label: str, colour: str, kind: str = "param", levels: dict | None = None):
     loss = F.loss_figure([{"label": label, "color": colour, "history": history}],
-                         f"Live run ({label}): training and held-out loss")
+                         f"Live run ({label}): training and held-out loss", levels)
     logs, series = history.get("grad_norms", []), []
     if logs:
         layers = list(range(len(logs[0][kind])))
@@ -287,6 +292,7 @@ def live_run(placement: str, alpha: float, layers: int, steps: int, progress=Non
     label = placement_label(placement, alpha if PLACEMENTS[placement].has_alpha else None)
     colour = placement_colour(placement, alpha)
     events = runs.train_run_iter(None, placement, alpha, sizes, tcfg, tok if tok.is_file() else None)
+    levels = reference.reference_levels(train_config=tcfg) if tok.is_file() else None  # on the live run's windows
     history = None
     try:
         for ev in events:
@@ -301,14 +307,29 @@ def live_run(placement: str, alpha: float, layers: int, steps: int, progress=Non
                 if ev.kind in ("diverged", "stopped", "done"):
                     msg += f". **{history['status']}** {history['message']}"
                 yield Result(msg, history, figures=dict(zip(("loss", "gradnorms"),
-                                                            _live_figures(history, label, colour))), stem="mixln-live")
+                                                            _live_figures(history, label, colour, levels=levels))),
+                             stem="mixln-live")
     except Cancelled:
         events.close()
         if history is not None:
             yield Result(f"**{label}**: **stopped** at step {history['train'][-1]['step'] if history['train'] else 0};"
                          " the curves so far are kept.", history,
-                         figures=dict(zip(("loss", "gradnorms"), _live_figures(history, label, colour))),
+                         figures=dict(zip(("loss", "gradnorms"), _live_figures(history, label, colour, levels=levels))),
                          stem="mixln-live")
+
+
+def reference_result(write: bool = False) -> Result:
+    """The unigram and bigram levels of the training data on the committed runs' held-out windows, computed now
+    (:func:`core.mixln.reference.reference_levels`); ``write`` stores them in ``assets/mixln/reference.json``, which
+    the charts read."""
+    levels = reference.write_reference() if write else reference.reference_levels()
+    rows = [{"model": name, "loss_nats": levels[name]["loss"], "perplexity": levels[name]["perplexity"]}
+            for name in ("unigram", "bigram")]
+    status = (f"On {levels['targets']:,} held-out targets ({levels['windows'][0]} windows of {levels['windows'][1]} "
+              f"tokens): unigram {levels['unigram']['loss']:.3f} nats (perplexity {levels['unigram']['perplexity']:,.0f}),"
+              f" bigram {levels['bigram']['loss']:.3f} nats (perplexity {levels['bigram']['perplexity']:,.0f}), counted on "
+              f"{levels['train_tokens']:,} training tokens" + (" (stored)" if write else "") + ".")
+    return Result(status, levels, tables={"reference": rows}, stem="mixln-reference")
 
 
 def train_result(out, placement: str = "mix", alpha: float = 0.25, model_sizes: dict | None = None,
@@ -339,6 +360,7 @@ def reproduce_result(root=None, names=None, callback=None, sets=None, seeds=None
     root = Path(root) if root else runs.ASSETS
     done = runs.reproduce(root, callback=callback, skip_done=skip_done, jobs=jobs,
                           diagnostics=analysis.write_run_diagnostics)
+    reference.write_reference(root)  # the unigram / bigram levels the charts draw, on the same held-out windows
     data = {"root": str(root), "runs": {k: {f: m.get(f) for f in ("status", "final_eval_perplexity", "wall_seconds")}
                                         for k, m in done.items()},
             "commands": {j.key: runs.recipe_command(j.name, j) for j in jobs}}

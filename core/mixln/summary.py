@@ -124,7 +124,7 @@ def loss_bands(names: list[str] | None = None, set_name: str = "main",
 def lr_sweep_table(root: str | os.PathLike = ASSETS) -> list[dict]:
     """One row per placement and peak learning rate (seed 0): status and final held-out loss / perplexity."""
     rows = []
-    for name in RECIPE:
+    for name in RUN_SETS["lr-sweep"].placements:
         for lr in LR_SWEEP:
             set_name = "main" if lr == RECIPE_TRAIN["lr"] else "lr-sweep"
             group = [r for r in seed_runs(name, set_name, root, lr) if r.meta["train"]["seed"] == 0]
