@@ -471,9 +471,11 @@ def train_key_token_model(seed: int = 0, progress: Progress = None,
 KEY_TOKEN_SEEDS = 5          # independent (model, sequences) draws behind every committed key-token number
 
 
-def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: list[int]) -> list[float]:
-    """target logit of the input minus the target logit with the embedding at each position replaced by
-    zeros (the faithfulness baseline): one value per position. input_ids: (1, T)."""
+def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: list[int]
+                        ) -> tuple[list[float], list[float]]:
+    """What replacing the embedding at each position by zeros (the faithfulness baseline) takes away, one value per
+    position: the target logit (before - after), and the margin, target logit minus the largest other logit (before
+    - after: what decides the class). input_ids: (1, T)."""
     from core.lrp.adapters import adapter_for
     from core.lrp.context import lrp_rules
 
@@ -485,8 +487,10 @@ def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: 
         x[0, pos] = 0.0
         batch.append(x)
     with torch.no_grad(), lrp_rules(model, None):
-        logits = adapter.logits(torch.cat(batch))[:, target].double()
-    return (logits[0] - logits[1:]).tolist()
+        logits = adapter.logits(torch.cat(batch)).double()
+    others = torch.cat([logits[:, :target], logits[:, target + 1:]], dim=1)
+    margin = logits[:, target] - others.max(dim=1).values
+    return (logits[0, target] - logits[1:, target]).tolist(), (margin[0] - margin[1:]).tolist()
 
 
 def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, progress: Progress) -> dict:
@@ -514,12 +518,13 @@ def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, pro
     complete = _explained(model, samples, names, opts, stage, each)
     n_done = min(len(v) for v in hits.values())
     last = c["length"] - 1
-    drops = []   # per sample: {position: target-logit drop when that token is zeroed} for key, last, each top-1
+    drops, margins = [], []  # per sample: {position: target-logit / margin drop when that token is zeroed}
     for i in range(n_done):
         key = records[i].key_positions[0]
         positions = sorted({key, last, *(first[m][i] for m in names)})
-        drops.append(dict(zip(positions, _zeroed_logit_drops(model, samples[i]["input_ids"], samples[i]["target"],
-                                                            positions))))
+        logit, margin = _zeroed_logit_drops(model, samples[i]["input_ids"], samples[i]["target"], positions)
+        drops.append(dict(zip(positions, logit)))
+        margins.append(dict(zip(positions, margin)))
     per_method = {}
     for m in names:
         misses = [i for i in range(n_done) if first[m][i] not in records[i].key_positions]
@@ -527,11 +532,15 @@ def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, pro
             "misses": len(misses),
             "last_first_in_misses": [first[m][i] == last for i in misses],
             "drop_top1_in_misses": [drops[i][first[m][i]] for i in misses],
-            "drop_key_in_misses": [drops[i][records[i].key_positions[0]] for i in misses]}
+            "drop_key_in_misses": [drops[i][records[i].key_positions[0]] for i in misses],
+            "margin_top1_in_misses": [margins[i][first[m][i]] for i in misses],
+            "margin_key_in_misses": [margins[i][records[i].key_positions[0]] for i in misses]}
     return {"seed": seed, "model": info, "n_done": n_done, "complete": complete,
             "hit_rate": {m: _mean(hits[m][:n_done]) for m in names},
             "drop_key": [d[records[i].key_positions[0]] for i, d in enumerate(drops)],
-            "drop_last": [d[last] for d in drops], "methods": per_method,
+            "drop_last": [d[last] for d in drops],
+            "margin_key": [d[records[i].key_positions[0]] for i, d in enumerate(margins)],
+            "margin_last": [d[last] for d in margins], "methods": per_method,
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
@@ -550,7 +559,8 @@ def _median(values) -> float | None:
 
 def _last_token_summary(per_seed: list[dict], names: list[str], last: int) -> dict:
     """The misses of each method pooled over seeds: how often the top-1 token is the last one, and how much
-    zeroing the top-1 token vs the key moves the target logit (medians of |change|; signed drops kept)."""
+    zeroing the top-1 token vs the key moves the target logit and the margin over the other class (medians of
+    |change|; signed drops kept)."""
     def pooled(key):
         return [x for r in per_seed for x in r[key]]
 
@@ -559,23 +569,33 @@ def _last_token_summary(per_seed: list[dict], names: list[str], last: int) -> di
 
     out = {"last_position": last,
            "perturbation": "the token's input embedding replaced by zeros (the faithfulness baseline 'zero'); "
-                           "change = target logit before - after; medians of |change| over the pooled seeds",
+                           "change = target logit before - after, margin change = (target logit - largest other "
+                           "logit) before - after; medians of |change| over the pooled seeds",
            "median_abs_change_key": _median(absolute(pooled("drop_key"))),
            "median_abs_change_last": _median(absolute(pooled("drop_last"))),
            "median_abs_change_key_per_seed": [_median(absolute(r["drop_key"])) for r in per_seed],
            "median_abs_change_last_per_seed": [_median(absolute(r["drop_last"])) for r in per_seed],
+           "median_abs_margin_change_key": _median(absolute(pooled("margin_key"))),
+           "median_abs_margin_change_last": _median(absolute(pooled("margin_last"))),
+           "median_abs_margin_change_key_per_seed": [_median(absolute(r["margin_key"])) for r in per_seed],
+           "median_abs_margin_change_last_per_seed": [_median(absolute(r["margin_last"])) for r in per_seed],
            "methods": {}}
     for m in names:
         rows = [r["methods"][m] for r in per_seed]
         last_first = [x for r in rows for x in r["last_first_in_misses"]]
         top1 = absolute([x for r in rows for x in r["drop_top1_in_misses"]])
         key = absolute([x for r in rows for x in r["drop_key_in_misses"]])
+        top1_margin = absolute([x for r in rows for x in r["margin_top1_in_misses"]])
+        key_margin = absolute([x for r in rows for x in r["margin_key_in_misses"]])
         out["methods"][m] = {
             "misses": sum(r["misses"] for r in rows), "misses_per_seed": [r["misses"] for r in rows],
             "last_first_share_of_misses": _mean(last_first),
             "last_first_share_of_misses_per_seed": [_mean(r["last_first_in_misses"]) for r in rows],
             "median_abs_change_top1_in_misses": _median(top1), "median_abs_change_key_in_misses": _median(key),
-            "top1_moves_more_share_of_misses": _mean([a > b for a, b in zip(top1, key)])}
+            "top1_moves_more_share_of_misses": _mean([a > b for a, b in zip(top1, key)]),
+            "median_abs_margin_change_top1_in_misses": _median(top1_margin),
+            "median_abs_margin_change_key_in_misses": _median(key_margin),
+            "top1_moves_margin_more_share_of_misses": _mean([a > b for a, b in zip(top1_margin, key_margin)])}
     return out
 
 
@@ -590,7 +610,8 @@ def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, 
     ``seeds`` (the list), ``n_seeds``, ``methods``, ``labels``, ``method_options``, ``hit_rate`` (method -> mean
     over seeds), ``hit_rate_std`` (ddof 1), ``hit_rate_min``, ``hit_rate_max``, ``hit_rate_per_seed``, ``chance``
     (k / length), ``last_token`` (:func:`_last_token_summary`: in each method's misses, the share whose top-1
-    token is the last one and the median target-logit drop when that token or the key is zeroed), ``timing``,
+    token is the last one and the median change of the target logit and of the margin when that token or the key
+    is zeroed), ``timing``,
     ``cached``. Each seed is cached on its own; the whole result is answered from the committed one
     (``assets/lrp/evaluation/key-token.json``) or the cache when the request is the same.
     """
@@ -608,8 +629,8 @@ def key_token_evaluation(n: int = 100, methods=None, k: int = 1, seed: int = 0, 
 
 
 def _key_token_params(n: int, k: int, seed: int, names: list[str], opts: dict) -> dict:
-    """The key of a key-token result (version 2: over seeds, with the last-token measurements)."""
-    return {"n": n, "k": k, "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL, "version": 2}
+    """The key of a key-token result (version 3: over seeds, with the last-token measurements of logit and margin)."""
+    return {"n": n, "k": k, "seed": seed, "methods": names, "options": opts, "model": KEY_TOKEN_MODEL, "version": 3}
 
 
 def _key_token_seeds(n: int, names: list[str], k: int, seed: int, opts: dict, progress: Progress, cache: bool,
@@ -638,7 +659,7 @@ def _key_token_seeds(n: int, names: list[str], k: int, seed: int, opts: dict, pr
     spread = {m: _spread(v) for m, v in rates.items()}
     accuracy = [r["model"]["accuracy"] for r in per_seed]
     info = {k_: v for k_, v in per_seed[0]["model"].items() if k_ not in ("accuracy", "loss_last", "seed")}
-    result = {"analysis": "lrp-key-token",
+    result = {"analysis": "lrp-key-token", "version": _key_token_params(n, k, seed, names, opts)["version"],
               "model": {"name": "key-token classifier (trained in the evaluation, one per seed)", **info,
                         "accuracy": float(np.mean(accuracy)), "accuracy_per_seed": accuracy},
               "dataset": "key-token (core.data.synthetic.key_token_task)", "n": n,
@@ -707,9 +728,9 @@ def committed_examples(folder=None):
         elif res["analysis"] == "lrp-long-range":
             params = {**common, "dataset": res["dataset"], "split": res["split"], "target": res["target"],
                       "k": res["k"], "max_tokens": res["length"]}
-        elif "n_seeds" in res:  # version 2: over seeds
+        elif "n_seeds" in res:  # versions 2 and 3: over seeds (a result names its version from 3 on)
             params = {**_key_token_params(res["n"], res["k"], res["seed"], res["methods"], res["method_options"]),
-                      "seeds": res["n_seeds"]}
+                      "version": res.get("version", 2), "seeds": res["n_seeds"]}
         else:
             params = {**common, "k": res["k"], "model": KEY_TOKEN_MODEL}
         fingerprint = res.get("fingerprint") or f"key-token-{res['seed']}"
