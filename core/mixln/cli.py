@@ -21,6 +21,7 @@ import time
 import core.mixln as mixln
 from core.cli import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError, LayerwiseError
+from core.zoo.placement import add_placement_args
 
 TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
               "betas 0.9/0.999, no weight decay, no clipping, warmup from 0 and cosine decay to 10%%, held-out "
@@ -219,6 +220,7 @@ def run_runs(args) -> None:
 def _subject_args(p, samples=8):
     p.add_argument("--run", dest="run_ref", default=None, help="a committed run (see `mixln runs`) or a run folder")
     p.add_argument("--model", default=None, help="any causal LM for core.zoo.load_model, e.g. smollm2-135m")
+    add_placement_args(p)
     p.add_argument("--samples", type=int, default=samples, help="held-out sequences")
     p.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html (a plotly figure)")
@@ -237,6 +239,7 @@ def _subject(args) -> str:
 def _gradnorm_args(p):
     p.add_argument("--runs", nargs="+", default=None, help="committed runs (default: pre-ln post-ln mix-ln-0.25)")
     p.add_argument("--model", default=None, help="instead: any causal LM (norms of one batch at its current weights)")
+    add_placement_args(p)
     p.add_argument("--kind", choices=("param", "input"), default="param",
                    help="param: norm of each layer's weight gradients; input: norm of the gradient at its input")
     p.add_argument("--samples", type=int, default=4)
