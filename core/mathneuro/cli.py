@@ -17,7 +17,7 @@ from pathlib import Path
 import core.mathneuro as mn
 from core.cli import ProgressBar, emit, set_threads
 from core.errors import BadInputError
-from core.zoo.placement import add_placement_args
+from core.zoo import add_placement_args
 
 
 def _number(text: str) -> float:

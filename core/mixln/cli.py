@@ -21,7 +21,7 @@ import time
 import core.mixln as mixln
 from core.cli import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError, LayerwiseError
-from core.zoo.placement import add_placement_args
+from core.zoo import add_placement_args
 
 TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
               "betas 0.9/0.999, no weight decay, no clipping, warmup from 0 and cosine decay to 10%%, held-out "

@@ -19,7 +19,7 @@ from pathlib import Path
 import core.neuzip as nz
 from core.cli import ProgressBar, emit, table
 from core.errors import BadInputError
-from core.zoo.placement import add_placement_args
+from core.zoo import add_placement_args
 
 __all__ = ["register"]
 
