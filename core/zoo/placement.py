@@ -132,8 +132,14 @@ def make_placement(device_map: str | None = None, max_memory: str | dict | None 
     folder = None
     if offload_folder is not None:
         path = Path(offload_folder).expanduser()
-        if path.exists() and not path.is_dir():
-            raise BadInputError(f"--offload-folder {offload_folder} is a file.", fix="give a folder (it is created).")
+        try:
+            is_file = path.exists() and not path.is_dir()
+        except OSError as exc:  # a name too long for the file system, and the like
+            raise BadInputError(f"--offload-folder cannot be used here: {exc.strerror or exc}.",
+                                fix="give a short path to a folder (it is created when weights go to disk).") from exc
+        if is_file or not str(offload_folder).strip():
+            raise BadInputError(f"--offload-folder {offload_folder!r} is not a folder.",
+                                fix="give a folder (it is created when weights go to disk).")
         folder = str(path)
     return Placement(device_map or "auto", memory, folder)
 

@@ -65,8 +65,10 @@ def test_placement_options_are_checked(tmp_path):
                         ((None, ","), "is empty")):
         with pytest.raises(BadInputError, match=match):
             make_placement(*args)
-    with pytest.raises(BadInputError, match="is a file"):
+    with pytest.raises(BadInputError, match="is not a folder"):
         make_placement("auto", None, str(tmp_path / "file"))
+    with pytest.raises(BadInputError, match="cannot be used here: File name too long"):
+        make_placement("auto", None, "x" * 300)
     if not torch.cuda.is_available():
         with pytest.raises(BadInputError, match="names GPU 0, but this machine has 0 GPU"):
             make_placement(None, "0=20GiB,cpu=64GiB")
