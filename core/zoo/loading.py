@@ -335,7 +335,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     else:
         model, tokenizer, tokenizer_error, card.kind = _load_hf(
             str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
-            trust_remote_code, allow_pickle, hub=how == "hub", placement=placement)
+            trust_remote_code, allow_pickle, hub=how == "hub", **({"placement": placement} if placement else {}))
     model.eval()
     if card.parameters is None:
         card.parameters = sum(p.numel() for p in model.parameters())
