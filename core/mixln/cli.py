@@ -125,9 +125,10 @@ def run_train(args) -> None:
         if not _from_collective(exc):
             raise
         where = f"{args.out or args.resume}"
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = cause.split("] ", 1)[1] if cause.startswith("[") and "] " in cause else cause  # gloo's source line
         raise LayerwiseError(
-            f"rank {rank} of {world}: another process of this run stopped ({type(exc).__name__}: "
-            f"{str(exc).strip().splitlines()[0][:300] if str(exc).strip() else 'no detail'}); "
+            f"rank {rank} of {world}: another process of this run stopped ({cause.split('. ')[0][:200]}); "
             f"{where}/run.json says 'failed' or 'running', never 'finished'.",
             fix=f"see the first error of the failed rank above, then continue from the last checkpoint with the "
                 f"same launch and `--resume {where}` (checkpoints every k steps: --checkpoint-every k).") from exc

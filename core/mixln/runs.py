@@ -244,6 +244,10 @@ def _start_dist(local_rank: int) -> tuple[str, bool]:
         torch.cuda.set_device(device)
     created = not dist.is_initialized()
     if created:
+        if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
+            raise BadInputError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} is set, but not the address of rank 0 "
+                                "(MASTER_ADDR, MASTER_PORT).", fix="start the processes with torchrun or accelerate "
+                                "launch (they set these), or unset WORLD_SIZE for one process.")
         dist.init_process_group(backend)
     return device, created
 
