@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import signal
 import sys
 import time
 
@@ -104,6 +105,13 @@ def _print_event(ev) -> None:
         _progress(f"{ev.kind}: {ev.data.get('message', '')}")
 
 
+class _LauncherStopped(Exception):
+    """torchrun stopped this process (SIGTERM): another process of the run failed."""
+
+    def __str__(self) -> str:
+        return "the launcher stopped this process"
+
+
 def run_train(args) -> None:
     world, rank, local_rank = mixln.dist_info()
     if world == 1:
@@ -114,6 +122,11 @@ def run_train(args) -> None:
         started.append(True)
         if rank == 0:
             _print_event(ev)
+
+    def stopped_by_launcher(signum, frame):  # torchrun's SIGTERM when another process failed: end as an error
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run.json and message that follow are not cut
+        raise _LauncherStopped()
+    previous = signal.signal(signal.SIGTERM, stopped_by_launcher)
     try:
         _run_train(args, quiet, rank == 0)
     except BadInputError:
@@ -121,9 +134,12 @@ def run_train(args) -> None:
             time.sleep(2.0)  # local rank 0 prints the message (before torchrun stops it when this one exits)
             raise SystemExit(2)
         raise
-    except RuntimeError as exc:
-        if not _from_collective(exc):
+    except (RuntimeError, _LauncherStopped) as exc:
+        if not isinstance(exc, _LauncherStopped) and not _from_collective(exc):
             raise
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if rank != 0:  # rank 0 says it once (the failed process's own error is printed by that process)
+            raise SystemExit(2)
         where = f"{args.out or args.resume}"
         cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         cause = cause.split("] ", 1)[1] if cause.startswith("[") and "] " in cause else cause  # gloo's source line
@@ -132,6 +148,9 @@ def run_train(args) -> None:
             f"{where}/run.json says 'failed' or 'running', never 'finished'.",
             fix=f"see the first error of the failed rank above, then continue from the last checkpoint with the "
                 f"same launch and `--resume {where}` (checkpoints every k steps: --checkpoint-every k).") from exc
+    finally:
+        if signal.getsignal(signal.SIGTERM) is stopped_by_launcher:
+            signal.signal(signal.SIGTERM, previous)
 
 
 def _from_collective(exc: BaseException) -> bool:
