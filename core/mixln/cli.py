@@ -131,8 +131,10 @@ def run_train(args) -> None:
         _run_train(args, quiet, rank == 0)
     except BadInputError:
         if local_rank != 0 and not started:  # every process of a machine checks the same command and files:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (torchrun may stop this one while it waits: silently)
             time.sleep(2.0)  # local rank 0 prints the message (before torchrun stops it when this one exits)
             raise SystemExit(2)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the message is printed whole
         raise
     except (RuntimeError, _LauncherStopped) as exc:
         if not isinstance(exc, _LauncherStopped) and not _from_collective(exc):
@@ -148,7 +150,7 @@ def run_train(args) -> None:
             f"{where}/run.json says 'failed' or 'running', never 'finished'.",
             fix=f"see the first error of the failed rank above, then continue from the last checkpoint with the "
                 f"same launch and `--resume {where}` (checkpoints every k steps: --checkpoint-every k).") from exc
-    finally:
+    finally:  # after an error SIGTERM stays ignored (or default) until the process exits, so the message is whole
         if signal.getsignal(signal.SIGTERM) is stopped_by_launcher:
             signal.signal(signal.SIGTERM, previous)
 
