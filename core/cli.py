@@ -291,7 +291,12 @@ def main(argv: list[str] | None = None) -> int:
     group = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(build_registry(group)).parse_args(argv)
     try:
-        args.run(args)
+        if any(getattr(args, a, None) is not None for a in ("device_map", "max_memory", "offload_folder")):
+            from core.zoo.placement import make_placement, placed  # --device-map: every model loads spread
+            with placed(make_placement(args.device_map, args.max_memory, args.offload_folder)):
+                args.run(args)
+        else:
+            args.run(args)
     except LayerwiseError as exc:
         if getattr(args, "json", False):
             print(json.dumps({"error": exc.message, "fix": exc.fix}))

@@ -27,6 +27,7 @@ from core.mathneuro.methods import (Masks, Statistics, collect, get_method, math
                                     select, wanda_matrix)
 from core.mathneuro.scoring import (Progress, check_factor, check_proportion, collect_column_norms,
                                     scored_linears)
+from core.zoo.placement import compute_device, weight_of
 
 Evaluate = Callable[[nn.Module], dict[str, float]]
 
@@ -229,7 +230,7 @@ def consistency(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_i
 
     linears = scored_linears(model)
     for j, (name, layer) in enumerate(linears.items()):
-        w, m_all, n_all = layer.weight, math_n.sums[name], non_n.sums[name]
+        w, m_all, n_all = weight_of(layer).to(compute_device(layer)), math_n.sums[name], non_n.sums[name]
         for k in proportions:
             full = matrix_mask(w, m_all.sum(0), n_all.sum(0), k, name)
             full_count = int(full.sum())

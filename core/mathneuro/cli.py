@@ -17,6 +17,7 @@ from pathlib import Path
 import core.mathneuro as mn
 from core.cli import ProgressBar, emit, set_threads
 from core.errors import BadInputError
+from core.zoo import add_placement_args
 
 
 def _number(text: str) -> float:
@@ -40,6 +41,7 @@ def _common(p, nonmath_many: bool = False, proportion: bool = True, method: bool
     DEFAULTS = mn.DEFAULTS
     p.add_argument("--model", default=DEFAULTS["model"], help="registered name, local folder or hub id "
                    "(default mathneuro-tiny)")
+    add_placement_args(p)
     p.add_argument("--math", default=DEFAULTS["math"], help="math dataset (arithmetic-words, gsm-symbolic)")
     if nonmath_many:
         p.add_argument("--nonmath", nargs="+", default=[DEFAULTS["nonmath"][0]],

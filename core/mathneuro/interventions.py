@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import copy
+import functools
 import os
 from contextlib import contextmanager
 from pathlib import Path
@@ -27,6 +28,7 @@ from core.errors import BadInputError
 from core.mathneuro.scoring import check_factor
 from core.mathneuro.views import private_view
 from core.runner import atomic_write
+from core.zoo.placement import changed_values, offloaded_names, parameter_values
 
 MODES = {"prune": "multiply the selected parameters by 0",
          "scale": "multiply the selected parameters by a factor"}
@@ -53,6 +55,7 @@ def check_masks(model: nn.Module, masks: dict[str, torch.Tensor]) -> list[tuple[
     if not isinstance(masks, dict):
         raise BadInputError("Masks must be a dict from parameter name to bool tensor.")
     params = dict(model.named_parameters())
+    offloaded = set(offloaded_names(model))
     pairs = []
     for name, mask in masks.items():
         if name not in params:
@@ -62,8 +65,16 @@ def check_masks(model: nn.Module, masks: dict[str, torch.Tensor]) -> list[tuple[
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != param.shape:
             raise BadInputError(f"The mask for {name} is not a bool tensor of shape {tuple(param.shape)}.",
                                 fix="Use masks identified on this model.")
-        pairs.append((param, mask.to(param.device)))
+        pairs.append((param, mask if name in offloaded else mask.to(param.device)))  # meta holds no mask
     return pairs
+
+
+def _refuse_offloaded(model: nn.Module, what: str) -> None:
+    if offloaded_names(model):
+        raise BadInputError(f"{what} writes the model's weights, but part of this model is offloaded by "
+                            "--device-map (its weights are read from disk or CPU for each forward).",
+                            fix="use intervened / intervened_view (a private view: offloaded matrices are changed "
+                                "as they are read), or load the model on one device.")
 
 
 class Restore:
@@ -102,6 +113,7 @@ def apply_intervention(model: nn.Module, masks: dict[str, torch.Tensor], mode: s
     """
     multiplier = resolve_factor(mode, factor)
     pairs = check_masks(model, masks)
+    _refuse_offloaded(model, "apply_intervention")
     undo = Restore()
     try:
         with torch.no_grad():
@@ -120,18 +132,26 @@ def intervened_view(model: nn.Module, masks: dict[str, torch.Tensor], mode: str 
 
     Only the masked matrices are copied; ``model`` is never written, so other requests on it are not
     affected. The view's weights equal what :func:`apply_intervention` would write, bit for bit.
+    A matrix offloaded by ``--device-map`` is not copied: the view's hook reads it and applies the change each time
+    its layer runs (:func:`core.zoo.placement.changed_values`), so the intervention costs no memory beyond the masks.
     """
     multiplier = resolve_factor(mode, factor)
     pairs = check_masks(model, masks)
     names = {id(p): n for n, p in model.named_parameters()}
+    offloaded = set(offloaded_names(model))
     changed: dict[int, torch.Tensor] = {}
+    lazy: dict[str, object] = {}
     with torch.no_grad():
         for param, mask in pairs:
+            name = names[id(param)]
+            if name in offloaded:
+                lazy[name] = changed_values(functools.partial(parameter_values, model, name), mask, multiplier)
+                continue
             new = changed.get(id(param))
             if new is None:
                 new = changed[id(param)] = param.detach().clone()
             new[mask] = new[mask] * multiplier
-    return private_view(model, {names[i]: t for i, t in changed.items()})
+    return private_view(model, {**{names[i]: t for i, t in changed.items()}, **lazy})
 
 
 @contextmanager
@@ -153,6 +173,7 @@ def intervened_copy(model: nn.Module, masks: dict[str, torch.Tensor], mode: str 
     """A deep copy of ``model`` with the intervention applied; ``model`` itself is not touched."""
     resolve_factor(mode, factor)
     check_masks(model, masks)
+    _refuse_offloaded(model, "intervened_copy")
     clone = copy.deepcopy(model)
     apply_intervention(clone, masks, mode, factor)
     return clone

@@ -37,6 +37,7 @@ from torch import nn
 from core.errors import BadInputError
 from core.mathneuro.scoring import Progress, prepare_inputs, run_samples, scored_linears
 from core.mathneuro.views import private_view
+from core.zoo.placement import compute_device
 from kernels.topk_mask import topk_mask
 
 
@@ -75,7 +76,7 @@ def collect_firing_counts(model: nn.Module, inputs: Iterable[torch.Tensor], *, w
     model = private_view(model)  # hooks on a private view: other requests' passes on the model are not counted
     blocks = mlp_blocks(model)
     samples = prepare_inputs(model, inputs, what, max_length)
-    counts = {n: torch.zeros(b.down_proj.in_features, dtype=torch.int64, device=b.down_proj.weight.device)
+    counts = {n: torch.zeros(b.down_proj.in_features, dtype=torch.int64, device=compute_device(b.down_proj))
               for n, b in blocks.items()}
     handles = []
     for name, block in blocks.items():
@@ -164,11 +165,12 @@ def lape_masks(model: nn.Module, math: FiringCounts, nonmath: FiringCounts, prop
     the module docstring); every scored weight is a key."""
     blocks = mlp_blocks(model)
     neurons = math_neurons(math, nonmath, proportion, filter_rate, activation_bar_ratio)
-    masks = {n: torch.zeros_like(m.weight, dtype=torch.bool) for n, m in scored_linears(model).items()}
+    masks = {n: torch.zeros(m.weight.shape, dtype=torch.bool, device=compute_device(m))  # not meta: offloaded
+             for n, m in scored_linears(model).items()}
     ids = {id(m): n for n, m in scored_linears(model).items()}
     for block_name, block in blocks.items():
         pname = ids.get(id(block.down_proj))
-        cols = neurons[block_name].to(block.down_proj.weight.device)
+        cols = neurons[block_name].to(compute_device(block.down_proj))
         if pname is not None and block.down_proj.in_features == cols.numel():
             masks[pname][:, cols] = True
     return masks

@@ -27,6 +27,7 @@ from core.errors import BadInputError
 from core.mathneuro import lape
 from core.mathneuro.scoring import (ColumnNorms, Progress, check_proportion, collect_column_norms,
                                     importance_scores, scored_linears, top_share_mask)
+from core.zoo.placement import compute_device, weight_of
 from kernels.topk_mask import topk_mask
 
 Masks = dict[str, torch.Tensor]
@@ -86,20 +87,26 @@ def _collect_firing(model, math_inputs, nonmath_inputs, *, max_length=None, prog
     return Statistics("firing_counts", math, nonmath)
 
 
+def _weight(m: nn.Linear) -> torch.Tensor:
+    """The linear layer's weight values where it computes (read from disk, one matrix at a time, when the model was
+    loaded with ``--device-map`` and this layer is offloaded)."""
+    return weight_of(m).to(compute_device(m))
+
+
 def _select_mathneuro(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
-    return {n: mathneuro_matrix(m.weight, stats.math.sums[n], stats.nonmath.sums[n], proportion)
+    return {n: mathneuro_matrix(_weight(m), stats.math.sums[n], stats.nonmath.sums[n], proportion)
             for n, m in scored_linears(model).items()}
 
 
 def _select_wanda(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
-    return {n: wanda_matrix(m.weight, stats.math.sums[n], proportion) for n, m in scored_linears(model).items()}
+    return {n: wanda_matrix(_weight(m), stats.math.sums[n], proportion) for n, m in scored_linears(model).items()}
 
 
 def _select_random(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
     out = {}
     for n, m in scored_linears(model).items():
-        count = int(mathneuro_matrix(m.weight, stats.math.sums[n], stats.nonmath.sums[n], proportion).sum())
-        out[n] = random_matrix(m.weight.shape, count, seed, n, m.weight.device)
+        count = int(mathneuro_matrix(_weight(m), stats.math.sums[n], stats.nonmath.sums[n], proportion).sum())
+        out[n] = random_matrix(m.weight.shape, count, seed, n, compute_device(m))
     return out
 
 

@@ -22,6 +22,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.views import private_view
+from core.zoo.placement import compute_device
 from kernels.topk_mask import topk_mask
 
 Progress = Callable[[int, int, str], None]
@@ -90,10 +91,10 @@ def context_length(model: nn.Module) -> int | None:
 
 
 def model_device(model: nn.Module) -> torch.device:
-    """Device of the model's first parameter (CPU for a parameterless module)."""
-    for param in model.parameters():
-        return param.device
-    return torch.device("cpu")
+    """Where inputs go: the device of the model's first parameter (CPU for a parameterless module), or for a model
+    spread over devices by accelerate (``--device-map``) the first GPU of its map, else the CPU."""
+    from core.zoo.placement import input_device
+    return input_device(model)
 
 
 def prepare_inputs(model: nn.Module, inputs: Iterable[torch.Tensor], what: str,
@@ -241,7 +242,7 @@ def collect_column_norms(model: nn.Module, inputs: Iterable[torch.Tensor], *, wh
     model = private_view(model)  # hooks on a private view: other requests' passes on the model are not counted
     linears = scored_linears(model)
     samples = prepare_inputs(model, inputs, what, max_length)
-    current = {n: torch.zeros(m.in_features, dtype=torch.float32, device=m.weight.device)
+    current = {n: torch.zeros(m.in_features, dtype=torch.float32, device=compute_device(m))  # not meta: offloaded
                for n, m in linears.items()}
     rows: dict[str, list[torch.Tensor]] = {n: [] for n in linears}
 

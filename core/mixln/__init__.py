@@ -73,3 +73,9 @@ __all__ = ["NORMS", "DEEPNORM_FORMULAS", "MixLNConfig", "MixLNForCausalLM", "Cau
            "sweep_result", "angular_distance_result", "layer_removal_result", "model_gradnorms_result", "live_run",
            "train_result", "reproduce_result", "reference_result", "recipe_jobs", "curves_result", "lr_sweep_result",
            "depth_result", "settings_text"]
+
+# Data-parallel launches: (world size, global rank, local rank) from torchrun / accelerate launch.
+from core.mixln.runs import _dist_info as dist_info  # noqa: E402
+from core.mixln.train import check_world  # noqa: E402
+
+__all__ += ["dist_info", "check_world"]

@@ -6,27 +6,32 @@ Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plo
 
 Data-parallel training: the same ``train`` command runs under ``torchrun --nproc_per_node N -m core mixln
 train ...`` or ``accelerate launch -m core mixln train ...``; with ``WORLD_SIZE > 1`` the model is wrapped in
-DistributedDataParallel (NCCL on GPUs, gloo on CPUs), each rank draws its own batches (seed + rank) and rank 0
-writes the run folder. Untested multi-process here (a single CPU machine); the single-process path is tested.
+DistributedDataParallel (NCCL on GPUs, gloo on CPUs), ``--batch`` is the global batch (each of the N processes
+trains on its batch / N rows of it), and rank 0 writes the run folder and prints the result. Tested with 2 gloo
+processes on a CPU against the single-process run (tests/core/test_mixln_ddp.py).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import signal
 import sys
 import time
 
 import core.mixln as mixln
 from core.cli import ProgressBar, emit, set_threads, table
-from core.errors import BadInputError
+from core.errors import BadInputError, LayerwiseError
+from core.zoo import add_placement_args
 
 TRAIN_HELP = ("train one Pre/Post/Mix-LN run (BPE tokenizer + packed text, the Mix-LN authors' Adam settings: "
               "betas 0.9/0.999, no weight decay, no clipping, warmup from 0 and cosine decay to 10%%, held-out "
               "perplexity, per-layer gradient norms, checkpoints/--resume; a non-finite loss ends "
               "the run as 'diverged', curves kept). Data-parallel: run the same command under `torchrun "
               "--nproc_per_node N -m core mixln train ...` or `accelerate launch -m core mixln train ...` "
-              "(DDP when WORLD_SIZE>1; untested multi-process). --recipe retrains all committed runs.")
+              "(DDP when WORLD_SIZE>1: --batch is the global batch, each process trains on batch/N rows of it, the "
+              "losses equal the single-process run's; rank 0 writes the folder). --recipe retrains all committed "
+              "runs.")
 
 
 def _alpha(text: str) -> float:
@@ -100,7 +105,69 @@ def _print_event(ev) -> None:
         _progress(f"{ev.kind}: {ev.data.get('message', '')}")
 
 
+class _LauncherStopped(Exception):
+    """torchrun stopped this process (SIGTERM): another process of the run failed."""
+
+    def __str__(self) -> str:
+        return "the launcher stopped this process"
+
+
 def run_train(args) -> None:
+    world, rank, local_rank = mixln.dist_info()
+    if world == 1:
+        return _run_train(args)
+    started = []  # under torchrun / accelerate launch: rank 0 prints, an input error is printed once per machine
+
+    def quiet(ev) -> None:
+        started.append(True)
+        if rank == 0:
+            _print_event(ev)
+
+    def stopped_by_launcher(signum, frame):  # torchrun's SIGTERM when another process failed: end as an error
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run.json and message that follow are not cut
+        raise _LauncherStopped()
+    previous = signal.signal(signal.SIGTERM, stopped_by_launcher)
+    try:
+        _run_train(args, quiet, rank == 0)
+    except BadInputError:
+        if local_rank != 0 and not started:  # every process of a machine checks the same command and files:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)  # (torchrun may stop this one while it waits: silently)
+            time.sleep(2.0)  # local rank 0 prints the message (before torchrun stops it when this one exits)
+            raise SystemExit(2)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the message is printed whole
+        raise
+    except (RuntimeError, _LauncherStopped) as exc:
+        if not isinstance(exc, _LauncherStopped) and not _from_collective(exc):
+            raise
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if rank != 0:  # rank 0 says it once (the failed process's own error is printed by that process)
+            raise SystemExit(2)
+        where = f"{args.out or args.resume}"
+        cause = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        cause = cause.split("] ", 1)[1] if cause.startswith("[") and "] " in cause else cause  # gloo's source line
+        raise LayerwiseError(
+            f"rank {rank} of {world}: another process of this run stopped ({cause.split('. ')[0][:200]}); "
+            f"{where}/run.json says 'failed' or 'running', never 'finished'.",
+            fix=f"see the first error of the failed rank above, then continue from the last checkpoint with the "
+                f"same launch and `--resume {where}` (checkpoints every k steps: --checkpoint-every k).") from exc
+    finally:  # after an error SIGTERM stays ignored (or default) until the process exits, so the message is whole
+        if signal.getsignal(signal.SIGTERM) is stopped_by_launcher:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _from_collective(exc: BaseException) -> bool:
+    """True for an error raised by torch.distributed (a collective whose peer went away: gloo raises a plain
+    RuntimeError, NCCL a DistBackendError), False for anything else (a bug keeps its traceback)."""
+    import traceback
+
+    import torch.distributed as dist
+    if isinstance(exc, dist.DistError) or "/gloo/" in str(exc):  # gloo's messages name its source file
+        return True
+    frames = traceback.extract_tb(exc.__traceback__)
+    return bool(frames) and "torch/distributed/" in frames[-1].filename.replace("\\", "/")
+
+
+def _run_train(args, callback=_print_event, show: bool = True) -> None:
     set_threads(args.threads, zero_is_default=True)
     if args.recipe:
         return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
@@ -127,10 +194,14 @@ def run_train(args) -> None:
                 min_lr_ratio=args.min_lr_ratio, betas=list(args.betas), weight_decay=args.weight_decay,
                 grad_clip=args.grad_clip or None, eval_every=args.eval_every, eval_batches=args.eval_batches,
                 grad_log_every=args.grad_every, seed=args.seed)
-    _progress("tokenizing the corpora and building the model")
+    if args.resume is None:  # before any work: N must divide the global batch (a resumed run: its own batch)
+        mixln.check_world(args.batch, mixln.dist_info()[0])
+    if show:
+        _progress("tokenizing the corpora and building the model")
     res = mixln.train_result(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
-                             args.checkpoint_every, callback=_print_event)
-    _emit(args, res.data, lambda m: res.status)
+                             args.checkpoint_every, callback=callback)
+    if show:
+        _emit(args, res.data, lambda m: res.status)
 
 
 def _reproduce_args(p):
@@ -171,6 +242,7 @@ def run_runs(args) -> None:
 def _subject_args(p, samples=8):
     p.add_argument("--run", dest="run_ref", default=None, help="a committed run (see `mixln runs`) or a run folder")
     p.add_argument("--model", default=None, help="any causal LM for core.zoo.load_model, e.g. smollm2-135m")
+    add_placement_args(p)
     p.add_argument("--samples", type=int, default=samples, help="held-out sequences")
     p.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html (a plotly figure)")
@@ -189,6 +261,7 @@ def _subject(args) -> str:
 def _gradnorm_args(p):
     p.add_argument("--runs", nargs="+", default=None, help="committed runs (default: pre-ln post-ln mix-ln-0.25)")
     p.add_argument("--model", default=None, help="instead: any causal LM (norms of one batch at its current weights)")
+    add_placement_args(p)
     p.add_argument("--kind", choices=("param", "input"), default="param",
                    help="param: norm of each layer's weight gradients; input: norm of the gradient at its input")
     p.add_argument("--samples", type=int, default=4)

@@ -63,7 +63,9 @@ def as_batches(tokens: torch.Tensor | Iterable[torch.Tensor], batch_size: int = 
 
 
 def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
+    """Where inputs go (the first GPU of a model spread by ``--device-map``, see :mod:`core.zoo.placement`)."""
+    from core.zoo.placement import input_device
+    return input_device(model)
 
 
 @contextlib.contextmanager
@@ -114,6 +116,13 @@ def grad_norms_from_backward(layers: Sequence[nn.Module], layer_inputs: Sequence
 def layer_gradient_norms(model: nn.Module, input_ids: torch.Tensor, labels: torch.Tensor | None = None
                          ) -> LayerGradNorms:
     """Per-layer gradient norms of the next-token loss on ``input_ids`` (B, T); model ``.grad`` untouched."""
+    from core.zoo.placement import offloaded_names
+    offloaded = offloaded_names(model)
+    if offloaded:  # their parameters are placeholders, re-created for each forward: no gradient can reach them
+        raise BadInputError(f"per-layer gradient norms need every weight in memory, but {len(offloaded)} parameters "
+                            "of this model are offloaded by --device-map (read from disk or CPU for each forward).",
+                            fix="give --max-memory room for the whole model on the GPUs, or leave out --device-map; "
+                                "angular distance and layer removal work on an offloaded model.")
     layers = find_decoder_layers(model)
     input_ids = input_ids.to(_device(model))
     labels = input_ids if labels is None else labels.to(input_ids.device)

@@ -17,11 +17,13 @@ Checkpoints for ``--resume`` go to ``<run>/checkpoints/step-*``.
   (:mod:`core.mixln.summary` holds the other summaries over seeds: curves, LR sweep, depth profiles)
 
 Data-parallel: when ``WORLD_SIZE > 1`` (``torchrun --nproc_per_node N -m core mixln train ...`` or
-``accelerate launch -m core mixln train ...``) the model is wrapped in DistributedDataParallel, each rank
-draws its own batches (seed + rank) and rank 0 writes the folder. Only the single-process path is tested.
+``accelerate launch -m core mixln train ...``) the model is wrapped in DistributedDataParallel (NCCL on GPUs, gloo
+on CPUs), ``--batch`` is the global batch and each rank trains its share of every batch, so the run is the
+single-process run (the same losses to float rounding, tested with 2 gloo processes); rank 0 alone writes the folder.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -39,8 +41,8 @@ from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
 from core.mixln.placements import placement_label, sweep_alpha
 from core.runner import atomic_write
-from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, evaluate, eval_batches, latest_checkpoint, \
-    train_iter
+from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, check_world, evaluate, eval_batches, \
+    latest_checkpoint, train_iter
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "mixln"
 
@@ -222,9 +224,42 @@ def run_settings(model_config: MixLNConfig, config: TrainConfig) -> dict:
     return settings
 
 
-def _dist_info() -> tuple[int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return world, int(os.environ.get("RANK", "0"))
+def _dist_info() -> tuple[int, int, int]:
+    """(world size, global rank, local rank) as torchrun / ``accelerate launch`` set them (1, 0, 0 otherwise)."""
+    env = os.environ
+    return int(env.get("WORLD_SIZE", "1")), int(env.get("RANK", "0")), int(env.get("LOCAL_RANK", "0"))
+
+
+def _start_dist(local_rank: int) -> tuple[str, bool]:
+    """Join the launcher's process group: NCCL when CUDA is there, gloo otherwise (``LAYERWISE_DIST_BACKEND=gloo``
+    or ``nccl`` overrides). Returns (this rank's device, whether this call created the group)."""
+    import torch.distributed as dist
+    backend = os.environ.get("LAYERWISE_DIST_BACKEND") or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend not in ("nccl", "gloo"):
+        raise BadInputError(f"LAYERWISE_DIST_BACKEND={backend} is not a backend Layerwise trains with.",
+                            fix="set it to nccl (GPUs) or gloo (CPUs, or GPUs that NCCL refuses), or unset it.")
+    device = "cpu"
+    if torch.cuda.is_available():  # one GPU per process, by local rank (shared round-robin if there are fewer)
+        device = f"cuda:{local_rank % torch.cuda.device_count()}"
+        torch.cuda.set_device(device)
+    created = not dist.is_initialized()
+    if created:
+        if not os.environ.get("MASTER_ADDR") or not os.environ.get("MASTER_PORT"):
+            raise BadInputError(f"WORLD_SIZE={os.environ.get('WORLD_SIZE')} is set, but not the address of rank 0 "
+                                "(MASTER_ADDR, MASTER_PORT).", fix="start the processes with torchrun or accelerate "
+                                "launch (they set these), or unset WORLD_SIZE for one process.")
+        dist.init_process_group(backend)
+    return device, created
+
+
+def _rank0_value(value, world: int):
+    """``value`` as rank 0 has it, on every rank (a broadcast; also a barrier: no rank passes before rank 0)."""
+    if world == 1:
+        return value
+    import torch.distributed as dist
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: float = 0.25,
@@ -233,7 +268,16 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
                    keep_checkpoints: bool = True, checkpoint_every: int = 0,
                    stop: Callable[[], bool] | None = None) -> Iterator[TrainEvent]:
     """Train one run into ``out`` (None: nothing is written) and yield its events; the folder gets the model,
-    ``history.json`` and ``run.json`` at the end, also when the run diverged or was stopped."""
+    ``history.json`` and ``run.json`` at the end, also when the run diverged or was stopped. The generator returns
+    the run's ``run.json`` (None with ``out=None``).
+
+    ``run.json`` says ``"status": "running"`` from the start, so a run killed midway never looks finished.
+    Data-parallel (``WORLD_SIZE > 1``, under ``torchrun`` or ``accelerate launch``): every rank reads the inputs
+    (tokenizer, ``--resume`` folder) before any file is written, joins the process group (NCCL on GPUs, gloo on
+    CPUs), trains its share of each global batch (:func:`core.mixln.train.train_iter`); only rank 0 writes the folder
+    and its checkpoints, and the other ranks get the final ``run.json`` from rank 0, not from the disk. An error on
+    a rank (a collective that fails because another rank died) ends the run as ``"failed"`` in run.json."""
+    world, rank, local_rank = _dist_info()
     sizes = dict(RECIPE_MODEL if model_sizes is None else model_sizes)
     tcfg = dict(RECIPE_TRAIN if train_config is None else train_config)
     out_path = Path(out) if out is not None else None
@@ -250,24 +294,23 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
         if tokenizer is None and (resume / "tokenizer.json").is_file():
             tokenizer = resume / "tokenizer.json"
         out_path = out_path or resume
+    check_world(int(tcfg.get("batch_size", 8)), world)
     if tokenizer is not None and not Path(tokenizer).is_file():
         raise BadInputError(f"no tokenizer file {tokenizer}.", fix="omit --tokenizer to train one, or fix the path.")
-    world, rank = _dist_info()
     corpus = prepare_corpus(sizes.get("vocab_size", DEFAULT_VOCAB), tokenizer)
     sizes["vocab_size"] = corpus.tokenizer.get_vocab_size()
     model = build_model(norm, alpha, seed=tcfg.get("seed", 0), **sizes)
     check_fits(model.config, tcfg.get("batch_size", 8), tcfg.get("seq_len", 128), training=True)
     ckpt_dir = str(out_path / "checkpoints") if out_path is not None and rank == 0 else None
-    config = TrainConfig(**{**tcfg, "checkpoint_dir": ckpt_dir, "checkpoint_every": checkpoint_every,
-                            "seed": tcfg.get("seed", 0) + rank})
-    net = model
-    if world > 1:  # data-parallel under torchrun / accelerate launch (untested here: one CPU process)
-        import torch.distributed as dist
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
-        if torch.cuda.is_available():
-            config.device = f"cuda:{int(os.environ.get('LOCAL_RANK', 0))}"
-            model.to(config.device)
+    config = TrainConfig(**{**tcfg, "checkpoint_dir": ckpt_dir, "checkpoint_every": checkpoint_every})
+    net, created = model, False
+    if world > 1:  # data-parallel under torchrun / accelerate launch
+        config.device, created = _start_dist(local_rank)
+        model.to(config.device)
+        digest = hashlib.sha256(corpus.train.numpy().tobytes()).hexdigest()
+        if _rank0_value(digest, world) != digest:  # also the barrier after every rank has read its inputs
+            raise BadInputError(f"rank {rank} tokenized the training text differently from rank 0.",
+                                fix="pass the same --tokenizer file to every rank (e.g. assets/mixln/tokenizer.json).")
         net = torch.nn.parallel.DistributedDataParallel(model)
     meta = {"norm": norm, "alpha": float(alpha), "model": sizes,
             "train": {k: v for k, v in asdict(config).items() if k in tcfg or k in RECIPE_TRAIN},
@@ -275,21 +318,36 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
             "eval_split": corpus.eval_split, "train_tokens": int(corpus.train.numel()),
             "eval_tokens": int(corpus.eval.numel()), "parameters": model.num_parameters(),
             "torch_threads": torch.get_num_threads(), "world_size": world}
-    meta["train"]["seed"] = tcfg.get("seed", 0)
-    meta["settings"]["seed"] = tcfg.get("seed", 0)
+    if out_path is not None and rank == 0:  # until the end says otherwise, the folder is a run in progress
+        atomic_write(out_path / "run.json", json.dumps({**meta, "status": "running", "message": ""}, indent=1))
     t0 = time.perf_counter()
     last: TrainEvent | None = None
+    failed: BaseException | None = None
     try:
         for last in train_iter(net, corpus.train, corpus.eval, config, resume_from=ckpt if resume else None,
                                stop=stop):
             yield last
+    except GeneratorExit:
+        raise
+    except BaseException as exc:
+        failed = exc
+        raise
     finally:
-        if out_path is not None and rank == 0 and last is not None:
+        if out_path is not None and rank == 0 and failed is not None and world > 1:
+            atomic_write(out_path / "run.json", json.dumps({**meta, "status": "failed", "message": (
+                f"rank {rank} of {world}: {type(failed).__name__}: {failed}")[:2000]}, indent=1))
+        elif out_path is not None and rank == 0 and last is not None:
             hist = last.history
             if hist.status == "running":
                 hist.status = "stopped"
             _write_run(out_path, model, hist, meta, corpus.tokenizer, time.perf_counter() - t0,
                        tokenizer, keep_checkpoints)
+    done = json.loads((out_path / "run.json").read_text()) if out_path is not None and rank == 0 else None
+    done = _rank0_value(done, world)  # the other ranks wait for rank 0's files, and never read them
+    if created:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    return done
 
 
 def _write_run(out: Path, model: MixLNForCausalLM, history: TrainHistory, meta: dict, tok, seconds: float,
@@ -319,13 +377,19 @@ def train_run(out, norm="mix", alpha=0.25, model_sizes=None, train_config=None, 
     """Drain :func:`train_run_iter`; return the run's ``run.json`` (or, with ``out=None``, the history dict)."""
     out = out if out is not None or resume is None else resume
     last = None
-    for last in train_run_iter(out, norm, alpha, model_sizes, train_config, tokenizer, resume, keep_checkpoints,
-                               checkpoint_every, stop):
+    events = train_run_iter(out, norm, alpha, model_sizes, train_config, tokenizer, resume, keep_checkpoints,
+                            checkpoint_every, stop)
+    while True:
+        try:
+            last = next(events)
+        except StopIteration as end:  # the generator returns run.json (every rank gets rank 0's)
+            meta = end.value
+            break
         if callback is not None:
             callback(last)
     if out is None:
         return last.history.to_dict() if last else {}
-    return json.loads((Path(out) / "run.json").read_text())
+    return meta
 
 
 def reproduce(root: str | os.PathLike = ASSETS, names: list[str] | None = None, callback=None,

@@ -12,6 +12,15 @@ from which ``resume_from=`` continues exactly. A non-finite loss or gradient end
 
 Tokens are a 1-D stream of ids (train and eval); each step draws ``batch_size`` windows of
 ``seq_len`` tokens at offsets seeded by (seed, step), so a resumed run sees the same batches.
+
+Data-parallel: pass a model wrapped in ``torch.nn.parallel.DistributedDataParallel`` (one process per rank, the
+process group already initialised) and the run is the single-process run split over the ranks: ``batch_size`` is the
+global batch, every rank draws the same (seed, step) windows and keeps its own ``batch_size / world`` rows; DDP
+averages the gradients, so each update equals the single-process one; the logged loss is the mean over ranks (the
+single-process batch mean), the gradient norms are those of the averaged gradient (the same on every rank), the
+per-layer input-gradient norms are combined over ranks as the single-process batch would give them; each rank
+evaluates its share of the held-out batches and the sums are added. Every rank takes the same branch (stop,
+divergence) from these shared values. Only the rank with a ``checkpoint_dir`` writes checkpoints.
 """
 from __future__ import annotations
 
@@ -130,10 +139,13 @@ def _token_stream(tokens, name: str, seq_len: int, vocab_size: int | None) -> to
     return t
 
 
-def train_batch(tokens: torch.Tensor, step: int, config: TrainConfig) -> torch.Tensor:
-    """(batch_size, seq_len) windows at offsets seeded by (seed, step)."""
+def train_batch(tokens: torch.Tensor, step: int, config: TrainConfig, rank: int = 0, world: int = 1) -> torch.Tensor:
+    """(batch_size, seq_len) windows at offsets seeded by (seed, step); with ``world > 1`` rank ``rank``'s share,
+    rows ``[rank * b, (rank + 1) * b)`` with ``b = batch_size / world`` (the same global batch for every world)."""
     gen = torch.Generator().manual_seed(config.seed * 1_000_003 + step)
     starts = torch.randint(0, tokens.numel() - config.seq_len + 1, (config.batch_size,), generator=gen)
+    share = config.batch_size // world
+    starts = starts[rank * share:(rank + 1) * share]
     return torch.stack([tokens[s:s + config.seq_len] for s in starts.tolist()])
 
 
@@ -149,17 +161,24 @@ def eval_batches(tokens: torch.Tensor, config: TrainConfig) -> list[torch.Tensor
 
 @torch.no_grad()
 def evaluate(model: nn.Module, batches: list[torch.Tensor], config: TrainConfig) -> float:
+    total, count = _eval_sums(model, batches, config)
+    return total / count
+
+
+def _eval_sums(model: nn.Module, batches: list[torch.Tensor], config: TrainConfig) -> tuple[float, int]:
+    """(summed next-token loss, number of predicted tokens) over ``batches``."""
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
-    for batch in batches:
-        batch = batch.to(config.device)
-        with _autocast(config):
-            logits = model(batch, use_cache=False).logits
-        total += float(causal_lm_loss(logits, batch, reduction="sum"))
-        count += batch.shape[0] * (batch.shape[1] - 1)
+    with torch.no_grad():
+        for batch in batches:
+            batch = batch.to(config.device)
+            with _autocast(config):
+                logits = model(batch, use_cache=False).logits
+            total += float(causal_lm_loss(logits, batch, reduction="sum"))
+            count += batch.shape[0] * (batch.shape[1] - 1)
     model.train(was_training)
-    return total / count
+    return total, count
 
 
 def _autocast(config: TrainConfig):
@@ -227,12 +246,73 @@ def _load_checkpoint(path: Path, model: nn.Module, optimizer: torch.optim.Optimi
     return history
 
 
+# ---- data-parallel -----------------------------------------------------------------------------------
+
+def check_world(batch_size: int, world: int) -> None:
+    """A global batch of ``batch_size`` windows splits evenly over ``world`` processes, or :class:`BadInputError`."""
+    if world > 1 and batch_size % world:
+        raise BadInputError(f"--batch {batch_size} does not split over {world} processes: --batch is the global "
+                            f"batch and every process takes an equal share of it.",
+                            fix=f"use a --batch that is a multiple of {world} (e.g. {world * max(1, batch_size // world)}"
+                                f" or {world * (batch_size // world + 1)}), or another number of processes.")
+
+
+class _Ranks:
+    """The process group a DDP-wrapped model trains in (``world == 1``: no group, every method is the identity)."""
+
+    def __init__(self, model: nn.Module, device: str = "cpu"):
+        from torch.nn.parallel import DistributedDataParallel
+        self.group, self.world, self.rank, self.device = None, 1, 0, device  # NCCL reduces tensors on the GPU
+        if isinstance(model, DistributedDataParallel):
+            import torch.distributed as dist
+            self.group = model.process_group
+            self.world, self.rank = dist.get_world_size(self.group), dist.get_rank(self.group)
+
+    def _sum(self, values: list[float]) -> list[float]:
+        if self.world == 1:
+            return list(values)
+        import torch.distributed as dist
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t, group=self.group)
+        return t.tolist()
+
+    def mean_loss(self, loss: torch.Tensor) -> float:
+        """The loss averaged over ranks (each rank's is the mean over its equal share of the batch)."""
+        if self.world == 1:
+            return float(loss.detach())
+        import torch.distributed as dist
+        t = loss.detach().float().clone()
+        dist.all_reduce(t, group=self.group)
+        return float(t) / self.world
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when it is True on any rank (a stop asked on one rank stops all)."""
+        return self._sum([float(bool(flag))])[0] > 0 if self.world > 1 else bool(flag)
+
+    def input_norms(self, norms: list[float]) -> list[float]:
+        """Per-layer input-gradient norms of the global batch: rank r's gradients are those of its own mean loss,
+        ``world`` times the global mean's, so the global norm is ``sqrt(sum_r norm_r^2) / world``."""
+        if self.world == 1:
+            return norms
+        squares = self._sum([x * x for x in norms])
+        return [math.sqrt(x) / self.world for x in squares]
+
+    def eval_sums(self, total: float, count: int) -> tuple[float, int]:
+        total, count = self._sum([total, float(count)])
+        return total, int(count)
+
+
 # ---- the loop --------------------------------------------------------------------------------------
 
 def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig, resume_from=None,
                stop: Callable[[], bool] | None = None) -> Iterator[TrainEvent]:
     """Train ``model`` and yield a :class:`TrainEvent` for every step, evaluation, gradient-norm log,
     checkpoint and the end (``done``, ``stopped`` or ``diverged``). ``stop()`` is polled each step."""
+    from torch.nn.parallel import DistributedDataParallel
+    ranks = _Ranks(model, config.device)
+    check_world(config.batch_size, ranks.world)
+    net = model  # what runs the training step (DDP syncs the gradients); ``model`` is the module itself
+    model = model.module if isinstance(model, DistributedDataParallel) else model
     vocab = getattr(getattr(model, "config", None), "vocab_size", None)
     train_tokens = _token_stream(train_tokens, "training", config.seq_len, vocab)
     eval_tokens = _token_stream(eval_tokens, "evaluation", config.seq_len, vocab)
@@ -248,7 +328,7 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
         if ckpt is None:
             raise BadInputError(f"no checkpoint found in {resume_from}.", fix="start a new run or pick its folder.")
         history = _load_checkpoint(ckpt, model, optimizer)
-    held_out = eval_batches(eval_tokens, config)
+    held_out = eval_batches(eval_tokens, config)[ranks.rank::ranks.world]  # each rank evaluates its share
 
     def event(kind: str, data: dict) -> TrainEvent:
         return TrainEvent(kind, history.step, data, history, config.steps)
@@ -265,27 +345,28 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
 
     try:
         while history.step < config.steps:
-            if stop is not None and stop():
+            if stop is not None and ranks.any(stop()):
                 yield from finish("stopped", f"stopped at step {history.step}")
                 return
             step = history.step + 1
             lr = lr_at(step, config)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            batch = train_batch(train_tokens, step, config).to(config.device)
+            batch = train_batch(train_tokens, step, config, ranks.rank, ranks.world).to(config.device)
             log_grads = step == 1 or (config.grad_log_every > 0 and step % config.grad_log_every == 0)
             with _autocast(config):
-                out = model(batch, output_hidden_states=log_grads, use_cache=False)
+                out = net(batch, output_hidden_states=log_grads, use_cache=False)
             loss = causal_lm_loss(out.logits, batch)
-            if not torch.isfinite(loss):
+            loss_value = ranks.mean_loss(loss)  # the same on every rank, so every rank takes the same branch
+            if not math.isfinite(loss_value):
                 history.diverged_at = step
-                yield from finish("diverged", f"loss became {float(loss.detach())} at step {step}")
+                yield from finish("diverged", f"loss became {loss_value} at step {step}")
                 return
             inputs = list(out.hidden_states[:len(layers)]) if log_grads else []
             for h in inputs:
                 h.retain_grad()
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.backward()  # under DDP the gradients are averaged over ranks here
             norms = grad_norms_from_backward(layers, inputs) if log_grads else None
             clip = config.grad_clip if config.grad_clip is not None else math.inf
             grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), clip))
@@ -295,15 +376,16 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
                 return
             optimizer.step()
             history.step = step
-            record = {"step": step, "loss": float(loss.detach()), "lr": lr, "grad_norm": grad_norm}
+            record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm}
             history.train.append(record)
             yield event("step", record)
             if norms is not None:
-                g = {"step": step, "param": norms.param, "input": norms.input}
+                g = {"step": step, "param": norms.param, "input": ranks.input_norms(norms.input)}
                 history.grad_norms.append(g)
                 yield event("grad_norms", g)
             if (config.eval_every > 0 and step % config.eval_every == 0) or step == config.steps:
-                ev = evaluate(model, held_out, config)
+                total, count = ranks.eval_sums(*_eval_sums(model, held_out, config))
+                ev = total / count
                 e = {"step": step, "loss": ev, "perplexity": math.exp(min(ev, 700.0))}
                 history.eval.append(e)
                 yield event("eval", e)

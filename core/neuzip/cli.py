@@ -19,6 +19,7 @@ from pathlib import Path
 import core.neuzip as nz
 from core.cli import ProgressBar, emit, table
 from core.errors import BadInputError
+from core.zoo import add_placement_args
 
 __all__ = ["register"]
 
@@ -41,6 +42,7 @@ def _block(value: int | None) -> int | None:
 def _model_arg(p) -> None:
     p.add_argument("--model", default="smollm2-135m",
                    help="a registered model, a local Hugging Face folder, or a hub id (with --online)")
+    add_placement_args(p)
 
 
 def _out_arg(p, what: str = ".json, .csv or .html") -> None:
@@ -158,6 +160,7 @@ def run_compress(args):
 def _decompress_args(p):
     p.add_argument("file", help="a checkpoint written by `neuzip compress`")
     p.add_argument("--model", default=None, help="compare with this model's weights (bit-exact for k=7)")
+    add_placement_args(p)
     p.add_argument("--out", metavar="FILE", help="write the decoded bf16 weights as plain safetensors")
 
 

@@ -30,6 +30,7 @@ from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, 
                                   tradeoff)
 from core.paths import ASSETS_DIR
 from core.runner import ExampleStore, Result, item_progress, lookup, report, result_key, scaled, source_text
+from core.zoo.placement import ParameterValues, offloaded_names
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "neuzip" / "examples.json")
 EXAMPLE_MODEL = "smollm2-135m"
@@ -45,7 +46,8 @@ def _ref(value) -> str:
 
 
 def linear_weights(model: nn.Module, skip: tuple[str, ...] = SKIP) -> dict[str, torch.Tensor]:
-    """``{qualified name + '.weight': weight}`` of the ``nn.Linear`` layers not matching ``skip``."""
+    """``{qualified name + '.weight': weight}`` of the ``nn.Linear`` layers not matching ``skip``; for a model part of
+    which ``--device-map`` offloaded, a mapping that reads each weight when it is looked up (one at a time)."""
     if not isinstance(model, nn.Module):
         raise BadInputError(f"expected a torch.nn.Module, got {type(model).__name__}.")
     linears = [(n, m) for n, m in model.named_modules() if isinstance(m, nn.Linear)]
@@ -55,6 +57,8 @@ def linear_weights(model: nn.Module, skip: tuple[str, ...] = SKIP) -> dict[str, 
     chosen = {f"{n}.weight": m.weight.detach() for n, m in linears if not any(s in n for s in skip)}
     if not chosen:
         raise BadInputError(f"all {len(linears)} linear layers match skip={tuple(skip)}.")
+    if offloaded_names(model):  # spread by --device-map: read each weight when it is used, one at a time
+        return ParameterValues(model, list(chosen))
     return chosen
 
 

@@ -537,6 +537,12 @@ def tradeoff(ref: str, ks=(7, 3, 1, 0), block_size: int | None = 128, words: int
 
     report(progress, 0.0, f"loading {ref}")
     lm = require_kind(load_model(ref), ("causal-lm",), "The memory / perplexity trade-off")
+    from core.zoo.placement import is_dispatched
+    if is_dispatched(lm.model):
+        raise BadInputError(f"the memory / perplexity trade-off evaluates a float32 copy of the whole of {ref}, so it "
+                            "needs the model on one device, not spread by --device-map.",
+                            fix="leave out --device-map / --max-memory for `neuzip tradeoff`; `neuzip compress` reads "
+                                "a spread model layer by layer.")
     if lm.tokenizer is None:
         raise BadInputError(f"{ref} has no tokenizer, so its perplexity cannot be measured.",
                             fix="pick a causal language model with a tokenizer")

@@ -102,8 +102,10 @@ def _hf_class(config, kind: str):
     return transformers.AutoModel
 
 
-def _load_hf(location: str, kind: str | None, dtype, trust_remote_code: bool, allow_pickle: bool, hub: bool):
-    """``(model, tokenizer, tokenizer_error, kind)`` from a folder or hub id through transformers."""
+def _load_hf(location: str, kind: str | None, dtype, trust_remote_code: bool, allow_pickle: bool, hub: bool,
+             placement=None):
+    """``(model, tokenizer, tokenizer_error, kind)`` from a folder or hub id through transformers; a
+    :class:`core.zoo.placement.Placement` spreads it over the devices (accelerate's big-model loading)."""
     import transformers
 
     try:
@@ -115,12 +117,17 @@ def _load_hf(location: str, kind: str | None, dtype, trust_remote_code: bool, al
     kwargs = {"use_safetensors": None if allow_pickle else True, "trust_remote_code": trust_remote_code}
     if dtype is not None:
         kwargs["dtype"] = dtype
+    if placement is not None:
+        kwargs.update(placement.hf_kwargs())
     try:
         model = cls.from_pretrained(location, **kwargs)
     except Exception as exc:
         err = hub and hub_error(exc, location)
         if err:
             raise err from exc
+        if placement is not None and isinstance(exc, (ValueError, RuntimeError)):
+            raise ModelLoadError(f"{location} could not be placed with {placement.describe()}: {_short(exc)}",
+                                 fix="change --device-map / --max-memory (or give --offload-folder).") from exc
         if not isinstance(exc, OSError):
             raise
         if hub and not allow_pickle and _hub_has_only_pickles(location):
@@ -279,7 +286,8 @@ def max_loaded() -> int:
 
 
 def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code: bool = False,
-               allow_pickle: bool = False, kind: str | None = None, use_cache: bool = True) -> LoadedModel:
+               allow_pickle: bool = False, kind: str | None = None, use_cache: bool = True,
+               placement=None) -> LoadedModel:
     """Load a model by registered name, local folder path or hub id (hub only when online).
 
     Parameters
@@ -290,8 +298,13 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     trust_remote_code, allow_pickle : off by default; turn on only for checkpoints you trust.
     use_cache : keep the most recently used models in memory (:func:`max_loaded`, two by default) and return the
         same object for the same request (the only model cache: every tab and command loads through here).
+    placement : a :class:`core.zoo.placement.Placement` (``--device-map auto --max-memory ...``): the checkpoint is
+        spread over the GPUs, the CPU and disk by accelerate (Hugging Face checkpoints); default: the one set by
+        :func:`core.zoo.placement.placed` (the CLI's options), else none (one device).
     """
-    key = (ref, str(dtype), trust_remote_code, allow_pickle, kind)
+    from core.zoo.placement import current_placement
+    placement = placement if placement is not None else current_placement()
+    key = (ref, str(dtype), trust_remote_code, allow_pickle, kind, placement)
     with _lock:
         if use_cache and key in _loaded:
             _loaded[key] = _loaded.pop(key)  # most recently used last: the least recently used goes first
@@ -314,11 +327,15 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     files = _check_folder(folder, allow_pickle) if folder is not None else []
     tokenizer_error = ""
     if card.model_class != "hf":
+        if placement is not None:
+            raise ModelLoadError(f"{ref} is a Layerwise model ({card.model_class.rpartition(':')[2]}), which loads on "
+                                 "one device; --device-map / --max-memory spread Hugging Face checkpoints.",
+                                 fix="leave out --device-map and --max-memory for this model.")
         model, tokenizer = _load_project_class(folder, card.model_class)
     else:
         model, tokenizer, tokenizer_error, card.kind = _load_hf(
             str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
-            trust_remote_code, allow_pickle, hub=how == "hub")
+            trust_remote_code, allow_pickle, hub=how == "hub", **({"placement": placement} if placement else {}))
     model.eval()
     if card.parameters is None:
         card.parameters = sum(p.numel() for p in model.parameters())
