@@ -29,6 +29,7 @@ from core.lrp.adapters import adapter_for
 from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.metrics import flip_curves, top_k_distances
 from core.runner import report
+from core.zoo.construction import constructing
 
 Progress = Callable[[float, str], None] | None
 
@@ -442,11 +443,11 @@ def train_key_token_model(seed: int = 0, progress: Progress = None,
     from core.lrp.models import MambaSequenceClassifier
 
     c = {**KEY_TOKEN_MODEL, **(config or {})}
-    torch.manual_seed(seed)
     cfg = MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
                       num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
                       use_conv_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
+    with constructing(seed=seed):  # its initial weights from the seeded global generator, no other build between
+        model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
     opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=0.0)
     model.train()
     for step in range(c["steps"]):  # fresh sequences every step: the model cannot memorise filler

@@ -21,6 +21,7 @@ from core.errors import ModelLoadError
 from core.settings import bound_hub_requests, is_online
 from core.zoo import registry
 from core.zoo.card import ModelCard
+from core.zoo.construction import constructing
 from core.zoo.hub import check_allowed, hub_error, kind_from_config
 from core.zoo.safetensors_check import read_header
 
@@ -267,6 +268,26 @@ def resolve(ref: str) -> tuple[str, Path | None]:
                          fix=f"choose one of {', '.join(registry.registered_names())}, or give a folder path.")
 
 
+def check_built(model: torch.nn.Module, name: str) -> None:
+    """Refuse a model that is not whole: a parameter or buffer left on the meta device (no data), an output head
+    its config ties to the input embedding but that is a separate (freshly initialised) matrix, or a non-finite
+    weight. A load that went wrong must fail here, before the model is kept and shared, never later in a request."""
+    for pname, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_meta:
+            raise ModelLoadError(f"{name}: {pname} was not loaded (it has no data after loading).",
+                                 fix="check that the weights file matches config.json, then load the model again.")
+    config = getattr(model, "config", None)
+    if getattr(config, "tie_word_embeddings", False) and hasattr(model, "get_output_embeddings"):
+        out, emb = model.get_output_embeddings(), model.get_input_embeddings()
+        if out is not None and emb is not None and out.weight is not emb.weight:
+            raise ModelLoadError(f"{name}: the output head should share the input embedding's weights "
+                                 "(tie_word_embeddings) but does not.", fix="load the model again.")
+    for pname, t in model.named_parameters():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ModelLoadError(f"{name}: {pname} holds NaN or infinite values.",
+                                 fix="use a checkpoint with finite weights.")
+
+
 _lock = threading.Lock()
 _loaded: dict[tuple, LoadedModel] = {}
 _MAX_LOADED = 2  # models kept in memory, least recently used evicted first; LAYERWISE_MAX_MODELS overrides
@@ -313,13 +334,21 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         card.kind = kind
     files = _check_folder(folder, allow_pickle) if folder is not None else []
     tokenizer_error = ""
-    if card.model_class != "hf":
-        model, tokenizer = _load_project_class(folder, card.model_class)
-    else:
-        model, tokenizer, tokenizer_error, card.kind = _load_hf(
-            str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
-            trust_remote_code, allow_pickle, hub=how == "hub")
-    model.eval()
+    # one construction at a time in the whole process (core.zoo.construction): transformers patches process-wide
+    # state while it builds a model, and two builds at once leave each other's models broken
+    with constructing():
+        with _lock:
+            if use_cache and key in _loaded:  # another request loaded it while this one waited
+                _loaded[key] = _loaded.pop(key)
+                return _loaded[key]
+        if card.model_class != "hf":
+            model, tokenizer = _load_project_class(folder, card.model_class)
+        else:
+            model, tokenizer, tokenizer_error, card.kind = _load_hf(
+                str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
+                trust_remote_code, allow_pickle, hub=how == "hub")
+        model.eval()
+        check_built(model, card.name)
     if card.parameters is None:
         card.parameters = sum(p.numel() for p in model.parameters())
         card.dtype = str(next(model.parameters()).dtype).replace("torch.", "")

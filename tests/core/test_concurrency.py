@@ -1,0 +1,84 @@
+"""Model loads and computations at once, in threads, as the app runs them for several sessions.
+
+Issue 22: one session loading model folders (``from_pretrained``) while another ran MathNeuro broke MathNeuro every
+time (``KeyError: 'lm_head.weight'``), because transformers patches process-wide state while it builds a model and two
+builds at once leave each other's models untied. Every construction now holds one process-wide lock
+(:mod:`core.zoo.construction`), and requests change only private views of the shared models.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import threading
+import time
+
+import pytest
+import torch
+
+from core.paths import ASSETS_DIR
+from core.zoo import clear_loaded, load_model, registered_names
+from core.zoo.construction import constructing, global_state
+
+pytestmark = pytest.mark.skipif("mathneuro-tiny" not in registered_names() or "mamba-lm" not in registered_names(),
+                                reason="embedded models not committed")
+
+
+def _copies(tmp_path) -> dict[str, str]:
+    out = {}
+    for name in ("mathneuro-tiny", "mamba-lm"):
+        shutil.copytree(ASSETS_DIR / "models" / name, tmp_path / name)
+        out[name] = str(tmp_path / name)
+    return out
+
+
+def _state(model) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_a_patch_left_by_a_construction_is_put_back():
+    """A library that leaves process-wide state patched (as two interleaved from_pretrained calls did) cannot break
+    the loads after it: leaving the lock puts back the tie_weights method and torch's default dtype."""
+    from transformers.modeling_utils import PreTrainedModel
+
+    original = PreTrainedModel.tie_weights
+    before = global_state()
+    with constructing():
+        PreTrainedModel.tie_weights = lambda self, *a, **k: None  # what a leaked no_tie_weights() leaves behind
+        torch.set_default_dtype(torch.bfloat16)
+    assert PreTrainedModel.tie_weights is original and torch.get_default_dtype() == torch.float32
+    assert global_state() == before
+    lm = load_model("mathneuro-tiny", use_cache=False)
+    assert lm.model.lm_head.weight is lm.model.model.embed_tokens.weight  # tied again
+
+
+def test_loads_in_four_threads_give_whole_tied_models(tmp_path):
+    """Four threads load two model folders under fresh spellings at once (every call builds a model): every model
+    is tied and bit-identical to the one loaded alone. Without the lock most of them came out untied."""
+    folders = _copies(tmp_path)
+    quiet = {name: _state(load_model(folder, use_cache=False).model) for name, folder in folders.items()}
+    problems, done = [], []
+
+    def loader(t: int):
+        for i in range(6):
+            name = ("mathneuro-tiny", "mamba-lm")[(t + i) % 2]
+            ref = folders[name] + "/." * (1 + t * 10 + i)  # a spelling no other call used: never a cached model
+            try:
+                model = load_model(ref, use_cache=False).model
+            except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                problems.append(f"{ref}: {type(exc).__name__}: {exc}")
+                continue
+            state = _state(model)
+            if state.keys() != quiet[name].keys() or not all(torch.equal(state[k], quiet[name][k]) for k in state):
+                problems.append(f"{ref}: weights differ from the quiet load")
+            out, emb = model.get_output_embeddings(), model.get_input_embeddings()
+            if out.weight is not emb.weight:
+                problems.append(f"{ref}: lm_head is not tied")
+            done.append(ref)
+
+    threads = [threading.Thread(target=loader, args=(t,)) for t in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not problems, problems[:5]
+    assert len(done) == 24
