@@ -485,7 +485,7 @@ def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: 
         x = embeds.clone()
         x[0, pos] = 0.0
         batch.append(x)
-    with torch.no_grad(), lrp_rules(model, None):
+    with torch.no_grad(), lrp_rules(adapter.model, None):
         logits = adapter.logits(torch.cat(batch))[:, target].double()
     return (logits[0] - logits[1:]).tolist()
 

@@ -114,7 +114,7 @@ def logits(loaded, **inputs) -> torch.Tensor:
     from core.lrp.adapters import adapter_for
     from core.lrp.context import lrp_rules
     adapter = adapter_for(loaded.model)
-    with torch.no_grad(), lrp_rules(loaded.model, None):
+    with torch.no_grad(), lrp_rules(adapter.model, None):
         return adapter.logits(adapter.embed(**inputs))[0]
 
 

@@ -38,6 +38,7 @@ from core.mathneuro.tasks import (MAX_LENGTH, check_count, limitation, load_reco
 from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion
 from core.paths import ASSETS_DIR
 from core.runner import ExampleStore, Result, cached_entry, item_progress, lookup, report, result_key, source_text
+from core.zoo.views import private_view
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "mathneuro" / "examples.json")
 ANALYSES = ("layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill")
@@ -210,7 +211,7 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, nonmath, eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         total = len(methods) * len(nonmath) + 1
         before = {name: score(model, tok, recs, metrics[name], name) for name, recs in sets.items()}
         report(progress, 1 / total, "evaluations")
@@ -244,7 +245,7 @@ def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportio
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         rows = [{"proportion": 0.0, "selected": 0, "share": 0.0,
                  "math": score(model, tok, sets[math], metrics[math], math),
                  "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)}]
@@ -280,7 +281,7 @@ def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: fl
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         masks = masks_for(lm, math, nonmath, n, proportion, method)
         rows = []
         for i, f in enumerate(factors):

@@ -25,6 +25,7 @@ from core.errors import BadInputError
 from core.mixln import runs as _runs
 from core.mixln.data import pack
 from core.runner import item_progress, report
+from core.zoo.views import private_view
 from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
                                     layer_removal, mean_angular_distance)
 
@@ -88,7 +89,8 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
     if not getattr(getattr(model, "config", None), "is_decoder", True) and not hasattr(model, "lm_head"):
         raise BadInputError(f"{ref} is not a causal language model.", fix="use a causal LM such as smollm2-135m.")
     find_decoder_layers(model)
-    return Subject(str(ref), model, zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
+    # the zoo's model is shared with other requests: the diagnostics set flags (eval mode) on a private view of it
+    return Subject(str(ref), private_view(model), zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
 
 
 def run_fingerprint(folder) -> str:

@@ -3,7 +3,7 @@
 Public API: :func:`load_model` (the one bounded model cache), :func:`require_kind` (refuse the wrong kind of
 model for an action), :func:`fingerprint` (without loading),
 :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
-:func:`module_fingerprint`, :func:`token_texts` (``<id N>`` past the tokenizer), :func:`hub_choices` (the hub ids pickers offer,
+:func:`module_fingerprint`, :func:`private_view` (a request's own view of a shared model), :func:`token_texts` (``<id N>`` past the tokenizer), :func:`hub_choices` (the hub ids pickers offer,
 the allow-list of shared deployments); :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
 """
 from core.zoo.card import ModelCard
@@ -11,6 +11,7 @@ from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model,
     resolve, token_texts
 from core.zoo.hub import PAPER_CHECKPOINTS, allowed_hub_models, hub_choices
 from core.zoo.registry import PACKAGED, card_of, list_cards, registered_names
+from core.zoo.views import private_view
 
 
 def prepare_model(name: str, progress=None, force: bool = False):
@@ -27,4 +28,4 @@ def prepare_model(name: str, progress=None, force: bool = False):
 
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
            "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
-           "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices"]
+           "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices", "private_view"]

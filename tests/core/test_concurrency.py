@@ -82,3 +82,45 @@ def test_loads_in_four_threads_give_whole_tied_models(tmp_path):
         t.join()
     assert not problems, problems[:5]
     assert len(done) == 24
+
+
+def _watch(model, ids, stop: threading.Event, seen: list) -> None:
+    """Run ``model`` on ``ids`` until ``stop``; record every output that differs from the first, and every parameter
+    flag or forward attribute another request changed."""
+    with torch.no_grad():
+        reference = model(ids).logits
+    flags = [p.requires_grad for p in model.parameters()]
+    while not stop.is_set():
+        with torch.no_grad():
+            out = model(ids).logits
+        if not torch.equal(out, reference):
+            seen.append("output changed")
+        if [p.requires_grad for p in model.parameters()] != flags:
+            seen.append("requires_grad changed")
+        if any("forward" in m.__dict__ for m in model.modules()):
+            seen.append("a forward was rewired")
+        time.sleep(0.001)
+
+
+def test_layer_removal_and_explanations_never_change_the_shared_model():
+    """Mix-LN's layer removal (it skips each layer in turn) and MambaLRP's explanations (they rewire forwards and
+    freeze parameters) run on private views: a request using the same model meanwhile sees it whole and unchanged.
+    Before, layer removal swapped the layers of the shared model and the rules rewired and froze it."""
+    from core.lrp import explain
+    from core.mixln import layer_removal
+
+    for name, work in (("mathneuro-tiny", lambda m: layer_removal(m, torch.randint(4, 600, (4, 24)), batch_size=2)),
+                       ("mamba-lm", lambda m: [explain(m, torch.randint(4, 300, (1, 24)), method=x)
+                                               for x in ("mambalrp", "gradient_x_input", "mambalrp")])):
+        model = load_model(name).model
+        ids = torch.randint(4, 300, (1, 16))
+        stop, seen = threading.Event(), []
+        watcher = threading.Thread(target=_watch, args=(model, ids, stop, seen))
+        watcher.start()
+        try:
+            for _ in range(3):
+                work(model)
+        finally:
+            stop.set()
+            watcher.join()
+        assert not seen, f"{name}: {sorted(set(seen))}"

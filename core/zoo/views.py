@@ -8,8 +8,11 @@ its train/eval flags. :func:`private_view` gives a request its own module tree o
   own hook dicts, so hooks registered and flags set on the view stay on the view;
 - parameter and buffer tensors are shared (no copy), except those named in ``replacements``, which the
   view holds instead (tied parameters are replaced everywhere they appear);
+- with ``own_parameters``, the view's parameters are its own ``nn.Parameter`` objects over the same storage, so
+  ``requires_grad`` flags and gradients stay on the view too (MambaLRP freezes parameters while it explains);
 - the original model is never written; the view is dropped with the request.
 
+Every paper uses it: MathNeuro's statistics and interventions, MambaLRP's rewired forwards, Mix-LN's skipped layers.
 The cost is one small Python object per module, plus whatever the replacements weigh.
 """
 from __future__ import annotations
@@ -36,7 +39,8 @@ def _copy_module(module: nn.Module, memo: dict[int, nn.Module], swap: dict[int, 
     return clone
 
 
-def private_view(model: nn.Module, replacements: dict[str, torch.Tensor] | None = None) -> nn.Module:
+def private_view(model: nn.Module, replacements: dict[str, torch.Tensor] | None = None, *,
+                 own_parameters: bool = False) -> nn.Module:
     """A view of ``model`` that shares its weights but nothing a request could change.
 
     Parameters
@@ -44,6 +48,9 @@ def private_view(model: nn.Module, replacements: dict[str, torch.Tensor] | None 
     model : any nn.Module (a Hugging Face model included); never written.
     replacements : parameter name -> tensor of the same shape and dtype, held by the view instead
         (as an ``nn.Parameter`` with the original's ``requires_grad``).
+    own_parameters : give every parameter of the view its own ``nn.Parameter`` object over the same storage (no
+        copy), so that ``requires_grad`` flags and ``.grad`` set on the view stay on the view (tied parameters stay
+        tied). Without it the view holds the model's own parameter objects.
 
     Returns
     -------
@@ -52,6 +59,10 @@ def private_view(model: nn.Module, replacements: dict[str, torch.Tensor] | None 
     """
     params = dict(model.named_parameters(remove_duplicate=False))
     swap: dict[int, torch.Tensor] = {}
+    if own_parameters:
+        for param in params.values():
+            if id(param) not in swap:
+                swap[id(param)] = nn.Parameter(param.detach(), requires_grad=param.requires_grad)
     for name, tensor in (replacements or {}).items():
         original = params[name]
         if tensor.shape != original.shape or tensor.dtype != original.dtype:
