@@ -64,7 +64,7 @@ def file_fingerprint(files: list[Path]) -> str:
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
-        h.update(_file_digest(str(f), st.st_size, st.st_mtime_ns).encode())
+        h.update(_file_digest(os.path.realpath(f), st.st_size, st.st_mtime_ns).encode())
     return h.hexdigest()[:24]
 
 
@@ -80,6 +80,48 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
                 h.update(block)
         _digests[key] = h.hexdigest()
     return _digests[key]
+
+
+# the files besides the weights that define what a folder's model computes: its architecture and sizes, how it is
+# loaded, and how text becomes token ids
+DEFINING_FILES = ("config.json", "card.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "tokenizer.model", "vocab.json", "merges.txt", "spiece.model", "vocab.txt")
+
+
+def config_digest(folder: Path) -> str:
+    """sha256 over the bytes of the folder's :data:`DEFINING_FILES` (an absent file counts as absent)."""
+    h = hashlib.sha256()
+    for name in DEFINING_FILES:
+        f = Path(folder) / name
+        try:
+            st = f.stat()
+        except OSError:
+            h.update(f"{name}:absent;".encode())
+            continue
+        h.update(f"{name}:{_file_digest(os.path.realpath(f), st.st_size, st.st_mtime_ns)};".encode())
+    return h.hexdigest()
+
+
+def folder_fingerprint(folder: Path, files: list[Path], registered: bool = False) -> str:
+    """What keys a folder's results: the weights' fingerprint (:func:`file_fingerprint`), plus a digest of its config
+    and tokenizer (:func:`config_digest`) unless they are those of the registered model with the same weights.
+
+    So a copy of a registered model's folder shares that model's precomputed examples and cached results, while the
+    same weights under another config (another architecture, other sizes, another tokenizer) are another model: a
+    result is never answered from a computation that defined the model differently.
+    """
+    weights = file_fingerprint(files)
+    if registered:
+        return weights
+    digest = config_digest(folder)
+    sizes = [f.stat().st_size for f in files]
+    for name in registry.registered_names():
+        other = registry.folder_of(name)
+        other_files = registry.weight_files(other) if other is not None and other.is_dir() else []
+        if [f.stat().st_size for f in other_files] == sizes and file_fingerprint(other_files) == weights:
+            if config_digest(other) == digest:
+                return weights
+    return f"{weights}-{digest[:12]}"
 
 
 def module_fingerprint(model: torch.nn.Module) -> str:
@@ -355,7 +397,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     card.tokenizer = tokenizer_summary(model, tokenizer, tokenizer_error)
     commit = getattr(getattr(model, "config", None), "_commit_hash", None) if how == "hub" else None
     if files:
-        fingerprint = file_fingerprint(files)
+        fingerprint = folder_fingerprint(folder, files, registered=how == "registered")
     elif commit:  # a hub snapshot is named by its commit: no need to hash the weights
         fingerprint = hashlib.sha256(f"hub:{ref}@{commit}".encode()).hexdigest()[:24]
     else:
@@ -391,14 +433,15 @@ def require_kind(loaded: LoadedModel, kinds: tuple[str, ...], action: str) -> Lo
 
 
 def fingerprint(ref: str) -> str:
-    """The fingerprint :func:`load_model` gives ``ref``, read from its weight files without loading the model
-    (a registered name or a folder with safetensors); anything else (a hub id) is loaded to find it."""
+    """The fingerprint :func:`load_model` gives ``ref``, read from its weight and config files without loading the
+    model (a registered name or a folder with safetensors; :func:`folder_fingerprint`); anything else (a hub id) is
+    loaded to find it."""
     how, folder = resolve(ref)
     files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
     if files:
         for f in files:
             read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
-        return file_fingerprint(files)
+        return folder_fingerprint(folder, files, registered=how == "registered")
     return load_model(ref).fingerprint
 
 
