@@ -247,27 +247,37 @@ class Found:
 
 
 def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], Any], *,
-           examples: ExampleStore | None = None, cache: bool = True) -> Found:
+           examples: ExampleStore | None = None, cache: bool = True,
+           check: Callable[[Any], Any] | None = None) -> Found:
     """The result of ``analysis`` with ``params`` on the model with ``fingerprint``: a committed example, else the
     results cache, else ``compute()`` (stored in the cache; computed once under concurrent requests).
 
-    ``compute`` may raise :class:`Cancelled`; nothing is cached then.
+    ``compute`` may raise :class:`Cancelled`; nothing is cached then. ``check(data)`` is what the caller does with
+    the result next (e.g. build its view); it must not raise. A cached result that fails it, or holds a NaN or
+    infinite number, is dropped and recomputed; a computed one that fails is neither returned nor cached
+    (:class:`core.cache.InvalidResultError`, one clear message).
     """
+    from core.cache import CacheEntry, check_entry
+
     key = result_key(fingerprint, analysis, params)
     if examples is not None and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
         if data is not None:
             return Found(data, "precomputed", key)
+    entry_check = None if check is None else (lambda entry: check(entry.data))
     if not cache:
-        return Found(compute(), "computed", key)
-    from core.cache import CacheEntry
-    entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()))
+        data = compute()
+        check_entry(CacheEntry(data), entry_check, analysis)
+        return Found(data, "computed", key)
+    entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()),
+                                                entry_check)
     return Found(entry.data, "cache" if hit else "computed", key)
 
 
-def cached_entry(fingerprint: str, analysis: str, params: dict, compute):
-    """``(CacheEntry, hit)`` from the results cache, for results that carry tensors (``compute() -> CacheEntry``)."""
-    return results_cache().get_or_compute(fingerprint, analysis, params, compute)
+def cached_entry(fingerprint: str, analysis: str, params: dict, compute, check=None):
+    """``(CacheEntry, hit)`` from the results cache, for results that carry tensors (``compute() -> CacheEntry``);
+    ``check(entry)`` as in :func:`lookup`."""
+    return results_cache().get_or_compute(fingerprint, analysis, params, compute, check)
 
 
 # ---- results and their files ----------------------------------------------------------------------------------

@@ -137,7 +137,8 @@ def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rul
 def _explanation(model: str, analysis: str, params: dict, compute) -> Result:
     from core.zoo import fingerprint
 
-    found = lookup(fingerprint(model), analysis, params, compute, examples=EXAMPLES)
+    found = lookup(fingerprint(model), analysis, params, compute, examples=EXAMPLES,
+                   check=lambda data: explanation_view({**data, "model": model}))
     return explanation_view({**found.data, "model": model}, found.source, found.key)
 
 

@@ -65,11 +65,25 @@ def _weights(ref: str, progress=None) -> dict[str, torch.Tensor]:
     return linear_weights(load_model(ref).model)
 
 
+def _has(*keys: str):
+    """A result check (:func:`core.runner.lookup`): the fields its view reads are there."""
+    def check(data) -> None:
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+    return check
+
+
+VIEW_FIELDS = {"neuzip/histograms": _has("sign", "exponent", "mantissa", "entropy", "numel", "tensors"),
+               "neuzip/table": _has("total", "rows", "mantissa_bits"),
+               "neuzip/tradeoff-result": lambda data: tradeoff_view(data)}
+
+
 def _measure(ref: str, analysis: str, params: dict, compute, use_cache: bool = True):
     from core.zoo import fingerprint
 
     return lookup(fingerprint(ref), analysis, {**params, "version": CACHE_VERSION}, compute, examples=EXAMPLES,
-                  cache=use_cache)
+                  cache=use_cache, check=VIEW_FIELDS.get(analysis))
 
 
 # ---- the measurements ---------------------------------------------------------------------------------------------

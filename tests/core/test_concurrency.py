@@ -124,3 +124,91 @@ def test_layer_removal_and_explanations_never_change_the_shared_model():
             stop.set()
             watcher.join()
         assert not seen, f"{name}: {sorted(set(seen))}"
+
+
+class _NeverHit:
+    """A results cache that computes every time (and stores nothing): each call below really runs."""
+
+    def get_or_compute(self, fingerprint, analysis, params, compute, check=None):
+        from core.cache import check_entry
+
+        entry = compute()
+        check_entry(entry, check, analysis)
+        return entry, False
+
+
+def _without_timings(value):
+    if isinstance(value, dict):
+        return {k: _without_timings(v) for k, v in value.items() if k not in ("seconds", "cached", "source")}
+    if isinstance(value, list):
+        return [_without_timings(v) for v in value]
+    return value
+
+
+COMPUTATIONS = {
+    "mathneuro layers": lambda i: __import__("core.mathneuro", fromlist=["x"]).layer_distribution_result(
+        "mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 12, 0.03, "mathneuro").data,
+    "mambalrp text": lambda i: __import__("core.lrp", fromlist=["x"]).text_result(
+        "mamba-sentiment", f"a witty and tender film, take {i % 2}", ["mambalrp", "gradient_x_input"]).data,
+    "mixln removal": lambda i: __import__("core.mixln", fromlist=["x"]).layer_removal_result(
+        ["mathneuro-tiny"], samples=2, seq_len=16).data,
+    "mixln angular (mamba-lm)": lambda i: __import__("core.mixln", fromlist=["x"]).angular_distance_result(
+        "mamba-lm", samples=2, seq_len=16).data,
+}
+
+
+@pytest.mark.slow
+def test_loads_and_computations_at_once_give_the_quiet_answers(tmp_path, monkeypatch):
+    """The issue's failure, in one process: a session loads copies of mathneuro-tiny and mamba-lm under fresh
+    spellings (every call builds a model, and with two models kept the registered ones are evicted and built again
+    by the computations) while three sessions run MathNeuro, MambaLRP and Mix-LN computations on the registered
+    models, recomputed every time. Every answer equals the one the same call gets with nothing else running.
+    Before the construction lock, 0 of 205 MathNeuro calls succeeded in this setting (KeyError 'lm_head.weight')."""
+    from core import runner
+
+    monkeypatch.setattr(runner, "results_cache", lambda: _NeverHit())
+    monkeypatch.setenv("LAYERWISE_MAX_MODELS", "2")
+    folders = _copies(tmp_path)
+    clear_loaded()
+    quiet = {(name, i): json.dumps(_without_timings(fn(i)), sort_keys=True)
+             for name, fn in COMPUTATIONS.items() for i in range(2)}
+    clear_loaded()
+    stop, loads, answers, failures = threading.Event(), [0], [], []
+
+    def loader():
+        k = 1
+        while not stop.is_set():
+            for folder in folders.values():
+                try:
+                    load_model(folder + "/." * k)
+                    loads[0] += 1
+                except Exception as exc:  # noqa: BLE001 - a failed load is a finding too
+                    failures.append(f"load: {type(exc).__name__}: {exc}")
+            k += 1
+
+    def session(name: str, rounds: int):
+        for i in range(rounds):
+            try:
+                answer = json.dumps(_without_timings(COMPUTATIONS[name](i)), sort_keys=True)
+            except Exception as exc:  # noqa: BLE001 - recorded and counted
+                failures.append(f"{name}: {type(exc).__name__}: {exc}")
+                continue
+            answers.append((name, answer == quiet[(name, i % 2)]))
+
+    loading = threading.Thread(target=loader)
+    loading.start()
+    sessions = [threading.Thread(target=session, args=(name, 4)) for name in COMPUTATIONS]
+    try:
+        for t in sessions:
+            t.start()
+        for t in sessions:
+            t.join()
+    finally:
+        stop.set()
+        loading.join()
+        clear_loaded()
+    different = [name for name, same in answers if not same]
+    print(f"\n{len(answers)} answers while {loads[0]} models loaded: {len(failures)} failed, {len(different)} different")
+    assert not failures, failures[:5]
+    assert not different, different
+    assert len(answers) == 4 * len(COMPUTATIONS) and loads[0] >= 10
