@@ -75,6 +75,10 @@ class ProgressBar:
         self.last = ""
 
     def __call__(self, fraction: float, message: str) -> None:
+        if message.startswith("note: "):  # said once, on its own line, before the bar goes on
+            print(("\n" if self.tty and self.last else "") + message, file=sys.stderr, flush=True)
+            self.last = message
+            return
         filled = int(30 * max(0.0, min(1.0, fraction)))
         line = (f"[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}% {self._clock() - self.t0:6.0f}s "
                 f"{message}")

@@ -38,6 +38,7 @@ class LoadedModel:
     card: ModelCard
     fingerprint: str
     tokenizer_error: str = ""  # why the tokenizer is None (missing files, or the loader's error), for messages
+    folder: Path | None = None  # the folder the weights were read from (None for a hub download)
 
 
 def _check_folder(folder: Path, allow_pickle: bool) -> list[Path]:
@@ -403,7 +404,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     else:
         fingerprint = module_fingerprint(model)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, card=card, fingerprint=fingerprint,
-                         tokenizer_error=tokenizer_error)
+                         tokenizer_error=tokenizer_error, folder=folder)
     if use_cache:
         with _lock:
             while len(_loaded) >= max_loaded():
