@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 MAX_REQUEST_BYTES = 2 * 1024**2  # far above any input the app explains: MambaLRP reads at most 8,192 characters
+DRAIN_BYTES = 256 * 1024**2  # an oversized body up to this is read and dropped, so the client gets the 413 message
 
 
 class RequestSizeLimit:
@@ -27,6 +28,11 @@ class RequestSizeLimit:
             return await self.app(scope, receive, send)
         length = dict(scope.get("headers") or []).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            if int(length) <= DRAIN_BYTES:  # read it in chunks and drop them (nothing is kept), then answer
+                more = True
+                while more:
+                    message = await receive()
+                    more = message["type"] == "http.request" and message.get("more_body", False)
             return await self._refuse(send, f"{int(length):,}")
         seen = 0
 
