@@ -38,9 +38,12 @@ def main(argv=None) -> None:
         prepare(progress=lambda name: print(f"preparing {name}", flush=True))
         for name in PACKAGED:
             prepare_model(name, progress=lambda msg: print(msg, flush=True))
+    from starlette.middleware import Middleware
+
     from core.paths import write_problem
     from core.runner import files_dir
     from ui import CSS, build_app, projector_theme
+    from ui.limits import RequestSizeLimit
 
     problem = write_problem()
     if problem:  # a read-only or full LAYERWISE_HOME: serve what can be served, say what cannot
@@ -61,7 +64,7 @@ def main(argv=None) -> None:
     print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
                 show_error=True, ssr_mode=False, footer_links=["api"],
-                allowed_paths=served)
+                allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]})
 
 
 if __name__ == "__main__":

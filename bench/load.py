@@ -2,6 +2,7 @@
 
     python bench/load.py                       # 8 cheap + 2 heavy users, 5 heavy calls each
     python bench/load.py --cheap 16 --heavy 4 --heavy-calls 3
+    python bench/load.py --loading 40          # issue 22: one session loads model folders, another runs MathNeuro
 
 Starts ``python app.py`` with a private LAYERWISE_HOME (the prepared data and models linked in, an empty results
 cache), measures cheap calls alone first (the same users, no heavy ones), then with the heavy users, side by side
@@ -25,7 +26,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.conftest import stop_process, wait_http  # noqa: E402
 from tests.fuzz.conftest import AppServer, start_app  # noqa: E402
-from tests.fuzz.load import percentile, rss_mib, run_load  # noqa: E402
+from tests.fuzz.load import folder_copies, percentile, rss_mib, run_load, run_loading  # noqa: E402
 
 
 def summary(xs: list[float]) -> dict:
@@ -39,6 +40,10 @@ def main() -> None:
     p.add_argument("--heavy", type=int, default=2, help="heavy users")
     p.add_argument("--heavy-calls", type=int, default=5, help="calls per heavy user")
     p.add_argument("--concurrency", type=int, default=2, help="the app's --concurrency")
+    p.add_argument("--loading", type=float, default=0, metavar="SECONDS",
+                   help="instead: for this long one session loads copies of mathneuro-tiny and mamba-lm under fresh "
+                        "spellings (/model_card) while another repeats /mathneuro_layers; count failed and different "
+                        "answers")
     args = p.parse_args()
     with tempfile.TemporaryDirectory(prefix="layerwise-load-") as tmp:
         root = Path(tmp)
@@ -46,6 +51,15 @@ def main() -> None:
         try:
             started = wait_http(url, 240)
             server = AppServer(url, proc, log, root)
+            if args.loading:
+                run, _ = run_loading(server.client, folder_copies(root / "folders"), args.loading,
+                                     str(root / "downloads"))
+                out = {"app_concurrency": args.concurrency, "seconds": run.seconds, "mathneuro_calls": run.calls,
+                       "failed": len(run.failed), "different": len(run.different), "models_loaded": run.loads,
+                       "load_failures": len(run.load_failures), "examples": (run.failed + run.different)[:3],
+                       "server_rss_mib_end": round(rss_mib(proc.pid))}
+                print(json.dumps(out, indent=1))
+                return
             idle = rss_mib(proc.pid)
             downloads = str(root / "downloads")
             t0 = time.perf_counter()

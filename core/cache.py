@@ -7,7 +7,14 @@ so concurrent requests (threads or processes) for the same key compute it once. 
 the least recently used entries are evicted.
 
 Faults: a file that cannot be read as an entry (truncated, garbage, cut short by a killed writer) is a miss and
-is recomputed. A folder that cannot be written (read-only, no permission, full disk) never fails a request:
+is recomputed.
+
+Poison: a result is checked before it is stored (:func:`check_entry`: JSON data with finite numbers only, tensors
+with data and finite values, plus the caller's ``check``, e.g. building the view that shows it); a result that fails
+is not stored and the request gets one clear message (:class:`InvalidResultError`). An entry read back that fails the
+same checks (written by an older version, or by hand) is dropped and recomputed, never served. Each entry records
+what it was computed for (model fingerprint, analysis, parameters), so :meth:`ResultsCache.clear` can remove the
+entries of one analysis or one model. A folder that cannot be written (read-only, no permission, full disk) never fails a request:
 entries are still read where they can be, results are computed and returned without being stored, and a
 warning says why (``disabled`` holds the reason when the folder cannot even be created).
 """
@@ -25,11 +32,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import math
+
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file, save_file
 
-from core.errors import storage_error
+from core.errors import Cancelled, LayerwiseError, storage_error
 from core.paths import results_dir
 from core.runner import atomic_write
 
@@ -44,6 +53,69 @@ class CacheEntry:
 
     data: Any
     tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+class InvalidResultError(LayerwiseError):
+    """A computed result that must not be shown or cached: a NaN or infinite number, a tensor without data (meta),
+    or a field its view needs is missing."""
+
+
+def _bad_number(value, where: str) -> str | None:
+    """Where in ``value`` (JSON-able data) the first non-finite number or non-JSON value sits, or None."""
+    if isinstance(value, bool) or value is None or isinstance(value, (str, int)):
+        return None
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} is {value}"
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                return f"{where} has a key {k!r} that is not text"
+            found = _bad_number(v, f"{where}.{k}")
+            if found:
+                return found
+        return None
+    if isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            found = _bad_number(v, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    return f"{where} is a {type(value).__name__}, not JSON data"
+
+
+def entry_problem(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None) -> str | None:
+    """Why ``entry`` must not be stored or served, or None when it is fine: a non-finite number (or a value that is
+    not JSON) in its data, a tensor on the meta device (no data), a NaN or infinite tensor value, or ``check(entry)``
+    raising (e.g. the view that shows the result finds a field missing)."""
+    if not isinstance(entry, CacheEntry):
+        return f"a {type(entry).__name__}, not a cache entry"
+    found = _bad_number(entry.data, "data")
+    if found:
+        return found
+    for name, t in entry.tensors.items():
+        if not isinstance(t, torch.Tensor):
+            return f"tensor {name} is a {type(t).__name__}"
+        if t.is_meta:
+            return f"tensor {name} has no data (meta device)"
+        if (t.is_floating_point() or t.is_complex()) and t.numel() and not bool(torch.isfinite(t).all()):
+            return f"tensor {name} holds NaN or infinite values"
+    if check is not None:
+        try:
+            check(entry)
+        except (Cancelled, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any failure to show the result is the finding
+            return f"it cannot be shown ({type(exc).__name__}: {exc})"
+    return None
+
+
+def check_entry(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None, what: str = "") -> None:
+    """Raise :class:`InvalidResultError` when :func:`entry_problem` finds one."""
+    problem = entry_problem(entry, check)
+    if problem:
+        raise InvalidResultError(f"the result{' of ' + what if what else ''} is not valid ({problem[:300]}), so it "
+                                 "was neither shown nor cached.",
+                                 fix="try other settings; if it happens again with these, report it as a bug.")
 
 
 def cache_key(fingerprint: str, analysis: str, params: dict) -> str:
@@ -83,7 +155,8 @@ class ResultsCache:
         return self.root / f"{key}.safetensors"
 
     def get(self, key: str) -> CacheEntry | None:
-        """The entry for ``key``, or None (also for an unreadable file, which is removed)."""
+        """The entry for ``key``, or None (also for an unreadable file, which is removed). Not checked: see
+        :meth:`get_or_compute` for entries that are checked before they are served."""
         path = self._path(key)
         try:
             tensors = load_file(path)
@@ -104,19 +177,22 @@ class ResultsCache:
             pass  # read-only: the entry is still good
         return entry
 
-    def put(self, key: str, entry: CacheEntry) -> None:
-        """Write ``entry`` atomically, then evict old entries beyond the size cap."""
+    def put(self, key: str, entry: CacheEntry, about: dict | None = None) -> None:
+        """Write ``entry`` atomically, then evict old entries beyond the size cap. ``about`` (what the entry was
+        computed for: fingerprint, analysis, params) is stored beside it for :meth:`clear`."""
         tensors = {k: v.detach().cpu().contiguous() for k, v in entry.tensors.items()}
-        meta = {"data": json.dumps(entry.data)}
+        meta = {"data": json.dumps(entry.data, allow_nan=False)}
+        if about is not None:
+            meta["about"] = json.dumps(about, sort_keys=True, default=str)
         atomic_write(self._path(key), lambda tmp: save_file(tensors, str(tmp), metadata=meta))
         self.evict()
 
-    def store(self, key: str, entry: CacheEntry) -> bool:
+    def store(self, key: str, entry: CacheEntry, about: dict | None = None) -> bool:
         """:meth:`put`, except that a folder that cannot be written (read-only, full) only warns; True if stored."""
         if self.disabled:
             return False
         try:
-            self.put(key, entry)
+            self.put(key, entry, about)
         except OSError as err:
             self._storage_problem(err)
             return False
@@ -139,19 +215,44 @@ class ResultsCache:
             fcntl.flock(fh, fcntl.LOCK_UN)
             fh.close()
 
-    def get_or_compute(self, fingerprint: str, analysis: str, params: dict,
-                       compute: Callable[[], CacheEntry]) -> tuple[CacheEntry, bool]:
-        """Return ``(entry, hit)``; on a miss run ``compute`` once even under concurrent callers."""
-        key = cache_key(fingerprint, analysis, params)
+    def drop(self, key: str, why: str = "") -> None:
+        """Remove the entry of ``key`` (a read-only folder keeps it; it is still never served)."""
+        log.warning("dropped the cached result %s%s", key, f": {why}" if why else "")
+        try:
+            self._path(key).unlink(missing_ok=True)
+        except OSError:
+            pass
+
+    def checked(self, key: str, check: Callable[[CacheEntry], Any] | None = None) -> CacheEntry | None:
+        """The entry of ``key`` if it passes :func:`entry_problem` (with ``check``); an entry that fails is dropped
+        (:meth:`drop`) and is a miss."""
         entry = self.get(key)
+        if entry is None:
+            return None
+        problem = entry_problem(entry, check)
+        if problem:
+            self.drop(key, problem)
+            return None
+        return entry
+
+    def get_or_compute(self, fingerprint: str, analysis: str, params: dict, compute: Callable[[], CacheEntry],
+                       check: Callable[[CacheEntry], Any] | None = None) -> tuple[CacheEntry, bool]:
+        """Return ``(entry, hit)``; on a miss run ``compute`` once even under concurrent callers.
+
+        A stored entry is served only if it passes :func:`entry_problem` with ``check`` (else it is dropped and
+        recomputed); a computed one is stored only if it passes, else :class:`InvalidResultError` is raised and
+        nothing is stored."""
+        key = cache_key(fingerprint, analysis, params)
+        entry = self.checked(key, check)
         if entry is not None:
             return entry, True
         with self._locked(key):
-            entry = self.get(key)  # another caller may have filled it while we waited
+            entry = self.checked(key, check)  # another caller may have filled it while we waited
             if entry is not None:
                 return entry, True
             entry = compute()
-            self.store(key, entry)
+            check_entry(entry, check, analysis)
+            self.store(key, entry, {"fingerprint": fingerprint, "analysis": analysis, "params": params})
             return entry, False
 
     def entries(self) -> list[Path]:
@@ -182,15 +283,55 @@ class ResultsCache:
             removed += 1
         return removed
 
-    def clear(self) -> dict:
-        """Delete every entry and lock file; return what was removed."""
-        n, freed = 0, 0
-        for p in list(self.root.iterdir()):
-            if p.suffix in (".safetensors", ".lock", ".tmp") and p.is_file():
-                freed += p.stat().st_size
-                p.unlink(missing_ok=True)
-                n += p.suffix == ".safetensors"
-        return {"entries": n, "bytes": freed}
+    def about(self, path: Path) -> dict | None:
+        """What the entry at ``path`` was computed for (fingerprint, analysis, params), or None when it does not say
+        (written before entries recorded it, or unreadable)."""
+        try:
+            with safe_open(str(path), framework="pt") as fh:
+                raw = (fh.metadata() or {}).get("about")
+            return json.loads(raw) if raw else None
+        except (SafetensorError, OSError, ValueError):
+            return None
+
+    def clear(self, analysis: str | None = None, fingerprint: str | None = None) -> dict:
+        """Delete entries; return what was removed (``entries``, ``bytes``; with a filter also ``kept``).
+
+        Without filters every entry and lock file goes. With ``analysis`` (e.g. ``mathneuro-layers``; a name ending
+        in ``*`` is a prefix, e.g. ``mathneuro-*``) and/or ``fingerprint`` (a model's, :func:`core.zoo.fingerprint`),
+        only the entries recorded for them go; entries that do not record what they were computed for are kept when
+        a model is named, and matched by their file name when only an analysis is named."""
+        if analysis is None and fingerprint is None:
+            n, freed = 0, 0
+            for p in list(self.root.iterdir()):
+                if p.suffix in (".safetensors", ".lock", ".tmp") and p.is_file():
+                    freed += p.stat().st_size
+                    p.unlink(missing_ok=True)
+                    n += p.suffix == ".safetensors"
+            return {"entries": n, "bytes": freed}
+
+        def analysis_matches(name: str) -> bool:
+            wanted = analysis.replace("/", "-")  # file names spell the analysis with - for /
+            name = name.replace("/", "-")
+            return name.startswith(wanted[:-1]) if wanted.endswith("*") else name == wanted
+
+        n, freed, kept = 0, 0, 0
+        for p in self.entries():
+            about = self.about(p)
+            if about is None:  # an entry from before entries recorded their model: its analysis is in its name
+                hit = fingerprint is None and analysis_matches(p.stem[:-33])
+            else:
+                hit = (analysis is None or analysis_matches(str(about.get("analysis")))) and (
+                    fingerprint is None or about.get("fingerprint") == fingerprint)
+            if not hit:
+                kept += 1
+                continue
+            try:
+                size = p.stat().st_size
+                p.unlink()
+            except FileNotFoundError:
+                continue
+            n, freed = n + 1, freed + size
+        return {"entries": n, "bytes": freed, "kept": kept}
 
     def info(self) -> dict:
         return {"root": str(self.root), "entries": len(self.entries()), "bytes": self.size_bytes(),

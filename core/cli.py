@@ -75,6 +75,10 @@ class ProgressBar:
         self.last = ""
 
     def __call__(self, fraction: float, message: str) -> None:
+        if message.startswith("note: "):  # said once, on its own line, before the bar goes on
+            print(("\n" if self.tty and self.last else "") + message, file=sys.stderr, flush=True)
+            self.last = message
+            return
         filled = int(30 * max(0.0, min(1.0, fraction)))
         line = (f"[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}% {self._clock() - self.t0:6.0f}s "
                 f"{message}")
@@ -191,10 +195,28 @@ def _register_builtin(reg: CommandGroups) -> None:
         from core.cache import ResultsCache
         _emit(args, ResultsCache().info(), lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
 
-    @reg.command("cache", "clear", "delete every cached result")
+    def clear_args(p):
+        p.add_argument("--analysis", help="only this analysis, e.g. mathneuro-layers, mixln/removal; a trailing * is "
+                       "a prefix (mathneuro-*)")
+        p.add_argument("--model", help="only the results of this model (a registered name, a folder, or the "
+                       "fingerprint a result's JSON names)")
+
+    @reg.command("cache", "clear", "delete cached results: all of them, or of one analysis and/or one model",
+                 clear_args)
     def cache_clear(args):
         from core.cache import ResultsCache
-        _emit(args, ResultsCache().clear(), lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)")
+        fingerprint = None
+        if args.model is not None:
+            if re.fullmatch(r"[0-9a-f]{24}(-[0-9a-f]{12})?", args.model.strip()):
+                fingerprint = args.model.strip()
+            else:
+                from core.zoo import fingerprint as model_fingerprint
+                fingerprint = model_fingerprint(args.model)
+        if args.analysis is not None and not args.analysis.strip(" *"):
+            raise LayerwiseError("--analysis is empty.", fix="name an analysis, e.g. mathneuro-layers.")
+        result = ResultsCache().clear(args.analysis, fingerprint)
+        _emit(args, result, lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)"
+              + (f"; kept {r['kept']}" if "kept" in r else ""))
 
     def kcheck_args(p):
         p.add_argument("--device", default=None, help="cuda, cuda:1, or cpu (cpu needs TRITON_INTERPRET=1); "

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import tempfile
@@ -45,6 +46,23 @@ def check_threads(n: int, *, zero_is_default: bool = False) -> int:
         raise BadInputError(f"--threads {n} is not a thread count.",
                             fix=f"give a number from {low} to {MAX_THREADS} (about the machine's cores).")
     return n
+
+
+def check_number(value, what: str, lo: float | None = None, hi: float | None = None, *, whole: bool = False):
+    """``value`` as a float (an int with ``whole``) in [lo, hi], or one :class:`BadInputError` naming ``what`` and the
+    range: for NaN, infinity, a fraction where a whole number belongs, a word, a blank or a value out of range."""
+    bounds = f" from {lo:g} to {hi:g}" if lo is not None and hi is not None else \
+        f" of at least {lo:g}" if lo is not None else f" of at most {hi:g}" if hi is not None else ""
+    kind = "a whole number" if whole else "a number"
+    try:
+        number = float(value)
+        if isinstance(value, bool) or not math.isfinite(number) or (whole and not number.is_integer()):
+            raise ValueError(value)
+    except (TypeError, ValueError, OverflowError):
+        raise BadInputError(f"{what} = {value!r} is not {kind}.", fix=f"give {kind}{bounds}.") from None
+    if (lo is not None and number < lo) or (hi is not None and number > hi):
+        raise BadInputError(f"{what} = {value!r} is out of range.", fix=f"give {kind}{bounds}.")
+    return int(number) if whole else number
 
 
 # ---- progress and cancellation --------------------------------------------------------------------------------
@@ -247,27 +265,37 @@ class Found:
 
 
 def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], Any], *,
-           examples: ExampleStore | None = None, cache: bool = True) -> Found:
+           examples: ExampleStore | None = None, cache: bool = True,
+           check: Callable[[Any], Any] | None = None) -> Found:
     """The result of ``analysis`` with ``params`` on the model with ``fingerprint``: a committed example, else the
     results cache, else ``compute()`` (stored in the cache; computed once under concurrent requests).
 
-    ``compute`` may raise :class:`Cancelled`; nothing is cached then.
+    ``compute`` may raise :class:`Cancelled`; nothing is cached then. ``check(data)`` is what the caller does with
+    the result next (e.g. build its view); it must not raise. A cached result that fails it, or holds a NaN or
+    infinite number, is dropped and recomputed; a computed one that fails is neither returned nor cached
+    (:class:`core.cache.InvalidResultError`, one clear message).
     """
+    from core.cache import CacheEntry, check_entry
+
     key = result_key(fingerprint, analysis, params)
     if examples is not None and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
         if data is not None:
             return Found(data, "precomputed", key)
+    entry_check = None if check is None else (lambda entry: check(entry.data))
     if not cache:
-        return Found(compute(), "computed", key)
-    from core.cache import CacheEntry
-    entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()))
+        data = compute()
+        check_entry(CacheEntry(data), entry_check, analysis)
+        return Found(data, "computed", key)
+    entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()),
+                                                entry_check)
     return Found(entry.data, "cache" if hit else "computed", key)
 
 
-def cached_entry(fingerprint: str, analysis: str, params: dict, compute):
-    """``(CacheEntry, hit)`` from the results cache, for results that carry tensors (``compute() -> CacheEntry``)."""
-    return results_cache().get_or_compute(fingerprint, analysis, params, compute)
+def cached_entry(fingerprint: str, analysis: str, params: dict, compute, check=None):
+    """``(CacheEntry, hit)`` from the results cache, for results that carry tensors (``compute() -> CacheEntry``);
+    ``check(entry)`` as in :func:`lookup`."""
+    return results_cache().get_or_compute(fingerprint, analysis, params, compute, check)
 
 
 # ---- results and their files ----------------------------------------------------------------------------------
@@ -408,6 +436,6 @@ def digest(*parts) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 
-__all__ = ["Progress", "report", "scaled", "item_progress", "cancellable", "atomic_write", "ExampleStore", "recomputing",
+__all__ = ["Progress", "check_number", "report", "scaled", "item_progress", "cancellable", "atomic_write", "ExampleStore", "recomputing",
            "results_cache", "Found", "lookup", "cached_entry", "result_key", "Result", "files_dir", "source_text",
            "digest", "Cancelled"]

@@ -9,7 +9,8 @@ import gradio as gr
 from core.errors import Cancelled, LayerwiseError, storage_error
 
 
-def _as_gr_error(exc: LayerwiseError) -> gr.Error:
+def as_gr_error(exc: LayerwiseError) -> gr.Error:
+    """The ``gr.Error`` the app shows for a problem the user can fix."""
     return gr.Error(str(exc), title="Stopped" if isinstance(exc, Cancelled) else "Cannot do that")
 
 
@@ -22,11 +23,11 @@ def user_errors(fn):
             try:
                 yield from fn(*args, **kwargs)
             except LayerwiseError as exc:
-                raise _as_gr_error(exc) from exc
+                raise as_gr_error(exc) from exc
             except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message; any other OSError a bug
                 if storage_error(exc) is None:
                     raise
-                raise _as_gr_error(storage_error(exc)) from exc
+                raise as_gr_error(storage_error(exc)) from exc
         return streaming
 
     @functools.wraps(fn)
@@ -34,10 +35,10 @@ def user_errors(fn):
         try:
             return fn(*args, **kwargs)
         except LayerwiseError as exc:
-            raise _as_gr_error(exc) from exc
+            raise as_gr_error(exc) from exc
         except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message; any other OSError a bug
             if storage_error(exc) is None:
                 raise
-            raise _as_gr_error(storage_error(exc)) from exc
+            raise as_gr_error(storage_error(exc)) from exc
 
     return wrapper

@@ -9,7 +9,7 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame, number
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
@@ -105,8 +105,8 @@ def _rules_block() -> list:
                        "constants"), gr.Checkbox(True, label="Gate: half rule"), gr.Checkbox(True, label="RMSNorm: "
                        "LN-rule")]
         with gr.Row():
-            gamma = gr.Number(None, label="LRP-γ (blank: model default, 0 for text, 0.25 for images)", minimum=0,
-                              elem_id="lrp-gamma")
+            gamma = finite_number(None, label="LRP-γ (blank: model default, 0 for text, 0.25 for images)", minimum=0,
+                                  maximum=lrp.MAX_GAMMA, elem_id="lrp-gamma")
             layers = gr.CheckboxGroup(list(lrp.GAMMA_LAYERS), value=list(lrp.GAMMA_LAYERS), label="γ applies to")
     return [*toggles, gamma, layers]
 
@@ -124,9 +124,9 @@ def build_evaluation() -> list:
         with gr.Row():
             model = gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], allow_custom_value=True,
                                 label="Model", elem_id="lrp-eval-model")
-            n = gr.Number(value=data["n"], precision=0, minimum=1, maximum=MAX_EVAL_SAMPLES, label="Test samples N",
-                          elem_id="lrp-eval-n")
-            steps = gr.Number(value=data["steps"], precision=0, minimum=1, maximum=MAX_FLIP_STEPS, label="Flip steps K")
+            n = finite_number(value=data["n"], precision=0, minimum=1, maximum=MAX_EVAL_SAMPLES, label="Test samples N",
+                              elem_id="lrp-eval-n")
+            steps = finite_number(data["steps"], precision=0, minimum=1, maximum=MAX_FLIP_STEPS, label="Flip steps K")
             methods = gr.CheckboxGroup(lrp.method_choices(), value=list(data["methods"]), label="Methods", scale=3)
             btn = gr.Button("Evaluate", variant="primary", elem_id="lrp-eval-btn")
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]
@@ -174,8 +174,8 @@ def build(ctx: AppContext) -> None:
     with gr.Accordion("Image: patch relevance", open=True):
         image_model, image_methods = _model_and_methods(lrp.IMAGE_MODELS, "Image model", "image")
         with gr.Row():
-            sample = gr.Number(value=image_ex.data["sample"] if image_ex else 0, precision=0, minimum=0,
-                               label="mnist-5k test sample (used when no image is uploaded)", elem_id="lrp-sample")
+            sample = finite_number(value=image_ex.data["sample"] if image_ex else 0, precision=0, minimum=0,
+                                   label="mnist-5k test sample (used when no image is uploaded)", elem_id="lrp-sample")
             upload = gr.Image(type="numpy", image_mode=None, label="…or upload a digit (any size; made grey 28×28)",
                               height=160, elem_id="lrp-upload")
             image_target = _target_box(image_ex, "Explain which class", "lrp-image-target")

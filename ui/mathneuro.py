@@ -10,7 +10,7 @@ from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame, number
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
@@ -113,13 +113,13 @@ def build(ctx: AppContext) -> None:
         method = gr.Dropdown(method_choices, value=D["method"], label="Method", elem_id="mathneuro-method")
         metric = gr.Radio(list(mn.METRICS), value="auto", label="Metric (auto: accuracy where the model can)")
     with gr.Row():
-        proportion = gr.Number(value=D["proportion"], label="K: top share per matrix, in (0, 1]", minimum=0,
-                               maximum=1, step=0.01, elem_id="mathneuro-k")
-        factor = gr.Number(value=D["factor"], label="Scale factor", step=0.05, elem_id="mathneuro-factor")
-        n = gr.Number(value=D["n"], label="N: identification samples per dataset", precision=0, minimum=1,
-                      maximum=MAX_SAMPLES, elem_id="mathneuro-n")
-        eval_n = gr.Number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1,
-                           maximum=MAX_SAMPLES)
+        proportion = finite_number(value=D["proportion"], label="K: top share per matrix, in (0, 1]", minimum=0,
+                                   maximum=1, step=0.01, elem_id="mathneuro-k")
+        factor = finite_number(value=D["factor"], label="Scale factor", step=0.05, elem_id="mathneuro-factor")
+        n = finite_number(value=D["n"], label="N: identification samples per dataset", precision=0, minimum=1,
+                          maximum=MAX_SAMPLES, elem_id="mathneuro-n")
+        eval_n = finite_number(value=D["eval_n"], label="Test items per dataset", precision=0, minimum=1,
+                               maximum=MAX_SAMPLES)
         stop_btn = gr.Button("Stop", variant="stop", elem_id="mathneuro-stop")
     status = gr.Markdown(shown.status if shown else "Press a button to compute.", elem_id="mathneuro-status")
     downloads = downloads_box(shown, "Downloads (JSON, CSV) of the last analysis", "mathneuro-downloads")

@@ -10,7 +10,7 @@ from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, frame
+from ui.widgets import downloads_box, downloads_update, finite_slider, frame, number
 
 TITLE = "Mix-LN"
 DEFAULT_RUNS = list(mixln.DEFAULT_RUNS)
@@ -82,13 +82,15 @@ def live_train(norm, alpha, layers, steps, request: gr.Request = None, progress=
 
 @user_errors
 def model_angular(ref, samples, request: gr.Request = None, progress=gr.Progress()):
-    res = mixln.angular_distance_result(ref, int(samples), 64, progress=job(request, progress))
+    res = mixln.angular_distance_result(ref, number(samples, "held-out sequences"), 64,
+                                        progress=job(request, progress))
     return res.status, res.figures["angular"], downloads_update(res)
 
 
 @user_errors
 def model_removal(ref, samples, request: gr.Request = None, progress=gr.Progress()):
-    res = mixln.layer_removal_result([ref], int(samples), 64, progress=job(request, progress))
+    res = mixln.layer_removal_result([ref], number(samples, "held-out sequences"), 64,
+                                     progress=job(request, progress))
     return res.status, res.figures["removal"], downloads_update(res)
 
 
@@ -106,8 +108,8 @@ def build(ctx: AppContext) -> None:
             picked = gr.CheckboxGroup(choices=have, value=default, label="Runs", elem_id="mixln-runs", scale=3)
             kind = gr.Radio([("parameter gradients", "param"), ("gradient at the layer input", "input")],
                             value="param", label="Gradient norm of", scale=2)
-            gstep = gr.Slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
-                              label="Training step shown (solid lines)", scale=2)
+            gstep = finite_slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
+                                  label="Training step shown (solid lines)", scale=2)
         gr.Markdown(mixln.settings_text(), elem_id="mixln-settings")
         gr.Dataframe(value=frame(compare.tables["compare"]) if compare else None, interactive=False,
                      label="Comparison at equal steps (mean, std, min, max over n_seeds)", elem_id="mixln-compare-table")
@@ -133,9 +135,10 @@ def build(ctx: AppContext) -> None:
     with gr.Accordion("Live run (a small model, trained here in about a minute)", open=True):
         with gr.Row():
             norm = gr.Radio(mixln.placement_choices(), value="mix", label="Norm placement", scale=3)
-            alpha = gr.Slider(0, 1, value=0.25, step=0.125, label="alpha (Mix-LN: fraction of Post-LN layers)", scale=2)
-            layers = gr.Slider(2, 16, value=mixln.LIVE_MODEL["num_layers"], step=1, label="layers", scale=1)
-            steps = gr.Slider(10, 400, value=mixln.LIVE_TRAIN["steps"], step=10, label="steps", scale=1)
+            alpha = finite_slider(0, 1, value=0.25, step=0.125, label="alpha (Mix-LN: fraction of Post-LN layers)",
+                                  scale=2)
+            layers = finite_slider(2, 16, value=mixln.LIVE_MODEL["num_layers"], step=1, label="layers", scale=1)
+            steps = finite_slider(10, 400, value=mixln.LIVE_TRAIN["steps"], step=10, label="steps", scale=1)
         with gr.Row():
             start = gr.Button("Start live run", variant="primary", elem_id="mixln-live-start")
             stop_btn = gr.Button("Stop", variant="stop", elem_id="mixln-live-stop")
@@ -147,7 +150,7 @@ def build(ctx: AppContext) -> None:
                               "Live gradient norms", "mixln-live-gradnorms")
     with gr.Accordion("Analyse the model from the picker (any causal LM, e.g. smollm2-135m)", open=True):
         with gr.Row():
-            samples = gr.Slider(1, 32, value=4, step=1, label="held-out sequences (64 tokens each)", scale=2)
+            samples = finite_slider(1, 32, value=4, step=1, label="held-out sequences (64 tokens each)", scale=2)
             ang_btn = gr.Button("Angular distance", elem_id="mixln-model-angular-btn", scale=1)
             rem_btn = gr.Button("Layer removal", elem_id="mixln-model-removal-btn", scale=1)
         model_status = gr.Markdown("Uses the model chosen at the top of the page; results are cached, so asking "

@@ -10,6 +10,7 @@ from core.data import DATASETS, ImageLabel, get_spec, load, record_to_row, split
 from core.zoo import card_of, list_cards, registered_names
 from ui.errors import user_errors
 from ui.header import AppContext
+from ui.widgets import finite_number
 
 TITLE = "Models & data"
 PAGE_SIZE = 12
@@ -145,7 +146,7 @@ def build(ctx: AppContext) -> None:
     with gr.Row():
         name = gr.Dropdown(choices=list(DATASETS), value=DEFAULT_DATASET, label="Dataset")
         split = gr.Radio(["train", "validation", "test"], value=DEFAULT_SPLIT, label="Split")
-        page = gr.Number(value=1, precision=0, minimum=1, label="Page")
+        page = finite_number(value=1, precision=0, minimum=1, label="Page")
     info = gr.Markdown(value=lambda: first_sample()[0], elem_id="dataset-info")
     rows = gr.Dataframe(value=lambda: first_sample()[1]["value"], interactive=False, wrap=True, visible=True,
                         elem_id="dataset-rows")

@@ -11,7 +11,7 @@ from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
 
 TITLE = "NeuZip"
 EXAMPLE_MODEL = nz.EXAMPLE_MODEL
@@ -127,9 +127,9 @@ def build(ctx: AppContext) -> None:
         k = gr.Radio(K_CHOICES, value=7, label="k: mantissa bits kept", info="7 is lossless")
         block = gr.Dropdown(BLOCK_CHOICES, value="128", label="B: normaliser block size",
                             info="for k < 7, the trade-off and throughput; none = no normaliser")
-        words = gr.Number(value=tradeoff.data["words"] if tradeoff else nz.DEFAULT_WORDS, precision=0, minimum=100,
-                          maximum=MAX_WORDS, label="evaluation words",
-                          info="test split of the Wikipedia paragraphs; ~1 min per setting per 2,000 words here")
+        words = finite_number(value=tradeoff.data["words"] if tradeoff else nz.DEFAULT_WORDS, precision=0, minimum=100,
+                              maximum=MAX_WORDS, label="evaluation words",
+                              info="test split of the Wikipedia paragraphs; ~1 min per setting per 2,000 words here")
         log_x = gr.Checkbox(value=False, label="log memory axis")
     with gr.Row():
         b_weights = gr.Button("Analyse weights", variant="primary", size="sm")

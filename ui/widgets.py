@@ -1,19 +1,60 @@
-"""Small pieces every tab uses to show a :class:`core.runner.Result`: tables, the Downloads box, a method picker."""
+"""Small pieces every tab uses to show a :class:`core.runner.Result`: tables, the Downloads box, a method picker, and
+the number fields (:func:`finite_number`, :func:`finite_slider`) that refuse NaN, infinity and out-of-range values
+with the app's own message."""
 from __future__ import annotations
+
+import math
+import numbers
 
 import gradio as gr
 import pandas as pd
 
 from core.errors import BadInputError
 from core.figures import message_figure
+from ui.errors import as_gr_error
 
 
 def number(value, what: str, cast=int):
-    """``cast(value)`` of a number box, or a clear error for a blank or a value that is not a number."""
+    """``cast(value)`` of a number box, or a clear error for a blank, NaN, infinity or a value that is not a number."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadInputError(f"{what} = {value!r} is not a finite number.", fix=f"type a number for {what}.")
     try:
         return cast(value)
     except (TypeError, ValueError, OverflowError):
         raise BadInputError(f"{what} = {value!r} is not a number.", fix=f"type a number for {what}.") from None
+
+
+def _checked(component, payload):
+    """``payload`` of a number field, or the app's own message (``gr.Error``) for NaN, infinity, a value that is not
+    a number or one outside the field's range; gradio's own checks would say "Could not preprocess" or crash."""
+    if payload is None:
+        return None
+    label = component.label or "the number"
+    lo, hi = component.minimum, component.maximum
+    bounds = f"from {lo:g} to {hi:g}" if lo is not None and hi is not None else \
+        f"of at least {lo:g}" if lo is not None else f"of at most {hi:g}" if hi is not None else "that is finite"
+    if isinstance(payload, bool) or not isinstance(payload, numbers.Real) or not math.isfinite(payload) or (
+            lo is not None and payload < lo) or (hi is not None and payload > hi):
+        raise as_gr_error(BadInputError(f"{label} = {payload!r} is not allowed.", fix=f"type a number {bounds}."))
+    return payload
+
+
+def _refusing(component):
+    """``component`` (a number field) with its ``preprocess`` checked first by :func:`_checked`. An instance
+    attribute, not a subclass: gradio writes a ``.pyi`` stub beside the module of every component subclass."""
+    plain = component.preprocess
+    component.preprocess = lambda payload: plain(_checked(component, payload))
+    return component
+
+
+def finite_number(*args, **kwargs) -> gr.Number:
+    """``gr.Number`` that refuses NaN, infinity and out-of-range values with the app's own message."""
+    return _refusing(gr.Number(*args, **kwargs))
+
+
+def finite_slider(*args, **kwargs) -> gr.Slider:
+    """``gr.Slider`` that refuses NaN, infinity and out-of-range values with the app's own message."""
+    return _refusing(gr.Slider(*args, **kwargs))
 
 
 def frame(rows) -> pd.DataFrame | None:

@@ -17,7 +17,7 @@ The service (what the tab and ``python -m core lrp`` call; each returns a ``core
     text_result, image_result, target_choices, evaluation_result, long_range_result, key_token_result,
     committed_result, example_result, train_result, precompute_examples, precompute_evaluation,
     method_choices, TEXT_MODELS, IMAGE_MODELS, EVAL_MODELS, DEFAULT_METHODS, TEXT_EXAMPLES, MAX_TOKENS, GAMMA_LAYERS,
-    MEASURED_COST, cost_note
+    MAX_GAMMA, MAX_TEXT_CHARS, MEASURED_COST, cost_note
 """
 from core.lrp.attention import hidden_attention
 from core.lrp.context import lrp_rules
@@ -26,8 +26,9 @@ from core.lrp.methods import METHODS, Explanation, Method, explain
 from core.lrp.metrics import (FlipCurves, conservation, faithfulness, flip_curves, key_token_hit_rate, long_range,
                               top_k_distances)
 from core.lrp.models import MambaSequenceClassifier, VisionMamba, VisionMambaConfig
-from core.lrp.rules import GAMMA_LAYERS, LRPRules
-from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, MAX_TOKENS, MEASURED_COST, TEXT_EXAMPLES,
+from core.lrp.rules import GAMMA_LAYERS, MAX_GAMMA, LRPRules
+from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, MAX_TEXT_CHARS, MAX_TOKENS, MEASURED_COST,
+                              TEXT_EXAMPLES,
                               TEXT_MODELS, committed_result, cost_note, default_requests, evaluation_result, example_result, image_result,
                               key_token_result, long_range_result, method_choices, precompute_evaluation,
                               precompute_examples, target_choices, text_result, train_result)
@@ -40,5 +41,5 @@ __all__ = [
     "text_result", "image_result", "target_choices", "evaluation_result", "long_range_result", "key_token_result",
     "committed_result", "example_result", "train_result", "precompute_examples", "precompute_evaluation",
     "default_requests", "method_choices", "TEXT_MODELS", "IMAGE_MODELS", "EVAL_MODELS", "DEFAULT_METHODS",
-    "TEXT_EXAMPLES", "MAX_TOKENS", "GAMMA_LAYERS", "MEASURED_COST", "cost_note",
+    "TEXT_EXAMPLES", "MAX_TOKENS", "GAMMA_LAYERS", "MAX_GAMMA", "MAX_TEXT_CHARS", "MEASURED_COST", "cost_note",
 ]

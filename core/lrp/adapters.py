@@ -20,6 +20,7 @@ from transformers import MambaForCausalLM, MambaModel
 
 from core.errors import BadInputError
 from core.lrp.models import MambaSequenceClassifier, VisionMamba
+from core.zoo.views import private_view
 
 
 @dataclass
@@ -28,7 +29,7 @@ class ModelAdapter:
 
     Attributes
     ----------
-    model : the wrapped model (never modified).
+    model : a private view of the wrapped model (:func:`adapter_for`); the model itself is never modified.
     kind : ``"lm"``, ``"classifier"`` or ``"vision"``.
     progress : optional ``progress(fraction, message)`` the methods pass to :func:`core.lrp.lrp_rules`.
     """
@@ -135,13 +136,17 @@ class ModelAdapter:
 
 
 def adapter_for(model) -> ModelAdapter:
-    """The adapter of a supported model, else :class:`BadInputError`."""
-    if isinstance(model, (MambaForCausalLM, MambaModel)):
-        return ModelAdapter(model, "lm")
-    if isinstance(model, MambaSequenceClassifier):
-        return ModelAdapter(model, "classifier")
-    if isinstance(model, VisionMamba):
-        return ModelAdapter(model, "vision")
+    """The adapter of a supported model, else :class:`BadInputError`.
+
+    The adapter holds a private view of ``model`` (:func:`core.zoo.private_view`, with its own parameter objects):
+    the rules rewire the view's forwards and freeze the view's parameters, so the model itself, which other requests
+    may be using at the same time, is never changed.
+    """
+    kinds = ((MambaForCausalLM, "lm"), (MambaModel, "lm"), (MambaSequenceClassifier, "classifier"),
+             (VisionMamba, "vision"))
+    for cls, kind in kinds:
+        if isinstance(model, cls):
+            return ModelAdapter(private_view(model, own_parameters=True), kind)
     raise BadInputError(
         f"MambaLRP explains Mamba models; got {type(model).__name__}.",
         fix="Use a transformers MambaForCausalLM / MambaModel, core.lrp.MambaSequenceClassifier "

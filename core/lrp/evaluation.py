@@ -29,6 +29,7 @@ from core.lrp.adapters import adapter_for
 from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.metrics import flip_curves, top_k_distances
 from core.runner import report
+from core.zoo.construction import constructing
 
 Progress = Callable[[float, str], None] | None
 
@@ -92,6 +93,17 @@ def _records(dataset: str, split: str):
 def _subset(count: int, n: int, seed: int) -> list[int]:
     """A seeded random subset of ``range(count)`` of size ``min(n, count)``, in dataset order."""
     return sorted(random.Random(seed).sample(range(count), min(n, count)))
+
+
+def _capped(n: int, samples: list, dataset: str, split: str, progress: Progress) -> int:
+    """The number of samples that will be explained: ``n``, or fewer when the split has fewer usable samples, which is
+    then said up front (a ``note:`` progress message, before any work) instead of silently (``-n 1000000`` on
+    movie-sentiment used to run 1,057 samples for minutes without a word)."""
+    if len(samples) < n:
+        report(progress, 0.0, f"note: N = {n:,} asked, but {dataset} ({split}) has {len(samples):,} usable samples; "
+                              f"explaining those {len(samples):,}")
+        return len(samples)
+    return n
 
 
 def _max_tokens(loaded, default: int = 96) -> int:
@@ -267,6 +279,7 @@ def evaluate(model_ref, dataset: str | None = None, split: str = "test", n: int 
     if baseline not in ("zero", "mean"):
         raise BadInputError(f"Unknown baseline {baseline!r}.", fix="Use zero or mean.")
     samples, gold = _samples_and_gold(loaded, dataset, split, n, seed, target)
+    n = _capped(n, samples, dataset, split, progress)
     params = {"dataset": dataset, "split": split, "n": n, "seed": seed, "target": target, "steps": int(steps),
               "baseline": baseline, "methods": names, "options": opts, "faithfulness": bool(faithfulness)}
 
@@ -383,6 +396,7 @@ def long_range_evaluation(model_ref="mamba-lm", dataset: str | None = None, spli
     names = method_names(methods)
     opts = _options(names, options)
     samples, _ = _samples_and_gold(loaded, dataset, split, n, seed, target, max_tokens)
+    n = _capped(n, samples, dataset, split, progress)
     params = {"dataset": dataset, "split": split, "n": n, "seed": seed, "target": target, "k": int(k),
               "max_tokens": int(max_tokens), "methods": names, "options": opts}
 
@@ -442,11 +456,11 @@ def train_key_token_model(seed: int = 0, progress: Progress = None,
     from core.lrp.models import MambaSequenceClassifier
 
     c = {**KEY_TOKEN_MODEL, **(config or {})}
-    torch.manual_seed(seed)
     cfg = MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
                       num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
                       use_conv_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
-    model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
+    with constructing(seed=seed):  # its initial weights from the seeded global generator, no other build between
+        model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
     opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=0.0)
     model.train()
     for step in range(c["steps"]):  # fresh sequences every step: the model cannot memorise filler
@@ -486,7 +500,7 @@ def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: 
         x = embeds.clone()
         x[0, pos] = 0.0
         batch.append(x)
-    with torch.no_grad(), lrp_rules(model, None):
+    with torch.no_grad(), lrp_rules(adapter.model, None):
         logits = adapter.logits(torch.cat(batch)).double()
     others = torch.cat([logits[:, :target], logits[:, target + 1:]], dim=1)
     margin = logits[:, target] - others.max(dim=1).values

@@ -3,6 +3,7 @@ zoo), a text cut to a length the page states, an uploaded image made into an MNI
 and what the model predicts.
 
     load(ref)                            -> core.zoo.LoadedModel (a Mamba model; anything else is refused)
+    cut_text(loaded, text)               -> (the text cut to MAX_TEXT_CHARS characters before tokenizing, note)
     tokenize(loaded, text, max_tokens)   -> (input_ids (1, L), token texts as typed, note)
     prepare_image(image, size)           -> ((size, size) float32 in [0, 1], note)
     test_image(index)                    -> ((28, 28) float32 in [0, 1], label) of the mnist-5k test split
@@ -19,6 +20,9 @@ import torch
 from core.errors import BadInputError
 
 MAX_TOKENS = 512  # longer texts are cut (the page says so); the embedded models were trained on <= 96 tokens
+# longer texts are cut to this many characters before they are tokenized (a 50 MB text took 59 s to tokenize and left
+# the server at 6.4 GB): 16 characters per explained token, more than any tokenizer here needs for MAX_TOKENS tokens
+MAX_TEXT_CHARS = 16 * MAX_TOKENS
 
 
 def load(ref: str):
@@ -40,16 +44,39 @@ def kind(loaded) -> str:
 
 
 def labels_of(loaded) -> dict[int, str]:
-    """Class index -> name from the model's card.json (``labels``), for classifiers; empty for language models."""
+    """Class index -> name, for classifiers, from the folder the model was loaded from, whatever its name or spelling:
+    its card.json's ``labels``, else the model config's ``id2label`` unless that holds only transformers'
+    placeholders (``LABEL_0``, ...); empty for language models and when neither names the classes."""
     from core.zoo.card import read_card_file
-    from core.zoo.registry import folder_of
 
-    folder = folder_of(loaded.card.name) if loaded.card.source in ("assets", "packaged") else Path(loaded.card.origin)
+    if kind(loaded) == "lm":
+        return {}
+    folder = getattr(loaded, "folder", None)
     try:
-        raw = read_card_file(folder).get("labels", {}) if folder is not None and folder.is_dir() else {}
-    except (OSError, ValueError):
-        raw = {}
-    return {int(k): str(v) for k, v in raw.items()}
+        raw = read_card_file(Path(folder)).get("labels", {}) if folder is not None and Path(folder).is_dir() else {}
+        labels = {int(k): str(v) for k, v in (raw or {}).items()}
+    except (OSError, ValueError, TypeError, AttributeError):
+        labels = {}
+    if labels:
+        return labels
+    config = getattr(loaded.model, "config", None)
+    id2label = getattr(config, "id2label", None) or {}
+    try:
+        labels = {int(k): str(v) for k, v in id2label.items()}
+    except (TypeError, ValueError):
+        return {}
+    return {} if all(v == f"LABEL_{k}" for k, v in labels.items()) else labels
+
+
+def cut_text(loaded, text: str, max_chars: int = MAX_TEXT_CHARS) -> tuple[str, str]:
+    """``(text, note)``: a text longer than ``max_chars`` characters cut to the part that can be explained, before it is
+    tokenized: a classifier's first ``max_chars`` characters (it reads from the start up to its final marker), a
+    language model's last ones (it predicts what follows the end); the note says so ("" when nothing was cut)."""
+    if not isinstance(text, str) or len(text) <= max_chars:
+        return text, ""
+    if kind(loaded) == "lm":
+        return text[-max_chars:], f"The text has {len(text):,} characters; only the last {max_chars:,} were read."
+    return text[:max_chars], f"The text has {len(text):,} characters; only the first {max_chars:,} were read."
 
 
 def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Tensor, list[str], str]:
@@ -66,6 +93,7 @@ def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Ten
                             fix="use a model folder or hub id that includes its tokenizer files.")
     if not isinstance(text, str) or not text.strip():
         raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+    text, cut = cut_text(loaded, text)
     enc = loaded.tokenizer(text, return_tensors="pt", return_offsets_mapping=loaded.tokenizer.is_fast)
     ids = enc["input_ids"]
     keep = torch.arange(ids.shape[1])
@@ -79,6 +107,7 @@ def tokenize(loaded, text: str, max_tokens: int = MAX_TOKENS) -> tuple[torch.Ten
             keep = keep[-max_tokens:]
             note = f"The text has {n} tokens; only the last {max_tokens} are explained."
         ids = ids[:, keep]
+    note = " ".join(part for part in (cut, note) if part)
     pieces = pieces_of(loaded, ids[0].tolist())
     if "offset_mapping" in enc:  # show the text as typed (with its spaces and case), not the normalised tokens
         offsets = enc["offset_mapping"][0][keep].tolist()
@@ -114,7 +143,7 @@ def logits(loaded, **inputs) -> torch.Tensor:
     from core.lrp.adapters import adapter_for
     from core.lrp.context import lrp_rules
     adapter = adapter_for(loaded.model)
-    with torch.no_grad(), lrp_rules(loaded.model, None):
+    with torch.no_grad(), lrp_rules(adapter.model, None):
         return adapter.logits(adapter.embed(**inputs))[0]
 
 

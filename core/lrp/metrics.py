@@ -133,7 +133,7 @@ def flip_curves(model, explanation: Explanation, input_ids=None, pixel_values=No
             batch.append(x)
     batch = torch.cat(batch)
     values = []
-    with torch.no_grad(), lrp_rules(model, None):
+    with torch.no_grad(), lrp_rules(adapter.model, None):
         for i in range(0, batch.shape[0], batch_size):
             values.append(adapter.logits(batch[i:i + batch_size])[:, explanation.target])
     values = torch.cat(values).cpu().numpy()

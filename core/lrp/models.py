@@ -93,9 +93,12 @@ class MambaSequenceClassifier(nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder) -> "MambaSequenceClassifier":
+        from core.zoo.construction import constructing
+
         cfg, state = _read(folder, cls.kind)
-        model = cls(MambaConfig.from_dict(cfg["mamba"]), cfg["num_labels"], cfg["head_bias"])
-        model.load_state_dict(state)
+        with constructing():
+            model = cls(MambaConfig.from_dict(cfg["mamba"]), cfg["num_labels"], cfg["head_bias"])
+            model.load_state_dict(state)
         return model.eval()
 
 
@@ -245,6 +248,9 @@ class VisionMamba(nn.Module):
     def from_pretrained(cls, folder) -> "VisionMamba":
         cfg, state = _read(folder, cls.kind)
         names = {f.name for f in fields(VisionMambaConfig)}
-        model = cls(VisionMambaConfig(**{k: v for k, v in cfg.items() if k in names}))
-        model.load_state_dict(state)
+        from core.zoo.construction import constructing
+
+        with constructing():
+            model = cls(VisionMambaConfig(**{k: v for k, v in cfg.items() if k in names}))
+            model.load_state_dict(state)
         return model.eval()

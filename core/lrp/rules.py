@@ -17,6 +17,8 @@ import torch.nn.functional as F
 
 
 GAMMA_LAYERS = ("in_proj", "out_proj", "conv")  # the layer kinds LRP-gamma can apply to
+MAX_GAMMA = 1000.0  # LRP-gamma is refused above this: at 1e300 the boosted sums overflow float32 and the relevances
+                    # and the explained logit become NaN (issue 22); the published value is 0.25
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class LRPRules:
         Raises
         ------
         BadInputError
-            A gamma that is not a finite number >= 0, or an unknown layer.
+            A gamma that is not a number from 0 to :data:`MAX_GAMMA`, or an unknown layer.
         """
         from core.errors import BadInputError
 
@@ -87,8 +89,9 @@ class LRPRules:
             except (TypeError, ValueError):
                 raise BadInputError(f"gamma must be a number >= 0, got {gamma!r}.", fix="Try 0 (LRP-0) or 0.25.") \
                     from None
-            if not math.isfinite(g) or g < 0:
-                raise BadInputError(f"gamma must be a finite number >= 0, got {gamma!r}.", fix="Try 0 (LRP-0) or 0.25.")
+            if not math.isfinite(g) or not 0 <= g <= MAX_GAMMA:
+                raise BadInputError(f"gamma must be a number from 0 to {MAX_GAMMA:g}, got {gamma!r}.",
+                                    fix="Try 0 (LRP-0) or 0.25.")
             layers = set(gamma_layers or [])
             unknown = sorted(layers - set(GAMMA_LAYERS))
             if unknown:

@@ -36,6 +36,7 @@ IMAGE_MODELS = ("vision-mamba-mnist",)
 EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist")
 DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
 MAX_TOKENS = inputs.MAX_TOKENS
+MAX_TEXT_CHARS = inputs.MAX_TEXT_CHARS
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
 # published configs, a shared 2-core CPU, 2 torch threads; medians, see the README):
 # (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
@@ -137,7 +138,8 @@ def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rul
 def _explanation(model: str, analysis: str, params: dict, compute) -> Result:
     from core.zoo import fingerprint
 
-    found = lookup(fingerprint(model), analysis, params, compute, examples=EXAMPLES)
+    found = lookup(fingerprint(model), analysis, params, compute, examples=EXAMPLES,
+                   check=lambda data: explanation_view({**data, "model": model}))
     return explanation_view({**found.data, "model": model}, found.source, found.key)
 
 
@@ -146,6 +148,9 @@ def _text_request(model, text, methods, target, rules, progress):
     toggles, target = _toggles(rules), _target(target)
     if not isinstance(text, str) or not text.strip():
         raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+    cut = ""
+    if len(text) > MAX_TEXT_CHARS:  # cut before it is hashed, stored or tokenized (which end depends on the model)
+        text, cut = inputs.cut_text(inputs.load(model), text)
     params = {"text": text, "methods": methods, "target": target, "rules": toggles, "max_tokens": MAX_TOKENS,
               "options": {m: METHODS[m].options for m in methods if m != "mambalrp"}}
 
@@ -153,6 +158,7 @@ def _text_request(model, text, methods, target, rules, progress):
         loaded = inputs.load(model)
         lrp_rules = LRPRules.from_toggles(**toggles)
         ids, pieces, note = inputs.tokenize(loaded, text)
+        note = " ".join(part for part in (cut, note) if part)
         logits = inputs.logits(loaded, input_ids=ids)
         t = inputs.check_target(target, logits.shape[0])
         res = _explain_all(loaded, methods, t, lrp_rules, progress, input_ids=ids)
@@ -431,7 +437,8 @@ def last_token_text(res: dict) -> str:
 
 def _evaluation_text(res: dict) -> str:
     faith = res.get("faithfulness") or {}
-    best = max(faith, key=lambda n: faith[n]["delta_af"]) if faith else None
+    scored = [n for n in faith if faith[n].get("delta_af") is not None]  # none when stopped before the first sample
+    best = max(scored, key=lambda n: faith[n]["delta_af"]) if scored else None
     cons = (res.get("conservation") or {}).get("mambalrp")
     src = source_text(res.get("source") or ("cache" if res.get("cached") else "computed"))
     acc = f", model accuracy on them {100 * res['accuracy']:.1f}%" if res.get("accuracy") is not None else ""

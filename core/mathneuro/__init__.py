@@ -33,7 +33,7 @@ from core.mathneuro.interventions import (MODES, Restore, apply_intervention, in
 from core.mathneuro.methods import METHODS, Masks, Method, Statistics, collect, get_method, identify, select
 from core.mathneuro.scoring import (ColumnNorms, collect_column_norms, importance_scores, scored_linears,
                                     top_share_mask)
-from core.mathneuro.views import private_view
+from core.zoo.views import private_view
 
 __all__ = [
     "identify", "METHODS", "Method", "Masks", "Statistics", "get_method", "collect", "select",

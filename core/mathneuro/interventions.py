@@ -1,7 +1,7 @@
 """Interventions on selected parameters: prune (multiply by 0) or scale (multiply by a factor).
 
 - :func:`intervened_view` / :func:`intervened` give the intervened model as a private view
-  (:func:`core.mathneuro.views.private_view`): the touched weight matrices are copied and changed, every
+  (:func:`core.zoo.views.private_view`): the touched weight matrices are copied and changed, every
   other tensor is shared, and the model itself is never written, so requests served on the same
   in-memory model at the same time never see each other's interventions. Extra memory: the touched
   matrices, for as long as the view lives.
@@ -26,7 +26,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.scoring import check_factor
-from core.mathneuro.views import private_view
+from core.zoo.views import private_view
 from core.runner import atomic_write
 from core.zoo.placement import changed_values, offloaded_names, parameter_values
 

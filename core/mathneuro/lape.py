@@ -36,8 +36,8 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro.scoring import Progress, prepare_inputs, run_samples, scored_linears
-from core.mathneuro.views import private_view
 from core.zoo.placement import compute_device
+from core.zoo.views import private_view
 from kernels.topk_mask import topk_mask
 
 

@@ -93,19 +93,40 @@ def _weight(m: nn.Linear) -> torch.Tensor:
     return weight_of(m).to(compute_device(m))
 
 
+def scored_with_norms(model, stats: Statistics) -> list[tuple[str, nn.Linear, torch.Tensor, torch.Tensor]]:
+    """``(name, linear, math norms, non-math norms)`` of every scored matrix of ``model``
+    (:func:`core.mathneuro.scoring.scored_linears`: one entry per distinct weight, a tied or repeated weight under
+    the name of its first appearance), from the one list the statistics were collected over.
+
+    Raises
+    ------
+    BadInputError
+        When the statistics were collected over other matrices (another model, or one whose tied weights were not
+        tied), naming the first that differs, instead of failing half-way with a bare ``KeyError``.
+    """
+    linears = scored_linears(model)
+    for side in (stats.math, stats.nonmath):
+        if set(side.sums) != set(linears):
+            odd = sorted(set(side.sums) ^ set(linears))
+            raise BadInputError(f"The statistics do not belong to this model: they cover other weight matrices "
+                                f"({', '.join(odd[:3])}{' ...' if len(odd) > 3 else ''}).",
+                                fix="Collect them again on this model (collect(model, ...)).")
+    return [(n, m, stats.math.sums[n], stats.nonmath.sums[n]) for n, m in linears.items()]
+
+
 def _select_mathneuro(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
-    return {n: mathneuro_matrix(_weight(m), stats.math.sums[n], stats.nonmath.sums[n], proportion)
-            for n, m in scored_linears(model).items()}
+    return {n: mathneuro_matrix(_weight(m), math, nonmath, proportion)
+            for n, m, math, nonmath in scored_with_norms(model, stats)}
 
 
 def _select_wanda(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
-    return {n: wanda_matrix(_weight(m), stats.math.sums[n], proportion) for n, m in scored_linears(model).items()}
+    return {n: wanda_matrix(_weight(m), math, proportion) for n, m, math, _ in scored_with_norms(model, stats)}
 
 
 def _select_random(model, stats: Statistics, proportion: float, seed: int = 0) -> Masks:
     out = {}
-    for n, m in scored_linears(model).items():
-        count = int(mathneuro_matrix(_weight(m), stats.math.sums[n], stats.nonmath.sums[n], proportion).sum())
+    for n, m, math, nonmath in scored_with_norms(model, stats):
+        count = int(mathneuro_matrix(_weight(m), math, nonmath, proportion).sum())
         out[n] = random_matrix(m.weight.shape, count, seed, n, compute_device(m))
     return out
 

@@ -154,8 +154,10 @@ def build_model(cfg: DemoConfig, tokenizer):
                          max_position_embeddings=256, rms_norm_eps=1e-5, tie_word_embeddings=True,
                          bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
-    torch.manual_seed(cfg.seed)
-    return LlamaForCausalLM(config)
+    from core.zoo.construction import constructing
+
+    with constructing(seed=cfg.seed):
+        return LlamaForCausalLM(config)
 
 
 def _encode_examples(tokenizer, records) -> list[tuple[list[int], int]]:
@@ -208,7 +210,10 @@ def train_demo(out: Path | str | None = None, quick: bool = False, log: Callable
     if resume_from is not None:
         from transformers import AutoTokenizer, LlamaForCausalLM
         tokenizer = AutoTokenizer.from_pretrained(resume_from)
-        model = LlamaForCausalLM.from_pretrained(resume_from, dtype=torch.float32)
+        from core.zoo.construction import constructing
+
+        with constructing():
+            model = LlamaForCausalLM.from_pretrained(resume_from, dtype=torch.float32)
         previous = json.loads((Path(resume_from) / "card.json").read_text())["training"]["seconds"]
         rng = random.Random(cfg.seed + 1)
     else:

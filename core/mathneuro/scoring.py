@@ -21,8 +21,8 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.mathneuro.views import private_view
 from core.zoo.placement import compute_device
+from core.zoo.views import private_view
 from kernels.topk_mask import topk_mask
 
 Progress = Callable[[int, int, str], None]
@@ -229,7 +229,7 @@ def collect_column_norms(model: nn.Module, inputs: Iterable[torch.Tensor], *, wh
     Parameters
     ----------
     model : nn.Module
-        Never written: hooks and flags are set on a private view (:mod:`core.mathneuro.views`).
+        Never written: hooks and flags are set on a private view (:mod:`core.zoo.views`).
     inputs : iterable of (1, T) LongTensor
     per_sample : bool
         Keep each sample's norms, ``(N, d_in)`` per matrix, instead of their sum (for the

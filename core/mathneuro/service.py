@@ -35,9 +35,10 @@ from core.mathneuro.methods import METHODS, Statistics, get_method, select
 from core.mathneuro.recipe import DEMO_NAME, SENTIMENT
 from core.mathneuro.tasks import (MAX_LENGTH, check_count, limitation, load_records, metric_label,
                                   reference_levels, resolve_metric, score)
-from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion
+from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion, scored_linears
 from core.paths import ASSETS_DIR
 from core.runner import ExampleStore, Result, cached_entry, item_progress, lookup, report, result_key, source_text
+from core.zoo.views import private_view
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "mathneuro" / "examples.json")
 ANALYSES = ("layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill")
@@ -62,11 +63,13 @@ def _ref(ref) -> str:
     return str(ref).strip()
 
 
-def _lookup(ref: str, analysis: str, params: dict, compute):
-    """(data, source, key) of one analysis: a committed example, the results cache, or ``compute()``."""
+def _lookup(ref: str, analysis: str, params: dict, compute, check=None):
+    """(data, source, key) of one analysis: a committed example, the results cache, or ``compute()``; a result is
+    checked by building its view (``check``, default :func:`analysis_view`) before it is cached or served."""
     from core.zoo import fingerprint
 
-    found = lookup(fingerprint(ref), f"mathneuro-{analysis}", params, compute, examples=EXAMPLES)
+    found = lookup(fingerprint(ref), f"mathneuro-{analysis}", params, compute, examples=EXAMPLES,
+                   check=check or (lambda data: analysis_view(analysis, data)))
     return found.data, found.source, found.key
 
 
@@ -91,7 +94,18 @@ def statistics(lm, math: str, nonmath: str, n: int, method: str, progress=None) 
                 tensors.update({f"{side}/{k}": v for k, v in part.positive.items()})
         return CacheEntry(data, tensors)
 
-    entry, _ = cached_entry(lm.fingerprint, "mathneuro-statistics", params, compute)
+    def fits(entry):  # statistics for exactly the model's scored matrices (by the names of their distinct weights)
+        from core.mathneuro.lape import mlp_blocks
+
+        scored = set(scored_linears(lm.model)) if kind == "column_norms" else set(mlp_blocks(lm.model))
+        for side in ("math", "nonmath"):
+            names = {k.split("/", 1)[1] for k in entry.tensors if k.startswith(side + "/")}
+            if names != scored:
+                raise ValueError(f"{side} statistics for {sorted(names ^ scored)[:3]} do not match the model")
+            if kind == "column_norms" and "samples" not in entry.data[side]:
+                raise ValueError(f"{side} statistics lack their sample count")
+
+    entry, _ = cached_entry(lm.fingerprint, "mathneuro-statistics", params, compute, fits)
     parts = {}
     for side in ("math", "nonmath"):
         vecs = {k.split("/", 1)[1]: v for k, v in entry.tensors.items() if k.startswith(side + "/")}
@@ -210,7 +224,7 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, nonmath, eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         total = len(methods) * len(nonmath) + 1
         before = {name: score(model, tok, recs, metrics[name], name) for name, recs in sets.items()}
         report(progress, 1 / total, "evaluations")
@@ -244,7 +258,7 @@ def proportion_sweep_result(ref: str, math: str, nonmath: str, n: int, proportio
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         rows = [{"proportion": 0.0, "selected": 0, "share": 0.0,
                  "math": score(model, tok, sets[math], metrics[math], math),
                  "nonmath": score(model, tok, sets[nonmath], metrics[nonmath], nonmath)}]
@@ -280,7 +294,7 @@ def scale_sweep_result(ref: str, math: str, nonmath: str, n: int, proportion: fl
     def compute():
         lm = load(ref)
         sets, metrics = _evaluation_sets(math, [nonmath], eval_n, metric)
-        model, tok = lm.model, lm.tokenizer
+        model, tok = private_view(lm.model), lm.tokenizer  # eval flags set on a view: the model is shared
         masks = masks_for(lm, math, nonmath, n, proportion, method)
         rows = []
         for i, f in enumerate(factors):
@@ -340,7 +354,8 @@ def drill_result(ref: str, math: str, nonmath: str, n: int, proportion: float, m
         d["row_counts"] = mask.sum(1).tolist()
         d["col_counts"] = mask.sum(0).tolist()
         return {"params": params, **d}
-    data, source, key = _lookup(_ref(ref), "drill", params, compute)
+    data, source, key = _lookup(_ref(ref), "drill", params, compute,
+                                lambda data: analysis_view("drill", {**data, "matrices": names}))
     return analysis_view("drill", {**data, "matrices": names}, source, key)
 
 

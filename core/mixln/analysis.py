@@ -25,6 +25,7 @@ from core.errors import BadInputError
 from core.mixln import runs as _runs
 from core.mixln.data import pack
 from core.runner import item_progress, report
+from core.zoo.views import private_view
 from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
                                     layer_removal, mean_angular_distance)
 
@@ -88,7 +89,8 @@ def load_subject(ref: str, samples: int = 8, seq_len: int = 64) -> Subject:
     if not getattr(getattr(model, "config", None), "is_decoder", True) and not hasattr(model, "lm_head"):
         raise BadInputError(f"{ref} is not a causal language model.", fix="use a causal LM such as smollm2-135m.")
     find_decoder_layers(model)
-    return Subject(str(ref), model, zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
+    # the zoo's model is shared with other requests: the diagnostics set flags (eval mode) on a private view of it
+    return Subject(str(ref), private_view(model), zoo_tokens(lm.tokenizer, samples, seq_len), lm.fingerprint)
 
 
 def run_fingerprint(folder) -> str:
@@ -164,6 +166,21 @@ def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[_clean(v) for v in row] for row in t.tolist()]
 
 
+def _fields(*keys: str):
+    """A result check (:func:`core.runner.lookup`): the fields the tab's view reads are there."""
+    def check(data) -> None:
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+    return check
+
+
+VIEW_FIELDS = {"mixln/angular": _fields("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers"),
+               "mixln/removal": _fields("subject", "baseline_loss", "baseline_perplexity", "layers", "losses",
+                                        "loss_increase", "perplexities", "perplexity_increase"),
+               "mixln/gradnorms": _fields("subject", "layers", "param", "input", "loss")}
+
+
 def _lookup(ref: str, samples: int, seq_len: int, analysis: str, params: dict,
             compute: Callable[[Subject], dict]) -> dict:
     """The result for a run or a zoo model, found by the weights' fingerprint without loading them; the model and its
@@ -180,7 +197,7 @@ def _lookup(ref: str, samples: int, seq_len: int, analysis: str, params: dict,
         from core.zoo import fingerprint
         folder, fp = None, fingerprint(ref)
     found = lookup(fp, analysis, params, lambda: compute(load_subject(ref, samples, seq_len)),
-                   examples=run_examples(folder))
+                   examples=run_examples(folder), check=VIEW_FIELDS.get(analysis))
     return {**found.data, "cached": found.source != "computed", "source": found.source}
 
 
@@ -226,8 +243,8 @@ def gradnorm_result(ref: str, samples: int = 4, seq_len: int = 64) -> dict:
 
     def compute(subject: Subject) -> dict:
         g = layer_gradient_norms(subject.model, subject.tokens)
-        return {"subject": subject.name, "layers": list(range(len(g.param))), "param": g.param, "input": g.input,
-                "loss": g.loss, **params}
+        return {"subject": subject.name, "layers": list(range(len(g.param))), "param": [_clean(x) for x in g.param],
+                "input": [_clean(x) for x in g.input], "loss": _clean(g.loss), **params}
 
     return _lookup(ref, samples, seq_len, "mixln/gradnorms", params, compute)
 

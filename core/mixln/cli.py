@@ -57,22 +57,34 @@ def _fmt(x, nd=3):
 
 
 # ---- train / reproduce ---------------------------------------------------------------------------------
+# what --quick sets (a tiny smoke run), and the recipe defaults of those flags (their argparse default is None, so a
+# flag the user gave is known): --quick refuses a flag it would override instead of overriding it silently
+QUICK = dict(layers=4, hidden=32, heads=2, steps=6, batch=4, seq=32, vocab=512, eval_every=3, grad_every=2,
+             warmup=2, eval_batches=2)
+
+
+def _quick_defaults() -> dict:
+    M, T = mixln.RECIPE_MODEL, mixln.RECIPE_TRAIN
+    return dict(layers=M["num_layers"], hidden=M["hidden_size"], heads=M["num_heads"], steps=T["steps"],
+                batch=T["batch_size"], seq=T["seq_len"], vocab=M["vocab_size"], eval_every=T["eval_every"],
+                grad_every=T["grad_log_every"], warmup=T["warmup_steps"], eval_batches=T["eval_batches"])
+
 
 def _train_args(p: argparse.ArgumentParser) -> None:
     M, T = mixln.RECIPE_MODEL, mixln.RECIPE_TRAIN
     p.add_argument("--norm", choices=list(mixln.PLACEMENTS), default="mix",
                    help="norm placement: " + ", ".join(f"{n} ({p.label})" for n, p in mixln.PLACEMENTS.items()))
     p.add_argument("--alpha", type=_alpha, default=0.25, help="Mix-LN: fraction of layers that are Post-LN, in [0, 1]")
-    p.add_argument("--layers", type=int, default=M["num_layers"])
-    p.add_argument("--hidden", type=int, default=M["hidden_size"])
-    p.add_argument("--heads", type=int, default=M["num_heads"])
+    p.add_argument("--layers", type=int, default=None, help=f"default {M['num_layers']}")
+    p.add_argument("--hidden", type=int, default=None, help=f"default {M['hidden_size']}")
+    p.add_argument("--heads", type=int, default=None, help=f"default {M['num_heads']}")
     p.add_argument("--intermediate", type=int, default=None, help="MLP width (default ~8/3 x hidden)")
-    p.add_argument("--vocab", type=int, default=M["vocab_size"], help="BPE vocabulary size")
-    p.add_argument("--steps", type=int, default=T["steps"])
-    p.add_argument("--batch", type=int, default=T["batch_size"])
-    p.add_argument("--seq", type=int, default=T["seq_len"], help="tokens per packed sequence")
+    p.add_argument("--vocab", type=int, default=None, help=f"BPE vocabulary size (default {M['vocab_size']})")
+    p.add_argument("--steps", type=int, default=None, help=f"default {T['steps']}")
+    p.add_argument("--batch", type=int, default=None, help=f"default {T['batch_size']}")
+    p.add_argument("--seq", type=int, default=None, help=f"tokens per packed sequence (default {T['seq_len']})")
     p.add_argument("--lr", type=float, default=T["lr"], help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=T["warmup_steps"])
+    p.add_argument("--warmup", type=int, default=None, help=f"default {T['warmup_steps']}")
     p.add_argument("--min-lr-ratio", type=float, default=T["min_lr_ratio"], help="the cosine ends at this x lr")
     p.add_argument("--betas", type=float, nargs=2, default=T["betas"], metavar=("B1", "B2"), help="Adam betas")
     p.add_argument("--weight-decay", type=float, default=T["weight_decay"])
@@ -82,9 +94,10 @@ def _train_args(p: argparse.ArgumentParser) -> None:
                    help="std of the embedding's normal init (the authors: sqrt(2/5))")
     p.add_argument("--deepnorm-formula", choices=mixln.DEEPNORM_FORMULAS, default=M["deepnorm_formula"],
                    help="DeepNorm constants: the Mix-LN authors' code (mixln) or the DeepNet paper's (deepnet)")
-    p.add_argument("--eval-every", type=int, default=T["eval_every"])
-    p.add_argument("--eval-batches", type=int, default=T["eval_batches"])
-    p.add_argument("--grad-every", type=int, default=T["grad_log_every"], help="log per-layer grad norms every k steps")
+    p.add_argument("--eval-every", type=int, default=None, help=f"default {T['eval_every']}")
+    p.add_argument("--eval-batches", type=int, default=None, help=f"default {T['eval_batches']}")
+    p.add_argument("--grad-every", type=int, default=None,
+                   help=f"log per-layer grad norms every k steps (default {T['grad_log_every']})")
     p.add_argument("--checkpoint-every", type=int, default=0, help="0: checkpoint only at the end")
     p.add_argument("--seed", type=int, default=T["seed"])
     p.add_argument("--tokenizer", default=None, help="a tokenizer.json to reuse (default: train one)")
@@ -173,11 +186,16 @@ def _run_train(args, callback=_print_event, show: bool = True) -> None:
         return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
                                                 skip_done=False, threads=0))
     _check_alpha(args.alpha)
-    if args.quick:
-        args.layers, args.hidden, args.heads, args.steps, args.batch, args.seq = 4, 32, 2, 6, 4, 32
-        args.vocab, args.eval_every, args.grad_every, args.warmup, args.eval_batches = 512, 3, 2, 2, 2
-        if args.tokenizer is None and (mixln.RUNS_DIR / "tokenizer.json").is_file():  # skip training a tokenizer
-            args.tokenizer = str(mixln.RUNS_DIR / "tokenizer.json")
+    given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in QUICK if getattr(args, k) is not None]
+    if args.quick and given:
+        raise BadInputError(f"--quick sets its own sizes and steps, so it cannot be combined with {', '.join(given)}.",
+                            fix="drop --quick to train with your values, or drop "
+                                f"{', '.join(g.split()[0] for g in given)} for the smoke run.")
+    for k, default in (QUICK if args.quick else _quick_defaults()).items():
+        if getattr(args, k) is None:
+            setattr(args, k, default)
+    if args.quick and args.tokenizer is None and (mixln.RUNS_DIR / "tokenizer.json").is_file():
+        args.tokenizer = str(mixln.RUNS_DIR / "tokenizer.json")  # skip training a tokenizer
     if args.out is None and args.resume is None:
         raise BadInputError("no output folder given.", fix="pass --out DIR (or --resume DIR).")
     for name in ("layers", "hidden", "heads", "steps", "batch", "seq", "eval_batches"):

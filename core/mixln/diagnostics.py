@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from core.errors import BadInputError
 from core.mixln.model import causal_lm_loss
+from core.zoo.views import private_view
 
 _LAYER_PATHS = ("model.layers", "model.model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
                 "backbone.layers", "layers")
@@ -225,7 +226,8 @@ class _SkippedLayer(nn.Module):
 
 @contextlib.contextmanager
 def skip_layer(model: nn.Module, index: int, tuple_len: int = 0) -> Iterator[None]:
-    """Temporarily replace decoder layer ``index`` by an identity; the original is restored after."""
+    """Temporarily replace decoder layer ``index`` of ``model`` by an identity; the original is restored after.
+    This changes ``model`` itself: give it a private view (:func:`core.zoo.private_view`) of a model others use."""
     layers = find_decoder_layers(model)
     if not 0 <= index < len(layers):
         raise BadInputError(f"layer {index} does not exist (the model has {len(layers)}).",
@@ -277,7 +279,11 @@ def _output_tuple_len(model: nn.Module, layers: nn.ModuleList, batch: torch.Tens
 def layer_removal(model: nn.Module, tokens, layers: Sequence[int] | None = None, batch_size: int = 8,
                   progress=None) -> LayerRemovalResult:
     """Eval loss and perplexity when each single layer is skipped, and their increase over the full model.
-    ``progress(done, total)`` is called after each layer (for a progress bar)."""
+    ``progress(done, total)`` is called after each layer (for a progress bar).
+
+    ``model`` is never changed: the layers are skipped in a private view of it (:func:`core.zoo.private_view`), so
+    other requests may use the model meanwhile."""
+    model = private_view(model)
     batches = as_batches(tokens, batch_size)
     decoder = find_decoder_layers(model)
     indices = list(range(len(decoder))) if layers is None else list(layers)

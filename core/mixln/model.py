@@ -259,7 +259,10 @@ class MixLNForCausalLM(nn.Module):
         if not weights.is_file():
             raise ModelLoadError(f"no model.safetensors in {folder}.",
                                  fix="point to a folder written by MixLNForCausalLM.save_pretrained().")
-        model = cls(MixLNConfig.load(folder))
+        from core.zoo.construction import constructing
+
+        with constructing():
+            model = cls(MixLNConfig.load(folder))
         state = load_file(str(weights), device="cpu")
         if model.config.tie_word_embeddings:
             state["lm_head.weight"] = state["model.embed_tokens.weight"]

@@ -41,6 +41,7 @@ from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
 from core.mixln.placements import placement_label, sweep_alpha
 from core.runner import atomic_write
+from core.zoo.construction import constructing
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, check_world, evaluate, eval_batches, \
     latest_checkpoint, train_iter
 
@@ -197,8 +198,8 @@ def build_model(norm: str, alpha: float = 0.25, seed: int = 0, **sizes) -> MixLN
         raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
                             fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
     config = MixLNConfig(norm=norm, post_ln_ratio=float(alpha), **sizes)
-    torch.manual_seed(seed)
-    model = MixLNForCausalLM(config)
+    with constructing(seed=seed):
+        model = MixLNForCausalLM(config)
     model.reset_parameters(seed)
     return model
 

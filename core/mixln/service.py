@@ -20,7 +20,6 @@ Placements (labels, colours, the alpha) come from :data:`core.mixln.placements.P
 """
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Iterator
 
@@ -29,7 +28,7 @@ from core.figures import PALETTE
 from core.mixln import analysis, reference, runs, summary
 from core.mixln import figures as F
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
-from core.runner import Result, digest, report, source_text
+from core.runner import Result, check_number, digest, report, source_text
 
 DEFAULT_RUNS = ("pre-ln", "post-ln", "mix-ln-0.25")
 
@@ -46,11 +45,16 @@ def _colour(run, i: int = 0) -> str:
 
 
 def _check_alpha(alpha) -> float:
-    alpha = float(alpha)
-    if math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
-        raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
-                            fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
-    return alpha
+    try:
+        return check_number(alpha, "alpha", 0.0, 1.0)
+    except BadInputError:
+        raise BadInputError(f"alpha = {alpha!r} is outside [0, 1].",
+                            fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.") from None
+
+
+def _sizes(samples, seq_len) -> tuple[int, int]:
+    """(samples, seq_len) as whole numbers in the diagnostics' ranges, or one clear message."""
+    return (check_number(samples, "samples", 1, 256, whole=True), check_number(seq_len, "seq_len", 4, 2048, whole=True))
 
 
 def _rows_of(result: dict) -> list[dict]:
@@ -79,7 +83,7 @@ def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None
     results = [analysis.run_gradnorms(n, kind) for n in _names(names)]
     if step is not None:
         for r in results:
-            k = max([i for i, s in enumerate(r["steps"]) if s <= max(float(step), r["steps"][0])] or [0])
+            k = max([i for i, s in enumerate(r["steps"]) if s <= max(check_number(step, "step"), r["steps"][0])] or [0])
             r["final_step"], r["final"] = r["steps"][k], r["per_step"][k]
     shown = results[0]["final_step"]
     fig = F.gradnorm_figure(F.gradnorm_series(results), f"Grad norm per layer: init (dotted), step {shown}, "
@@ -216,7 +220,7 @@ def settings_text() -> str:
 def angular_distance_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
                             progress=None) -> Result:
     """The paper's (first layer l, block size n) heatmap of d(h_l, h_l+n), raw and scaled per block size."""
-    res = analysis.angular_result(ref, int(samples), int(seq_len), position, progress=progress)
+    res = analysis.angular_result(ref, *_sizes(samples, seq_len), position, progress=progress)
     source = res["source"]
     kind = "committed run " if analysis.is_run(ref) else ""
     rows = [{"block_size": n, "first_layer": layer, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
@@ -235,7 +239,7 @@ def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress=Non
     refs = _names(refs)
     results = []
     for i, ref in enumerate(refs):
-        r = analysis.removal_result(ref, int(samples), int(seq_len), progress=progress)
+        r = analysis.removal_result(ref, *_sizes(samples, seq_len), progress=progress)
         if analysis.is_run(ref):
             run = runs.load_run(ref)
             r = {**r, "label": run.label, "colour": _colour(run, i)}
@@ -257,7 +261,7 @@ def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress=Non
 
 def model_gradnorms_result(ref: str, samples: int = 4, seq_len: int = 64) -> Result:
     """Per-layer gradient norms of one batch of held-out text for any causal LM at its current weights."""
-    r = analysis.gradnorm_result(ref, int(samples), int(seq_len))
+    r = analysis.gradnorm_result(ref, *_sizes(samples, seq_len))
     rows = [{"subject": r["subject"], "layer": layer, "param": r["param"][layer], "input": r["input"][layer]}
             for layer in r["layers"]]
     return Result(f"Gradient norms of **{r['subject']}** on {samples} held-out sequences.", [r],
@@ -286,8 +290,10 @@ def live_run(placement: str, alpha: float, layers: int, steps: int, progress=Non
     alpha = _check_alpha(alpha)
     if placement not in PLACEMENTS:
         raise BadInputError(f"unknown norm placement {placement!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
-    sizes = {**runs.LIVE_MODEL, "num_layers": int(layers)}
-    tcfg = {**runs.LIVE_TRAIN, "steps": int(steps), "eval_every": max(5, int(steps) // 6)}
+    layers, steps = check_number(layers, "layers", 1, 64, whole=True), check_number(steps, "steps", 1, 100_000,
+                                                                                       whole=True)
+    sizes = {**runs.LIVE_MODEL, "num_layers": layers}
+    tcfg = {**runs.LIVE_TRAIN, "steps": steps, "eval_every": max(5, steps // 6)}
     tok = runs.ASSETS / "tokenizer.json"
     label = placement_label(placement, alpha if PLACEMENTS[placement].has_alpha else None)
     colour = placement_colour(placement, alpha)

@@ -29,7 +29,8 @@ from core.neuzip.measure import bitfield_histograms, compression_table
 from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, SKIP, METHODS, default_settings,
                                   tradeoff)
 from core.paths import ASSETS_DIR
-from core.runner import ExampleStore, Result, item_progress, lookup, report, result_key, scaled, source_text
+from core.runner import (ExampleStore, Result, check_number, item_progress, lookup, report, result_key, scaled,
+                         source_text)
 from core.zoo.placement import ParameterValues, offloaded_names
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "neuzip" / "examples.json")
@@ -39,6 +40,11 @@ KS = (7, 3, 1, 0)
 
 
 # ---- inputs -------------------------------------------------------------------------------------------------------
+def _whole(value, what: str) -> int:
+    """A whole-number parameter, or one clear message (NaN, infinity, a fraction, a word)."""
+    return check_number(value, what, whole=True)
+
+
 def _ref(value) -> str:
     if not value or not str(value).strip():
         raise BadInputError("no model chosen.", fix="pick a model in the header")
@@ -69,11 +75,25 @@ def _weights(ref: str, progress=None) -> dict[str, torch.Tensor]:
     return linear_weights(load_model(ref).model)
 
 
+def _has(*keys: str):
+    """A result check (:func:`core.runner.lookup`): the fields its view reads are there."""
+    def check(data) -> None:
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+    return check
+
+
+VIEW_FIELDS = {"neuzip/histograms": _has("sign", "exponent", "mantissa", "entropy", "numel", "tensors"),
+               "neuzip/table": _has("total", "rows", "mantissa_bits"),
+               "neuzip/tradeoff-result": lambda data: tradeoff_view(data)}
+
+
 def _measure(ref: str, analysis: str, params: dict, compute, use_cache: bool = True):
     from core.zoo import fingerprint
 
     return lookup(fingerprint(ref), analysis, {**params, "version": CACHE_VERSION}, compute, examples=EXAMPLES,
-                  cache=use_cache)
+                  cache=use_cache, check=VIEW_FIELDS.get(analysis))
 
 
 # ---- the measurements ---------------------------------------------------------------------------------------------
@@ -108,7 +128,7 @@ def table_result(ref: str, k: int = 7, block_size: int | None = None, use_cache:
     """Bits per weight per linear layer for one ``k`` / block size, against the entropy bound, zstd and zlib."""
     ref = _ref(ref)
     check_params(k, block_size)
-    k, b = int(k), None if block_size is None else int(block_size)
+    k, b = _whole(k, "k"), None if block_size is None else _whole(block_size, "block_size")
     found = _measure(ref, "neuzip/table", {"k": k, "block_size": b, "skip": list(SKIP)}, lambda: compression_table(
         _weights(ref, progress), k, b, progress=item_progress(progress, "table")), use_cache)
     t = {"model": ref, **found.data}
@@ -122,7 +142,7 @@ def table_result(ref: str, k: int = 7, block_size: int | None = None, use_cache:
 def weights_result(ref: str, k: int = 7, block_size: int | None = None, progress=None) -> Result:
     """The bit fields and the compression of a model's linear weights (the tab's *Analyse weights*)."""
     ref = _ref(ref)
-    block_size = None if int(k) == 7 else block_size
+    block_size = None if _whole(k, "k") == 7 else block_size
     check_params(k, block_size)
     h = histograms_result(ref, progress=scaled(progress, 0.0, 0.5))
     t = table_result(ref, k, block_size, progress=scaled(progress, 0.5, 1.0))
@@ -153,7 +173,8 @@ def tradeoff_rows(result: dict) -> list[dict]:
 def _tradeoff_params(ks, block_size, words, window, baselines, dataset) -> dict:
     from core.settings import is_online
 
-    return {"ks": [int(k) for k in ks], "block_size": block_size, "words": int(words), "window": int(window),
+    return {"ks": [_whole(k, "k") for k in ks], "block_size": block_size, "words": _whole(words, "words"),
+            "window": _whole(window, "window"),
             "baselines": bool(baselines), "dataset": dataset or ("online" if is_online() else "wikipedia-paragraphs")}
 
 
@@ -166,7 +187,7 @@ def tradeoff_result(ref: str, ks=KS, block_size: int | None = 128, words: int = 
     default_settings(ks, block_size, baselines)  # checks k and B before anything loads
     params = _tradeoff_params(ks, block_size, words, window, baselines, dataset)
     found = _measure(ref, "neuzip/tradeoff-result", params, lambda: tradeoff(
-        ref, ks, block_size, int(words), int(window), baselines, dataset, use_cache=use_cache, progress=progress),
+        ref, ks, block_size, _whole(words, "words"), _whole(window, "window"), baselines, dataset, use_cache=use_cache, progress=progress),
         use_cache)
     return tradeoff_view(found.data, found.source, found.key, log_x)
 
@@ -221,11 +242,11 @@ def throughput_result(ref: str, k: int = 7, block_size: int | None = None, numel
     """Bits per weight and one-thread compress / decompress MB/s of NeuZip (lossless, and ``k`` / ``block_size``
     when ``k < 7``), ZipNN (when installed), zstd and a memory copy, side by side, timed now (never cached)."""
     ref = _ref(ref)
-    block_size = None if int(k) == 7 else block_size
+    block_size = None if _whole(k, "k") == 7 else block_size
     check_params(k, block_size)
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise BadInputError(f"repeats must be an integer >= 1, got {repeats!r}.")
-    lossy = [] if int(k) == 7 else [(int(k), block_size)]
+    lossy = [] if _whole(k, "k") == 7 else [(_whole(k, "k"), block_size)]
     return throughput_view(model_throughput(ref, lossy, numel, repeats, progress=progress))
 
 

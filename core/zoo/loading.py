@@ -21,6 +21,7 @@ from core.errors import ModelLoadError
 from core.settings import bound_hub_requests, is_online
 from core.zoo import registry
 from core.zoo.card import ModelCard
+from core.zoo.construction import constructing
 from core.zoo.hub import check_allowed, hub_error, kind_from_config
 from core.zoo.safetensors_check import read_header
 
@@ -37,6 +38,7 @@ class LoadedModel:
     card: ModelCard
     fingerprint: str
     tokenizer_error: str = ""  # why the tokenizer is None (missing files, or the loader's error), for messages
+    folder: Path | None = None  # the folder the weights were read from (None for a hub download)
 
 
 def _check_folder(folder: Path, allow_pickle: bool) -> list[Path]:
@@ -63,7 +65,7 @@ def file_fingerprint(files: list[Path]) -> str:
     h = hashlib.sha256()
     for f in files:
         st = f.stat()
-        h.update(_file_digest(str(f), st.st_size, st.st_mtime_ns).encode())
+        h.update(_file_digest(os.path.realpath(f), st.st_size, st.st_mtime_ns).encode())
     return h.hexdigest()[:24]
 
 
@@ -79,6 +81,48 @@ def _file_digest(path: str, size: int, mtime_ns: int) -> str:
                 h.update(block)
         _digests[key] = h.hexdigest()
     return _digests[key]
+
+
+# the files besides the weights that define what a folder's model computes: its architecture and sizes, how it is
+# loaded, and how text becomes token ids
+DEFINING_FILES = ("config.json", "card.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                  "tokenizer.model", "vocab.json", "merges.txt", "spiece.model", "vocab.txt")
+
+
+def config_digest(folder: Path) -> str:
+    """sha256 over the bytes of the folder's :data:`DEFINING_FILES` (an absent file counts as absent)."""
+    h = hashlib.sha256()
+    for name in DEFINING_FILES:
+        f = Path(folder) / name
+        try:
+            st = f.stat()
+        except OSError:
+            h.update(f"{name}:absent;".encode())
+            continue
+        h.update(f"{name}:{_file_digest(os.path.realpath(f), st.st_size, st.st_mtime_ns)};".encode())
+    return h.hexdigest()
+
+
+def folder_fingerprint(folder: Path, files: list[Path], registered: bool = False) -> str:
+    """What keys a folder's results: the weights' fingerprint (:func:`file_fingerprint`), plus a digest of its config
+    and tokenizer (:func:`config_digest`) unless they are those of the registered model with the same weights.
+
+    So a copy of a registered model's folder shares that model's precomputed examples and cached results, while the
+    same weights under another config (another architecture, other sizes, another tokenizer) are another model: a
+    result is never answered from a computation that defined the model differently.
+    """
+    weights = file_fingerprint(files)
+    if registered:
+        return weights
+    digest = config_digest(folder)
+    sizes = [f.stat().st_size for f in files]
+    for name in registry.registered_names():
+        other = registry.folder_of(name)
+        other_files = registry.weight_files(other) if other is not None and other.is_dir() else []
+        if [f.stat().st_size for f in other_files] == sizes and file_fingerprint(other_files) == weights:
+            if config_digest(other) == digest:
+                return weights
+    return f"{weights}-{digest[:12]}"
 
 
 def module_fingerprint(model: torch.nn.Module) -> str:
@@ -274,6 +318,31 @@ def resolve(ref: str) -> tuple[str, Path | None]:
                          fix=f"choose one of {', '.join(registry.registered_names())}, or give a folder path.")
 
 
+def check_built(model: torch.nn.Module, name: str) -> None:
+    """Refuse a model that is not whole: a parameter or buffer left on the meta device (no data), an output head
+    its config ties to the input embedding but that is a separate (freshly initialised) matrix, or a non-finite
+    weight. A load that went wrong must fail here, before the model is kept and shared, never later in a request.
+    Parameters that accelerate offloaded to disk (``--device-map``, :func:`core.zoo.placement.offloaded_names`) stay
+    on meta by design: their values are read from the checkpoint when their layer runs, and are not checked here."""
+    from core.zoo.placement import offloaded_names
+
+    offloaded = set(offloaded_names(model))
+    for pname, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_meta and pname not in offloaded:
+            raise ModelLoadError(f"{name}: {pname} was not loaded (it has no data after loading).",
+                                 fix="check that the weights file matches config.json, then load the model again.")
+    config = getattr(model, "config", None)
+    if getattr(config, "tie_word_embeddings", False) and hasattr(model, "get_output_embeddings"):
+        out, emb = model.get_output_embeddings(), model.get_input_embeddings()
+        if out is not None and emb is not None and out.weight is not emb.weight:
+            raise ModelLoadError(f"{name}: the output head should share the input embedding's weights "
+                                 "(tie_word_embeddings) but does not.", fix="load the model again.")
+    for pname, t in model.named_parameters():
+        if pname not in offloaded and t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ModelLoadError(f"{name}: {pname} holds NaN or infinite values.",
+                                 fix="use a checkpoint with finite weights.")
+
+
 _lock = threading.Lock()
 _loaded: dict[tuple, LoadedModel] = {}
 _MAX_LOADED = 2  # models kept in memory, least recently used evicted first; LAYERWISE_MAX_MODELS overrides
@@ -326,30 +395,38 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         card.kind = kind
     files = _check_folder(folder, allow_pickle) if folder is not None else []
     tokenizer_error = ""
-    if card.model_class != "hf":
-        if placement is not None:
-            raise ModelLoadError(f"{ref} is a Layerwise model ({card.model_class.rpartition(':')[2]}), which loads on "
-                                 "one device; --device-map / --max-memory spread Hugging Face checkpoints.",
-                                 fix="leave out --device-map and --max-memory for this model.")
-        model, tokenizer = _load_project_class(folder, card.model_class)
-    else:
-        model, tokenizer, tokenizer_error, card.kind = _load_hf(
-            str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
-            trust_remote_code, allow_pickle, hub=how == "hub", **({"placement": placement} if placement else {}))
-    model.eval()
+    # one construction at a time in the whole process (core.zoo.construction): transformers patches process-wide
+    # state while it builds a model, and two builds at once leave each other's models broken
+    with constructing():
+        with _lock:
+            if use_cache and key in _loaded:  # another request loaded it while this one waited
+                _loaded[key] = _loaded.pop(key)
+                return _loaded[key]
+        if card.model_class != "hf":
+            if placement is not None:
+                raise ModelLoadError(f"{ref} is a Layerwise model ({card.model_class.rpartition(':')[2]}), which loads "
+                                     "on one device; --device-map / --max-memory spread Hugging Face checkpoints.",
+                                     fix="leave out --device-map and --max-memory for this model.")
+            model, tokenizer = _load_project_class(folder, card.model_class)
+        else:
+            model, tokenizer, tokenizer_error, card.kind = _load_hf(
+                str(folder) if folder is not None else ref, kind or _card_kind(folder), dtype,
+                trust_remote_code, allow_pickle, hub=how == "hub", **({"placement": placement} if placement else {}))
+        model.eval()
+        check_built(model, card.name)
     if card.parameters is None:
         card.parameters = sum(p.numel() for p in model.parameters())
         card.dtype = str(next(model.parameters()).dtype).replace("torch.", "")
     card.tokenizer = tokenizer_summary(model, tokenizer, tokenizer_error)
     commit = getattr(getattr(model, "config", None), "_commit_hash", None) if how == "hub" else None
     if files:
-        fingerprint = file_fingerprint(files)
+        fingerprint = folder_fingerprint(folder, files, registered=how == "registered")
     elif commit:  # a hub snapshot is named by its commit: no need to hash the weights
         fingerprint = hashlib.sha256(f"hub:{ref}@{commit}".encode()).hexdigest()[:24]
     else:
         fingerprint = module_fingerprint(model)
     loaded = LoadedModel(model=model, tokenizer=tokenizer, card=card, fingerprint=fingerprint,
-                         tokenizer_error=tokenizer_error)
+                         tokenizer_error=tokenizer_error, folder=folder)
     if use_cache:
         with _lock:
             while len(_loaded) >= max_loaded():
@@ -379,14 +456,15 @@ def require_kind(loaded: LoadedModel, kinds: tuple[str, ...], action: str) -> Lo
 
 
 def fingerprint(ref: str) -> str:
-    """The fingerprint :func:`load_model` gives ``ref``, read from its weight files without loading the model
-    (a registered name or a folder with safetensors); anything else (a hub id) is loaded to find it."""
+    """The fingerprint :func:`load_model` gives ``ref``, read from its weight and config files without loading the
+    model (a registered name or a folder with safetensors; :func:`folder_fingerprint`); anything else (a hub id) is
+    loaded to find it."""
     how, folder = resolve(ref)
     files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
     if files:
         for f in files:
             read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
-        return file_fingerprint(files)
+        return folder_fingerprint(folder, files, registered=how == "registered")
     return load_model(ref).fingerprint
 
 

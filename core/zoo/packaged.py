@@ -35,14 +35,18 @@ def prepare_smollm2(progress=None, force: bool = False) -> Path:
 
     say("de-quantizing the GGUF weights (about 25 s)")
     t0 = time.perf_counter()
-    quantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32)
+    from core.zoo.construction import constructing
+
+    with constructing():
+        quantized = AutoModelForCausalLM.from_pretrained(gguf_dir, gguf_file=GGUF_NAME, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(gguf_dir, gguf_file=GGUF_NAME)
     cfg = quantized.config.to_dict()
     cfg.pop("quantization_config", None)
     cfg.pop("architectures", None)
     config = LlamaConfig(**cfg)
     config.architectures = ["LlamaForCausalLM"]
-    plain = LlamaForCausalLM(config)
+    with constructing():
+        plain = LlamaForCausalLM(config)
     missing, unexpected = plain.load_state_dict(quantized.state_dict(), strict=False)
     missing = [k for k in missing if not (k == "lm_head.weight" and config.tie_word_embeddings)]
     if missing or unexpected:

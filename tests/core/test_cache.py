@@ -112,3 +112,81 @@ def test_clear(tmp_path):
     c.get_or_compute("m", "a", {}, lambda: CacheEntry({"v": 1}))
     out = c.clear()
     assert out["entries"] == 1 and c.entries() == [] and c.info()["entries"] == 0
+
+
+# ---- poison: what must never enter the cache, and what is never served from it (issue 22) ----------------------------
+@pytest.mark.parametrize("bad,why", [
+    (CacheEntry({"perplexity": float("nan")}), "data.perplexity is nan"),
+    (CacheEntry({"rows": [{"loss": 1.0}, {"loss": float("inf")}]}), "data.rows[1].loss is inf"),
+    (CacheEntry({"v": 1}, {"norms": torch.tensor([1.0, float("nan")])}), "tensor norms holds NaN"),
+    (CacheEntry({"v": 1}, {"w": torch.empty(3, device="meta")}), "tensor w has no data"),
+    (CacheEntry({"v": object()}), "data.v is a object"),
+])
+def test_a_wrong_answer_cannot_enter_the_cache(tmp_path, bad, why):
+    """A computed result with a NaN or infinite number, a NaN or meta tensor, or a value that is not JSON data is
+    refused with one clear message and nothing is stored; the next request computes again."""
+    c = ResultsCache(tmp_path)
+    with pytest.raises(cache_mod.InvalidResultError, match="neither shown nor cached") as err:
+        c.get_or_compute("fp", "mixln/removal", {"samples": 3}, lambda: bad)
+    assert why in str(err.value)
+    assert c.entries() == []
+    entry, hit = c.get_or_compute("fp", "mixln/removal", {"samples": 3}, lambda: CacheEntry({"perplexity": 5.0}))
+    assert (entry.data, hit) == ({"perplexity": 5.0}, False)
+
+
+def test_a_result_its_view_cannot_show_is_not_stored(tmp_path):
+    c = ResultsCache(tmp_path)
+
+    def view(entry):
+        return f"{entry.data['baseline_perplexity']:.1f}"
+
+    with pytest.raises(cache_mod.InvalidResultError, match="cannot be shown.*baseline_perplexity"):
+        c.get_or_compute("fp", "mixln/removal", {}, lambda: CacheEntry({"layers": [0, 1]}), view)
+    assert c.entries() == []
+
+
+@pytest.mark.parametrize("planted", [
+    CacheEntry({"baseline_perplexity": float("nan")}),  # written by hand or by an older version without the checks
+    CacheEntry({"layers": [0, 1]}),  # a field the view needs is missing
+    CacheEntry({"baseline_perplexity": 3.0}, {"t": torch.tensor([float("inf")])}),
+])
+def test_a_planted_wrong_entry_is_dropped_and_recomputed_not_served(tmp_path, planted):
+    c = ResultsCache(tmp_path)
+    key = cache_key("fp", "mixln/removal", {"samples": 3})
+    meta = {"data": __import__("json").dumps(planted.data)}  # put() refuses NaN data: write the file as a bad version would
+    from safetensors.torch import save_file
+    save_file(planted.tensors, str(tmp_path / f"{key}.safetensors"), metadata=meta)
+
+    def view(entry):
+        return f"{entry.data['baseline_perplexity']:.1f}"
+
+    calls = []
+    entry, hit = c.get_or_compute("fp", "mixln/removal", {"samples": 3},
+                                  lambda: calls.append(1) or CacheEntry({"baseline_perplexity": 62425286.0}), view)
+    assert (entry.data, hit, calls) == ({"baseline_perplexity": 62425286.0}, False, [1])
+    entry, hit = c.get_or_compute("fp", "mixln/removal", {"samples": 3}, lambda: calls.append(1), view)
+    assert (entry.data, hit, calls) == ({"baseline_perplexity": 62425286.0}, True, [1])  # the good one, stored
+
+
+def test_clear_removes_one_analysis_or_one_model(tmp_path):
+    c = ResultsCache(tmp_path)
+    for fp in ("fpA", "fpB"):
+        for analysis in ("mathneuro-layers", "mathneuro-effect", "mixln/removal"):
+            c.get_or_compute(fp, analysis, {"n": 1}, lambda: CacheEntry({"v": 1}))
+    legacy = cache_key("fpA", "mathneuro-layers", {"n": 2})  # an entry that does not record its model
+    c.put(legacy, CacheEntry({"v": 2}))
+    assert len(c.entries()) == 7
+
+    def left():
+        return sorted((a["fingerprint"], a["analysis"]) if (a := c.about(p)) else ("?", p.stem[:-33])
+                      for p in c.entries())
+
+    r = c.clear(analysis="mathneuro-layers", fingerprint="fpB")
+    assert (r["entries"], r["kept"]) == (1, 6) and ("fpB", "mathneuro-layers") not in left()
+    r = c.clear(fingerprint="fpA")  # the legacy entry cannot say its model: kept
+    assert r["entries"] == 3 and left() == [("?", "mathneuro-layers"), ("fpB", "mathneuro-effect"),
+                                             ("fpB", "mixln/removal")]
+    r = c.clear(analysis="mixln/removal")
+    assert r["entries"] == 1 and left() == [("?", "mathneuro-layers"), ("fpB", "mathneuro-effect")]
+    r = c.clear(analysis="mathneuro-*")  # a prefix; the legacy entry matches by its file name
+    assert r["entries"] == 2 and left() == []

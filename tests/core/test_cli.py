@@ -75,3 +75,24 @@ def test_cache_info_and_clear(tmp_path):
     assert info["entries"] == 1
     cleared = json.loads(cli("cache", "clear", "--json", home=tmp_path).stdout)
     assert cleared["entries"] == 1 and not list((tmp_path / "results").glob("*.safetensors"))
+
+
+def test_cache_clear_of_one_analysis_and_one_model(tmp_path):
+    """``cache clear --analysis A --model M`` removes only the entries computed for A on M (M by name, folder or
+    fingerprint); an unknown model is a clear error (exit 2) that removes nothing."""
+    from core.cache import CacheEntry, ResultsCache
+    from core.zoo import fingerprint
+
+    tiny, lm = fingerprint("mathneuro-tiny"), fingerprint("mamba-lm")
+    c = ResultsCache(tmp_path / "results")
+    for fp in (tiny, lm):
+        for analysis in ("mathneuro-layers", "mixln/removal"):
+            c.get_or_compute(fp, analysis, {"n": 1}, lambda: CacheEntry({"v": 1}))
+    out = cli("cache", "clear", "--analysis", "mixln/removal", "--model", "mathneuro-tiny", "--json", home=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout)["entries"] == 1
+    assert sorted((c.about(p)["fingerprint"], c.about(p)["analysis"]) for p in c.entries()) == sorted(
+        [(tiny, "mathneuro-layers"), (lm, "mathneuro-layers"), (lm, "mixln/removal")])
+    out = cli("cache", "clear", "--model", "no-such-model", home=tmp_path)
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(c.entries()) == 3
+    out = cli("cache", "clear", "--model", lm, "--json", home=tmp_path)  # a fingerprint as a result's JSON names it
+    assert json.loads(out.stdout) == {"entries": 2, "bytes": json.loads(out.stdout)["bytes"], "kept": 1}

@@ -75,6 +75,24 @@ def test_scored_linears_untied_and_tied():
     assert "lm_head.weight" not in mn.scored_linears(tied) and len(mn.scored_linears(tied)) == 14
 
 
+def test_statistics_and_masks_come_from_one_list_of_distinct_weights():
+    """Statistics and masks are built over one list (:func:`scored_linears`, a tied or repeated weight once, under
+    the name of its first appearance, matched by identity): a module that reuses a scored matrix adds no entry, and
+    statistics collected on a model whose head is tied never meet an untied twin silently. That twin is what a load
+    racing another load produced (issue 22): selection failed with a bare KeyError 'lm_head.weight'; now it names
+    the matrices that differ."""
+    tied = tiny_llama(tied=True)
+    tied.extra_head = tied.lm_head  # the same module under a second name: still one entry
+    names = list(mn.scored_linears(tied))
+    assert "lm_head.weight" not in names and "extra_head.weight" not in names and len(names) == 14
+    stats = mn.collect(tied, samples(3), samples(3, seed=1))
+    assert set(stats.math.sums) == set(names) == set(mn.select(tied, stats, 0.1))
+    untied = tiny_llama(tied=False)
+    for method in ("mathneuro", "wanda", "random"):
+        with pytest.raises(BadInputError, match="lm_head.weight"):
+            mn.select(untied, stats, 0.1, method)
+
+
 def test_scores_equal_slow_reimplementation():
     model = tiny_llama()
     data = samples(3)

@@ -145,3 +145,16 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     assert code == 0 and len(res["raw"]) == len(res["block_sizes"]) == 12
     code, _, err = run_cli(capsys, "compare", "--out", str(tmp_path / "c.png"))
     assert code == 2 and ".html" in err
+
+
+def test_quick_refuses_the_flags_it_would_override(tmp_path, capsys):
+    """``--quick`` sets its own sizes and steps; a flag it would override is refused (exit 2, nothing written), not
+    silently replaced, even one given with the recipe's default value."""
+    from core.mixln import RECIPE_MODEL
+
+    out = tmp_path / "run"
+    code = main(["mixln", "train", "--quick", "--layers", "8", "--hidden", str(RECIPE_MODEL["hidden_size"]),
+                 "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and not out.exists()
+    assert f"cannot be combined with --layers 8, --hidden {RECIPE_MODEL['hidden_size']}" in err and "Traceback" not in err

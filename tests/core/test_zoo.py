@@ -55,6 +55,37 @@ def test_fingerprint_follows_the_weights(folder, tmp_path):
     assert load_model(str(other), use_cache=False).fingerprint != a
 
 
+def test_fingerprint_follows_the_config_too(tmp_path):
+    """The same weights under another config are another model (issue 22: a folder whose config names an unknown
+    architecture was answered with mathneuro-tiny's cached result). A plain copy of a registered model's folder keeps
+    the registered fingerprint, so it shares the precomputed examples and the cached results."""
+    from core.zoo import fingerprint
+
+    if "mathneuro-tiny" not in registry.registered_names():
+        pytest.skip("mathneuro-tiny not committed")
+    registered = fingerprint("mathneuro-tiny")
+    copy = tmp_path / "copy"
+    shutil.copytree(paths.ASSETS_DIR / "models" / "mathneuro-tiny", copy)
+    assert fingerprint(str(copy)) == fingerprint(str(copy) + "/./.") == registered
+    assert load_model(str(copy), use_cache=False).fingerprint == registered
+    original = (copy / "config.json").read_bytes()
+    config = json.loads(original)
+    seen = {registered}
+    for change in ({"architectures": ["NoSuchArchForCausalLM"], "model_type": "nosucharch"},
+                   {"rms_norm_eps": 0.1}):
+        (copy / "config.json").write_text(json.dumps({**config, **change}))
+        fp = fingerprint(str(copy))
+        assert fp.startswith(registered) and fp not in seen  # weights the same, the model not
+        seen.add(fp)
+    (copy / "config.json").write_bytes(original)
+    assert fingerprint(str(copy)) == registered
+    tokens = json.loads((copy / "tokenizer.json").read_text())
+    first = next(iter(tokens["model"]["vocab"]))
+    tokens["model"]["vocab"][first + "x"] = tokens["model"]["vocab"].pop(first)
+    (copy / "tokenizer.json").write_text(json.dumps(tokens))
+    assert fingerprint(str(copy)) not in seen  # another tokenizer turns text into other ids
+
+
 def test_module_fingerprint_sees_in_memory_changes():
     m = tiny_llama()
     before = module_fingerprint(m)

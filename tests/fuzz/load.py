@@ -166,3 +166,103 @@ def percentile(values: list[float], q: float) -> float:
     lo = int(pos)
     hi = min(lo + 1, len(xs) - 1)
     return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+# ---- a session that loads models while others compute (issue 22) ---------------------------------------------------
+LOADED_FOLDERS = ("mathneuro-tiny", "mamba-lm")  # copied under ``root`` and loaded under fresh spellings
+MATHNEURO_LAYERS = ("mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 0.03, "mathneuro", 12, "count")
+
+
+def folder_copies(root: Path) -> list[str]:
+    """Copies of the embedded models named in :data:`LOADED_FOLDERS`, as folders a user could type."""
+    import shutil
+
+    from core.paths import ASSETS_DIR
+
+    out = []
+    for name in LOADED_FOLDERS:
+        if not (root / name).exists():
+            shutil.copytree(ASSETS_DIR / "models" / name, root / name)
+        out.append(str(root / name))
+    return out
+
+
+@dataclass
+class LoadingRun:
+    """What :func:`run_loading` saw: the computing session's calls, failures and answers unlike the quiet one."""
+
+    calls: int = 0
+    failed: list = field(default_factory=list)
+    different: list = field(default_factory=list)
+    loads: int = 0
+    load_failures: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def mathneuro_layers_call(i: int) -> tuple:
+    """The issue's /mathneuro_layers inputs with K salted by ``i`` so the results cache is missed every time (the
+    salt is far below one weight of any matrix: the selection, and so the answer, stays the same)."""
+    args = list(MATHNEURO_LAYERS)
+    args[3] = MATHNEURO_LAYERS[3] + i * 1e-12
+    return tuple(args)
+
+
+def _layers_answer(answer, download_root: str) -> str:
+    """A /mathneuro_layers answer without what a salted K legitimately changes (its downloads' names and the source
+    wording), so answers compare by what the page shows."""
+    status, figure = answer[0], answer[1]
+    return normalise([re.sub(r"\((computed now|from the results cache)\)", "(source)", str(status)), figure],
+                     download_root)
+
+
+def run_loading(make_client, folders: list[str], seconds: float, download_root: str, *, timeout: float = 300,
+                quiet_calls: int = 2) -> tuple[LoadingRun, str]:
+    """One session calls /model_card on ``folders`` under fresh spellings (``DIR/.``, ``DIR/./.``, ...: every call
+    builds a model with ``from_pretrained``) for ``seconds``, while another repeats /mathneuro_layers with a salted K;
+    every MathNeuro answer is compared with the quiet one (asked first, with nothing else running).
+    Returns the run and the quiet answer."""
+    worker, loader = make_client(), make_client()
+    quiet = {_layers_answer(worker.predict(*mathneuro_layers_call(-1 - j), api_name="/mathneuro_layers"),
+                            download_root) for j in range(quiet_calls)}
+    assert len(quiet) == 1, "the quiet answers differ among themselves"
+    quiet_answer = quiet.pop()
+    run = LoadingRun()
+    stop = threading.Event()
+
+    def load_models():
+        k = 1
+        while not stop.is_set():
+            for folder in folders:
+                if stop.is_set():
+                    break
+                try:
+                    card = loader.submit(folder + "/." * k, api_name="/model_card").result(timeout=timeout)
+                    run.loads += 1
+                    if "parameters" not in str(card):
+                        run.load_failures.append(f"{folder}/.x{k}: {str(card)[:200]}")
+                except Exception as exc:  # noqa: BLE001 - counted
+                    run.load_failures.append(f"{folder}/.x{k}: {type(exc).__name__}: {exc}"[:300])
+            k += 1
+
+    t0 = time.perf_counter()
+    thread = threading.Thread(target=load_models, daemon=True)
+    thread.start()
+    i = 0
+    try:
+        while time.perf_counter() - t0 < seconds:
+            i += 1
+            run.calls += 1
+            try:
+                answer = worker.submit(*mathneuro_layers_call(i), api_name="/mathneuro_layers").result(timeout=timeout)
+            except Exception as exc:  # noqa: BLE001 - counted
+                run.failed.append(f"{type(exc).__name__}: {exc}"[:300])
+                continue
+            got = _layers_answer(answer, download_root)
+            if got != quiet_answer:
+                at = next((j for j, (a, b) in enumerate(zip(got, quiet_answer)) if a != b), 0)
+                run.different.append(f"...{got[max(0, at - 80):at + 120]} vs ...{quiet_answer[max(0, at - 80):at + 120]}")
+    finally:
+        stop.set()
+        thread.join(timeout)
+        run.seconds = round(time.perf_counter() - t0, 1)
+    return run, quiet_answer

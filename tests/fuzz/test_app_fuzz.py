@@ -5,11 +5,19 @@ The property, for every input: a result, or one clear message (``gr.Error``, whi
 ``AppError``); never an unexpected exception on the server (its log shows one as a traceback that does not end
 in ``gradio.exceptions.Error``), never longer than the per-call limit, never an absolute path outside the
 project's folders in the message, never a half-written results-cache entry; the app still answers afterwards.
+While the fuzz runs, another session keeps loading model folders under fresh spellings (issue 22), and every one of
+its loads must succeed too. Raw NaN and infinity (which ``gradio_client`` cannot send) go to every number field over
+plain HTTP, and an oversized request is refused before it is read.
 """
 from __future__ import annotations
 
+import json
+import math
 import re
+import threading
 import time
+import urllib.error
+import urllib.request
 from concurrent.futures import TimeoutError as FutureTimeout
 
 import pytest
@@ -18,6 +26,7 @@ from hypothesis import strategies as st
 
 from tests.fuzz.common import (CALL_LIMIT_S, FUZZ_SETTINGS, TALLIES, TINY_MODELS, booleans, cache_problems, known,
                                leaked_paths, name_lists, names, numbers, odd_files, raised_exceptions, texts)
+from tests.fuzz.load import folder_copies
 
 pytestmark = pytest.mark.slow
 _TRACEBACK = "Traceback (most recent call last)"
@@ -108,7 +117,36 @@ def client(app_server):
     return app_server.client()
 
 
-def test_every_endpoint_answers_bad_input_with_one_clear_message(app_server, client, fuzz_files):
+@pytest.fixture
+def loading_session(app_server):
+    """Another session loading copies of two models under fresh spellings (/model_card) for as long as the test runs;
+    yields its record (loads, failures), which must hold no failure at the end."""
+    folders = folder_copies(app_server.root / "folders")
+    loader, stop, record = app_server.client(), threading.Event(), {"loads": 0, "failures": []}
+
+    def load():
+        k = 1
+        while not stop.is_set():
+            for folder in folders:
+                try:
+                    card = loader.submit(folder + "/." * k, api_name="/model_card").result(timeout=CALL_LIMIT_S)
+                    record["loads"] += 1
+                    if "parameters" not in str(card):
+                        record["failures"].append(str(card)[:200])
+                except Exception as exc:  # noqa: BLE001 - every failed load is a finding
+                    record["failures"].append(f"{type(exc).__name__}: {exc}"[:300])
+            k += 1
+            stop.wait(1.0)
+
+    thread = threading.Thread(target=load, daemon=True)
+    thread.start()
+    yield record
+    stop.set()
+    thread.join(CALL_LIMIT_S)
+    assert not record["failures"], record["failures"][:3]
+
+
+def test_every_endpoint_answers_bad_input_with_one_clear_message(app_server, client, fuzz_files, loading_session):
     api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
     assert len(api) >= 30, sorted(api)  # every tab's endpoints are listed
     tally = TALLIES["app"]
@@ -137,5 +175,68 @@ def test_every_endpoint_answers_bad_input_with_one_clear_message(app_server, cli
             f"the app stopped answering after fuzzing {endpoint}"
     bad += cache_problems(app_server.root / "home" / "results")
     tally.bad += bad
+    print(f"\nmeanwhile another session loaded {loading_session['loads']} models: "
+          f"{len(loading_session['failures'])} failed")
     assert not bad, "\n".join(bad)
-    assert app_server.proc.poll() is None
+    assert app_server.proc.poll() is None and loading_session["loads"] >= 2
+
+
+def raw_call(url: str, endpoint: str, data: list, limit: float = CALL_LIMIT_S) -> tuple[str, dict | str]:
+    """Call ``endpoint`` over plain HTTP with a JSON body that may hold NaN and Infinity literals (as any client but
+    ``gradio_client`` can send); ``(event, its data)`` of the answer stream (``complete`` or ``error``)."""
+    body = json.dumps({"data": data}).encode()
+    request = urllib.request.Request(f"{url.rstrip('/')}/gradio_api/call{endpoint}", body,
+                                     {"Content-Type": "application/json"})
+    event_id = json.loads(urllib.request.urlopen(request, timeout=limit).read())["event_id"]
+    stream = urllib.request.urlopen(f"{url.rstrip('/')}/gradio_api/call{endpoint}/{event_id}", timeout=limit)
+    event = None
+    for line in stream.read().decode().splitlines():
+        if line.startswith("event: "):
+            event = line[7:].strip()
+        elif line.startswith("data: ") and event in ("complete", "error"):
+            raw = line[6:]
+            try:
+                return event, json.loads(raw)
+            except ValueError:
+                return event, raw
+    return event or "none", ""
+
+
+def test_raw_nan_and_infinity_in_every_number_field_get_the_apps_message(app_server, client):
+    """Issue 22: a raw NaN got gradio's generic "Could not preprocess" on 6 endpoints and "cannot convert float NaN to
+    integer" on /mixln_model_angular. Every number field of every endpoint now answers NaN, +inf and -inf with the
+    app's own message naming the field and its range, before any work (the other inputs are the defaults)."""
+    api = client.view_api(return_format="dict", print_info=False)["named_endpoints"]
+    start, tried, wrong = app_server.log_size(), 0, []
+    for endpoint, spec in api.items():
+        params = spec["parameters"]
+        for i, p in enumerate(params):
+            if p["python_type"]["type"] not in ("int", "float"):
+                continue
+            for bad in (math.nan, math.inf, -math.inf):
+                data = [q.get("parameter_default") for q in params]
+                data[i] = bad
+                event, answer = raw_call(app_server.url, endpoint, data)
+                tried += 1
+                message = answer.get("error", "") if isinstance(answer, dict) else str(answer)
+                if event != "error" or "is not allowed. Fix: type a number" not in message \
+                        or f"{p['label']} = {bad!r}" not in message:
+                    wrong.append(f"{endpoint} {p['label']} = {bad}: {event} {str(answer)[:200]}")
+    unexpected = [e for e in raised_exceptions(app_server.log_text(start)) if not _clear(e)]
+    print(f"\nraw NaN / inf: {tried} inputs to {tried // 3} number fields, {len(wrong)} without the app's message")
+    assert tried >= 60 and not wrong, wrong[:5]
+    assert not unexpected, unexpected[:3]
+
+
+def test_an_oversized_request_is_refused_before_it_is_read(app_server, client):
+    """A 3 MB text (the cap is 2 MiB) gets 413 with one message, at once; the app answers normally afterwards."""
+    text = "a witty film. " * 230_000
+    t0 = time.perf_counter()
+    with pytest.raises(urllib.error.HTTPError) as err:
+        raw_call(app_server.url, "/lrp_explain_text", ["mamba-sentiment", text, ["gradient_x_input"], -1, True, True,
+                                                       True, True, None, ["in_proj"]])
+    assert err.value.code == 413 and time.perf_counter() - t0 < 30
+    assert "the app takes at most 2,097,152" in err.value.read().decode()
+    event, answer = raw_call(app_server.url, "/lrp_explain_text", ["mamba-sentiment", text[:20_000], ["gradient_x_input"],
+                                                                   -1, True, True, True, True, None, ["in_proj"]])
+    assert event == "complete" and "only the first 8,192 were read" in str(answer)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import gc
 import json
+import os
 import weakref
 
 import pytest
 
 from tests.fuzz.conftest import serving
-from tests.fuzz.load import ask, percentile, run_load
+from tests.fuzz.load import ask, folder_copies, percentile, run_load, run_loading
 
 pytestmark = pytest.mark.slow
 PEAK_RSS_LIMIT_MIB = 4096  # the app idles near 0.6 GiB; SmolLM2-135M (f32) and the tiny models add < 1 GiB
@@ -50,6 +51,26 @@ def test_ten_users_at_once_each_get_their_own_answer(load_server):
             wrong.append((api, inputs[:2], f"under load: ...{answer[max(0, at - 200):at + 200]}",
                           f"alone: ...{alone[max(0, at - 200):at + 200]}"))
     assert not wrong, wrong
+
+
+LOADING_SECONDS = float(os.environ.get("LAYERWISE_LOADING_SECONDS", "15"))  # the issue's run took 40 s
+
+
+def test_a_session_loading_models_never_changes_another_sessions_answers(load_server):
+    """Issue 22: one session loads copies of mathneuro-tiny and mamba-lm under fresh spellings (/model_card; every
+    call builds a model, and the registered ones are evicted and built again) while another repeats
+    /mathneuro_layers with a salted K (so it is computed every time). Every MathNeuro call succeeds with the answer
+    it gets with nothing else running; every load succeeds. Before the construction lock, 134 of 139 calls failed in
+    40 s (KeyError 'lm_head.weight')."""
+    downloads = str(load_server.root / "downloads")
+    run, quiet = run_loading(load_server.client, folder_copies(load_server.root / "folders"), LOADING_SECONDS,
+                             downloads)
+    print(f"\nloading session: {run.calls} MathNeuro calls in {run.seconds} s while {run.loads} models loaded: "
+          f"{len(run.failed)} failed, {len(run.different)} different")
+    assert "selected" in quiet and run.calls >= 3 and run.loads >= 4
+    assert not run.failed, run.failed[:3]
+    assert not run.different, run.different[:3]
+    assert not run.load_failures, run.load_failures[:3]
 
 
 def test_models_in_memory_stay_bounded_whatever_is_asked(monkeypatch):

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from core.data.tokenizers import EOS, fast_tokenizer, train_tokenizer
 from core.lrp.recipes.fast import fast_mixers
 from core.schedules import warmup_cosine
+from core.zoo.construction import constructing
 from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
 
 PARAGRAPH_CORPORA = ("wikipedia-paragraphs", "openwebtext-paragraphs", "pydoc-topics")
@@ -88,7 +89,8 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
     for enc in tok.encode_batch(texts):
         stream.extend(enc.ids + [eos])
     stream = torch.tensor(stream, dtype=torch.long)
-    model = MambaForCausalLM(mamba_config(recipe, tok.get_vocab_size()))
+    with constructing():
+        model = MambaForCausalLM(mamba_config(recipe, tok.get_vocab_size()))
     opt = adamw(model, recipe.lr, recipe.weight_decay, no_decay=no_decay)
     model.train()
     losses = []
@@ -114,7 +116,8 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
     def write(folder: Path) -> dict:
         model.save_pretrained(folder, safe_serialization=True)
         fast_tokenizer(tok).save_pretrained(folder)
-        reloaded = MambaForCausalLM.from_pretrained(folder).eval()
+        with constructing():
+            reloaded = MambaForCausalLM.from_pretrained(folder).eval()
         report(progress, 0.92, "measuring held-out perplexity")
         ppl = token_perplexity(reloaded, fast_tokenizer(tok), paragraph_texts("test"), window=256,
                                max_tokens=recipe.eval_tokens)

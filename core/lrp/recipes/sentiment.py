@@ -17,6 +17,7 @@ from core.lrp.recipes.baseline import tfidf_baseline
 from core.lrp.recipes.fast import fast_mixers
 from core.lrp.recipes.lm import LMRecipe, lm_training_texts, mamba_config, no_decay
 from core.schedules import warmup_cosine
+from core.zoo.construction import constructing
 from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
 
 
@@ -157,8 +158,9 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
             raise BadInputError(f"{init} is not a mamba-lm folder (config.json + tokenizer.json).",
                                 fix="train it first: python -m core lrp train lm, or pass --init-from ''.")
         tok = Tokenizer.from_file(str(init / "tokenizer.json"))
-        lm = MambaForCausalLM.from_pretrained(init)
-        model = MambaSequenceClassifier(lm.config, num_labels=2, head_bias=False)
+        with constructing():
+            lm = MambaForCausalLM.from_pretrained(init)
+            model = MambaSequenceClassifier(lm.config, num_labels=2, head_bias=False)
         model.backbone.load_state_dict(lm.backbone.state_dict())
         del lm
     elif word_level:
@@ -166,11 +168,13 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
         tok = train_word_tokenizer([r.text for r in fit], recipe.min_count,
                                    lexicon if recipe.lexicon_vocab else (), recipe.tokenizer == "word-lower",
                                    recipe.tokenizer == "word-split")
-        model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
+        with constructing():
+            model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
     else:
         report(progress, 0.0, "training the tokenizer")
         tok = train_tokenizer(lm_training_texts(LMRecipe()), recipe.vocab_size)
-        model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
+        with constructing():
+            model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
     with torch.no_grad():
         model.head.weight.normal_(0, 0.02)
     tokenizer = fast_tokenizer(tok, append_eos=True, unk_token=UNK if word_level else EOS)

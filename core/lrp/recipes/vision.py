@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from core.lrp.recipes.fast import fast_mixers
 from core.lrp.recipes.lm import no_decay
 from core.schedules import warmup_cosine
+from core.zoo.construction import constructing
 from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
 
 
@@ -80,7 +81,8 @@ def train_vision(recipe: VisionRecipe, out, progress: Progress = None, recipe_co
     cfg = VisionMambaConfig(image_size=28, patch_size=recipe.patch_size, in_channels=1,
                             hidden_size=recipe.hidden_size, num_layers=recipe.num_layers,
                             state_size=recipe.state_size, num_classes=10, use_conv_bias=False)
-    model = VisionMamba(cfg)
+    with constructing():
+        model = VisionMamba(cfg)
     with torch.no_grad():
         model.head.bias.zero_()
     model.head.bias.requires_grad_(False)  # held at zero: a bias would absorb relevance

@@ -8,7 +8,11 @@ its train/eval flags. :func:`private_view` gives a request its own module tree o
   own hook dicts, so hooks registered and flags set on the view stay on the view;
 - parameter and buffer tensors are shared (no copy), except those named in ``replacements``, which the
   view holds instead (tied parameters are replaced everywhere they appear);
+- with ``own_parameters``, the view's parameters are its own ``nn.Parameter`` objects over the same storage, so
+  ``requires_grad`` flags and gradients stay on the view too (MambaLRP freezes parameters while it explains);
 - the original model is never written; the view is dropped with the request.
+
+Every paper uses it: MathNeuro's statistics and interventions, MambaLRP's rewired forwards, Mix-LN's skipped layers.
 
 A model spread over devices by accelerate (``--device-map``, :mod:`core.zoo.placement`) carries hooks that load an
 offloaded layer's weights into the module for each forward and drop them after. The view gets its own copy of every
@@ -81,7 +85,8 @@ def _copy_module(module: nn.Module, memo: dict[int, nn.Module], swap: dict[int, 
     return clone
 
 
-def private_view(model: nn.Module, replacements: dict[str, object] | None = None) -> nn.Module:
+def private_view(model: nn.Module, replacements: dict[str, object] | None = None, *,
+                 own_parameters: bool = False) -> nn.Module:
     """A view of ``model`` that shares its weights but nothing a request could change.
 
     Parameters
@@ -91,6 +96,9 @@ def private_view(model: nn.Module, replacements: dict[str, object] | None = None
         (as an ``nn.Parameter`` with the original's ``requires_grad``). For a parameter offloaded by accelerate
         (on ``meta``), the value may also be a callable returning the tensor: the view's hook calls it each time
         the parameter's layer runs.
+    own_parameters : give every parameter of the view its own ``nn.Parameter`` object over the same storage (no
+        copy), so that ``requires_grad`` flags and ``.grad`` set on the view stay on the view (tied parameters stay
+        tied). Without it the view holds the model's own parameter objects.
 
     Returns
     -------
@@ -103,6 +111,10 @@ def private_view(model: nn.Module, replacements: dict[str, object] | None = None
     offloaded = set(offloaded_names(model)) if replacements else set()
     swap: dict[int, torch.Tensor] = {}
     served: dict[str, object] = {}
+    if own_parameters:
+        for param in params.values():
+            if id(param) not in swap:
+                swap[id(param)] = nn.Parameter(param.detach(), requires_grad=param.requires_grad)
     for name, tensor in (replacements or {}).items():
         original = params[name]
         if name in offloaded:  # loaded by the layer's hook for each forward: the view's hook serves this instead
