@@ -134,20 +134,25 @@ def test_key_token_ground_truth_over_seeds():
     assert lt["median_abs_change_key"] > 0
 
 
-def test_zeroed_logit_drop_is_the_change_of_the_target_logit():
-    """The last-token measurement by hand: zero one token's embedding, run the model, compare the logit."""
+def test_zeroed_logit_drop_is_the_change_of_the_target_logit_and_of_the_margin():
+    """The last-token measurement by hand: zero one token's embedding, run the model, compare the logit and the
+    margin over the other class."""
     from core.data.synthetic import key_token_task
     from core.lrp.adapters import adapter_for
     from core.lrp.evaluation import _zeroed_logit_drops, train_key_token_model
     model, _ = train_key_token_model(0, config={"steps": 5})
     rec = key_token_task(1, seed=7, length=16)[0]
     ids = torch.tensor([list(rec.tokens)])
-    drops = _zeroed_logit_drops(model, ids, rec.label, [rec.key_positions[0], 15])
+    drops, margins = _zeroed_logit_drops(model, ids, rec.label, [rec.key_positions[0], 15])
     adapter = adapter_for(model)
+    other = 1 - rec.label  # two classes
     with torch.no_grad():
         emb = adapter.embed(ids, None)
-        full = adapter.logits(emb)[0, rec.label]
-        for pos, d in zip([rec.key_positions[0], 15], drops):
+        logits = adapter.logits(emb)[0]
+        for pos, d, m in zip([rec.key_positions[0], 15], drops, margins):
             x = emb.clone()
             x[0, pos] = 0
-            assert d == pytest.approx(float(full - adapter.logits(x)[0, rec.label]), abs=1e-5)
+            after = adapter.logits(x)[0]
+            assert d == pytest.approx(float(logits[rec.label] - after[rec.label]), abs=1e-5)
+            before_margin = logits[rec.label] - logits[other]
+            assert m == pytest.approx(float(before_margin - (after[rec.label] - after[other])), abs=1e-5)

@@ -102,13 +102,16 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
                         done.append(job) or hooks.add(diagnostics)
                         or {"status": "finished", "final_eval_perplexity": 1.0, "wall_seconds": 0})
     (tmp_path / "tokenizer.json").write_text("{}")
+    levels = []
+    monkeypatch.setattr(mixln.reference, "write_reference", lambda root=None: levels.append(root))
     code, out, _ = run_cli(capsys, "reproduce", "--out", str(tmp_path), "--set", "depth-24", "--seeds", "1", "2",
                            "--only", "pre-ln", "--json")
     assert code == 0
     assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
     assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
-    assert len(runs.recipe_jobs()) == 7 * 3 + 5 * 3 + 7 * 2          # everything `mixln reproduce` retrains
+    assert [str(r) for r in levels] == [str(tmp_path)]               # and the charts' reference levels, once
+    assert len(runs.recipe_jobs()) == 7 * 3 + 4 * 3 + 4 * 2          # everything `mixln reproduce` retrains
 
 
 def test_exit_code_2_from_the_real_command():
