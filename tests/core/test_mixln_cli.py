@@ -129,7 +129,7 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     assert all(r["n_seeds"] + r["diverged"] == 3 for r in rows if r["run"] in runs.RECIPE)
     code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
     rows = json.loads(out)
-    assert code == 0 and [r["layers"] for r in rows] == [12] * 5 + [24] * 5
+    assert code == 0 and [r["layers"] for r in rows] == [12] * 5 + [24] * 3  # alpha 0, 0.25, 1 at 24 layers
     for layers in (12, 24):
         alphas = [r["alpha"] for r in rows if r["layers"] == layers]
         assert alphas == sorted(alphas) and 0.25 in alphas
