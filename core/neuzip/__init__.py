@@ -31,14 +31,14 @@ from core.neuzip.codec import BLOCK_SIZES, FORMAT_VERSION, CompressedTensor, che
 from core.neuzip.compare import CODECS, codec_comparison, forward_ratio, synthetic_weights, zipnn_available
 from core.neuzip.measure import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
 from core.neuzip.modules import (
-    CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, memory_report,
-    set_decode_ahead,
+    CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, device_memory,
+    memory_report, set_decode_ahead,
 )
 from core.neuzip.tradeoff import METHODS as TRADEOFF_METHODS
 from core.neuzip.tradeoff import (DEFAULT_WINDOW, DEFAULT_WORDS, Cancelled, Method, Style, default_settings,
                                   pareto_front, setting_label, tradeoff, tradeoff_for_model, word_perplexity)
 from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, THROUGHPUT_NUMEL, compress_result, decompress_result,
-                                 example_parts, histograms_result, linear_weights, precompute_examples, shown_result,
+                                 device_memory_result, example_parts, histograms_result, linear_weights, precompute_examples, shown_result,
                                  table_result, throughput_result, tradeoff_result, weights_result, write_example)
 from kernels.neuzip_bits import MANTISSA_BITS
 
@@ -46,7 +46,7 @@ __all__ = [
     "MANTISSA_BITS", "BLOCK_SIZES", "FORMAT_VERSION", "CompressedTensor", "compress", "check_params", "save_compressed",
     "load_compressed",
     "CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
-    "memory_report", "set_decode_ahead",
+    "memory_report", "set_decode_ahead", "device_memory", "device_memory_result",
     "bitfield_histograms", "compression_table", "entropy_bits", "throughput", "zstd_available",
     "tradeoff", "tradeoff_for_model", "default_settings", "pareto_front", "word_perplexity", "TRADEOFF_METHODS",
     "Cancelled", "Method", "Style", "setting_label", "DEFAULT_WORDS", "DEFAULT_WINDOW",

@@ -142,6 +142,22 @@ def run_throughput(args):
          + table([{k: ("" if v is None else v) for k, v in r.items()} for r in res.tables["throughput"]]), res)
 
 
+def _device_memory_args(p):
+    _model_arg(p)
+    _k_arg(p)
+    p.add_argument("--tokens", type=int, default=512, help="tokens of the forward whose peak is measured")
+    p.add_argument("--device", default="cuda", help="the CUDA device (default cuda)")
+    _out_arg(p)
+
+
+def run_device_memory(args):
+    nz.check_params(args.k, _block(args.block_size))
+    _check_out(args.out, (".json", ".csv"))
+    res = nz.device_memory_result(args.model, args.k, _block(args.block_size), args.tokens, args.device)
+    emit(args, res.data, res.status.replace("**", "").replace("`", "") + "\n" + table(res.tables["device-memory"]),
+         res)
+
+
 def _compress_args(p):
     _model_arg(p)
     _k_arg(p)
@@ -198,6 +214,8 @@ def register(groups) -> None:
     cmd("throughput", "bits/weight and 1-thread compress / decompress MB/s: NeuZip, ZipNN, zstd, a memory copy",
         _throughput_args)(run_throughput)
     cmd("compress", "write a model's linear weights as a NeuZip checkpoint", _compress_args)(run_compress)
+    cmd("device-memory", "on a GPU: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's "
+        "peak", _device_memory_args)(run_device_memory)
     cmd("decompress", "read a NeuZip checkpoint back (and check it against the model)",
         _decompress_args)(run_decompress)
     cmd("precompute", "measure the tab's first view afresh and write it as the example store (minutes)",

@@ -269,6 +269,32 @@ def throughput_view(r: dict, source: str = "computed") -> Result:
 
 
 # ---- files --------------------------------------------------------------------------------------------------------
+def device_memory_result(ref: str, k: int = 7, block_size: int | None = None, tokens: int = 512,
+                         device: str = "cuda") -> Result:
+    """On a GPU host: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's peak
+    (:func:`core.neuzip.modules.device_memory`, measured now, never cached)."""
+    from core.neuzip.modules import device_memory, require_cuda
+    from core.zoo import load_model, require_kind
+
+    device = require_cuda(device)  # before loading anything
+    ref = _ref(ref)
+    block_size = None if int(k) == 7 else block_size
+    check_params(k, block_size)
+    loaded = load_model(ref)
+    require_kind(loaded, ("causal-lm",), "The NeuZip device memory")
+    r = {"model": ref, **device_memory(loaded.model, device, int(k), block_size, _whole(tokens, "tokens"))}
+    mib = lambda b: f"{b / 2**20:,.1f} MiB"  # noqa: E731
+    status = (f"On {r['device']}: `{ref}` holds **{mib(r['compressed']['loaded'])}** NeuZip-compressed "
+              f"(k = {r['mantissa_bits']}) against **{mib(r['bf16']['loaded'])}** in bf16 "
+              f"({r['loaded_ratio']:.3f}x); its linear weights {mib(r['linear_resident_bytes'])} against "
+              f"{mib(r['linear_bf16_bytes'])} ({r['linear_ratio']:.3f}x). A forward of {r['tokens']} tokens peaks "
+              f"{mib(r['compressed']['forward_peak'])} above the loaded model (bf16: {mib(r['bf16']['forward_peak'])}); "
+              f"logits differ by at most {r['max_abs_logit_difference']:.3g}.")
+    rows = [{"format": name, "loaded_MiB": round(r[name]["loaded"] / 2**20, 2),
+             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2)} for name in ("bf16", "compressed")]
+    return Result(status, r, tables={"device-memory": rows}, stem="neuzip-device-memory")
+
+
 def compress_result(ref: str, k: int = 7, block_size: int | None = None, out=None, progress=None) -> Result:
     """Write a model's linear weights as a NeuZip checkpoint (``*.safetensors``, checksummed)."""
     from core.neuzip.checkpoint import save_compressed

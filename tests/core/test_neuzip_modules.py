@@ -261,3 +261,17 @@ def test_memory_report_counts_the_resident_arrays_once():
     report = memory_report(model)
     plain = sum(t.numel() * t.element_size() for n, t in model.named_parameters())
     assert report["other_bytes"] == plain  # the nz_ buffers are the compressed weights, not "other"
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
+def test_device_memory_needs_a_cuda_device_and_says_so_before_loading(monkeypatch):
+    from core.neuzip import device_memory, device_memory_result
+    from core.zoo import loading
+
+    with pytest.raises(BadInputError, match="CUDA device"):
+        device_memory(tiny(), "cuda")
+    monkeypatch.setattr(loading, "load_model", lambda *a, **k: pytest.fail("loaded a model first"))
+    with pytest.raises(BadInputError, match="CUDA device"):
+        device_memory_result("mathneuro-tiny")
+    with pytest.raises(BadInputError, match="not a device"):
+        device_memory_result("mathneuro-tiny", device="bogus")
