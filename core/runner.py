@@ -264,6 +264,15 @@ class Found:
     key: str
 
 
+def has_fields(*keys: str) -> Callable[[Any], None]:
+    """A result check for :func:`lookup`: the fields its view reads are there (a ``KeyError`` naming the missing)."""
+    def check(data) -> None:
+        missing = [k for k in keys if k not in data]
+        if missing:
+            raise KeyError(f"no {', '.join(missing)}")
+    return check
+
+
 def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], Any], *,
            examples: ExampleStore | None = None, cache: bool = True,
            check: Callable[[Any], Any] | None = None) -> Found:

@@ -24,7 +24,7 @@ import torch
 from core.errors import BadInputError
 from core.mixln import runs as _runs
 from core.mixln.data import pack
-from core.runner import item_progress, report
+from core.runner import has_fields, item_progress, report
 from core.zoo.views import private_view
 from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
                                     layer_removal, mean_angular_distance)
@@ -166,19 +166,10 @@ def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[_clean(v) for v in row] for row in t.tolist()]
 
 
-def _fields(*keys: str):
-    """A result check (:func:`core.runner.lookup`): the fields the tab's view reads are there."""
-    def check(data) -> None:
-        missing = [k for k in keys if k not in data]
-        if missing:
-            raise KeyError(f"no {', '.join(missing)}")
-    return check
-
-
-VIEW_FIELDS = {"mixln/angular": _fields("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers"),
-               "mixln/removal": _fields("subject", "baseline_loss", "baseline_perplexity", "layers", "losses",
+VIEW_FIELDS = {"mixln/angular": has_fields("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers"),
+               "mixln/removal": has_fields("subject", "baseline_loss", "baseline_perplexity", "layers", "losses",
                                         "loss_increase", "perplexities", "perplexity_increase"),
-               "mixln/gradnorms": _fields("subject", "layers", "param", "input", "loss")}
+               "mixln/gradnorms": has_fields("subject", "layers", "param", "input", "loss")}
 
 
 def _lookup(ref: str, samples: int, seq_len: int, analysis: str, params: dict,

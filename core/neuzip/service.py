@@ -29,7 +29,7 @@ from core.neuzip.measure import bitfield_histograms, compression_table
 from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, SKIP, METHODS, default_settings,
                                   tradeoff)
 from core.paths import ASSETS_DIR
-from core.runner import (ExampleStore, Result, check_number, item_progress, lookup, report, result_key, scaled,
+from core.runner import (ExampleStore, Result, check_number, has_fields, item_progress, lookup, report, result_key, scaled,
                          source_text)
 from core.zoo.placement import ParameterValues, offloaded_names
 
@@ -75,17 +75,8 @@ def _weights(ref: str, progress=None) -> dict[str, torch.Tensor]:
     return linear_weights(load_model(ref).model)
 
 
-def _has(*keys: str):
-    """A result check (:func:`core.runner.lookup`): the fields its view reads are there."""
-    def check(data) -> None:
-        missing = [k for k in keys if k not in data]
-        if missing:
-            raise KeyError(f"no {', '.join(missing)}")
-    return check
-
-
-VIEW_FIELDS = {"neuzip/histograms": _has("sign", "exponent", "mantissa", "entropy", "numel", "tensors"),
-               "neuzip/table": _has("total", "rows", "mantissa_bits"),
+VIEW_FIELDS = {"neuzip/histograms": has_fields("sign", "exponent", "mantissa", "entropy", "numel", "tensors"),
+               "neuzip/table": has_fields("total", "rows", "mantissa_bits"),
                "neuzip/tradeoff-result": lambda data: tradeoff_view(data)}
 
 
