@@ -29,8 +29,8 @@ from core.neuzip.measure import bitfield_histograms, compression_table
 from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, SKIP, METHODS, default_settings,
                                   tradeoff)
 from core.paths import ASSETS_DIR
-from core.runner import (ExampleStore, Result, check_number, has_fields, item_progress, lookup, report, result_key, scaled,
-                         source_text)
+from core.runner import (ExampleStore, Result, check_number, has_fields, item_progress, lookup, report, result_key,
+                         scaled, source_text)
 from core.zoo.placement import ParameterValues, offloaded_names
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "neuzip" / "examples.json")
