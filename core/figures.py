@@ -14,17 +14,22 @@ import warnings
 from pathlib import Path
 
 import plotly.graph_objects as go
+import plotly.io as pio
 
 from core.errors import BadInputError
 
 PALETTE = ("#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#000000", "#F0E442")
 FONT = {"size": 15, "color": "#0f172a"}
+# The house template, applied when a figure is serialised (for the page, the HTML file or an image): giving it to
+# every figure instead (``template="plotly_white"``) validates and copies the whole template each time, 30 ms a
+# figure, most of the app's start-up time spent on charts.
+pio.templates.default = "plotly_white"
 
 
 def style(fig: go.Figure, title: str, x_title: str | None = None, y_title: str | None = None,
           height: int = 460) -> go.Figure:
     """Title, axis labels (say the unit: ``"memory (MB)"``), a framed legend, the palette, projector-size type."""
-    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, template="plotly_white", font=FONT,
+    fig.update_layout(title={"text": title, "x": 0.01, "xanchor": "left"}, font=FONT,
                       height=height, margin={"l": 70, "r": 20, "t": 80, "b": 60}, colorway=list(PALETTE),
                       legend={"bgcolor": "rgba(255,255,255,0.85)", "bordercolor": "#cbd5e1", "borderwidth": 1})
     if x_title is not None:
@@ -41,7 +46,7 @@ def message_figure(message: str, title: str = "", height: int = 300) -> go.Figur
                        font={"size": 16, "color": "#475569"})
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False)
-    fig.update_layout(title={"text": title, "x": 0.01}, template="plotly_white", font=FONT, height=height)
+    fig.update_layout(title={"text": title, "x": 0.01}, font=FONT, height=height)
     return fig
 
 
