@@ -72,3 +72,7 @@ __all__ = ["NORMS", "DEEPNORM_FORMULAS", "MixLNConfig", "MixLNForCausalLM", "Cau
            "placement_colour", "placement_label", "DEFAULT_RUNS", "loss_result", "gradnorms_result", "compare_result",
            "sweep_result", "angular_distance_result", "layer_removal_result", "model_gradnorms_result", "live_run",
            "train_result", "reproduce_result", "recipe_jobs", "curves_result", "lr_sweep_result", "depth_result", "settings_text"]
+
+from core.mixln.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
+
+__all__ += ["EXAMPLE_VIEWS"]
