@@ -9,7 +9,7 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
+from ui.widgets import Plot, downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
@@ -120,7 +120,7 @@ def build_evaluation() -> list:
     first = lrp.committed_result(lrp.EVAL_MODELS[0])
     data = first.data if first else {"n": 50, "steps": 10, "methods": list(lrp.METHODS)}
     with gr.Accordion("Evaluation: conservation and faithfulness (ΔA^F)", open=True):
-        gr.Markdown(EVAL_NOTE)
+        gr.Markdown(EVAL_NOTE, elem_classes="lw-explain")
         with gr.Row():
             model = gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], allow_custom_value=True,
                                 label="Model", elem_id="lrp-eval-model")
@@ -132,12 +132,12 @@ def build_evaluation() -> list:
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]
         status = gr.Markdown(status, elem_id="lrp-eval-status")
         table = gr.Dataframe(delta, interactive=False, label="ΔA^F per method (best first)", elem_id="lrp-delta-table")
-        faith_plot = gr.Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
-        cons_plot = gr.Plot(cons, label="Conservation", elem_id="lrp-conservation")
+        faith_plot = Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
+        cons_plot = Plot(cons, label="Conservation", elem_id="lrp-conservation")
         files = downloads_box(first, "Downloads: results (JSON), table (CSV), figures (HTML)", "lrp-eval-downloads")
         long_range, key_token = lrp.committed_result("lm"), lrp.committed_result("key-token")
         if long_range:
-            gr.Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
+            Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
         if key_token:
             gr.Markdown(key_token.status)
             with gr.Row():
@@ -151,7 +151,7 @@ def build_evaluation() -> list:
 
 def build(ctx: AppContext) -> None:
     text_ex, image_ex = lrp.example_result("text"), lrp.example_result("image")
-    gr.Markdown(INTRO, elem_id="lrp-intro")
+    gr.Markdown(INTRO, elem_id="lrp-intro", elem_classes="lw-explain")
     rules = _rules_block()
     with gr.Accordion("Text: token relevance", open=True):
         text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
@@ -181,7 +181,7 @@ def build(ctx: AppContext) -> None:
             image_target = _target_box(image_ex, "Explain which class", "lrp-image-target")
             image_btn = gr.Button("Explain image", variant="primary", elem_id="lrp-image-btn")
         image_status = gr.Markdown(image_ex.status if image_ex else "Press Explain.", elem_id="lrp-image-status")
-        image_plot = gr.Plot(figure_or(image_ex, "patches", "Press Explain image."), label="Patch relevance",
+        image_plot = Plot(figure_or(image_ex, "patches", "Press Explain image."), label="Patch relevance",
                              elem_id="lrp-image-plot")
         image_table = gr.Dataframe(frame(image_ex.views["summary"]) if image_ex else None, interactive=False,
                                    label="Per method: explained logit, sum of relevances, time")
