@@ -9,7 +9,7 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import Plot, downloads_box, downloads_update, figure_or, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MambaLRP"
 TOP = -1  # the target dropdown's "top prediction"
@@ -132,12 +132,12 @@ def build_evaluation() -> list:
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]
         status = gr.Markdown(status, elem_id="lrp-eval-status")
         table = gr.Dataframe(delta, interactive=False, label="ΔA^F per method (best first)", elem_id="lrp-delta-table")
-        faith_plot = Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
-        cons_plot = Plot(cons, label="Conservation", elem_id="lrp-conservation")
+        faith_plot = gr.Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
+        cons_plot = gr.Plot(cons, label="Conservation", elem_id="lrp-conservation")
         files = downloads_box(first, "Downloads: results (JSON), table (CSV), figures (HTML)", "lrp-eval-downloads")
         long_range, key_token = lrp.committed_result("lm"), lrp.committed_result("key-token")
         if long_range:
-            Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
+            gr.Plot(long_range.figures["long-range"], label="Long range", elem_id="lrp-long-range")
         if key_token:
             gr.Markdown(key_token.status)
             with gr.Row():
@@ -181,7 +181,7 @@ def build(ctx: AppContext) -> None:
             image_target = _target_box(image_ex, "Explain which class", "lrp-image-target")
             image_btn = gr.Button("Explain image", variant="primary", elem_id="lrp-image-btn")
         image_status = gr.Markdown(image_ex.status if image_ex else "Press Explain.", elem_id="lrp-image-status")
-        image_plot = Plot(figure_or(image_ex, "patches", "Press Explain image."), label="Patch relevance",
+        image_plot = gr.Plot(figure_or(image_ex, "patches", "Press Explain image."), label="Patch relevance",
                              elem_id="lrp-image-plot")
         image_table = gr.Dataframe(frame(image_ex.views["summary"]) if image_ex else None, interactive=False,
                                    label="Per method: explained logit, sum of relevances, time")

@@ -10,7 +10,7 @@ from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import Plot, downloads_box, downloads_update, figure_or, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, frame, number
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
@@ -125,7 +125,7 @@ def build(ctx: AppContext) -> None:
     downloads = downloads_box(shown, "Downloads (JSON, CSV) of the last analysis", "mathneuro-downloads")
 
     def plot(name: str, label: str, elem_id: str):
-        return Plot(figure_or(ex.get(name), name, "Press the button to compute."), label=label, elem_id=elem_id)
+        return gr.Plot(figure_or(ex.get(name), name, "Press the button to compute."), label=label, elem_id=elem_id)
 
     with gr.Accordion("Pruning effect (paper Fig. 2)", open=True):
         with gr.Row():

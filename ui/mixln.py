@@ -10,7 +10,7 @@ from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import Plot, downloads_box, downloads_update, frame
+from ui.widgets import downloads_box, downloads_update, frame
 
 TITLE = "Mix-LN"
 DEFAULT_RUNS = list(mixln.DEFAULT_RUNS)
@@ -93,7 +93,7 @@ def model_removal(ref, samples, request: gr.Request = None, progress=gr.Progress
 
 
 def _plot(value, label: str, elem_id: str):
-    return Plot(show_label=False, value=value, label=label, elem_id=elem_id)
+    return gr.Plot(show_label=False, value=value, label=label, elem_id=elem_id)
 
 
 def build(ctx: AppContext) -> None:

@@ -11,7 +11,7 @@ from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import Plot, downloads_box, downloads_update, figure_or, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, frame
 
 TITLE = "NeuZip"
 EXAMPLE_MODEL = nz.EXAMPLE_MODEL
@@ -140,19 +140,19 @@ def build(ctx: AppContext) -> None:
     status = gr.Markdown(elem_id="neuzip-status")
     gr.Markdown("### Bit fields and compression")
     weights_md = gr.Markdown(weights.status if weights else "", elem_id="neuzip-weights-summary")
-    hist_plot = Plot(figure_or(weights, "histograms", hint), label="Bit-field histograms", elem_id="neuzip-histograms")
-    table_plot = Plot(figure_or(weights, "table", hint), label="Bits per weight", elem_id="neuzip-table-chart")
+    hist_plot = gr.Plot(figure_or(weights, "histograms", hint), label="Bit-field histograms", elem_id="neuzip-histograms")
+    table_plot = gr.Plot(figure_or(weights, "table", hint), label="Bits per weight", elem_id="neuzip-table-chart")
     table_df = gr.Dataframe(_table_frame(weights) if weights else None, interactive=False, max_height=320,
                             label="Per layer (total first)", elem_id="neuzip-table")
     gr.Markdown("### Memory / perplexity trade-off")
     tradeoff_md = gr.Markdown(tradeoff.status if tradeoff else "", elem_id="neuzip-tradeoff-summary")
-    tradeoff_plot = Plot(figure_or(tradeoff, "tradeoff", hint), label="Memory vs perplexity",
+    tradeoff_plot = gr.Plot(figure_or(tradeoff, "tradeoff", hint), label="Memory vs perplexity",
                             elem_id="neuzip-tradeoff")
     tradeoff_df = gr.Dataframe(_tradeoff_frame(tradeoff) if tradeoff else None, interactive=False, label="Points",
                                elem_id="neuzip-tradeoff-table")
     gr.Markdown("### Throughput")
     throughput_md = gr.Markdown(throughput.status if throughput else "", elem_id="neuzip-throughput-summary")
-    throughput_plot = Plot(figure_or(throughput, "throughput", hint), label="Throughput",
+    throughput_plot = gr.Plot(figure_or(throughput, "throughput", hint), label="Throughput",
                               elem_id="neuzip-throughput")
     throughput_df = gr.Dataframe(_throughput_frame(throughput) if throughput else None, interactive=False,
                                  label="Codecs (one thread each)", elem_id="neuzip-throughput-table")

@@ -1,12 +1,8 @@
-"""Small pieces every tab uses to show a :class:`core.runner.Result`: charts, tables, the Downloads box."""
+"""Small pieces every tab uses to show a :class:`core.runner.Result`: tables, the Downloads box, a method picker."""
 from __future__ import annotations
-
-import json
-import re
 
 import gradio as gr
 import pandas as pd
-from gradio.components.plot import PlotData
 
 from core.errors import BadInputError
 from core.figures import message_figure
@@ -48,38 +44,3 @@ def figure_or(result, name: str, message: str):
     if result is not None and name in result.figures:
         return result.figures[name]
     return message_figure(message)
-
-
-SLIDE = {"width": 960, "height": 540, "scale": 2}  # 16:9 at a size where the title and legend read on a slide
-
-
-def slide_config(title: str) -> dict:
-    """The plotly config of every chart: the toolbar's camera saves a PNG of 1920 x 1080 (a slide; ui.talk's script
-    adds the SVG button of the same size), named after the chart's title."""
-    name = re.sub(r"[^a-z0-9]+", "-", title.lower()).strip("-")[:60] or "chart"
-    return {"toImageButtonOptions": {"format": "png", "filename": f"layerwise-{name}", **SLIDE},
-            "displaylogo": False}
-
-
-class Plot(gr.Plot):
-    """``gr.Plot`` whose plotly charts carry :func:`slide_config` (Gradio hands a figure's ``config`` to plotly)."""
-
-    is_template = True  # drawn by the front end's Plot (and configured from gr.Plot's own arguments)
-    fill = False  # drop the figure's own height so that the chart fills its box
-
-    def postprocess(self, value) -> PlotData | None:
-        data = super().postprocess(value)
-        if data is None or data.type != "plotly":
-            return data
-        fig = json.loads(data.plot)
-        title = (fig.get("layout", {}).get("title") or {}).get("text") or ""
-        fig["config"] = slide_config(re.sub(r"<[^>]+>", " ", title))
-        if self.fill:
-            fig.get("layout", {}).pop("height", None)
-        return PlotData(type="plotly", plot=json.dumps(fig))
-
-
-class FillPlot(Plot):
-    """A :class:`Plot` that fills its box (the stage's, sized to the screen in the presenter view)."""
-
-    fill = True
