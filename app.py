@@ -3,12 +3,14 @@
     python app.py                 # http://127.0.0.1:7860, offline
     python app.py --online        # allow model / dataset hub downloads
     python app.py --host 0.0.0.0  # serve on the network (a Hugging Face Space does this by itself)
+    python app.py --talk          # every page opens in the presenter view (a link may say ?view=lab)
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import threading
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -23,6 +25,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="prepare missing datasets and packaged models before serving (default on a Space)")
     p.add_argument("--concurrency", type=int, default=2,
                    help="heavy events that run at once (default 2, one per core on a small machine)")
+    p.add_argument("--talk", action="store_true",
+                   help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
     return p.parse_args(argv)
 
 
@@ -40,7 +44,7 @@ def main(argv=None) -> None:
             prepare_model(name, progress=lambda msg: print(msg, flush=True))
     from core.paths import write_problem
     from core.runner import files_dir
-    from ui import CSS, build_app, projector_theme
+    from ui import CSS, build_app, head, projector_theme
 
     problem = write_problem()
     if problem:  # a read-only or full LAYERWISE_HOME: serve what can be served, say what cannot
@@ -53,8 +57,12 @@ def main(argv=None) -> None:
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
-                show_error=True, ssr_mode=False, footer_links=["api"],
-                allowed_paths=served)
+                head=head(talk=args.talk), show_error=True, ssr_mode=False, footer_links=["api"],
+                allowed_paths=served, prevent_thread_lock=True)
+    from core.examples import warm  # every precomputed example drawn once, now that the page is served
+
+    threading.Thread(target=warm, kwargs={"log": print}, daemon=True, name="layerwise-examples").start()
+    demo.block_thread()
 
 
 if __name__ == "__main__":

@@ -1,0 +1,67 @@
+"""The stage above each paper's tab and the presenter view's page script, without a browser (tests/e2e/test_talk.py
+drives them in Chromium, the charts' slide export included)."""
+import json
+from pathlib import Path
+
+import pytest
+
+import app
+import core.examples as ex
+from ui.talk import SLIDE, head, plotly_chunk
+
+
+@pytest.fixture(scope="module")
+def config():
+    from ui import build_app
+
+    return build_app().config
+
+
+def test_each_paper_tab_opens_with_its_examples_listed_from_the_registry(config):
+    by_id = {c["props"].get("elem_id"): c for c in config["components"] if c["props"].get("elem_id")}
+    for tab, examples in ex.registry().items():
+        picker = by_id[f"{tab}-examples"]
+        assert [c[1] for c in picker["props"]["choices"]] == [e.name for e in examples]
+        assert [c[0] for c in picker["props"]["choices"]] == [e.title for e in examples]
+        assert picker["props"]["value"] == examples[0].name
+        plot = json.loads(by_id[f"{tab}-stage-plot"]["props"]["value"]["plot"])
+        first = ex.show(ex.default_view(tab))
+        assert plot["layout"]["title"]["text"] == first.figures[examples[0].figure].layout.title.text
+        assert by_id[f"{tab}-link"]["props"]["value"] == ex.default_view(tab).query()
+
+
+def test_the_page_script_sets_the_view_and_preloads_gradios_plotly():
+    import gradio
+
+    lab, talk = head(), head(talk=True)
+    assert 'params.get("view") || "lab"' in lab and 'params.get("view") || "talk"' in talk
+    chunk = plotly_chunk()
+    assert chunk and (Path(gradio.__file__).parent / "templates" / "frontend" / chunk).is_file()
+    assert json.dumps(chunk) in lab and json.dumps(SLIDE) in lab and "toImageButtonOptions" in lab
+    assert SLIDE == {"width": 960, "height": 540, "scale": 2}  # 16:9, the PNG 1920 x 1080 pixels
+    assert "ArrowLeft" in lab and "ArrowRight" in lab
+
+
+def test_talk_flag():
+    assert app.parse_args(["--talk"]).talk and not app.parse_args([]).talk
+
+
+@pytest.fixture(scope="module")
+def client(app_url):
+    from gradio_client import Client
+
+    return Client(app_url, verbose=False)
+
+
+def test_picking_an_example_answers_its_view(client):
+    out = client.predict("tradeoff", api_name="/neuzip_example")
+    name, plot, caption, status, link = out[:5]
+    assert name == "tradeoff" and "Memory vs perplexity" in json.loads(plot["plot"])["layout"]["title"]["text"]
+    assert "precomputed" in caption and link == "?tab=neuzip&example=tradeoff&model=smollm2-135m&B=128&log=0"
+
+
+def test_a_bad_pick_is_one_message(client):
+    from gradio_client.exceptions import AppError
+
+    with pytest.raises(AppError, match="'nope'.* is not in the list of choices: \\['bits', 'tradeoff'"):
+        client.predict("nope", api_name="/neuzip_example")
