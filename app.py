@@ -35,6 +35,11 @@ def main(argv=None) -> None:
     from core.settings import configure
 
     configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
+    if os.environ.get("SPACE_ID"):  # ZeroGPU needs `spaces` before Gradio and CUDA start (a no-op on other Spaces)
+        try:
+            import spaces  # noqa: F401
+        except ImportError:
+            pass
     if args.prepare:
         from core.data import prepare
         from core.zoo import PACKAGED, prepare_model

@@ -12,6 +12,7 @@ import importlib
 import gradio as gr
 
 from core.examples import PAPERS
+from ui.gpu import on_gpu
 from ui.header import build_header
 from ui.stage import build_stage, connect_links
 from ui.talk import TALK_CSS, head
@@ -41,6 +42,7 @@ def build_app() -> gr.Blocks:
                     with gr.Column(elem_classes="lw-lab"):
                         module.build(ctx)
         connect_links(demo, tabs, notice, titles, stages)
+    on_gpu(demo)  # on a GPU Space the heavy handlers get the GPU (with the spaces package loaded; else nothing)
     return demo
 
 

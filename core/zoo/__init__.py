@@ -4,9 +4,11 @@ Public API: :func:`load_model` (the one bounded model cache), :func:`require_kin
 model for an action), :func:`fingerprint` (without loading),
 :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
 :func:`module_fingerprint`, :func:`token_texts` (``<id N>`` past the tokenizer), :func:`hub_choices` (the hub ids pickers offer,
-the allow-list of shared deployments); :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
+the allow-list of shared deployments), :func:`model_device` (where loaded models run: the CPU, or a GPU Space's GPU);
+:mod:`core.zoo.training` holds the plumbing of the project's training recipes.
 """
 from core.zoo.card import ModelCard
+from core.zoo.device import model_device
 from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, require_kind, \
     resolve, token_texts
 from core.zoo.hub import PAPER_CHECKPOINTS, allowed_hub_models, hub_choices
@@ -27,4 +29,4 @@ def prepare_model(name: str, progress=None, force: bool = False):
 
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
            "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
-           "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices"]
+           "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices", "model_device"]
