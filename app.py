@@ -64,9 +64,9 @@ def main(argv=None) -> None:
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
                 head=head(talk=args.talk), show_error=True, ssr_mode=False, footer_links=["api"],
                 allowed_paths=served, prevent_thread_lock=True)
-    from core.examples import warm  # every precomputed example drawn once, now that the page is served
+    from ui import publish  # every precomputed view built once and put in the page, now that the page is served
 
-    threading.Thread(target=warm, kwargs={"log": print}, daemon=True, name="layerwise-examples").start()
+    threading.Thread(target=publish, args=(demo,), kwargs={"log": print}, daemon=True, name="layerwise-links").start()
     demo.block_thread()
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib
 import math
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 from urllib.parse import urlencode
@@ -292,19 +291,5 @@ def show(v: View, progress=None) -> Result:
     return res
 
 
-def warm(log=None) -> float:
-    """Build every precomputed view now (``app.py`` does it in the background once the page is served), so the
-    first click on each example is as quick as the next; returns the seconds it took."""
-    t0 = time.perf_counter()
-    for tab in PAPERS:
-        for e in examples(tab):
-            try:
-                show(View(tab, e, dict(e.defaults)))
-            except Exception as err:  # noqa: BLE001  (a view that cannot be drawn is drawn, and named, on request)
-                if log is not None:
-                    log(f"example {tab}/{e.name}: {err}")
-    return time.perf_counter() - t0
-
-
 __all__ = ["PAPERS", "RESERVED", "Param", "Example", "View", "Opened", "examples", "registry", "example",
-           "default_view", "view", "resolve", "show", "warm"]
+           "default_view", "view", "resolve", "show"]

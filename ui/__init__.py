@@ -2,8 +2,8 @@
 
 Only this package imports gradio. :data:`TABS` is the one list of tabs, in display order; each
 paper's tab module is added here. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
-:mod:`core.examples`, one chart, the link to it); a link ``?tab=...&example=...`` opens that tab on that view, and
-``view=talk`` (:mod:`ui.talk`) is the presenter view.
+:mod:`core.examples`, one chart, the link to it); a link ``?tab=...&example=...`` opens that tab on that view
+(:mod:`ui.links`), and ``view=talk`` (:mod:`ui.talk`) is the presenter view.
 """
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ import gradio as gr
 from core.examples import PAPERS
 from ui.gpu import on_gpu
 from ui.header import build_header
-from ui.stage import build_stage, connect_links
+from ui.links import connect_links, publish
+from ui.stage import build_stage
 from ui.talk import TALK_CSS, head
 from ui.theme import CSS as BASE_CSS
 from ui.theme import projector_theme
@@ -46,4 +47,4 @@ def build_app() -> gr.Blocks:
     return demo
 
 
-__all__ = ["build_app", "projector_theme", "CSS", "TABS", "head"]
+__all__ = ["build_app", "projector_theme", "CSS", "TABS", "head", "publish"]

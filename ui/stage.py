@@ -1,7 +1,7 @@
 """The stage at the top of each paper's tab: its precomputed examples as a picker, one chart, the link to what is
-shown, and the inputs of the view; plus the deep links that open a tab on one of them (``?tab=...&example=...``).
+shown, and the inputs of the view (:mod:`ui.links` opens a tab on one of them from a link).
 
-Everything is listed from :mod:`core.examples` (one registry), so a tab module only places nothing: ``ui.build_app``
+Everything is listed from :mod:`core.examples` (one registry), so the tab modules do not change: ``ui.build_app``
 puts a stage above each paper's tab. A precomputed view is drawn at once (those events never queue behind heavy
 work); other inputs are computed with progress, and the stage's Stop ends them.
 """
@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 import core.examples as ex
-from core.errors import BadInputError, LayerwiseError
+from core.errors import BadInputError
 from core.runner import source_text
 from ui.errors import user_errors
-from ui.stopping import job, stop
+from ui.stopping import job
 
 # the link button: the full address of the view (in the presenter view with view=talk), copied where allowed
 COPY_LINK = """(query) => {
@@ -142,46 +142,3 @@ def _name(tab: str, name) -> str:
         raise BadInputError(f"{tab} has no example {name!r}.",
                             fix=f"pick one of {', '.join(e.name for e in ex.examples(tab))}.")
     return name
-
-
-def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: dict, stages: dict) -> None:
-    """Open the tab and view a link names when the page loads: the precomputed part at once (never queued behind heavy
-    work); when the link asks for other inputs, those are computed next, with progress (the stage's Stop ends it)."""
-    order = list(stages.values())
-    outputs = [tabs, notice] + [c for s in order for c in s.outputs]
-    pending = gr.Textbox(visible=False)  # the link, when part of it is still to compute: its change starts that
-
-    def skip_all(stage=None, values=None) -> list:
-        return [v for s in order for v in (values if s is stage else [gr.skip()] * len(s.outputs))]
-
-    def opened(query: dict) -> ex.Opened:
-        return ex.resolve(query, titles) if query else ex.Opened(None, None)
-
-    def open_link(request: gr.Request = None):
-        query = dict(getattr(request, "query_params", None) or {})
-        o = opened(query)
-        head = [gr.Tabs(selected=o.tab) if o.tab else gr.skip(), gr.update(value=o.notice, visible=bool(o.notice))]
-        if o.view is None:
-            return head + skip_all() + [gr.skip()]
-        first = o.view if o.view.precomputed else ex.default_view(o.tab, o.view.example.name)
-        later = gr.skip() if o.view.precomputed else o.view.query()
-        return head + skip_all(stages[o.tab], view_outputs(stages[o.tab], first)) + [later]
-
-    def finish_link(query: str, request: gr.Request = None, progress=gr.Progress()):
-        from urllib.parse import parse_qsl
-
-        o = opened(dict(parse_qsl(query or "")))
-        if o.view is None or o.view.precomputed:
-            return [gr.skip()] * len(outputs)
-        try:
-            values = view_outputs(stages[o.tab], o.view, job(request, progress))
-        except LayerwiseError as err:  # one line, and the precomputed view stays
-            return [gr.skip(), gr.update(value=f"This link: {err}", visible=True)] + skip_all()
-        return [gr.skip(), gr.skip()] + skip_all(stages[o.tab], values)
-
-    demo.load(open_link, None, [*outputs, pending], api_name="open_link", concurrency_limit=None,
-              show_progress="hidden")
-    later = pending.change(finish_link, pending, outputs, api_name="open_link_computed",
-                           show_progress_on=[s.plot for s in order])
-    for s in order:
-        s.stop.click(stop, None, s.status, cancels=[*s.events, later], api_name=f"{s.tab}_stage_stop")

@@ -38,6 +38,32 @@ _SCRIPT = """
   const params = new URLSearchParams(window.location.search);
   const view = params.get("view") || DEFAULT_VIEW;
   if (view === "talk") document.documentElement.classList.add("lw-talk");
+  // A link opens on its tab and, when it names a precomputed view, with that view drawn: the page's config holds
+  // every precomputed view (ui.links.publish) and is set here, before anything is drawn. Anything else (other
+  // inputs, a bad link) the server's load event does.
+  const cfg = window.gradio_config, key = (s) => String(s || "").toLowerCase().replace(/[^a-z0-9]/g, "");
+  if (cfg && cfg.components) {
+    const links = cfg.layerwise_links || {}, name = params.get("example");
+    const items = cfg.components.filter((c) => c.type === "tabitem");
+    const named = (c) => [c.props.id, c.props.label].some((n) => key(n) === key(params.get("tab")));
+    let item = params.get("tab") ? items.find(named) : undefined;
+    const owners = Object.keys(links).filter((t) => name && links[t].examples[name]);
+    if (!params.get("tab") && owners.length === 1) item = items.find((c) => c.props.id === owners[0]);
+    const tabs = cfg.components.find((c) => c.type === "tabs");
+    if (item && tabs) tabs.props.selected = item.props.id;
+    const stage = item && links[item.props.id], view = stage && stage.examples[name || stage.order[0]];
+    const inputs = [...params.keys()].filter((k) => !["tab", "example", "view", "deep_link"].includes(k) &&
+                                                     !k.startsWith("__"));
+    if (view && inputs.every((k) => view.inputs[k] === params.get(k))) {
+      const byId = new Map(cfg.components.map((c) => [c.id, c]));
+      for (const p of view.props) {
+        const c = byId.get(p.id);
+        if (c && "value" in p) c.props.value = p.value;
+        if (c && "visible" in p) c.props.visible = p.visible;
+      }
+    }
+    delete cfg.layerwise_links;
+  }
   const typing = (t) => t && (t.isContentEditable || t.tagName === "TEXTAREA" || t.tagName === "SELECT" ||
     (t.tagName === "INPUT" && !["radio", "checkbox", "button"].includes(t.type)));
   document.addEventListener("keydown", (ev) => {
@@ -65,7 +91,7 @@ _SCRIPT = """
            path: "M150 100h500l200 200v600H150z M200 150v700h600V330H620V150z M280 500h440v60H280z"},
     click: (gd) => window.Plotly.downloadImage(gd, {format: "svg", width: SLIDE.width, height: SLIDE.height,
                                                     filename: gd._context.toImageButtonOptions.filename})};
-  // The stage's chart is drawn first and fills its box (its height is the page's: CSS); the other charts of a tab
+  // The stage's chart is drawn first and fills its box (the screen's height: CSS); the other charts of a tab
   // follow one per task, so that a tab full of charts (a deep link opens one) shows its stage without waiting.
   const later = new Map();
   const drawNext = () => {
@@ -82,7 +108,8 @@ _SCRIPT = """
       const onStage = !!(gd.closest && gd.closest(".lw-stage"));
       config = Object.assign({}, config, {displaylogo: false, modeBarButtonsToAdd: [svg],
         toImageButtonOptions: Object.assign({format: "png", filename: slug(layout)}, SLIDE)});
-      if (onStage && layout) layout = Object.assign({}, layout, {height: undefined});
+      // a chart drawn for an ordinary box fills the stage; a tall one (several rows of panels) keeps its height
+      if (onStage && layout && !(layout.height > 560)) layout = Object.assign({}, layout, {height: undefined});
       const draw = () => react.call(plotly, gd, data, layout, config);
       if (onStage) return draw();
       if (!later.size) requestAnimationFrame(() => setTimeout(drawNext, 0));

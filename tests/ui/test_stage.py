@@ -2,6 +2,7 @@
 drives them in Chromium, the charts' slide export included)."""
 import json
 from pathlib import Path
+from urllib.parse import parse_qsl
 
 import pytest
 
@@ -11,10 +12,15 @@ from ui.talk import SLIDE, head, plotly_chunk
 
 
 @pytest.fixture(scope="module")
-def config():
+def demo():
     from ui import build_app
 
-    return build_app().config
+    return build_app()
+
+
+@pytest.fixture(scope="module")
+def config(demo):
+    return demo.config
 
 
 def test_each_paper_tab_opens_with_its_examples_listed_from_the_registry(config):
@@ -28,6 +34,27 @@ def test_each_paper_tab_opens_with_its_examples_listed_from_the_registry(config)
         first = ex.show(ex.default_view(tab))
         assert plot["layout"]["title"]["text"] == first.figures[examples[0].figure].layout.title.text
         assert by_id[f"{tab}-link"]["props"]["value"] == ex.default_view(tab).query()
+
+
+def test_the_page_holds_every_precomputed_view_as_its_link_draws_it(demo):
+    from ui.links import CONFIG_KEY, publish
+
+    assert CONFIG_KEY not in demo.config  # the app's start does not wait for them
+    seconds = publish(demo)
+    data = demo.config[CONFIG_KEY]
+    by_id = {c["id"]: c["props"].get("elem_id") for c in demo.config["components"]}
+    for tab, examples in ex.registry().items():
+        assert data[tab]["order"] == [e.name for e in examples]
+        for e in examples:
+            view = ex.default_view(tab, e.name)
+            shown = {by_id[p["id"]]: p for p in data[tab]["examples"][e.name]["props"]}
+            assert shown[f"{tab}-examples"]["value"] == e.name
+            assert shown[f"{tab}-link"]["value"] == view.query()
+            title = json.loads(shown[f"{tab}-stage-plot"]["value"]["plot"])["layout"]["title"]["text"]
+            assert title == ex.show(view).figures[e.figure].layout.title.text
+            linked = {k: v for k, v in parse_qsl(view.query()[1:]) if k not in ("tab", "example")}
+            assert data[tab]["examples"][e.name]["inputs"] == linked
+    assert seconds < 120
 
 
 def test_the_page_script_sets_the_view_and_preloads_gradios_plotly():
