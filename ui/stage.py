@@ -108,7 +108,7 @@ def build_stage(tab: str) -> Stage:
         caption = gr.Markdown(_caption(first, res), elem_id=f"{tab}-stage-caption", elem_classes="lw-caption")
         status = gr.Markdown(_status(first, res), elem_id=f"{tab}-stage-status", elem_classes="lw-explain")
         with gr.Row(elem_classes="lw-link-row"):
-            link_btn = gr.Button("🔗 Link to this view", size="sm", scale=0, min_width=200, elem_id=f"{tab}-link-btn")
+            link_btn = gr.Button("Link to this view", size="sm", scale=0, min_width=200, elem_id=f"{tab}-link-btn")
             link = gr.Textbox(first.query(), show_label=False, interactive=False, scale=4, container=False,
                               elem_id=f"{tab}-link", buttons=["copy"])
             stop_btn = gr.Button("Stop", variant="stop", size="sm", scale=0, min_width=90, elem_id=f"{tab}-stage-stop")
