@@ -31,7 +31,7 @@ def build_app() -> gr.Blocks:
     with gr.Blocks(title="Layerwise", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         ctx = build_header()
         notice = gr.Markdown(visible=False, elem_id="lw-notice", elem_classes="lw-notice")
-        titles, stages = {}, {}
+        titles, stages, labs = {}, {}, {}
         with gr.Tabs() as tabs:
             for module_name in TABS:
                 module = importlib.import_module(module_name)
@@ -40,9 +40,9 @@ def build_app() -> gr.Blocks:
                 with gr.Tab(module.TITLE, id=tab, elem_id=f"tab-{tab}"):
                     if tab in PAPERS:
                         stages[tab] = build_stage(tab)
-                    with gr.Column(elem_classes="lw-lab"):
+                    with gr.Column(elem_classes="lw-lab", elem_id=f"lab-{tab}") as labs[tab]:
                         module.build(ctx)
-        connect_links(demo, tabs, notice, titles, stages)
+        connect_links(demo, tabs, notice, titles, stages, labs)
     on_gpu(demo)  # on a GPU Space the heavy handlers get the GPU (with the spaces package loaded; else nothing)
     return demo
 

@@ -24,11 +24,15 @@ from ui.stopping import job, stop
 CONFIG_KEY = "layerwise_links"
 
 
-def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: dict, stages: dict) -> None:
-    """The page-load events that open a link (see the module doc)."""
+def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: dict, stages: dict,
+                  labs: dict) -> None:
+    """The page-load events that open a link (see the module doc). ``labs``: each tab's content below its stage, which
+    the page script holds back on the tab a link opens until the linked chart is drawn; the load event shows it."""
     order = list(stages.values())
     outputs = [tabs, notice] + [c for s in order for c in s.outputs]
+    shown_labs = [gr.update(visible=True)] * len(labs)
     pending = gr.Textbox(visible=False)  # the link, when part of it is still to compute: its change starts that
+    drawn = gr.Textbox(visible=False, elem_id="lw-drawn")  # set by the page script: the view it drew from the link
 
     def skip_all(stage=None, values=None) -> list:
         return [v for s in order for v in (values if s is stage else [gr.skip()] * len(s.outputs))]
@@ -36,17 +40,17 @@ def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: d
     def opened(query: dict) -> ex.Opened:
         return ex.resolve(query, titles) if query else ex.Opened(None, None)
 
-    def open_link(*shown, request: gr.Request = None):
-        """``shown``: each stage's example as the page has it (the page script may have drawn the link already)."""
+    def open_link(drawn: str, request: gr.Request = None):
+        """``drawn``: ``<tab>/<example>`` when the page script has drawn the link's precomputed view already."""
         o = opened(dict(getattr(request, "query_params", None) or {}))
         head = [gr.Tabs(selected=o.tab) if o.tab else gr.skip(), gr.update(value=o.notice, visible=bool(o.notice))]
         if o.view is None:
-            return head + skip_all() + [gr.skip()]
+            return head + skip_all() + [gr.skip()] + shown_labs
         stage = stages[o.tab]
         first = o.view if o.view.precomputed else ex.default_view(o.tab, o.view.example.name)
-        on_page = dict(zip(stages, shown)).get(o.tab) == first.example.name
+        on_page = o.view.precomputed and drawn == f"{o.tab}/{first.example.name}"
         later = gr.skip() if o.view.precomputed else o.view.query()
-        return head + (skip_all() if on_page else skip_all(stage, view_outputs(stage, first))) + [later]
+        return head + (skip_all() if on_page else skip_all(stage, view_outputs(stage, first))) + [later] + shown_labs
 
     def finish_link(query: str, request: gr.Request = None, progress=gr.Progress()):
         o = opened(dict(parse_qsl(query or "")))
@@ -58,7 +62,7 @@ def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: d
             return [gr.skip(), gr.update(value=f"This link: {err}", visible=True)] + skip_all()
         return [gr.skip(), gr.skip()] + skip_all(stages[o.tab], values)
 
-    demo.load(open_link, [s.picker for s in order], [*outputs, pending], api_name="open_link",
+    demo.load(open_link, drawn, [*outputs, pending, *labs.values()], api_name="open_link",
               concurrency_limit=None, show_progress="hidden")
     later = pending.change(finish_link, pending, outputs, api_name="open_link_computed",
                            show_progress_on=[s.plot for s in order])

@@ -51,11 +51,16 @@ _SCRIPT = """
     if (!params.get("tab") && owners.length === 1) item = items.find((c) => c.props.id === owners[0]);
     const tabs = cfg.components.find((c) => c.type === "tabs");
     if (item && tabs) tabs.props.selected = item.props.id;
+    // the rest of the linked tab waits until its stage is drawn (the load event of ui.links then shows it)
+    const lab = item && cfg.components.find((c) => c.props.elem_id === "lab-" + item.props.id);
+    if (lab) lab.props.visible = false;
     const stage = item && links[item.props.id], view = stage && stage.examples[name || stage.order[0]];
     const inputs = [...params.keys()].filter((k) => !["tab", "example", "view", "deep_link"].includes(k) &&
                                                      !k.startsWith("__"));
     if (view && inputs.every((k) => view.inputs[k] === params.get(k))) {
       const byId = new Map(cfg.components.map((c) => [c.id, c]));
+      const drawn = cfg.components.find((c) => c.props.elem_id === "lw-drawn");
+      if (drawn) drawn.props.value = item.props.id + "/" + (name || stage.order[0]);
       for (const p of view.props) {
         const c = byId.get(p.id);
         if (c && "value" in p) c.props.value = p.value;
