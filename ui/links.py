@@ -63,9 +63,9 @@ def connect_links(demo: gr.Blocks, tabs: gr.Tabs, notice: gr.Markdown, titles: d
         return [gr.skip(), gr.skip()] + skip_all(stages[o.tab], values)
 
     demo.load(open_link, drawn, [*outputs, pending, *labs.values()], api_name="open_link",
-              concurrency_limit=None, show_progress="hidden")
-    later = pending.change(finish_link, pending, outputs, api_name="open_link_computed",
-                           show_progress_on=[s.plot for s in order])
+              api_visibility="undocumented", concurrency_limit=None, show_progress="hidden")
+    later = pending.change(finish_link, pending, outputs, api_name="open_link_computed", api_visibility="undocumented",
+                           show_progress_on=[s.plot for s in order])  # the page's own plumbing, as open_link
     for s in order:
         s.stop.click(stop, None, s.status, cancels=[*s.events, later], api_name=f"{s.tab}_stage_stop")
     demo.layerwise_stages = stages

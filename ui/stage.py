@@ -131,8 +131,8 @@ def build_stage(tab: str) -> Stage:
                                      trigger_mode="always_last", show_progress="hidden"))
     for p, c in controls.items():
         trigger = c.submit if p.kind in ("number", "text") else c.input
-        stage.events.append(trigger(change, [picker, *controls.values()], stage.outputs,
-                                    api_name=f"{tab}_example_{p.name}_{p.kind}"))
+        stage.events.append(trigger(change, [picker, *controls.values()], stage.outputs,  # the tabs' own endpoints
+                                    api_name=f"{tab}_example_{p.name}_{p.kind}", api_visibility="undocumented"))
     link_btn.click(None, link, link, js=COPY_LINK, api_name=f"{tab}_copy_link")
     return stage
 

@@ -1,6 +1,7 @@
 """The stage above each paper's tab and the presenter view's page script, without a browser (tests/e2e/test_talk.py
 drives them in Chromium, the charts' slide export included)."""
 import json
+import re
 from pathlib import Path
 from urllib.parse import parse_qsl
 
@@ -92,3 +93,26 @@ def test_a_bad_pick_is_one_message(client):
 
     with pytest.raises(AppError, match="'nope'.* is not in the list of choices: \\['bits', 'tradeoff'"):
         client.predict("nope", api_name="/neuzip_example")
+
+
+def test_the_stage_inputs_answer_bad_values_with_one_message(demo):
+    """The inputs' handlers (undocumented endpoints: the tabs' buttons are the API for computing) refuse what
+    core.examples cannot read, before anything runs."""
+    import gradio as gr
+
+    stage = demo.layerwise_stages["neuzip"]
+    change = next(f.fn for f in demo.fns.values() if f.api_name == "neuzip_example_k_choice")
+    params = list(stage.controls)
+    good = {"model": "smollm2-135m", "k": "7", "B": "none", "log": False}
+    for example, name, bad, words in (("bits", "k", "9", "k=9 is not one of 7, 3, 1, 0"),
+                                      ("bits", "B", "100", "B=100 is not one of none"),
+                                      ("tradeoff", "log", None, "log=None is not 0 or 1"),
+                                      ("throughput", "k", None, "k=None is not one of"),
+                                      ("bits", "B", "64", "B=64 with k=7: B applies to k < 7 only")):
+        values = [{**good, name: bad}[p.name] for p in params]
+        with pytest.raises(gr.Error, match=re.escape(words)):
+            change(example, *values)
+    with pytest.raises(gr.Error, match="neuzip has no example"):
+        change("nope", *[good[p.name] for p in params])
+    out = change("bits", *[good[p.name] for p in params])  # the precomputed view, at once
+    assert out[0] == "bits" and "precomputed" in out[2]
