@@ -42,6 +42,7 @@ _SCRIPT = """
   // every precomputed view (ui.links.publish) and is set here, before anything is drawn. Anything else (other
   // inputs, a bad link) the server's load event does.
   const cfg = window.gradio_config, key = (s) => String(s || "").toLowerCase().replace(/[^a-z0-9]/g, "");
+  let linked = false;
   if (cfg && cfg.components) {
     const links = cfg.layerwise_links || {}, name = params.get("example");
     const items = cfg.components.filter((c) => c.type === "tabitem");
@@ -51,6 +52,7 @@ _SCRIPT = """
     if (!params.get("tab") && owners.length === 1) item = items.find((c) => c.props.id === owners[0]);
     const tabs = cfg.components.find((c) => c.type === "tabs");
     if (item && tabs) tabs.props.selected = item.props.id;
+    linked = !!item;
     // the rest of the linked tab waits until its stage is drawn (the load event of ui.links then shows it)
     const lab = item && cfg.components.find((c) => c.props.elem_id === "lab-" + item.props.id);
     if (lab) lab.props.visible = false;
@@ -127,7 +129,15 @@ _SCRIPT = """
     plotly.__layerwise = true;
     return plotly;
   };
-  if (PLOTLY_CHUNK) import(new URL(PLOTLY_CHUNK, document.baseURI).href).catch(() => {});  // fetch and run it now
+  // Gradio's plotly bundle is fetched and run now, not when the first chart appears. A page opened by a link is
+  // shown once it has run (at most 3 s later), so that it appears with its chart rather than an empty frame first.
+  const loaded = PLOTLY_CHUNK ? import(new URL(PLOTLY_CHUNK, document.baseURI).href) : Promise.resolve();
+  if (linked) {
+    const root = document.documentElement, show = () => { root.style.visibility = ""; };
+    root.style.visibility = "hidden";
+    loaded.then(show, show);
+    setTimeout(show, 3000);
+  }
   // keep the chosen example in sight in a picker that scrolls sideways (a deep link may choose the tenth)
   let queued = false;
   const reveal = () => {
