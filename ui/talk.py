@@ -29,6 +29,7 @@ html.lw-talk .lw-stage-plot [data-testid="plotly"] {height: calc(100vh - 250px) 
 html.lw-talk .row:has(> div [data-testid="plotly"]), html.lw-talk .row:has(> div > div [data-testid="plotly"]) {
   flex-direction: column !important;}
 html.lw-talk .row:has([data-testid="plotly"]) > div {min-width: 100% !important;}
+html.lw-talk .block:has([data-testid="plotly"]) > label[data-testid="block-label"] {display: none;}
 .lw-stage-plot [data-testid="plotly"] {height: 520px;}
 .lw-picker label {cursor: pointer;}
 """

@@ -145,3 +145,16 @@ def test_a_method_subset_of_a_precomputed_explanation_is_drawn_from_it(no_model_
     assert shown.source == "precomputed"
     assert list(shown.data["methods"]) == ["integrated_gradients", "mambalrp"]
     assert list(shown.figures["heatmap"].data[0].y) == ["Integrated Gradients", "MambaLRP"]
+
+
+def test_the_readme_names_every_example_and_its_inputs():
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme.split("## Giving a talk", 1)[1].split("\n## ", 1)[0]
+    for tab, exs in ex.registry().items():
+        assert f"`{tab}`" in section, tab
+        for e in exs:
+            assert f"`{e.name}`" in section, (tab, e.name)
+            for p in e.params:
+                assert f"`{p.name}=" in section, (tab, e.name, p.name)
