@@ -94,8 +94,11 @@ def presets(stages: dict) -> dict:
         views = {}
         for e in ex.examples(tab):
             v = ex.default_view(tab, e.name)
-            views[e.name] = {"inputs": {p.name: p.format(v.values[p.name]) for p in e.params},
-                             "props": _props(stage, view_outputs(stage, v))}
+            try:
+                props = _props(stage, view_outputs(stage, v))
+            except LayerwiseError:  # e.g. a model not prepared yet: a link to it gets the server's message instead
+                continue
+            views[e.name] = {"inputs": {p.name: p.format(v.values[p.name]) for p in e.params}, "props": props}
         data[tab] = {"examples": views, "order": [e.name for e in ex.examples(tab)]}
     return data
 

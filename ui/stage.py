@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 import core.examples as ex
-from core.errors import BadInputError
+from core.errors import BadInputError, LayerwiseError
+from core.figures import message_figure
 from core.runner import source_text
 from ui.errors import user_errors
 from ui.stopping import job
@@ -85,6 +86,16 @@ def _value(p: ex.Param, value):
     return value if p.kind in ("flag", "number") else p.format(value)
 
 
+def _first(v: ex.View) -> tuple:
+    """(figure, caption, status) the stage opens on; on a machine not set up yet (a model not prepared), a figure and
+    a caption that say what to run, so the app still starts."""
+    try:
+        res = ex.show(v)
+    except LayerwiseError as err:
+        return message_figure(str(err), v.example.title), f"**{v.example.title}** · *not available yet*", str(err)
+    return res.figures[v.example.figure], _caption(v, res), _status(v, res)
+
+
 def build_stage(tab: str) -> Stage:
     """The stage of one tab, drawn with its first example; its events are wired here."""
     examples = ex.examples(tab)
@@ -102,11 +113,10 @@ def build_stage(tab: str) -> Stage:
                 mine = first.example.params
                 controls = {p: _control(p, first.values[p.name] if p in mine else value, p in mine)
                             for p, value in params.items()}
-        res = ex.show(first)
-        plot = gr.Plot(res.figures[first.example.figure], show_label=False, elem_id=f"{tab}-stage-plot",
-                    elem_classes="lw-stage-plot")
-        caption = gr.Markdown(_caption(first, res), elem_id=f"{tab}-stage-caption", elem_classes="lw-caption")
-        status = gr.Markdown(_status(first, res), elem_id=f"{tab}-stage-status", elem_classes="lw-explain")
+        figure, shown, told = _first(first)
+        plot = gr.Plot(figure, show_label=False, elem_id=f"{tab}-stage-plot", elem_classes="lw-stage-plot")
+        caption = gr.Markdown(shown, elem_id=f"{tab}-stage-caption", elem_classes="lw-caption")
+        status = gr.Markdown(told, elem_id=f"{tab}-stage-status", elem_classes="lw-explain")
         with gr.Row(elem_classes="lw-link-row"):
             link_btn = gr.Button("Link to this view", size="sm", scale=0, min_width=200, elem_id=f"{tab}-link-btn")
             link = gr.Textbox(first.query(), show_label=False, interactive=False, scale=4, container=False,

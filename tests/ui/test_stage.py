@@ -1,6 +1,7 @@
 """The stage above each paper's tab and the presenter view's page script, without a browser (tests/e2e/test_talk.py
 drives them in Chromium, the charts' slide export included)."""
 import json
+import os
 import re
 from pathlib import Path
 from urllib.parse import parse_qsl
@@ -116,3 +117,27 @@ def test_the_stage_inputs_answer_bad_values_with_one_message(demo):
         change("nope", *[good[p.name] for p in params])
     out = change("bits", *[good[p.name] for p in params])  # the precomputed view, at once
     assert out[0] == "bits" and "precomputed" in out[2]
+
+
+@pytest.mark.slow
+def test_the_app_starts_on_a_machine_not_set_up_yet(tmp_path):
+    """Before `models prepare` the NeuZip examples cannot be drawn (their model's weights are missing): the app still
+    builds, its stage says what to run, and every other tab's precomputed views are in the page."""
+    import subprocess
+    import sys
+
+    script = ("from core.settings import configure; configure(False)\n"
+              "import json, ui\nfrom ui.links import publish\n"
+              "d = ui.build_app(); publish(d, print)\n"
+              "shown = {c['props'].get('elem_id'): c['props'].get('value') for c in d.config['components']}\n"
+              "print(json.dumps({'caption': shown['neuzip-stage-caption'], 'status': shown['neuzip-stage-status'],"
+              " 'links': {t: sorted(v['examples']) for t, v in d.config['layerwise_links'].items()}}))\n")
+    out = subprocess.run([sys.executable, "-c", script], cwd=Path(__file__).resolve().parents[2], text=True,
+                         capture_output=True, timeout=600, env={**os.environ, "LAYERWISE_HOME": str(tmp_path / "home")})
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "not available yet" in got["caption"]
+    assert "python -m core models prepare smollm2-135m" in got["status"]
+    assert got["links"]["neuzip"] == []
+    for tab in ("lrp", "mathneuro", "mixln"):
+        assert got["links"][tab] == sorted(e.name for e in ex.examples(tab))
