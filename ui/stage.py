@@ -22,7 +22,7 @@ from ui.stopping import job
 COPY_LINK = """(query) => {
   const url = new URL(query || "?", window.location.href);
   if (document.documentElement.classList.contains("lw-talk")) url.searchParams.set("view", "talk");
-  try { navigator.clipboard.writeText(url.href); } catch (e) {}
+  if (navigator.clipboard) navigator.clipboard.writeText(url.href).catch(() => {});  // not on plain http elsewhere
   return url.href;
 }"""
 
@@ -130,18 +130,18 @@ def build_stage(tab: str) -> Stage:
         return view_outputs(stage, ex.default_view(tab, _name(tab, name)))
 
     @user_errors
-    def change(name, *values, request: gr.Request = None, progress=gr.Progress()):
-        """Draw the picked example with the inputs as set (computed, with progress and Stop, unless precomputed)."""
-        e = ex.example(tab, _name(tab, name))
-        given = {p.name: value for p, value in zip(controls, values) if p in e.params}
-        v = ex.view(tab, e.name, given)
+    def change(shown: dict, request: gr.Request = None, progress=gr.Progress()):
+        """Draw the picked example with the inputs as set (computed, with progress and Stop, unless precomputed).
+        ``shown``: component -> value (a set of inputs, so that Gradio hands this handler its request and progress)."""
+        e = ex.example(tab, _name(tab, shown.get(picker)))
+        v = ex.view(tab, e.name, {p.name: shown.get(c) for p, c in controls.items() if p in e.params})
         return view_outputs(stage, v, None if v.precomputed else job(request, progress))
 
     stage.events.append(picker.input(pick, picker, stage.outputs, api_name=f"{tab}_example", concurrency_limit=None,
                                      trigger_mode="always_last", show_progress="hidden"))
     for p, c in controls.items():
         trigger = c.submit if p.kind in ("number", "text") else c.input
-        stage.events.append(trigger(change, [picker, *controls.values()], stage.outputs,  # the tabs' own endpoints
+        stage.events.append(trigger(change, {picker, *controls.values()}, stage.outputs,  # the tabs' own endpoints
                                     api_name=f"{tab}_example_{p.name}_{p.kind}", api_visibility="undocumented"))
     link_btn.click(None, link, link, js=COPY_LINK, api_name=f"{tab}_copy_link")
     return stage

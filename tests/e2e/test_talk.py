@@ -272,3 +272,21 @@ def test_a_link_that_needs_computing_shows_progress_and_stops(browser, app_url):
     expect(progress).to_be_hidden()
     expect(page.locator("#neuzip-stage-caption")).to_contain_text("precomputed")
     page.close()
+
+
+def test_an_input_of_the_stage_computes_with_progress_and_stops(browser, app_url):
+    from playwright.sync_api import expect
+
+    plot = "#neuzip-stage-plot"
+    page = open_page(browser, f"{app_url}?tab=neuzip&example=bits", {plot: title("neuzip", "bits")})
+    drawn(page, plot)
+    page.locator(".lw-inputs").get_by_text("Inputs of this view").click()
+    k = page.locator(".lw-inputs").get_by_label("k", exact=True)
+    k.click()
+    page.get_by_role("option", name="1", exact=True).click()  # k = 1 is not precomputed: computed here
+    progress = page.locator(f'{plot} [data-testid="status-tracker"] .progress-text, {plot} .eta-bar').first
+    expect(progress).to_be_visible()
+    page.locator("#neuzip-stage-stop").click()
+    expect(page.locator("#neuzip-stage-status")).to_contain_text("Stopped")
+    expect(progress).to_be_hidden()
+    page.close()

@@ -101,21 +101,28 @@ def test_the_stage_inputs_answer_bad_values_with_one_message(demo):
     core.examples cannot read, before anything runs."""
     import gradio as gr
 
+    import inspect
+
     stage = demo.layerwise_stages["neuzip"]
-    change = next(f.fn for f in demo.fns.values() if f.api_name == "neuzip_example_k_choice")
-    params = list(stage.controls)
+    block = next(f for f in demo.fns.values() if f.api_name == "neuzip_example_k_choice")
+    change = block.fn
+    # Gradio hands a handler its request and progress through positional parameters only
+    assert [p.name for p in inspect.signature(change).parameters.values()
+            if p.kind == p.POSITIONAL_OR_KEYWORD] == ["shown", "request", "progress"]
     good = {"model": "smollm2-135m", "k": "7", "B": "none", "log": False}
+
+    def shown(example, values):
+        return {stage.picker: example, **{c: values[p.name] for p, c in stage.controls.items()}}
     for example, name, bad, words in (("bits", "k", "9", "k=9 is not one of 7, 3, 1, 0"),
                                       ("bits", "B", "100", "B=100 is not one of none"),
                                       ("tradeoff", "log", None, "log=None is not 0 or 1"),
                                       ("throughput", "k", None, "k=None is not one of"),
                                       ("bits", "B", "64", "B=64 with k=7: B applies to k < 7 only")):
-        values = [{**good, name: bad}[p.name] for p in params]
         with pytest.raises(gr.Error, match=re.escape(words)):
-            change(example, *values)
+            change(shown(example, {**good, name: bad}))
     with pytest.raises(gr.Error, match="neuzip has no example"):
-        change("nope", *[good[p.name] for p in params])
-    out = change("bits", *[good[p.name] for p in params])  # the precomputed view, at once
+        change(shown("nope", good))
+    out = change(shown("bits", good))  # the precomputed view, at once
     assert out[0] == "bits" and "precomputed" in out[2]
 
 
