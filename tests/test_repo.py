@@ -42,7 +42,7 @@ def test_imports_flow_one_way():
 
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")
 SHARED = {"core.errors", "core.figures", "core.runner", "core.cli", "core.zoo", "core.data", "core.settings",
-          "core.paths", "core.cache"}
+          "core.paths", "core.cache", "core.examples"}
 
 
 def _core_imports(path: Path) -> list[tuple[str, list[str]]]:

@@ -1,7 +1,9 @@
 """The Gradio UI: one module per tab (``TITLE`` + ``build(ctx)``), a shared header, theme and error handling.
 
 Only this package imports gradio. :data:`TABS` is the one list of tabs, in display order; each
-paper's tab module is added here.
+paper's tab module is added here. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
+:mod:`core.examples`, one chart, the link to it); a link ``?tab=...&example=...`` opens that tab on that view
+(:mod:`ui.links`), and ``view=talk`` (:mod:`ui.talk`) is the presenter view.
 """
 from __future__ import annotations
 
@@ -9,10 +11,17 @@ import importlib
 
 import gradio as gr
 
+from core.examples import PAPERS
+from ui.gpu import on_gpu
 from ui.header import build_header
-from ui.theme import CSS, projector_theme
+from ui.links import connect_links, publish
+from ui.stage import build_stage
+from ui.talk import TALK_CSS, head
+from ui.theme import CSS as BASE_CSS
+from ui.theme import projector_theme
 
 TABS = ("ui.models_data", "ui.lrp", "ui.mathneuro", "ui.mixln", "ui.neuzip")
+CSS = BASE_CSS + TALK_CSS
 
 
 def build_app() -> gr.Blocks:
@@ -21,12 +30,21 @@ def build_app() -> gr.Blocks:
     # when the server stops or restarts (the app cleans its own temp files)
     with gr.Blocks(title="Layerwise", analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
         ctx = build_header()
-        with gr.Tabs():
+        notice = gr.Markdown(visible=False, elem_id="lw-notice", elem_classes="lw-notice")
+        titles, stages, labs = {}, {}, {}
+        with gr.Tabs() as tabs:
             for module_name in TABS:
                 module = importlib.import_module(module_name)
-                with gr.Tab(module.TITLE, id=module_name.rsplit(".", 1)[-1]):
-                    module.build(ctx)
+                tab = module_name.rsplit(".", 1)[-1]
+                titles[tab] = module.TITLE
+                with gr.Tab(module.TITLE, id=tab, elem_id=f"tab-{tab}"):
+                    if tab in PAPERS:
+                        stages[tab] = build_stage(tab)
+                    with gr.Column(elem_classes="lw-lab", elem_id=f"lab-{tab}") as labs[tab]:
+                        module.build(ctx)
+        connect_links(demo, tabs, notice, titles, stages, labs)
+    on_gpu(demo)  # on a GPU Space the heavy handlers get the GPU (with the spaces package loaded; else nothing)
     return demo
 
 
-__all__ = ["build_app", "projector_theme", "CSS", "TABS"]
+__all__ = ["build_app", "projector_theme", "CSS", "TABS", "head", "publish"]

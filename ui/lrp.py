@@ -120,7 +120,7 @@ def build_evaluation() -> list:
     first = lrp.committed_result(lrp.EVAL_MODELS[0])
     data = first.data if first else {"n": 50, "steps": 10, "methods": list(lrp.METHODS)}
     with gr.Accordion("Evaluation: conservation and faithfulness (ΔA^F)", open=True):
-        gr.Markdown(EVAL_NOTE)
+        gr.Markdown(EVAL_NOTE, elem_classes="lw-explain")
         with gr.Row():
             model = gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], allow_custom_value=True,
                                 label="Model", elem_id="lrp-eval-model")
@@ -151,7 +151,7 @@ def build_evaluation() -> list:
 
 def build(ctx: AppContext) -> None:
     text_ex, image_ex = lrp.example_result("text"), lrp.example_result("image")
-    gr.Markdown(INTRO, elem_id="lrp-intro")
+    gr.Markdown(INTRO, elem_id="lrp-intro", elem_classes="lw-explain")
     rules = _rules_block()
     with gr.Accordion("Text: token relevance", open=True):
         text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),

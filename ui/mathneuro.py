@@ -103,7 +103,7 @@ def build(ctx: AppContext) -> None:
     math_names, nonmath_names = mn.dataset_names()
     method_choices = [(m.label, name) for name, m in mn.METHODS.items()]
     shown = ex.get("effect")
-    gr.Markdown(INTRO, elem_id="mathneuro-intro")
+    gr.Markdown(INTRO, elem_id="mathneuro-intro", elem_classes="lw-explain")
     with gr.Row():
         math = gr.Dropdown(math_names, value=D["math"], label="Math dataset", allow_custom_value=True,
                            elem_id="mathneuro-math")

@@ -102,7 +102,7 @@ def build(ctx: AppContext) -> None:
     have = mixln.list_runs()
     default = [n for n in DEFAULT_RUNS if n in have] or have[:3]
     compare = mixln.compare_result() if have else None
-    gr.Markdown(INTRO)
+    gr.Markdown(INTRO, elem_classes="lw-explain")
     with gr.Accordion("Committed runs", open=True):
         with gr.Row():
             picked = gr.CheckboxGroup(choices=have, value=default, label="Runs", elem_id="mixln-runs", scale=3)
@@ -110,7 +110,7 @@ def build(ctx: AppContext) -> None:
                             value="param", label="Gradient norm of", scale=2)
             gstep = finite_slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
                                   label="Training step shown (solid lines)", scale=2)
-        gr.Markdown(mixln.settings_text(), elem_id="mixln-settings")
+        gr.Markdown(mixln.settings_text(), elem_id="mixln-settings", elem_classes="lw-explain")
         gr.Dataframe(value=frame(compare.tables["compare"]) if compare else None, interactive=False,
                      label="Comparison at equal steps (mean, std, min, max over n_seeds)", elem_id="mixln-compare-table")
         downloads_box(compare, "Downloads: the comparison (JSON, CSV, HTML)", "mixln-compare-downloads")

@@ -128,7 +128,8 @@ def first_page(name: str, split: str):
 
 def build(ctx: AppContext) -> None:
     gr.Markdown("Every model and dataset Layerwise knows, whether it is ready on this machine, and the command "
-                "that gets it when it is not. Pick a dataset to browse its fixed, seeded splits.")
+                "that gets it when it is not. Pick a dataset to browse its fixed, seeded splits.",
+                elem_classes="lw-explain")
     with gr.Row():
         refresh = gr.Button("Refresh status", size="sm")
         prep = gr.Button("Prepare missing datasets and models", size="sm", variant="primary")

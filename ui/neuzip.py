@@ -120,8 +120,8 @@ def build(ctx: AppContext) -> None:
     parts, ex = nz.example_parts(EXAMPLE_MODEL)
     weights, tradeoff, throughput = ex.get("weights"), ex.get("tradeoff"), ex.get("throughput")
     hint = "No precomputed example for this model: press a button above."
-    gr.Markdown(INTRO)
-    gr.Markdown(WEIGHTS_NOTE, elem_id="neuzip-weights-note")
+    gr.Markdown(INTRO, elem_classes="lw-explain")
+    gr.Markdown(WEIGHTS_NOTE, elem_id="neuzip-weights-note", elem_classes="lw-explain")
     state = gr.State(parts)
     with gr.Row():
         k = gr.Radio(K_CHOICES, value=7, label="k: mantissa bits kept", info="7 is lossless")

@@ -43,3 +43,7 @@ __all__ = [
     "default_requests", "method_choices", "TEXT_MODELS", "IMAGE_MODELS", "EVAL_MODELS", "DEFAULT_METHODS",
     "TEXT_EXAMPLES", "MAX_TOKENS", "GAMMA_LAYERS", "MAX_GAMMA", "MAX_TEXT_CHARS", "MEASURED_COST", "cost_note",
 ]
+
+from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
+
+__all__ += ["EXAMPLE_VIEWS"]

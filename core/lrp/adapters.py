@@ -16,7 +16,6 @@ from typing import Callable
 
 import torch
 from torch import nn
-from transformers import MambaForCausalLM, MambaModel
 
 from core.errors import BadInputError
 from core.lrp.models import MambaSequenceClassifier, VisionMamba
@@ -49,7 +48,7 @@ class ModelAdapter:
             return self.embeddings()(ids).detach()
 
     def embeddings(self) -> nn.Embedding:
-        if isinstance(self.model, MambaModel):
+        if isinstance(self.model, _hf_mamba()[1]):
             return self.model.embeddings
         return self.model.get_input_embeddings()
 
@@ -96,9 +95,9 @@ class ModelAdapter:
     def logits(self, embeds: torch.Tensor) -> torch.Tensor:
         """Input embeddings ``(B, L, H)`` -> explained logits ``(B, num_outputs)``."""
         m = self.model
-        if isinstance(m, MambaForCausalLM):
+        if isinstance(m, _hf_mamba()[0]):
             return m(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].float()
-        if isinstance(m, MambaModel):
+        if isinstance(m, _hf_mamba()[1]):
             h = m(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
             return (h @ m.embeddings.weight.T).float()
         if isinstance(m, MambaSequenceClassifier):
@@ -108,9 +107,9 @@ class ModelAdapter:
     @property
     def num_outputs(self) -> int:
         m = self.model
-        if isinstance(m, MambaForCausalLM):
+        if isinstance(m, _hf_mamba()[0]):
             return m.lm_head.out_features
-        if isinstance(m, MambaModel):
+        if isinstance(m, _hf_mamba()[1]):
             return m.embeddings.num_embeddings
         if isinstance(m, MambaSequenceClassifier):
             return m.num_labels
@@ -135,6 +134,13 @@ class ModelAdapter:
         return per_patch.reshape(self.model.config.grid)
 
 
+def _hf_mamba() -> tuple[type, type]:
+    """transformers' ``(MambaForCausalLM, MambaModel)``, imported when first needed (the app starts without it)."""
+    from transformers import MambaForCausalLM, MambaModel
+
+    return MambaForCausalLM, MambaModel
+
+
 def adapter_for(model) -> ModelAdapter:
     """The adapter of a supported model, else :class:`BadInputError`.
 
@@ -142,9 +148,7 @@ def adapter_for(model) -> ModelAdapter:
     the rules rewire the view's forwards and freeze the view's parameters, so the model itself, which other requests
     may be using at the same time, is never changed.
     """
-    kinds = ((MambaForCausalLM, "lm"), (MambaModel, "lm"), (MambaSequenceClassifier, "classifier"),
-             (VisionMamba, "vision"))
-    for cls, kind in kinds:
+    for cls, kind in ((_hf_mamba(), "lm"), (MambaSequenceClassifier, "classifier"), (VisionMamba, "vision")):
         if isinstance(model, cls):
             return ModelAdapter(private_view(model, own_parameters=True), kind)
     raise BadInputError(

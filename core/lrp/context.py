@@ -17,7 +17,6 @@ from contextlib import contextmanager
 import torch
 from torch import nn
 from torch.utils.checkpoint import checkpoint
-from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm
 
 from core.errors import BadInputError
 from core.lrp import rules as R
@@ -109,6 +108,8 @@ _LOCK = threading.RLock()
 
 def mixers(model: nn.Module) -> list[nn.Module]:
     """The Mamba mixers of ``model`` (transformers' ``MambaMixer`` or :class:`BiMambaMixer`), in order."""
+    from transformers.models.mamba.modeling_mamba import MambaMixer  # when first needed (not at the app's start)
+
     return [m for m in model.modules() if isinstance(m, (MambaMixer, BiMambaMixer))]
 
 
@@ -152,6 +153,8 @@ def _frozen(model: nn.Module, freeze: bool):
 @contextmanager
 def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None, recompute: bool = False,
              progress=None):
+    from transformers.models.mamba.modeling_mamba import MambaMixer, MambaRMSNorm  # when first needed, not at start
+
     found = mixers(model)
     if not found:
         raise BadInputError(f"{type(model).__name__} has no Mamba mixer layer.",

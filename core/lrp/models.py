@@ -16,14 +16,17 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 import torch
 from torch import nn
-from transformers import MambaConfig, MambaModel
-from transformers.models.mamba.modeling_mamba import MambaRMSNorm
 
 from core.errors import ModelLoadError
 from core.lrp.mixer import bimamba_mixer_forward
 from core.runner import atomic_write
+
+if TYPE_CHECKING:  # transformers is imported when a model is built (the app starts without it)
+    from transformers import MambaConfig
 
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 
@@ -73,6 +76,8 @@ class MambaSequenceClassifier(nn.Module):
         super().__init__()
         self.config = config
         self.num_labels = num_labels
+        from transformers import MambaModel
+
         self.backbone = MambaModel(config)
         self.head = nn.Linear(config.hidden_size, num_labels, bias=head_bias)
 
@@ -93,6 +98,8 @@ class MambaSequenceClassifier(nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder) -> "MambaSequenceClassifier":
+        from transformers import MambaConfig
+
         from core.zoo.construction import constructing
 
         cfg, state = _read(folder, cls.kind)
@@ -184,12 +191,18 @@ class BiMambaMixer(nn.Module):
         return bimamba_mixer_forward(self, hidden_states, rules=None)
 
 
+def _rms_norm(config: "VisionMambaConfig") -> nn.Module:
+    from transformers.models.mamba.modeling_mamba import MambaRMSNorm
+
+    return MambaRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+
+
 class VisionMambaBlock(nn.Module):
     """Pre-norm residual block: ``x + mixer(norm(x))``."""
 
     def __init__(self, config: VisionMambaConfig):
         super().__init__()
-        self.norm = MambaRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.norm = _rms_norm(config)
         self.mixer = BiMambaMixer(config)
 
     def forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
@@ -218,7 +231,7 @@ class VisionMamba(nn.Module):
         nn.init.trunc_normal_(self.pos_embed, std=0.02)
         nn.init.trunc_normal_(self.cls_token, std=0.02)
         self.layers = nn.ModuleList([VisionMambaBlock(config) for _ in range(config.num_layers)])
-        self.norm_f = MambaRMSNorm(config.hidden_size, eps=config.layer_norm_epsilon)
+        self.norm_f = _rms_norm(config)
         self.head = nn.Linear(config.hidden_size, config.num_classes)
 
     def embed(self, pixel_values: torch.Tensor) -> torch.Tensor:

@@ -58,3 +58,7 @@ __all__ += ["DEFAULTS", "consistency_result", "drill_result", "effect_result", "
             "layer_distribution_result", "proportion_sweep_result", "scale_sweep_result", "matrix_names",
             "example_results", "analysis_view", "precompute_examples", "train_demo_result", "METRICS",
             "dataset_names", "DEMO_NAME", "train_demo"]
+
+from core.mathneuro.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
+
+__all__ += ["EXAMPLE_VIEWS"]

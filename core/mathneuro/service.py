@@ -424,8 +424,9 @@ def analysis_view(analysis: str, data: dict, source: str = "computed", key: str 
                   downloads=("json", "csv"))
 
 
-def example_results(ref: str = DEMO_NAME) -> dict[str, Result]:
-    """The committed examples of ``ref`` by analysis (only those computed with its current weights)."""
+def example_results(ref: str = DEMO_NAME, only: tuple[str, ...] | None = None) -> dict[str, Result]:
+    """The committed examples of ``ref`` by analysis (only those computed with its current weights; ``only``: just
+    these analyses)."""
     from core.zoo import fingerprint
 
     try:
@@ -435,7 +436,7 @@ def example_results(ref: str = DEMO_NAME) -> dict[str, Result]:
     out = {}
     for e in EXAMPLES.entries():
         name = e["analysis"].removeprefix("mathneuro-")
-        if e["fingerprint"] == fp and name in ANALYSES and name not in out:
+        if e["fingerprint"] == fp and name in ANALYSES and name not in out and (only is None or name in only):
             out[name] = analysis_view(name, e["data"], "precomputed",
                                       result_key(e["fingerprint"], e["analysis"], e["params"]))
     return out

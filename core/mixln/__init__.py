@@ -79,3 +79,7 @@ from core.mixln.runs import _dist_info as dist_info  # noqa: E402
 from core.mixln.train import check_world  # noqa: E402
 
 __all__ += ["dist_info", "check_world"]
+
+from core.mixln.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
+
+__all__ += ["EXAMPLE_VIEWS"]

@@ -55,3 +55,7 @@ __all__ = [
     "precompute_examples", "write_example", "linear_weights",
     "CODECS", "codec_comparison", "forward_ratio", "synthetic_weights", "zipnn_available",
 ]
+
+from core.neuzip.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
+
+__all__ += ["EXAMPLE_VIEWS"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from core.figures import PALETTE, style
+from core.figures import PALETTE, go, make_subplots, style
 from core.neuzip.tradeoff import setting_style
 
 
@@ -17,8 +17,6 @@ def layer_kind(name: str) -> str:
 
 def histogram_figure(h: dict):
     """Three panels: sign, exponent (occupied range) and mantissa histograms, with their entropies."""
-    from plotly.subplots import make_subplots
-    import plotly.graph_objects as go
 
     n = max(h["numel"], 1)
     e = h["entropy"]
@@ -48,7 +46,6 @@ def histogram_figure(h: dict):
 
 def table_figure(table: dict):
     """Bits per weight by layer kind (and in total): NeuZip against its entropy bound, zstd and zlib."""
-    import plotly.graph_objects as go
 
     groups: dict[str, list[dict]] = {}
     for r in table["rows"]:
@@ -86,7 +83,6 @@ def table_figure(table: dict):
 
 def tradeoff_figure(result: dict, log_x: bool = False):
     """Memory (MB) against word-level perplexity, one legend entry per method family, the Pareto front drawn."""
-    import plotly.graph_objects as go
 
     fig = go.Figure()
     points = result["points"]
@@ -130,8 +126,6 @@ def throughput_figure(result: dict):
     """Left: compress and decompress MB/s of each codec (one thread, log scale), the memory copy as the limit line;
     right: each codec's bits per weight against the entropy bound and bf16's 16. Colours and labels come from the
     codec registry (:data:`core.neuzip.compare.CODECS`), one legend entry per codec for both panels."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     rows = result["rows"]
     codecs = [r for r in rows if r["codec"] != "memcpy"]

@@ -405,13 +405,14 @@ def write_example(path, example: dict) -> Path:
 
 
 def example_parts(ref: str = EXAMPLE_MODEL) -> tuple[dict, dict[str, Result]]:
-    """The committed example of ``ref`` for the first view: its data parts and their Results (empty when none, or
-    when it was computed with other weights or an older codec)."""
+    """The committed example of ``ref`` for the first view: its data parts and their Results (empty when none, when
+    it was computed with other weights or an older codec, or when the model is not prepared yet)."""
+    from core.errors import LayerwiseError
     from core.zoo import fingerprint
 
     try:
         fp = fingerprint(ref)
-    except BadInputError:
+    except LayerwiseError:  # e.g. SmolLM2 before `models prepare`: the tab says what to press, the app still starts
         return {}, {}
     by = {e["analysis"]: e for e in EXAMPLES.entries()
           if e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION}  # not a stale codec's figures

@@ -4,12 +4,13 @@ Public API: :func:`load_model` (the one bounded model cache), :func:`require_kin
 model for an action), :func:`fingerprint` (without loading),
 :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
 :func:`module_fingerprint`, :func:`private_view` (a request's own view of a shared model), :func:`token_texts` (``<id N>``
-past the tokenizer), :func:`hub_choices` (the hub ids pickers offer, the allow-list of shared deployments);
-:class:`Placement`, :func:`make_placement`, :func:`placed`, :func:`add_placement_args` (a checkpoint spread over
-GPUs, CPU and disk: :mod:`core.zoo.placement`); :mod:`core.zoo.training` holds the plumbing of the project's training
-recipes.
+past the tokenizer), :func:`hub_choices` (the hub ids pickers offer, the allow-list of shared deployments),
+:func:`model_device` (where loaded models run: the CPU, or a GPU Space's GPU); :class:`Placement`,
+:func:`make_placement`, :func:`placed`, :func:`add_placement_args` (a checkpoint spread over GPUs, CPU and disk:
+:mod:`core.zoo.placement`); :mod:`core.zoo.training` holds the plumbing of the project's training recipes.
 """
 from core.zoo.card import ModelCard
+from core.zoo.device import model_device
 from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, require_kind, \
     resolve, token_texts
 from core.zoo.hub import PAPER_CHECKPOINTS, allowed_hub_models, hub_choices
@@ -33,4 +34,4 @@ def prepare_model(name: str, progress=None, force: bool = False):
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
            "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
            "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices", "Placement", "add_placement_args", "make_placement",
-           "placed", "private_view"]
+           "placed", "private_view", "model_device"]

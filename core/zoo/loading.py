@@ -22,6 +22,7 @@ from core.settings import bound_hub_requests, is_online
 from core.zoo import registry
 from core.zoo.card import ModelCard
 from core.zoo.construction import constructing
+from core.zoo.device import on_model_device
 from core.zoo.hub import check_allowed, hub_error, kind_from_config
 from core.zoo.safetensors_check import read_header
 
@@ -377,7 +378,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
     with _lock:
         if use_cache and key in _loaded:
             _loaded[key] = _loaded.pop(key)  # most recently used last: the least recently used goes first
-            return _loaded[key]
+            return on_model_device(_loaded[key])
     how, folder = resolve(ref)
     if how == "registered":
         card = registry.card_of(ref)
@@ -432,7 +433,7 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
             while len(_loaded) >= max_loaded():
                 _loaded.pop(next(iter(_loaded)))
             _loaded[key] = loaded
-    return loaded
+    return on_model_device(loaded)
 
 
 KIND_LABELS = {"causal-lm": "a causal language model", "sequence-classifier": "a text classifier",

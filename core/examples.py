@@ -1,0 +1,295 @@
+"""The views a speaker shows: every paper's precomputed examples in one registry, and the links that open them.
+
+A *view* is a tab, one of its examples and the inputs that define it. Its link is a query string::
+
+    ?tab=neuzip&example=tradeoff&model=smollm2-135m&B=128&log=0
+
+Each paper lists its examples in ``core/<paper>/examples.py`` (``EXAMPLE_VIEWS``): a name for the link, a title for
+the picker, the figure it draws, and its inputs (:class:`Param`) with the values of the precomputed result as their
+defaults. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
+query into a view (an unknown tab, example or input, or a bad value, becomes one line of notice and the default is
+used instead); :meth:`View.query` writes the link back; :func:`show` draws it (the precomputed values answer at
+once, without loading a model; other values are computed, with ``progress(fraction, message)``, which may stop it).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+from urllib.parse import urlencode
+
+from core.errors import BadInputError
+from core.runner import Result
+
+PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")  # the tabs with examples, by their tab id (= the package name)
+RESERVED = ("tab", "example", "view")  # query keys that are not inputs of a view
+VIEWS = ("talk", "lab", "api", "settings", "api-recorder")  # view=: the presenter view, the lab, and Gradio's own
+KINDS = ("choice", "multi", "number", "text", "flag")
+
+
+@dataclass(frozen=True)
+class Param:
+    """One input of a view, as it appears in a link (``name=value``) and in the view's input controls.
+
+    kind: ``choice`` (one of ``choices``; with ``open``, any other value too, e.g. a model folder), ``multi`` (a
+    comma-separated subset of ``choices``), ``number`` (within ``low``..``high``; ``whole`` for integers), ``text``
+    (any non-empty text), ``flag`` (0 / 1).
+    """
+
+    name: str
+    label: str
+    kind: str = "choice"
+    choices: tuple = ()
+    open: bool = False
+    low: float | None = None
+    high: float | None = None
+    whole: bool = False
+    none: str | None = None  # the word for "no value" of a choice (e.g. B=none: no normaliser)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"Param {self.name}: kind must be one of {KINDS}")
+
+    def parse(self, raw) -> Any:
+        """The value of ``raw`` (a query string, or a value already parsed), or :class:`BadInputError`."""
+        text = ",".join(map(str, raw)) if isinstance(raw, (list, tuple)) else str(raw).strip()
+        if self.kind == "flag":
+            if text.lower() in ("1", "true", "yes", "on"):
+                return True
+            if text.lower() in ("0", "false", "no", "off", ""):
+                return False
+            raise BadInputError(f"{self.name}={text} is not 0 or 1.")
+        if self.kind == "multi":
+            items = [t.strip() for t in text.split(",") if t.strip()]
+            unknown = [t for t in items if t not in map(str, self.choices)]
+            if not items or unknown:
+                what = f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among" if unknown else \
+                    "names none of"
+                raise BadInputError(f"{self.name}={text} {what} {', '.join(map(str, self.choices))}.")
+            by_text = {str(c): c for c in self.choices}
+            return [by_text[t] for t in dict.fromkeys(items)]
+        if self.kind == "number":
+            try:
+                value = float(text)
+            except ValueError:
+                raise BadInputError(f"{self.name}={text} is not a number.") from None
+            if math.isnan(value) or (self.low is not None and value < self.low) or \
+                    (self.high is not None and value > self.high) or (self.whole and not value.is_integer()):
+                span = f"{self.low:g} to {self.high:g}" if self.low is not None and self.high is not None else "range"
+                raise BadInputError(f"{self.name}={text} is outside {span}" + (" (whole numbers)" if self.whole
+                                                                                 else "") + ".")
+            return int(value) if self.whole else value
+        if not text:
+            raise BadInputError(f"{self.name} is empty.")
+        if self.kind == "text":
+            return text
+        if self.none is not None and text.lower() == self.none:
+            return None
+        for c in self.choices:
+            if text == str(c) or (isinstance(c, str) and text.lower() == c.lower()):
+                return c
+        if self.open:
+            return text
+        shown = ", ".join(self.none if c is None else str(c) for c in self.choices)
+        raise BadInputError(f"{self.name}={text} is not one of {shown}.")
+
+    def format(self, value) -> str:
+        """``value`` as it is written in a link."""
+        if self.kind == "flag":
+            return "1" if value else "0"
+        if self.kind == "multi":
+            return ",".join(map(str, value))
+        if value is None:
+            return self.none or ""
+        if self.kind == "number":
+            return f"{value:g}" if isinstance(value, float) else str(value)
+        return str(value)
+
+
+@dataclass(frozen=True)
+class Example:
+    """One view of a tab: ``show(progress=None, **values) -> Result`` draws ``figure`` of the result.
+
+    ``defaults`` are the values of the precomputed result (answered at once); ``params`` the inputs a link may set.
+    """
+
+    name: str
+    title: str
+    figure: str
+    show: Callable[..., Result]
+    params: tuple[Param, ...] = ()
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        missing = [p.name for p in self.params if p.name not in self.defaults]
+        if missing:
+            raise ValueError(f"example {self.name}: no default for {', '.join(missing)}")
+
+
+@dataclass(frozen=True)
+class View:
+    """What is on screen: a tab, one of its examples, and the values of its inputs."""
+
+    tab: str
+    example: Example
+    values: Mapping[str, Any]
+
+    def query(self, talk: bool = False) -> str:
+        """The link of this view, ``?tab=...&example=...&<input>=...`` (every input, so a link keeps its meaning
+        when a default changes); ``talk`` adds ``view=talk``."""
+        pairs = [("tab", self.tab), ("example", self.example.name)]
+        pairs += [(p.name, p.format(self.values[p.name])) for p in self.example.params]
+        return "?" + urlencode(pairs + ([("view", "talk")] if talk else []), safe=",/:")
+
+    @property
+    def precomputed(self) -> bool:
+        """Whether these are the values of the precomputed result."""
+        return all(self.values[p.name] == self.example.defaults[p.name] for p in self.example.params)
+
+    def label(self) -> str:
+        """The inputs in words, e.g. ``model smollm2-135m, B 128, log memory axis``."""
+        words = [(p.label if self.values[p.name] else f"no {p.label}") if p.kind == "flag" else
+                 f"{p.label} {p.format(self.values[p.name]).replace(',', ', ') or '-'}" for p in self.example.params]
+        return "; ".join(words)
+
+
+_registry: dict[str, tuple[Example, ...]] = {}
+
+
+def examples(tab: str) -> tuple[Example, ...]:
+    """The examples of a tab (``lrp``, ``mathneuro``, ``mixln``, ``neuzip``), in picker order."""
+    if tab not in PAPERS:
+        raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(PAPERS)}.")
+    if tab not in _registry:
+        found = tuple(importlib.import_module(f"core.{tab}").EXAMPLE_VIEWS)
+        names = [e.name for e in found]
+        if len(set(names)) != len(names):
+            raise ValueError(f"core.{tab}.EXAMPLE_VIEWS repeats a name: {names}")
+        _registry[tab] = found
+    return _registry[tab]
+
+
+def registry() -> dict[str, tuple[Example, ...]]:
+    """Every tab's examples: ``{tab: (Example, ...)}``."""
+    return {tab: examples(tab) for tab in PAPERS}
+
+
+def example(tab: str, name: str) -> Example:
+    for e in examples(tab):
+        if e.name == name:
+            return e
+    raise BadInputError(f"no example {name!r} in {tab}.", fix=f"use one of {', '.join(e.name for e in examples(tab))}.")
+
+
+def default_view(tab: str, name: str | None = None) -> View:
+    """The precomputed view of an example (the tab's first when ``name`` is None)."""
+    e = example(tab, name) if name else examples(tab)[0]
+    return View(tab, e, dict(e.defaults))
+
+
+def view(tab: str, name: str, values: Mapping[str, Any] | None = None) -> View:
+    """The view of example ``name`` with ``values`` (parsed and checked; the rest default), or BadInputError."""
+    e = example(tab, name)
+    given = dict(values or {})
+    unknown = [k for k in given if k not in {p.name for p in e.params}]
+    if unknown:
+        raise BadInputError(f"{tab} / {name} has no input {', '.join(unknown)}.",
+                            fix=f"its inputs: {', '.join(p.name for p in e.params) or 'none'}.")
+    return View(tab, e, {p.name: p.parse(given[p.name]) if p.name in given else e.defaults[p.name]
+                         for p in e.params})
+
+
+@dataclass
+class Opened:
+    """What a link opens: the tab to select (None: the link names none), the view drawn there (None for a tab without
+    examples) and the notice about what in the link was not understood (empty when everything was)."""
+
+    tab: str | None
+    view: View | None
+    notice: str = ""
+
+
+def _tab_id(raw: str, tabs: Mapping[str, str]) -> str | None:
+    """A tab id from its id or title, case and punctuation aside (``neuzip``, ``NeuZip``, ``Mix-LN``)."""
+    def key(s):
+        return "".join(ch for ch in s.lower() if ch.isalnum())
+    return next((t for t, title in tabs.items() if key(raw) in (key(t), key(title))), None)
+
+
+def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> Opened:
+    """The view a link opens. ``query``: its parameters; ``tabs``: every tab of the app, id -> title (tabs without
+    examples may be opened, e.g. ``models_data``). Nothing in a link fails: each part not understood is named in the
+    notice (one line) and replaced by its default."""
+    tabs = dict(tabs or {t: t for t in PAPERS})
+    query = {k: v for k, v in query.items() if not k.startswith("__") and k != "deep_link"}  # Gradio's and Spaces'
+    problems: list[str] = []
+    raw_tab, raw_example = query.get("tab", "").strip(), query.get("example", "").strip()
+    tab = _tab_id(raw_tab, tabs) if raw_tab else None
+    if raw_tab and tab is None:
+        problems.append(f"no tab {raw_tab!r} (tabs: {', '.join(tabs)})")
+    if tab is None and raw_example:  # an example named without (or with a wrong) tab: the tab that has it
+        owners = [t for t in PAPERS if t in tabs and any(e.name == raw_example for e in examples(t))]
+        tab = owners[0] if len(owners) == 1 else None
+    inputs = {k: v for k, v in query.items() if k not in RESERVED}
+    shown = query.get("view", "").strip()
+    if shown and shown not in VIEWS:
+        problems.append(f"view={shown} is not talk or lab")
+    if tab is None:
+        if raw_example:
+            problems.append(f"no example {raw_example!r}")
+        if inputs:
+            problems.append(f"ignored {', '.join(sorted(inputs))} (a link names a tab: ?tab=...&example=...)")
+        return Opened(None, None, _notice(problems))
+    if tab not in PAPERS:
+        if raw_example:
+            problems.append(f"{tabs[tab]} has no examples")
+        if inputs:
+            problems.append(f"ignored {', '.join(sorted(inputs))}")
+        return Opened(tab, None, _notice(problems))
+    names = [e.name for e in examples(tab)]
+    if raw_example and raw_example not in names:
+        problems.append(f"no example {raw_example!r} in {tabs[tab]} (examples: {', '.join(names)})")
+        raw_example = ""
+    e = example(tab, raw_example) if raw_example else examples(tab)[0]
+    by_key = {p.name.lower(): p for p in e.params}
+    values = dict(e.defaults)
+    for key, raw in inputs.items():
+        p = by_key.get(key.lower())
+        if p is None:
+            problems.append(f"{e.name} has no input {key!r}" + (f" (inputs: {', '.join(p.name for p in e.params)})"
+                                                                  if e.params else ""))
+            continue
+        try:
+            values[p.name] = p.parse(raw)
+        except BadInputError as err:
+            problems.append(f"{err.message.rstrip('.')}; showing {p.name}={p.format(e.defaults[p.name])}")
+    return Opened(tab, View(tab, e, values), _notice(problems))
+
+
+def _notice(problems: list[str]) -> str:
+    return ("This link: " + "; ".join(problems) + ".") if problems else ""
+
+
+_shown: dict[tuple[str, str], Result] = {}
+_shown_lock = threading.Lock()
+
+
+def show(v: View, progress=None) -> Result:
+    """The result of a view (the service's Result; ``figures[v.example.figure]`` is the chart). A precomputed view is
+    built once per process and kept (its figures never change), so showing it again costs nothing."""
+    key = (v.tab, v.example.name)
+    if v.precomputed and key in _shown:
+        return _shown[key]
+    res = v.example.show(progress=progress, **v.values)
+    if v.example.figure not in res.figures:
+        raise ValueError(f"{v.tab} / {v.example.name}: the result has no figure {v.example.figure!r}")
+    if v.precomputed:
+        with _shown_lock:
+            _shown.setdefault(key, res)
+    return res
+
+
+__all__ = ["PAPERS", "RESERVED", "Param", "Example", "View", "Opened", "examples", "registry", "example",
+           "default_view", "view", "resolve", "show"]

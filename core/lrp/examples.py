@@ -1,0 +1,69 @@
+"""The MambaLRP views a speaker shows (:mod:`core.examples`): the precomputed text and digit explanations and the
+committed evaluations. A text or digit view may show a subset of the methods (``method=mambalrp,integrated_gradients``)
+at once from the precomputed result; a method it does not hold is computed."""
+from __future__ import annotations
+
+from core.examples import Example, Param
+from core.lrp.methods import METHODS
+from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
+                              committed_result, explanation_view, image_result, text_result)
+
+METHOD = Param("method", "methods", "multi", tuple(METHODS))
+SHORT = {"mamba-sentiment": ("sentiment", "Review"), "mamba-lm": ("lm", "LM")}
+
+
+def _subset(res, methods):
+    """``res`` showing only ``methods`` (all held by it), or None when it lacks one of them."""
+    held = res.data["methods"]
+    if not set(methods) <= set(held):
+        return None
+    if list(methods) == list(held):
+        return res
+    return explanation_view({**res.data, "methods": {m: held[m] for m in methods}}, res.source, res.key)
+
+
+def _text(model: str, text: str):
+    def show(progress=None, method=DEFAULT_METHODS):
+        return _subset(text_result(model, text, DEFAULT_METHODS), method) or \
+            text_result(model, text, method, progress=progress)
+    return show
+
+
+def _digit(sample: int):
+    def show(progress=None, method=DEFAULT_METHODS):
+        return _subset(image_result(IMAGE_MODELS[0], sample=sample, methods=DEFAULT_METHODS), method) or \
+            image_result(IMAGE_MODELS[0], sample=sample, methods=method, progress=progress)
+    return show
+
+
+def _committed(item=None):
+    def show(progress=None, model=None):
+        res = committed_result(model or item)
+        if res is None:
+            from core.errors import BadInputError
+            raise BadInputError(f"no committed evaluation of {model or item}.",
+                                fix="run `python -m core lrp precompute-eval` to compute it.")
+        return res
+    return show
+
+
+def _short(text: str, n: int = 20) -> str:
+    return text if len(text) <= n else text[:n].rsplit(" ", 1)[0] + "…"
+
+
+def _views() -> list[Example]:
+    methods = {"method": list(DEFAULT_METHODS)}
+    out = [Example(f"{SHORT[model][0]}-{i + 1}", f"{SHORT[model][1]}: {_short(text)}", "heatmap", _text(model, text),
+                   (METHOD,), methods)
+           for model, texts in TEXT_EXAMPLES.items() for i, text in enumerate(texts)]
+    out += [Example(f"digit-{s}", f"Digit, test sample {s}", "patches", _digit(s), (METHOD,), methods)
+            for s in IMAGE_SAMPLES]
+    model = Param("model", "model", "choice", EVAL_MODELS)
+    out += [Example("faithfulness", "Faithfulness (MoRF / LeRF)", "faithfulness", _committed(), (model,),
+                    {"model": EVAL_MODELS[0]}),
+            Example("conservation", "Conservation", "conservation", _committed(), (model,), {"model": EVAL_MODELS[0]}),
+            Example("long-range", "Long range (mamba-lm)", "long-range", _committed("lm"))]
+    return out
+
+
+EXAMPLE_VIEWS = tuple(_views())
