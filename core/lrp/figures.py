@@ -167,6 +167,9 @@ def conservation_figure(cons: dict, title: str = "Conservation: sum of relevance
                                          "line": {"color": "#0f172a", "width": 1.5}},
                                  text=[f"{cons[name]['mean_abs_error']:.2g}"], textposition="middle right",
                                  textfont={"size": 14}, hovertemplate=f"{label}: mean %{{y:.3g}}<extra></extra>"))
+    for name, symbol, size in (("one sample", "circle", 7), ("mean over the samples", "diamond", 13)):  # the key
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=name, showlegend=True,
+                                 marker={"color": "#64748b", "symbol": symbol, "size": size}))
     fig.update_xaxes(tickvals=list(range(len(names))), ticktext=labels, range=[-0.6, len(names) - 0.2])
     fig.update_yaxes(type="log", exponentformat="power")
     style(fig, title + " (diamond: mean over samples; lower is better, float error ~1e-7)", "method",
@@ -175,6 +178,7 @@ def conservation_figure(cons: dict, title: str = "Conservation: sum of relevance
     fig.add_annotation(x=1, xref="paper", y=-5, yref="y", xanchor="right", yanchor="bottom", showarrow=False,
                        text="below 1e-5: conserved to float error", font={"size": 12, "color": "#334155"})
     fig.update_xaxes(tickangle=-20)
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": 1.02, "yanchor": "bottom"})
     return fig
 
 

@@ -68,12 +68,13 @@ def _values(action: argparse.Action, files: dict, out_dir) -> st.SearchStrategy:
 
 
 def _forced(action: argparse.Action) -> bool:
-    """Arguments always given: positionals, the model, the output folder and big numeric defaults (a sweep of
-    2,000 words or 300 training steps is a valid input, but not one a fuzz budget can afford)."""
+    """Arguments always given: positionals, the model, the output folder, the training steps (their default may be
+    spelled in the help only: ``mixln train`` trains the 3,000-step recipe) and big numeric defaults (a sweep of
+    2,000 words or 3,000 training steps is a valid input, but not one a fuzz budget can afford)."""
     if not action.option_strings:
         return action.nargs not in ("*", "?")
-    return action.dest in ("model", "out") or (isinstance(action.default, (int, float))
-                                               and not isinstance(action.default, bool) and action.default > 8)
+    return action.dest in ("model", "out", "steps") or (isinstance(action.default, (int, float))
+                                                        and not isinstance(action.default, bool) and action.default > 8)
 
 
 @st.composite
