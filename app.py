@@ -50,7 +50,7 @@ def main(argv=None) -> None:
     from starlette.middleware import Middleware
 
     from core.paths import write_problem
-    from core.runner import files_dir
+    from core.files import files_dir
     from ui import CSS, build_app, head, projector_theme
     from ui.limits import RequestSizeLimit
 

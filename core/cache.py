@@ -40,7 +40,7 @@ from safetensors.torch import load_file, save_file
 
 from core.errors import Cancelled, LayerwiseError, storage_error
 from core.paths import results_dir
-from core.runner import atomic_write
+from core.files import atomic_write
 
 log = logging.getLogger("layerwise.cache")
 

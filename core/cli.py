@@ -98,7 +98,7 @@ def set_threads(n: int, *, zero_is_default: bool = False) -> None:
     default."""
     import torch
 
-    from core.runner import check_threads
+    from core.checks import check_threads
 
     if check_threads(n, zero_is_default=zero_is_default):
         torch.set_num_threads(n)

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 from urllib.parse import urlencode
 
 from core.errors import BadInputError
-from core.runner import Result
+from core.results import Result
 
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")  # the tabs with examples, by their tab id (= the package name)
 RESERVED = ("tab", "example", "view")  # query keys that are not inputs of a view

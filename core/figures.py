@@ -85,34 +85,4 @@ def figure_html(fig: "go.Figure") -> str:
         return fig.to_html(include_plotlyjs=True, full_html=True)
 
 
-def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
-                 figure: "go.Figure | None" = None) -> Path:
-    """Write ``data`` (``.json``), ``rows`` (``.csv``) or ``figure`` (``.html``) to ``path`` atomically.
-
-    Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.
-    """
-    path = Path(path)
-    suffix = path.suffix.lower()
-    if suffix not in (".json", ".csv", ".html"):
-        raise BadInputError(f"cannot write {path.name}: the output must end in .json, .csv or .html.")
-    if not path.parent.is_dir():
-        raise BadInputError(f"the folder {path.parent} does not exist.", fix="create it or write elsewhere.")
-    if suffix == ".json":
-        text = json.dumps(data, indent=1, default=str)
-    elif suffix == ".csv":
-        if rows is None:
-            raise BadInputError("this result has no table to write as CSV.", fix="write .json instead.")
-        buf = io.StringIO()
-        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
-        text = buf.getvalue()
-    else:
-        if figure is None:
-            raise BadInputError("this result has no figure to write as HTML.", fix="write .json or .csv instead.")
-        text = figure_html(figure)
-    from core.runner import atomic_write
-    return atomic_write(path, text)
-
-
-__all__ = ["PALETTE", "FONT", "style", "message_figure", "figure_html", "write_output"]
+__all__ = ["PALETTE", "FONT", "style", "message_figure", "figure_html", "go", "make_subplots"]

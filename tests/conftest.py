@@ -149,6 +149,7 @@ def single_thread():
 def private_results(tmp_path_factory):
     """Every test session gets its own results cache and download folder (the user's cache is never written);
     a test that needs an empty cache patches ``core.runner.results_cache`` itself."""
+    from core import files as core_files
     from core import runner
     from core.cache import ResultsCache
 
@@ -158,7 +159,7 @@ def private_results(tmp_path_factory):
     files.mkdir()
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(runner, "results_cache", lambda: cache)
-        mp.setattr(runner, "files_dir", lambda: files)
+        mp.setattr(core_files, "files_dir", lambda: files)
         yield root
 
 

@@ -41,7 +41,8 @@ def test_imports_flow_one_way():
 
 
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")
-SHARED = {"core.errors", "core.figures", "core.runner", "core.cli", "core.zoo", "core.data", "core.settings",
+SHARED = {"core.errors", "core.figures", "core.runner", "core.progress", "core.files", "core.results", "core.checks",
+          "core.cli", "core.zoo", "core.data", "core.settings",
           "core.paths", "core.cache", "core.examples"}
 
 

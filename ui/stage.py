@@ -14,7 +14,7 @@ import gradio as gr
 import core.examples as ex
 from core.errors import BadInputError, LayerwiseError
 from core.figures import message_figure
-from core.runner import source_text
+from core.results import source_text
 from ui.errors import user_errors
 from ui.stopping import job
 

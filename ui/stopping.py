@@ -11,7 +11,7 @@ import threading
 
 import gradio as gr
 
-from core.runner import cancellable
+from core.progress import cancellable
 
 _flags: dict[str, threading.Event] = {}
 _lock = threading.Lock()

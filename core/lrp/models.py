@@ -23,7 +23,7 @@ from torch import nn
 
 from core.errors import ModelLoadError
 from core.lrp.mixer import bimamba_mixer_forward
-from core.runner import atomic_write
+from core.files import atomic_write
 
 if TYPE_CHECKING:  # transformers is imported when a model is built (the app starts without it)
     from transformers import MambaConfig

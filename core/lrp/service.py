@@ -28,7 +28,10 @@ from core.lrp import inputs
 from core.lrp.methods import METHODS, VISION_GAMMA, explain, method_names
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.paths import ASSETS_DIR
-from core.runner import ExampleStore, Result, check_threads, digest, lookup, report, scaled, source_text
+from core.checks import check_threads
+from core.progress import report, scaled
+from core.results import Result, source_text
+from core.runner import digest, ExampleStore, lookup
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "lrp" / "examples.json")
 TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
@@ -498,7 +501,7 @@ def precompute_evaluation(only=None, n: int | None = None, out=None, cache: bool
                           log=print) -> dict:
     """Recompute the committed evaluations the tab shows (``assets/lrp/evaluation``); one step, re-runnable.
     Returns ``{item: {"written", "seconds", "n_done"}}``."""
-    from core.figures import write_output  # atomic (core.runner.atomic_write)
+    from core.files import write_output  # atomic (core.runner.atomic_write)
 
     only = [x.strip() for x in only.split(",")] if isinstance(only, str) else list(only or EVALUATION_ITEMS)
     unknown = [x for x in only if x not in EVALUATION_ITEMS]

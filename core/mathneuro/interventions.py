@@ -27,7 +27,7 @@ from torch import nn
 from core.errors import BadInputError
 from core.mathneuro.scoring import check_factor
 from core.zoo.views import private_view
-from core.runner import atomic_write
+from core.files import atomic_write
 from core.zoo.placement import changed_values, offloaded_names, parameter_values
 
 MODES = {"prune": "multiply the selected parameters by 0",

@@ -37,7 +37,9 @@ from core.mathneuro.tasks import (MAX_LENGTH, check_count, limitation, load_reco
                                   reference_levels, resolve_metric, score)
 from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion, scored_linears
 from core.paths import ASSETS_DIR
-from core.runner import ExampleStore, Result, cached_entry, item_progress, lookup, report, result_key, source_text
+from core.progress import item_progress, report
+from core.results import Result, source_text
+from core.runner import cached_entry, ExampleStore, lookup, result_key
 from core.zoo.views import private_view
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "mathneuro" / "examples.json")
@@ -189,7 +191,7 @@ def layer_distribution_result(ref: str, math: str, nonmath, n: int, proportion: 
 
 
 def _scaled(progress, lo, hi):
-    from core.runner import scaled
+    from core.progress import scaled
     return scaled(progress, lo, hi)
 
 

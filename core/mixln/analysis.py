@@ -24,7 +24,8 @@ import torch
 from core.errors import BadInputError
 from core.mixln import runs as _runs
 from core.mixln.data import pack
-from core.runner import has_fields, item_progress, report
+from core.progress import item_progress, report
+from core.runner import has_fields
 from core.zoo.views import private_view
 from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
                                     layer_removal, mean_angular_distance)

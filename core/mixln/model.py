@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from core.errors import BadInputError, ModelLoadError
 from core.mixln.config import MixLNConfig, check_fits
-from core.runner import atomic_write
+from core.files import atomic_write
 from kernels.rmsnorm import add_rmsnorm
 
 

@@ -83,7 +83,7 @@ def reference_levels(root: str | os.PathLike | None = None, train_config: dict |
 def write_reference(root: str | os.PathLike | None = None) -> dict:
     """Compute :func:`reference_levels` for ``root`` and store them in ``root/reference.json``."""
     from core.mixln.runs import ASSETS
-    from core.runner import atomic_write
+    from core.files import atomic_write
 
     root = Path(root) if root is not None else ASSETS
     levels = reference_levels(root)

@@ -40,7 +40,7 @@ from core.mixln.config import MixLNConfig, check_fits
 from core.mixln.data import DEFAULT_VOCAB, load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
 from core.mixln.placements import placement_label, sweep_alpha
-from core.runner import atomic_write
+from core.files import atomic_write
 from core.zoo.construction import constructing
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, check_world, evaluate, eval_batches, \
     latest_checkpoint, train_iter

@@ -28,7 +28,10 @@ from core.figures import PALETTE
 from core.mixln import analysis, reference, runs, summary
 from core.mixln import figures as F
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
-from core.runner import Result, check_number, digest, report, source_text
+from core.checks import check_number
+from core.progress import report
+from core.results import Result, source_text
+from core.runner import digest
 
 DEFAULT_RUNS = ("pre-ln", "post-ln", "mix-ln-0.25")
 

@@ -39,7 +39,7 @@ from core.errors import BadInputError
 from core.mixln.config import check_fits
 from core.mixln.diagnostics import find_decoder_layers, grad_norms_from_backward
 from core.mixln.model import MixLNForCausalLM, causal_lm_loss
-from core.runner import atomic_write
+from core.files import atomic_write
 
 
 @dataclass

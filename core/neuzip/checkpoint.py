@@ -38,7 +38,7 @@ from safetensors.torch import save_file
 from core.errors import BadInputError, LayerwiseError
 from core.neuzip import pairs, rans
 from core.neuzip.codec import CompressedTensor, check_params
-from core.runner import atomic_write
+from core.files import atomic_write
 from kernels.neuzip_bits import packed_length
 
 __all__ = ["save_compressed", "load_compressed"]

@@ -29,8 +29,10 @@ from core.neuzip.measure import bitfield_histograms, compression_table
 from core.neuzip.tradeoff import (CACHE_VERSION, DEFAULT_WINDOW, DEFAULT_WORDS, SKIP, METHODS, default_settings,
                                   tradeoff)
 from core.paths import ASSETS_DIR
-from core.runner import (ExampleStore, Result, check_number, has_fields, item_progress, lookup, report, result_key,
-                         scaled, source_text)
+from core.checks import check_number
+from core.progress import item_progress, report, scaled
+from core.results import Result, source_text
+from core.runner import ExampleStore, has_fields, lookup, result_key
 from core.zoo.placement import ParameterValues, offloaded_names
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "neuzip" / "examples.json")
@@ -316,7 +318,7 @@ def decompress_result(file, model: str | None = None, out=None) -> Result:
     from safetensors.torch import save_file
 
     from core.neuzip.checkpoint import load_compressed
-    from core.runner import atomic_write
+    from core.files import atomic_write
     from core.zoo import load_model
 
     src = Path(file)

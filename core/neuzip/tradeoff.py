@@ -51,7 +51,7 @@ from torch import nn
 from core.errors import BadInputError, Cancelled, LayerwiseError
 from core.neuzip import rans
 from core.neuzip.codec import check_params, compress
-from core.runner import report, scaled
+from core.progress import report, scaled
 
 __all__ = ["METHODS", "Method", "Style", "Cancelled", "default_settings", "setting_label", "setting_family",
            "setting_style", "pareto_front",

@@ -66,5 +66,5 @@ def read_card_file(folder: Path) -> dict:
 
 
 def write_card_file(folder: Path, card: dict) -> None:
-    from core.runner import atomic_write
+    from core.files import atomic_write
     atomic_write(Path(folder) / "card.json", json.dumps(card, indent=1, sort_keys=True))

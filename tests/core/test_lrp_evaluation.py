@@ -7,7 +7,7 @@ import torch
 
 from core.cli import main
 from core.errors import BadInputError
-from core.runner import cancellable
+from core.progress import cancellable
 from core.lrp import evaluate, long_range_evaluation, samples_for
 from core.lrp.evaluation import key_token_evaluation
 

@@ -5,7 +5,7 @@ import torch
 from transformers import MambaConfig, MambaForCausalLM
 
 from core.errors import BadInputError
-from core.runner import cancellable
+from core.progress import cancellable
 from core.lrp import (METHODS, Explanation, Method, MambaSequenceClassifier, conservation, explain, faithfulness,
                       flip_curves, key_token_hit_rate, long_range, top_k_distances)
 

@@ -10,7 +10,7 @@ from torch import nn
 
 from core.cache import ResultsCache
 from core.errors import BadInputError
-from core.runner import cancellable
+from core.progress import cancellable
 from core.neuzip import compress_model, memory_report
 from core.neuzip.tradeoff import (Cancelled, default_settings, eval_text, pareto_front, tradeoff_for_model,
                                   windowed_nll, word_perplexity)

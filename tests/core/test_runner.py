@@ -1,12 +1,13 @@
-"""core.runner: the one lookup (example, then cache, then compute), the one progress + cancel convention, the one
-atomic writer, and a result's files."""
+"""core.runner (the one lookup: example, then cache, then compute; precompute), core.progress (the one progress +
+cancel convention), core.files (the one atomic writer) and core.results (a result's files)."""
 import json
 import threading
 
 import plotly.graph_objects as go
 import pytest
 
-from core import runner
+from core import files as core_files
+from core import progress, results, runner
 from core.errors import BadInputError, Cancelled
 
 
@@ -15,66 +16,66 @@ def private(tmp_path, monkeypatch):
     from core.cache import ResultsCache
     cache = ResultsCache(tmp_path / "results")
     monkeypatch.setattr(runner, "results_cache", lambda: cache)
-    monkeypatch.setattr(runner, "files_dir", lambda: (tmp_path / "files").mkdir(exist_ok=True) or tmp_path / "files")
+    monkeypatch.setattr(core_files, "files_dir", lambda: (tmp_path / "files").mkdir(exist_ok=True) or tmp_path / "files")
     return cache
 
 
 # ---- atomic writes -------------------------------------------------------------------------------------------
 def test_atomic_write_file_text_bytes_and_writer(tmp_path):
-    p = runner.atomic_write(tmp_path / "a" / "x.json", '{"a": 1}')
+    p = core_files.atomic_write(tmp_path / "a" / "x.json", '{"a": 1}')
     assert json.loads(p.read_text()) == {"a": 1} and oct(p.stat().st_mode)[-3:] == "644"
-    runner.atomic_write(p, b"\x00\x01")
+    core_files.atomic_write(p, b"\x00\x01")
     assert p.read_bytes() == b"\x00\x01"
-    runner.atomic_write(p, lambda tmp: tmp.write_text("by writer"))
+    core_files.atomic_write(p, lambda tmp: tmp.write_text("by writer"))
     assert p.read_text() == "by writer"
     assert sorted(x.name for x in p.parent.iterdir()) == ["x.json"]  # no temp file left
 
 
 def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
-    p = runner.atomic_write(tmp_path / "x.txt", "old")
+    p = core_files.atomic_write(tmp_path / "x.txt", "old")
 
     def broken(tmp):
         tmp.write_text("half")
         raise RuntimeError("disk full")
     with pytest.raises(RuntimeError):
-        runner.atomic_write(p, broken)
+        core_files.atomic_write(p, broken)
     assert p.read_text() == "old" and [x.name for x in tmp_path.iterdir()] == ["x.txt"]
 
 
 def test_atomic_write_replaces_a_folder_in_one_step(tmp_path):
     out = tmp_path / "model"
-    runner.atomic_write(out, lambda tmp: (tmp / "w.bin").write_bytes(b"1"), folder=True)
-    runner.atomic_write(out, lambda tmp: (tmp / "v.bin").write_bytes(b"2"), folder=True)
+    core_files.atomic_write(out, lambda tmp: (tmp / "w.bin").write_bytes(b"1"), folder=True)
+    core_files.atomic_write(out, lambda tmp: (tmp / "v.bin").write_bytes(b"2"), folder=True)
     assert [x.name for x in out.iterdir()] == ["v.bin"] and oct(out.stat().st_mode)[-3:] == "755"
 
     def broken(tmp):
         (tmp / "part").write_text("x")
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
-        runner.atomic_write(out, broken, folder=True)
+        core_files.atomic_write(out, broken, folder=True)
     assert [x.name for x in out.iterdir()] == ["v.bin"] and [x.name for x in tmp_path.iterdir()] == ["model"]
 
 
 # ---- progress and cancellation --------------------------------------------------------------------------------
 def test_one_progress_convention_with_cancel():
     seen = []
-    runner.report(lambda f, m: seen.append((f, m)), 1.7, "clipped")
+    progress.report(lambda f, m: seen.append((f, m)), 1.7, "clipped")
     assert seen == [(1.0, "clipped")]
-    half = runner.scaled(lambda f, m: seen.append((f, m)), 0.5, 1.0)
+    half = progress.scaled(lambda f, m: seen.append((f, m)), 0.5, 1.0)
     half(0.5, "half way")
     assert seen[-1] == (0.75, "half way")
-    items = runner.item_progress(lambda f, m: seen.append((f, m)), "layers")
+    items = progress.item_progress(lambda f, m: seen.append((f, m)), "layers")
     items(1, 4, "q_proj")
     items(2, 4)
     assert seen[-2:] == [(0.25, "layers 1/4: q_proj"), (0.5, "layers 2/4")]
     flag = threading.Event()
-    checked = runner.cancellable(lambda f, m: seen.append((f, m)), flag.is_set)
+    checked = progress.cancellable(lambda f, m: seen.append((f, m)), flag.is_set)
     checked(0.1, "running")
     flag.set()
     with pytest.raises(Cancelled):
         checked(0.2, "stopped")
     assert seen[-1] == (0.1, "running")
-    runner.report(None, 0.5, "nobody listens")  # no callable: nothing happens
+    progress.report(None, 0.5, "nobody listens")  # no callable: nothing happens
 
 
 # ---- lookup ---------------------------------------------------------------------------------------------------
@@ -117,7 +118,7 @@ def test_example_store_refuses_incomplete_entries_and_reads_nothing_from_a_bad_f
 # ---- results and files ----------------------------------------------------------------------------------------
 def _result(key="k1"):
     fig = go.Figure(go.Bar(x=[1], y=[2]))
-    return runner.Result("done", {"a": 1}, tables={"rows": [{"x": 1}, {"x": 2}]}, figures={"bars": fig}, key=key,
+    return results.Result("done", {"a": 1}, tables={"rows": [{"x": 1}, {"x": 2}]}, figures={"bars": fig}, key=key,
                          stem="demo")
 
 
@@ -127,7 +128,7 @@ def test_result_files_are_written_once_per_key(private, tmp_path):
     mtimes = [tmp_path.joinpath(f).stat().st_mtime_ns for f in files]
     again = _result().files()
     assert again == files and [tmp_path.joinpath(f).stat().st_mtime_ns for f in again] == mtimes
-    only = runner.Result("x", {"a": 1}, tables={"t": [{"x": 1}]}, downloads=("json", "csv"), key="k2", stem="s")
+    only = results.Result("x", {"a": 1}, tables={"t": [{"x": 1}]}, downloads=("json", "csv"), key="k2", stem="s")
     assert [f.rsplit(".", 1)[1] for f in only.files()] == ["json", "csv"]
 
 
@@ -141,4 +142,4 @@ def test_result_write_is_the_cli_out(tmp_path):
     with pytest.raises(BadInputError, match="does not exist"):
         res.write(tmp_path / "no-such-folder")
     with pytest.raises(BadInputError, match="no figure"):
-        runner.Result("x", {}, stem="s").write(tmp_path / "f.html")
+        results.Result("x", {}, stem="s").write(tmp_path / "f.html")

@@ -1,0 +1,126 @@
+"""Files: the one way a file or folder is written (:func:`atomic_write`: a temp sibling, then a rename), the writer of
+result files (:func:`write_output`: JSON, CSV, HTML), and the folder of the tabs' download files (:func:`files_dir`,
+kept under :data:`FILES_MAX_BYTES`, least recently used first out).
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Callable
+
+from core.errors import BadInputError
+
+FILES_MAX_BYTES = 512 * 1024**2
+
+
+def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path], Any], *, folder: bool = False,
+                 mode: int = 0o644) -> Path:
+    """Write ``path`` so that a reader sees the old version or the whole new one, never a part.
+
+    Parameters
+    ----------
+    path : the file (or, with ``folder=True``, the folder) to write; its parent must exist or is created.
+    content : text, bytes, or ``writer(tmp_path)`` that writes the file (or fills the folder) at ``tmp_path``.
+    folder : replace a whole folder (an existing one is moved aside, then removed).
+    mode : permissions of the file (folders get 0o755 and their files ``mode``).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if folder:
+        tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", dir=path.parent))
+    else:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        os.close(fd)
+        tmp = Path(name)
+    try:
+        if isinstance(content, str):
+            tmp.write_text(content, encoding="utf-8")
+        elif isinstance(content, (bytes, bytearray)):
+            tmp.write_bytes(content)
+        else:
+            content(tmp)
+        if folder:
+            tmp.chmod(0o755)
+            for f in tmp.rglob("*"):
+                f.chmod(0o755 if f.is_dir() else mode)
+            old = None
+            if path.exists():
+                old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:6]}")
+                os.replace(path, old)
+            os.replace(tmp, path)
+            if old is not None:
+                shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.chmod(mode)  # mkstemp makes it private; a result file is an ordinary file
+            os.replace(tmp, path)
+    except BaseException:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
+                 figure=None) -> Path:
+    """Write ``data`` (``.json``), ``rows`` (``.csv``) or ``figure`` (``.html``) to ``path`` atomically.
+
+    Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in (".json", ".csv", ".html"):
+        raise BadInputError(f"cannot write {path.name}: the output must end in .json, .csv or .html.")
+    if not path.parent.is_dir():
+        raise BadInputError(f"the folder {path.parent} does not exist.", fix="create it or write elsewhere.")
+    if suffix == ".json":
+        text = json.dumps(data, indent=1, default=str)
+    elif suffix == ".csv":
+        if rows is None:
+            raise BadInputError("this result has no table to write as CSV.", fix="write .json instead.")
+        buf = io.StringIO()
+        writer = csv.DictWriter(buf, fieldnames=list(rows[0]) if rows else [], extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+        text = buf.getvalue()
+    else:
+        if figure is None:
+            raise BadInputError("this result has no figure to write as HTML.", fix="write .json or .csv instead.")
+        from core.figures import figure_html
+        text = figure_html(figure)
+    return atomic_write(path, text)
+
+
+def files_dir() -> Path:
+    """Where the tabs' download files live (inside the user cache; ``app.py`` lets Gradio serve it)."""
+    from core.paths import home
+    path = home() / "files"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def evict_files(keep: Path, max_bytes: int = FILES_MAX_BYTES) -> None:
+    folders = []
+    for p in files_dir().iterdir():
+        if p.is_dir() and not p.name.startswith("."):
+            try:
+                folders.append((p.stat().st_mtime, sum(f.stat().st_size for f in p.iterdir()), p))
+            except OSError:
+                continue
+    total = sum(size for _, size, _ in folders)
+    for _, size, path in sorted(folders):
+        if total <= max_bytes:
+            break
+        if path != keep:
+            shutil.rmtree(path, ignore_errors=True)
+            total -= size
+
+
+__all__ = ["atomic_write", "write_output", "files_dir", "evict_files", "FILES_MAX_BYTES"]
