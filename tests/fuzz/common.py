@@ -180,6 +180,9 @@ _CHAINED = ("The above exception was the direct cause of the following exception
             "During handling of the above exception, another exception occurred")
 
 
+_EXCEPTION_LINE = re.compile(r"[A-Za-z_][\w.]*(:( |$)|$)")
+
+
 def raised_exceptions(log: str) -> list[str]:
     """The exception line (``module.Type: message``) of every traceback in ``log`` that was finally raised
     (not the causes printed before a chained one)."""
@@ -188,7 +191,9 @@ def raised_exceptions(log: str) -> list[str]:
         if any(c in block for c in _CHAINED):
             continue
         lines = block.splitlines()
-        at = next((i for i, ln in enumerate(lines) if i and ln and not ln[0].isspace()), len(lines) - 1)
+        # the exception line: the first unindented ``module.Type`` or ``module.Type: message`` line (another
+        # thread's output, e.g. a progress bar, can land inside a traceback; it is not the exception)
+        at = next((i for i, ln in enumerate(lines) if i and _EXCEPTION_LINE.match(ln)), len(lines) - 1)
         where = [ln.strip() for ln in lines[:at] if ln.strip().startswith("File ")][-2:]
         out.append(f"{lines[at] if lines else '?'}  [at {' <- '.join(reversed(where))}]")
     return out
