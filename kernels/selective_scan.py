@@ -25,7 +25,9 @@ delta_softplus=False``), following state-spaces/mamba's ``selective_scan_fn`` / 
 * :func:`selective_scan_lrp` -- the public op: the kernel on CUDA, the chunked path elsewhere.
 
 :func:`selective_scan_ref` is the ordinary (fully differentiable) scan, used when the MambaLRP rule is
-switched off; :func:`selective_scan_train` computes the same with a hand-written backward (training on CPU).
+switched off; :func:`selective_scan_chunked` computes the same in blocks with a hand-written backward, behind
+:func:`selective_scan` (blocks bounded in memory) and :func:`selective_scan_train` (one block, its states kept
+for the backward: training on CPU).
 Triton is imported lazily, so importing this module never needs it.
 """
 from __future__ import annotations
@@ -331,7 +333,8 @@ def _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk, starts=None):
     ``u_t, delta_t: (L, B, D)``, ``A: (D, N)``, ``B_t, C_t: (L, B, N)`` -> ``(L, B, D)``. Each block's outputs are one
     batched product with ``C``; with the reference's step operations the values equal its own bit for bit on CPU.
     Two ``(chunk, B, D, N)`` buffers serve every block. ``starts``, if given, ``(n_blocks, B, D, N)``, receives the
-    state entering each block (zero for the first).
+    state entering each block (zero for the first). Returns ``y_t`` and the last block's ``A_bar`` and states (the
+    whole sequence's when one block covers it).
     """
     length, batch, channels = u_t.shape
     dA_buf = u_t.new_empty(chunk, batch, channels, A.shape[-1])
@@ -347,7 +350,7 @@ def _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk, starts=None):
         _recur(dA, h, state if t0 else None, scratch)
         state.copy_(h[n - 1])
         y_t[t0:t0 + n] = torch.einsum("tbdn,tbn->tbd", h, C_t[t0:t0 + n])
-    return y_t
+    return y_t, dA_buf, h_buf
 
 
 def _reverse_recur(dA, lam, carry, scratch):
@@ -395,7 +398,7 @@ class _SelectiveScanLRPChunked(torch.autograd.Function):
         u_t, delta_t, B_t, C_t = _time_major(u, delta, B, C, delta_bias, delta_softplus)
         A = A.detach().to(u_t.dtype)
         chunk = _chunk_length(batch, channels, A.shape[-1], length, chunk)
-        y = _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk).permute(1, 2, 0).contiguous()
+        y = _scan_chunked_forward(u_t, delta_t, A, B_t, C_t, chunk)[0].permute(1, 2, 0).contiguous()
         if D is not None:
             y = y + u * D.detach()[None, :, None]
         ctx.save_for_backward(delta_t, A, B_t, C_t, None if D is None else D.detach())
@@ -452,7 +455,9 @@ class _SelectiveScanChunked(torch.autograd.Function):
         du_t = delta_t (B_t . lambda_t)           ddelta_t = u_t (B_t . lambda_t) + sum_n A p_t
         dB_t = sum_d lambda_t delta_t u_t         dC_t = sum_d h_t g_t        dA = sum_t delta_t p_t
 
-    with ``p_t = lambda_t * A_bar_t * h_{t-1}``. Shapes as :func:`selective_scan_ref`, all in one work dtype.
+    with ``p_t = lambda_t * A_bar_t * h_{t-1}``. When one block covers the sequence (training: ``chunk`` = L), the
+    forward's ``A_bar`` and states are kept and nothing is recomputed. Shapes as :func:`selective_scan_ref`, all in
+    one work dtype.
     """
 
     @staticmethod
@@ -462,28 +467,34 @@ class _SelectiveScanChunked(torch.autograd.Function):
         u_t, delta_t, B_t, C_t = as_tm(u), as_tm(delta), as_tm(B), as_tm(C)
         chunk = _chunk_length(batch, channels, A.shape[-1], length, chunk)
         starts = u.new_empty(-(-length // chunk), batch, channels, A.shape[-1])
-        y_t = _scan_chunked_forward(u_t, delta_t, A.detach(), B_t, C_t, chunk, starts)
-        ctx.save_for_backward(u_t, delta_t, A.detach(), B_t, C_t, starts)
+        y_t, dA, h = _scan_chunked_forward(u_t, delta_t, A.detach(), B_t, C_t, chunk, starts)
+        kept = (dA, h) if chunk == length else (None, None)  # one block: its A_bar and states serve the backward
+        ctx.save_for_backward(u_t, delta_t, A.detach(), B_t, C_t, starts, *kept)
         ctx.chunk = chunk
         return y_t.permute(1, 2, 0).contiguous()
 
     @staticmethod
     def backward(ctx, grad_y):
-        u_t, delta_t, A, B_t, C_t, starts = ctx.saved_tensors
+        u_t, delta_t, A, B_t, C_t, starts, kept_dA, kept_h = ctx.saved_tensors
         chunk = ctx.chunk
         g_t = grad_y.to(A.dtype).permute(2, 0, 1).contiguous()
         length, batch, channels = g_t.shape
-        dA_buf, h_buf, lam_buf = (g_t.new_empty(chunk, batch, channels, A.shape[-1]) for _ in range(3))
-        carry = torch.zeros_like(dA_buf[0])
+        lam_buf = g_t.new_empty(chunk, batch, channels, A.shape[-1])
+        if kept_h is None:
+            dA_buf, h_buf = torch.empty_like(lam_buf), torch.empty_like(lam_buf)
+        carry = torch.zeros_like(lam_buf[0])
         scratch = torch.empty_like(carry)
         du_t, ddelta_t = torch.empty_like(g_t), torch.empty_like(g_t)
         dB_t, dC_t = torch.empty_like(B_t), torch.empty_like(C_t)
-        dA_sum = torch.zeros_like(A)
+        dA_sum = torch.zeros_like(A) if ctx.needs_input_grad[2] else None
         for k, t0 in reversed(list(enumerate(range(0, length, chunk)))):
             n = min(chunk, length - t0)
             blk = slice(t0, t0 + n)
-            dA, h = _discretise(delta_t, A, u_t, B_t, t0, n, dA_buf[:n], h_buf[:n])
-            _recur(dA, h, starts[k] if t0 else None, scratch)  # the block's states h_t, recomputed
+            if kept_h is None:
+                dA, h = _discretise(delta_t, A, u_t, B_t, t0, n, dA_buf[:n], h_buf[:n])
+                _recur(dA, h, starts[k] if t0 else None, scratch)  # the block's states h_t, recomputed
+            else:
+                dA, h = kept_dA, kept_h
             dC_t[blk] = torch.einsum("tbdn,tbd->tbn", h, g_t[blk])
             lam = torch.mul(g_t[blk, :, :, None], C_t[blk, :, None, :], out=lam_buf[:n])
             _reverse_recur(dA, lam, carry, scratch)
@@ -497,7 +508,8 @@ class _SelectiveScanChunked(torch.autograd.Function):
             else:
                 p[0].zero_()
             ddelta_t[blk] = lam_b * u_t[blk] + torch.einsum("tbdn,dn->tbd", p, A)
-            dA_sum += torch.einsum("tbdn,tbd->dn", p, delta_t[blk])
+            if dA_sum is not None:  # a product and a sum: einsum's (t, b) contraction copies p first, 8x slower
+                dA_sum += p.mul_(delta_t[blk, :, :, None]).sum((0, 1))
         back = lambda t: t.permute(1, 2, 0)  # noqa: E731
         return back(du_t), back(ddelta_t), dA_sum, back(dB_t), back(dC_t), None
 
@@ -553,58 +565,8 @@ register_check("selective_scan_lrp", KernelCheck(triton=selective_scan_lrp_trito
                                                  inputs=_check_inputs, run=_check_run))
 
 
-# --------------------------------------------------------------------------------------------
-# training
-# --------------------------------------------------------------------------------------------
-class _SelectiveScanTrain(torch.autograd.Function):
-    """The ordinary scan with a hand-written backward, for training on CPU: ``y = scan(u, delta, A, B, C) + D u``
-    for ``delta`` already softplus'd. Keeps ``(L, B, D, N)`` states once instead of autograd's many copies.
-
-    ``u, delta: (B, D, L)``, ``A: (D, N)``, ``B, C: (B, N, L)``, ``D: (D,)`` -> ``y: (B, D, L)``.
-    ``h_t = exp(delta_t A) h_{t-1} + delta_t B_t u_t``, ``y_t = C_t . h_t + D u_t`` (float32).
-    """
-
-    @staticmethod
-    def forward(ctx, u, delta, A, B, C, D):
-        # time-major layout (L, B, D, N): every step reads and writes one contiguous slice
-        u_t, delta_t = u.permute(2, 0, 1).contiguous(), delta.permute(2, 0, 1).contiguous()  # (L, B, D)
-        B_t, C_t = B.permute(2, 0, 1).contiguous(), C.permute(2, 0, 1).contiguous()  # (L, B, N)
-        dA = torch.exp(delta_t[..., None] * A)  # (L, B, D, N)
-        states = (delta_t * u_t)[..., None] * B_t[:, :, None, :]  # dB u, becomes h in place
-        for t in range(1, states.shape[0]):
-            states[t].addcmul_(dA[t], states[t - 1])
-        y = torch.einsum("lbdn,lbn->bdl", states, C_t) + u * D[None, :, None]
-        ctx.save_for_backward(u_t, delta_t, A, B_t, C_t, D, dA, states)
-        return y
-
-    @staticmethod
-    def backward(ctx, gy):
-        u_t, delta_t, A, B_t, C_t, D, dA, states = ctx.saved_tensors
-        gy_t = gy.permute(2, 0, 1).contiguous()  # (L, B, D)
-        g = gy_t[..., None] * C_t[:, :, None, :]  # dL/dh_t, completed by the reverse scan below
-        for t in range(g.shape[0] - 2, -1, -1):
-            g[t].addcmul_(dA[t + 1], g[t + 1])
-        p = g[1:] * dA[1:] * states[:-1]  # dL/d(delta_t A), elementwise (h_{-1} = 0)
-        g_delta = torch.zeros_like(delta_t)
-        g_delta[1:] = (p * A).sum(-1)
-        g_A = torch.einsum("lbdn,lbd->dn", p, delta_t[1:])
-        gB_dot = torch.einsum("lbdn,lbn->lbd", g, B_t)
-        g_u = (gB_dot * delta_t + gy_t * D).permute(1, 2, 0)
-        g_delta = (g_delta + gB_dot * u_t).permute(1, 2, 0)
-        g_B = torch.einsum("lbdn,lbd->bnl", g, delta_t * u_t)
-        g_C = torch.einsum("lbdn,lbd->bnl", states, gy_t)
-        g_D = (gy_t * u_t).sum((0, 1))
-        return g_u, g_delta, g_A, g_B, g_C, g_D
-
-
 def selective_scan_train(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False):
-    """The ordinary (fully differentiable) selective scan, same signature and values as :func:`selective_scan_ref`,
-    with a hand-written backward that is several times faster on a small CPU (float32)."""
-    delta = delta.float()
-    if delta_bias is not None:
-        delta = delta + delta_bias.float()[..., None]
-    if delta_softplus:
-        delta = F.softplus(delta)
-    D = torch.zeros(u.shape[1], device=u.device) if D is None else D
-    return _SelectiveScanTrain.apply(u.float().contiguous(), delta.contiguous(), A.float(), B.float().contiguous(),
-                                     C.float().contiguous(), D.float())
+    """The ordinary selective scan for training (the recipes' :func:`core.lrp.recipes.fast_mixers`): the chunked
+    scan in one block, whose backward reuses the forward's ``(L, B, D, N)`` states instead of recomputing them.
+    Same signature and values as :func:`selective_scan_ref`."""
+    return selective_scan_chunked(u, delta, A, B, C, D, delta_bias, delta_softplus, chunk=u.shape[-1])
