@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from kernels.dispatch import triton_available
-import kernels.selective_scan as scan_module
+import kernels._scan_chunked as chunked_module
 from kernels.selective_scan import (selective_scan, selective_scan_chunked, selective_scan_lrp,
                                     selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
                                     selective_scan_ref, selective_scan_train)
@@ -162,7 +162,7 @@ def test_chunked_never_allocates_a_BDLN_tensor_the_reference_does():
     assert _largest_allocation(lambda: run(selective_scan_lrp_ref)) >= one_bdln  # the check sees it
     chunked = _largest_allocation(lambda: run(lambda *a: selective_scan_lrp_chunked(*a, chunk=16)))
     assert chunked <= one_bdln * 16 / length  # one block of 16 steps
-    assert scan_module._chunk_length(1, 1536, 16, 100_000, None) * 1536 * 16 <= scan_module.CHUNK_ELEMENTS
+    assert chunked_module._chunk_length(1, 1536, 16, 100_000, None) * 1536 * 16 <= chunked_module.CHUNK_ELEMENTS
 
 
 @needs_interpreter
