@@ -69,8 +69,9 @@ def private_home(root: Path) -> Path:
     return root
 
 
-def run_smoke(tmp_path: Path, script: str, *args: str, timeout: float = 300) -> dict:
-    """``python bench/<script> --smoke ARGS`` under ``tmp_path``; its JSON report (printed on stdout)."""
+def run_smoke(tmp_path: Path, script: str, *args: str, timeout: float = 300, unset: tuple[str, ...] = ()) -> dict:
+    """``python bench/<script> --smoke ARGS`` under ``tmp_path`` (the variables ``unset`` removed from its
+    environment); its JSON report (printed on stdout)."""
     from core.paths import home_path
 
     user_home = home_path()
@@ -79,6 +80,8 @@ def run_smoke(tmp_path: Path, script: str, *args: str, timeout: float = 300) -> 
         (tmp_path / name).mkdir(exist_ok=True)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "GRADIO_TEMP_DIR": str(tmp_path / "gradio"),
            "LAYERWISE_HOME": str(home), "LAYERWISE_ONLINE": "0", "PYTHONDONTWRITEBYTECODE": "1"}
+    for name in unset:
+        env.pop(name, None)
     checkout, cache = _checkout_state(), _cache_state(user_home)
     done = subprocess.run([sys.executable, str(REPO / "bench" / script), "--smoke", *args], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=timeout)
