@@ -25,7 +25,9 @@
   ``python -m core lrp precompute-evaluation``), when present.
 
 Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,evaluation] [--repeats 5] [--ig-steps 50]
-[--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``
+[--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``;
+``python bench/lrp.py --smoke``: every part at tiny sizes (one round, 2 IG steps, a 2-layer random Mamba, scans of
+16 steps), in seconds, so the script is checked end to end (CI); its timings are meaningless.
 """
 from __future__ import annotations
 
@@ -69,8 +71,7 @@ bias = torch.randn(d, generator=g) * 0.1
 fn = {{"ref_lrp": selective_scan_lrp_ref, "ref_full": selective_scan_ref, "triton": selective_scan_lrp_triton,
        "chunked": selective_scan_lrp_chunked}}[variant]
 if variant == "triton":
-    from kernels.selective_scan import _kernels
-    _kernels()
+    import triton.language  # noqa: F401 (imported before the probe: the kernel's memory, not the import's)
 x = u.clone().requires_grad_(variant != "ref_full")
 args = (delta.clone().requires_grad_(True), A.clone().requires_grad_(True), B.clone().requires_grad_(True),
         C.clone().requires_grad_(True)) if variant == "ref_full" else (delta, A, B, C)
@@ -139,7 +140,12 @@ out["max_rss_process_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_m
 print(json.dumps(out))
 """
 
-REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024)}  # published Mamba sizes: layers, d_model (d_state 16)
+REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024),  # published Mamba sizes: layers, d_model (d_state 16)
+                "tiny": (2, 32)}  # --smoke
+SMOKE = {"repeats": 1, "ig_steps": 2, "ig_repeats": 1, "lm_tokens": 8, "threads": 1, "scan_length": 16,
+         "scan_channels": 8, "scan_state": 4, "interp_channels": 4, "full_autograd": True, "timeout": 300,
+         "real_cases": "tiny:16", "real_repeats": 1, "real_repeats_long": 1, "reference_config": "tiny",
+         "reference_tokens": 16, "reference_repeats": 1, "real_timeout": 300}
 
 
 def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
@@ -282,10 +288,16 @@ def main() -> None:
     ap.add_argument("--real-repeats", type=int, default=3, help="forward / MambaLRP rounds per real-size case")
     ap.add_argument("--real-repeats-long", type=int, default=1, help="rounds for cases over 1024 tokens")
     ap.add_argument("--reference-tokens", type=int, default=0,
-                    help="also the previous path (reference scan) on mamba-130m at this many tokens (0: skip)")
+                    help="also the previous path (reference scan) at this many tokens (0: skip)")
+    ap.add_argument("--reference-config", default="130m", choices=sorted(REAL_CONFIGS),
+                    help="the config of the previous path's run")
     ap.add_argument("--reference-repeats", type=int, default=1, help="rounds for the previous path (slow)")
     ap.add_argument("--real-timeout", type=int, default=3600, help="per real-size subprocess, seconds")
+    ap.add_argument("--smoke", action="store_true",
+                    help="every part at tiny sizes, in seconds (CI); the timings are meaningless")
     args = ap.parse_args()
+    if args.smoke:
+        vars(args).update(SMOKE)
     parts = [p for p in args.parts.split(",") if p]
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
@@ -296,6 +308,9 @@ def main() -> None:
     t_start = time.perf_counter()
     report = {"machine": {"cpu_threads": args.threads, "cpus": os.cpu_count(), "cuda": torch.cuda.is_available(),
                           "load_average_1m_at_start": round(os.getloadavg()[0], 2), "torch": torch.__version__}}
+    if args.smoke:
+        report.update(mode="smoke", timings_meaningful=False,
+                      timing_note="smoke run: tiny sizes, one round; the timings, ratios and memory are meaningless")
     if "time" in parts:
         timing = {}
         for m in [m for m in args.models.split(",") if m]:
@@ -331,7 +346,7 @@ def main() -> None:
         real = {}
         cases = [(c.split(":")[0], int(c.split(":")[1]), False) for c in args.real_cases.split(",") if c]
         if args.reference_tokens:
-            cases.append(("130m", args.reference_tokens, True))
+            cases.append((args.reference_config, args.reference_tokens, True))
         for name, length, reference in cases:
             repeats = args.reference_repeats if reference else (args.real_repeats if length <= 1024
                                                                   else args.real_repeats_long)

@@ -6,7 +6,9 @@
   passes (sampled every 2 ms), and the sizes of what identification keeps (one float32 ``d_in`` vector per matrix
   and dataset) and returns (one bool per scored weight).
 
-Usage: ``python bench/mathneuro.py [--model smollm2-135m] [-n 8] [--repeats 3] [--threads 2]``
+Usage: ``python bench/mathneuro.py [--model smollm2-135m] [-n 8] [--repeats 3] [--threads 2]``;
+``python bench/mathneuro.py --smoke``: the project's mathneuro-tiny on arithmetic-words / review-sentiment, 2 samples
+each, one round, in seconds (CI); its timings and memory are meaningless.
 """
 from __future__ import annotations
 
@@ -30,7 +32,11 @@ def main() -> None:
     ap.add_argument("--proportion", type=float, default=0.05)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="a tiny model, 2 samples, one round (CI); timings meaningless")
     args = ap.parse_args()
+    if args.smoke:
+        args.model, args.math, args.nonmath, args.n, args.repeats, args.threads = \
+            "mathneuro-tiny", "arithmetic-words", "review-sentiment", 2, 1, 1
 
     import torch
     torch.set_num_threads(args.threads)
@@ -82,7 +88,10 @@ def main() -> None:
     selected = sum(int(v.sum()) for v in masks.values())
     tokens = sum(x.shape[1] for x in inputs)
     mp, mi = statistics.median(t_plain), statistics.median(t_ident)
+    smoke = {"mode": "smoke", "timings_meaningful": False,
+             "timing_note": "smoke run: a tiny model, 2 samples, one round; the timings and memory are meaningless"}
     print(json.dumps({
+        **(smoke if args.smoke else {}),
         "model": args.model, "math": args.math, "nonmath": args.nonmath, "samples_per_dataset": args.n,
         "tokens": tokens, "proportion": args.proportion, "threads": args.threads, "repeats": args.repeats,
         "plain_forward_s": round(mp, 3), "identify_s": round(mi, 3), "time_ratio": round(mi / mp, 3),

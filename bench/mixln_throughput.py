@@ -3,6 +3,7 @@ the same size and weights, measured side by side (interleaved rounds, so a noisy
 alike), and the committed runs' final held-out perplexities. Prints JSON.
 
     python bench/mixln_throughput.py [--reps 5] [--threads 2] [--hidden 512] [--layers 8] [--batch 4] [--seq 256]
+    python bench/mixln_throughput.py --smoke     # tiny sizes, seconds: the script runs end to end (CI)
 
 ``train_step`` is forward + backward + AdamW step; ``forward`` is inference without gradients. Ratios are
 hf_time / our_time (above 1: ours is faster): of the medians, of the CPU times, and the median of per-round ratios.
@@ -30,7 +31,11 @@ def parse_args(argv=None):
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq", type=int, default=256)
-    return ap.parse_args(argv)
+    ap.add_argument("--smoke", action="store_true", help="tiny sizes, one round; timings meaningless (CI)")
+    a = ap.parse_args(argv)
+    if a.smoke:
+        a.reps, a.threads, a.hidden, a.layers, a.vocab, a.batch, a.seq = 1, 1, 32, 2, 256, 1, 16
+    return a
 
 
 def build_models(a):
@@ -89,10 +94,18 @@ def measure(models, fn, ids, reps):
 
 
 def committed_runs():
-    from core.mixln import runs
-    return {r["run"]: {"norm": r["norm"], "alpha": r["alpha"], "steps": r["steps"], "status": r["status"],
-                       "final_eval_perplexity": r["eval_perplexity"], "train_wall_s": r["wall_s"]}
-            for r in runs.compare_table()}
+    """Each committed run's final held-out loss and perplexity (its run.json), and their mean over its seeds."""
+    from core.mixln import compare_table, load_run
+
+    out = {}
+    for r in compare_table():
+        meta = load_run(r["run"]).meta
+        out[r["run"]] = {"norm": r["norm"], "alpha": r["alpha"], "steps": r["steps"], "status": r["status"],
+                         "final_eval_loss": meta.get("final_eval_loss"),
+                         "final_eval_perplexity": meta.get("final_eval_perplexity"),
+                         "seeds": r["n_seeds"], "eval_perplexity_mean_over_seeds": r["eval_perplexity_mean"],
+                         "train_wall_s": r["wall_s"]}
+    return out
 
 
 def main(argv=None):
@@ -105,6 +118,9 @@ def main(argv=None):
            "train_step": measure(models, make_train_step(), ids, a.reps)}
     res.update(size=size, batch=a.batch, seq_len=a.seq, reps=a.reps, threads=torch.get_num_threads(),
                params_m=round(models["mixln_pre"].num_parameters() / 1e6, 2), committed_runs=committed_runs())
+    if a.smoke:
+        res.update(mode="smoke", timings_meaningful=False,
+                   timing_note="smoke run: tiny sizes, one round; the timings and ratios are meaningless")
     print(json.dumps(res, indent=1))
 
 

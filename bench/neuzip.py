@@ -1,6 +1,7 @@
-"""NeuZip figures printed as JSON (a benchmark, never run by the test suite).
+"""NeuZip figures printed as JSON.
 
     python bench/neuzip.py                                   # codecs on 4 weight sets + forward ratios
+    python bench/neuzip.py --smoke                           # every part on a tiny model, seconds (CI)
     python bench/neuzip.py --tradeoff --words 2000           # also the memory / perplexity table (minutes)
     python bench/neuzip.py --online --model HF_ID            # also any real bf16 checkpoint (downloads it)
     python bench/neuzip.py --example assets/neuzip/examples.json      # also rewrite the tab's example store
@@ -17,20 +18,32 @@
   lossy) over the bf16 model's, torch on one thread; with ``decode_ahead = 2`` a second thread
   decodes the next layers (on the machine's other core) while torch computes;
 - ``tradeoff`` (with ``--tradeoff``): the memory / perplexity table of the NeuZip tab.
+
+``--smoke`` runs every part (codecs, forward, tradeoff and the example, written to a temporary folder and
+removed) on the project's mathneuro-tiny instead of SmolLM2-135M: 4 tensors a weight set, one round, 16 tokens,
+100 words, k = 7 and 0 without the baselines, under ``core.runner.recomputing()`` (the user's results cache is
+neither read nor written). It checks the script end to end in seconds; its timings are meaningless.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import glob
 import json
 import os
 import platform
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+
+SMOKE_MODEL = "mathneuro-tiny"  # --smoke: a causal LM of the project's own (3.6 MB), in place of SmolLM2-135M
+SMOKE_TENSORS = 4  # --smoke: tensors of each weight set
+SMOKE_TRADEOFF = {"ks": (7, 0), "baselines": False}  # --smoke: two NeuZip points
 
 
 def _log(msg: str) -> None:
@@ -84,6 +97,17 @@ def _summary(r: dict) -> dict:
     return out
 
 
+def write_tab_example(path: Path, model: str, block_size: int, tradeoff: dict, repeats: int = 5) -> Path:
+    """The NeuZip tab's precomputed example of ``model`` (histograms, table, codec throughput, and ``tradeoff``)."""
+    from core.neuzip import histograms_result, table_result, write_example
+    from core.neuzip.service import model_throughput
+
+    example = {"model": model, "histograms": histograms_result(model).data, "table": table_result(model, 7, None).data,
+               "throughput": model_throughput(model, [(3, block_size)], repeats=repeats), "tradeoff": tradeoff}
+    write_example(path, example)
+    return path
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="also measure this checkpoint's linear weights")
@@ -97,46 +121,67 @@ def main(argv=None) -> dict:
     ap.add_argument("--tradeoff", action="store_true", help="also the memory / perplexity table (minutes)")
     ap.add_argument("--words", type=int, default=2000, help="evaluation words for the perplexity")
     ap.add_argument("--example", type=Path, help="also write the tab's precomputed example JSON here")
+    ap.add_argument("--smoke", action="store_true", help="every part on a tiny model, in seconds (CI); timings "
+                                                         "meaningless")
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.model, args.repeats, args.tokens, args.forward_repeats, args.words, args.tradeoff = \
+            SMOKE_MODEL, 1, 16, 1, 100, True
     if args.online:
         os.environ["LAYERWISE_ONLINE"] = "1"
+    from core.runner import recomputing
 
+    with recomputing() if args.smoke else contextlib.nullcontext():
+        out = measure(args)
+    print(json.dumps(out, indent=1))
+    return out
+
+
+def measure(args) -> dict:
+    """Every part ``args`` asks for, as the JSON dict."""
+    base = SMOKE_MODEL if args.smoke else "smollm2-135m"  # the model whose weights, forward and trade-off are measured
     import torch
 
-    from core.neuzip.compare import codec_comparison, forward_ratio, synthetic_weights
-    from core.neuzip import linear_weights
+    from core.neuzip import codec_comparison, forward_ratio, linear_weights, synthetic_weights
     from core.zoo import load_model
 
     out: dict = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
                              "threads": "1 (torch.set_num_threads(1), ZipNN threads=1, zstd and numba one thread)"}}
+    if args.smoke:
+        out.update(mode="smoke", timings_meaningful=False,
+                   timing_note=f"smoke run: {base}, one round, {args.tokens} tokens, {args.words} words; the timings "
+                               "and ratios are meaningless")
     seconds = {}
     t0 = time.perf_counter()
-    smol = load_model("smollm2-135m").model
+    smol = load_model(base).model
     smol_weights = linear_weights(smol)
+    shown = "SmolLM2-135M" if base == "smollm2-135m" else base
     sets = {}
     for name in args.sets.split(","):
         if name == "smollm2-135m":
-            sets[name] = ("SmolLM2-135M's 210 linear weights (de-quantized from a 4-bit GGUF)", smol_weights)
+            name = base
+            sets[name] = ("SmolLM2-135M's 210 linear weights (de-quantized from a 4-bit GGUF)"
+                          if base == "smollm2-135m" else f"{base}'s linear weights", smol_weights)
         elif name == "trained":
             sets[name] = ("this project's trained models in assets/ (Mix-LN runs fp16, others fp32), as bf16",
                           _trained_weights())
         elif name in ("gaussian", "student-t"):
             shapes = {k: (tuple(w.shape), float(w.float().std())) for k, w in smol_weights.items()}
-            sets[name] = (f"{name} weights of SmolLM2-135M's shapes and per-tensor std (seed 0"
+            sets[name] = (f"{name} weights of {shown}'s shapes and per-tensor std (seed 0"
                           + (", 4 degrees of freedom)" if name == "student-t" else ")"),
                           synthetic_weights(shapes, name, seed=0))
         else:
             raise SystemExit(f"unknown weight set {name!r}")
-    if args.model != "smollm2-135m":
+    if args.model != base:
         sets[args.model] = (f"{args.model}'s linear weights", linear_weights(load_model(args.model).model))
     out["codecs"] = {}
     for name, (what, tensors) in sets.items():
+        if args.smoke:
+            tensors = dict(list(tensors.items())[:SMOKE_TENSORS])
         _log(f"codecs on {name} ({len(tensors)} tensors)")
         r = codec_comparison(tensors, repeats=args.repeats)
         out["codecs"][name] = {"weights_from": what, "distinct_per_32": round(_distinct_per_block(tensors), 2),
                                **_summary(r)}
-        if name == "smollm2-135m":
-            smol_comparison = r
     seconds["codecs"] = round(time.perf_counter() - t0, 1)
 
     if not args.skip_forward:
@@ -146,7 +191,7 @@ def main(argv=None) -> dict:
         b = args.block_size
         fr = forward_ratio(smol, ids, [(7, None), (3, b), (1, b), (0, b)], decode_ahead=(0, 2),
                            repeats=args.forward_repeats, progress=_log)
-        out["forward"] = {"model": "smollm2-135m", "tokens": fr["tokens"], "token_ids": "uniform random, seed 0",
+        out["forward"] = {"model": base, "tokens": fr["tokens"], "token_ids": "uniform random, seed 0",
                           "bf16_seconds": round(fr["bf16_seconds"], 3),
                           "threads": "torch 1; decode_ahead=2 adds one decode thread (the second core)",
                           "rows": [{"setting": r["label"], "decode_ahead": r["decode_ahead"],
@@ -156,12 +201,12 @@ def main(argv=None) -> dict:
 
     result = None
     if args.tradeoff or args.example:
-        from core.neuzip.tradeoff import tradeoff
+        from core.neuzip import tradeoff
         from core.neuzip.service import tradeoff_rows
 
         t2 = time.perf_counter()
         _log(f"memory / perplexity trade-off on {args.words} words (cached points are reused)")
-        result = tradeoff("smollm2-135m", block_size=args.block_size, words=args.words,
+        result = tradeoff(base, block_size=args.block_size, words=args.words, **(SMOKE_TRADEOFF if args.smoke else {}),
                           progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
         out["tradeoff"] = {"dataset": result["dataset"], "words": result["words"], "tokens": result["tokens"],
                            "window": result["window"], "rows": tradeoff_rows(result), "pareto": result["pareto"],
@@ -169,16 +214,12 @@ def main(argv=None) -> dict:
         seconds["tradeoff"] = round(time.perf_counter() - t2, 1)
     out["seconds"] = seconds
     if args.example:
-        from core.neuzip import histograms_result, table_result, write_example
-        from core.neuzip.service import model_throughput
-
-        example = {"model": "smollm2-135m", "histograms": histograms_result("smollm2-135m").data,
-                   "table": table_result("smollm2-135m", 7, None).data,
-                   "throughput": model_throughput("smollm2-135m", [(3, args.block_size)]),
-                   "tradeoff": result}
-        write_example(args.example, example)
-        out["example"] = str(args.example)
-    print(json.dumps(out, indent=1))
+        out["example"] = str(write_tab_example(args.example, base, args.block_size, result))
+    elif args.smoke:
+        with tempfile.TemporaryDirectory() as tmp:  # the example's code runs; the file is not kept
+            written = json.loads(write_tab_example(Path(tmp) / "examples.json", base, args.block_size, result,
+                                                   repeats=args.repeats).read_text())
+        out["example"] = {"written_and_removed": True, "keys": sorted(written)}
     return out
 
 

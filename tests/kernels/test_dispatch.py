@@ -60,7 +60,26 @@ def test_every_dispatcher_names_a_registered_check():
                 named.add(ast.literal_eval(kw["kernel"]))
     assert named == set(dispatch.CHECKS)
     assert {m.split(".")[1] for m in dispatch.KERNEL_MODULES} == \
-        {p.stem for p in KERNELS_DIR.glob("*.py")} - {"__init__", "dispatch"}
+        {p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_")} - {"dispatch"}
+
+
+def test_private_helper_modules_serve_a_registered_kernel_module():
+    """A ``kernels/_name.py`` is a private helper: imported by a registered kernel module, by no one outside
+    ``kernels/``, and it registers no check of its own (its kernel module does)."""
+    helpers = {p.stem for p in KERNELS_DIR.glob("_*.py")} - {"__init__"}
+    registered = {m.split(".")[1] for m in dispatch.KERNEL_MODULES}
+    imported_by = {name: set() for name in helpers}
+    for path in KERNELS_DIR.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("kernels._"):
+                imported_by[node.module.split(".")[1]].add(path.stem)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "register_check":
+                assert path.stem not in helpers, f"{path.name}: a private helper registers a check"
+    for name, users in imported_by.items():
+        assert users & registered, f"kernels/{name}.py is imported by no registered kernel module"
+    outside = [p for folder in ("core", "ui", "bench") for p in (KERNELS_DIR.parent / folder).rglob("*.py")
+               if "kernels._" in p.read_text()]
+    assert outside == [], f"private kernel helpers imported outside kernels/: {outside}"
 
 
 @needs_interpreter

@@ -5,8 +5,8 @@ import pytest
 import torch
 
 from kernels.dispatch import triton_available
-import kernels.selective_scan as scan_module
-from kernels.selective_scan import (_SelectiveScanTrain, selective_scan, selective_scan_chunked, selective_scan_lrp,
+import kernels._scan_chunked as chunked_module
+from kernels.selective_scan import (selective_scan, selective_scan_chunked, selective_scan_lrp,
                                     selective_scan_lrp_chunked, selective_scan_lrp_ref, selective_scan_lrp_triton,
                                     selective_scan_ref, selective_scan_train)
 
@@ -162,7 +162,7 @@ def test_chunked_never_allocates_a_BDLN_tensor_the_reference_does():
     assert _largest_allocation(lambda: run(selective_scan_lrp_ref)) >= one_bdln  # the check sees it
     chunked = _largest_allocation(lambda: run(lambda *a: selective_scan_lrp_chunked(*a, chunk=16)))
     assert chunked <= one_bdln * 16 / length  # one block of 16 steps
-    assert scan_module._chunk_length(1, 1536, 16, 100_000, None) * 1536 * 16 <= scan_module.CHUNK_ELEMENTS
+    assert chunked_module._chunk_length(1, 1536, 16, 100_000, None) * 1536 * 16 <= chunked_module.CHUNK_ELEMENTS
 
 
 @needs_interpreter
@@ -241,11 +241,29 @@ def _train_scan_inputs(dtype=torch.float64, b=2, d=3, length=7, n=4, seed=0):
     return [t.requires_grad_(True) for t in (u, delta, A, B, C, D)]
 
 
-def test_selective_scan_backward_is_the_exact_gradient():
-    assert torch.autograd.gradcheck(_SelectiveScanTrain.apply, tuple(_train_scan_inputs()))
+def test_training_scan_backward_is_the_exact_gradient():
+    """One block (the forward's states kept for the backward), every input's gradient, in float64."""
+    assert torch.autograd.gradcheck(selective_scan_train, tuple(_train_scan_inputs()))
 
 
-def test_selective_scan_matches_the_reference_values_and_gradients():
+def test_training_scan_keeps_its_states_and_agrees_with_the_recomputing_blocks():
+    """The training scan saves its one block's ``(L, B, D, N)`` states; blocks that recompute theirs give the
+    same gradients."""
+    inputs = _train_scan_inputs(torch.float32, b=2, d=4, length=10, n=3, seed=3)
+    others = [t.detach().clone().requires_grad_(True) for t in inputs]
+    y = selective_scan_train(*inputs)
+    (node,) = [f for f, _ in y.grad_fn.next_functions if type(f).__name__ == "_SelectiveScanChunkedBackward"]
+    saved = [t for t in node.saved_tensors if t is not None and t.dim() == 4]
+    assert [tuple(t.shape) for t in saved[-2:]] == [(10, 2, 4, 3)] * 2  # A_bar and the states, kept
+    y_blocks = selective_scan_chunked(*others, chunk=3)
+    assert torch.equal(y, y_blocks)
+    w = torch.randn(y.shape, generator=torch.Generator().manual_seed(4))
+    for g, g_blocks in zip(torch.autograd.grad((y * w).sum(), inputs),
+                           torch.autograd.grad((y_blocks * w).sum(), others)):
+        torch.testing.assert_close(g, g_blocks, rtol=1e-5, atol=1e-5 * float(g_blocks.abs().max()))
+
+
+def test_training_scan_matches_the_reference_values_and_gradients():
     inputs = _train_scan_inputs(torch.float32, b=3, d=5, length=11, n=6, seed=1)
     ref_inputs = [t.detach().clone().requires_grad_(True) for t in inputs]
     y = selective_scan_train(*inputs)

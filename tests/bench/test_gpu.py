@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.bench.smoke import numbers, run_smoke
+
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu.py"
 COMPARISONS = ("selective_scan_L16", "selective_scan_L32", "neuzip_decode", "neuzip_forward", "topk_mask",
@@ -32,24 +34,9 @@ def _run(tmp_path, *args, timeout=180):
                           text=True, timeout=timeout)
 
 
-def _numbers(value):
-    """Every number inside a JSON value (None entries, e.g. peak memory off CUDA, are left out)."""
-    if isinstance(value, bool) or value is None:
-        return []
-    if isinstance(value, (int, float)):
-        return [value]
-    if isinstance(value, dict):
-        return [n for v in value.values() for n in _numbers(v)]
-    if isinstance(value, list):
-        return [n for v in value for n in _numbers(v)]
-    return []
-
-
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    done = _run(tmp_path_factory.mktemp("gpu_bench"), "--smoke")
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout)
+    return run_smoke(tmp_path_factory.mktemp("gpu_bench"), "gpu.py", timeout=180, unset=("TRITON_INTERPRET",))
 
 
 @pytest.mark.slow
@@ -61,8 +48,8 @@ def test_smoke_has_every_comparison_with_finite_numbers(smoke):
     for name in COMPARISONS:
         row = smoke["comparisons"][name]
         assert "error" not in row, (name, row.get("error"))
-        numbers = _numbers(row)
-        assert numbers and all(math.isfinite(n) for n in numbers), name
+        found = numbers(row)
+        assert found and all(math.isfinite(n) for n in found), name
         medians = row["median_s"] if "median_s" in row else \
             {k: v for m in row["matrices"].values() for k, v in m["median_s"].items()}
         assert len(medians) >= 2 and all(v > 0 for v in medians.values()), name

@@ -1,0 +1,33 @@
+"""bench/lrp.py --smoke: MambaLRP against a plain forward + backward and Integrated Gradients on the embedded models,
+the selective scan's memory (reference, interpreted Triton kernel, chunked path), a random 2-layer Mamba in a fresh
+process (the chunked and the previous path) and the committed evaluation tables."""
+import pytest
+
+from tests.bench.smoke import assert_finite, run_smoke
+
+pytestmark = pytest.mark.slow
+MODELS = ("vision-mamba-mnist", "mamba-sentiment", "mamba-lm")
+
+
+def test_smoke_runs_every_part(tmp_path):
+    report = run_smoke(tmp_path, "lrp.py")
+    assert_finite(report, ("time", "scan_memory", "real_size", "evaluation"))
+    assert set(report["time"]) == set(MODELS)
+    for name, row in report["time"].items():
+        assert row["plain_forward_backward_ms"] > 0 and row["mambalrp_ms"] > 0 and row["integrated_gradients_ms"] > 0
+        assert row["mambalrp_conservation_abs_error"] < 1e-4, name
+    assert report["time"]["mamba-lm"]["input"] == {"input_ids_length": 8} and report["ig_steps"] == 2
+    scan = report["scan_memory"]
+    runs = {"reference_lrp_D4", "triton_interpreted_D4", "reference_lrp_D8", "chunked_lrp_D8",
+            "reference_full_autograd_D8"}
+    assert runs <= set(scan) and all("error" not in scan[k] for k in runs), {k: scan[k] for k in runs}
+    assert scan["chunked_lrp_D8"]["max_abs_diff_y"] == 0.0  # the chunked forward repeats the reference's operations
+    assert scan["triton_interpreted_D4"]["max_abs_diff_grad"] < 1e-4
+    real = report["real_size"]
+    cases = ["mamba-tiny-random_16_tokens", "mamba-tiny-random_16_tokens_reference_path"]
+    assert all("error" not in real[c] for c in cases), {c: real[c] for c in cases}
+    for case in cases:
+        assert real[case]["config"]["layers"] == 2 and real[case]["conservation_rel_error"] < 1e-4
+        assert real[case]["mambalrp_over_forward"] > 0
+    assert real[cases[1]]["config"]["path"] == "reference scan (previous)"
+    assert set(report["evaluation"]) <= set(MODELS) and report["evaluation"]
