@@ -37,7 +37,7 @@ from core.mathneuro.tasks import (MAX_LENGTH, check_count, limitation, load_reco
                                   reference_levels, resolve_metric, score)
 from core.mathneuro.scoring import ColumnNorms, check_factor, check_proportion, scored_linears
 from core.paths import ASSETS_DIR
-from core.progress import item_progress, report
+from core.progress import report
 from core.results import Result, source_text
 from core.runner import cached_entry, ExampleStore, lookup, result_key
 from core.zoo.views import private_view
@@ -84,7 +84,7 @@ def statistics(lm, math: str, nonmath: str, n: int, method: str, progress=None) 
         m_in = token_inputs(lm.tokenizer, load_records(math, "train", n), MAX_LENGTH)
         n_in = token_inputs(lm.tokenizer, load_records(nonmath, "train", n), MAX_LENGTH)
         stats = get_method(method).collect(lm.model, m_in, n_in, max_length=MAX_LENGTH,
-                                           progress=item_progress(progress, "collecting"))
+                                           progress=progress)
         tensors, data = {}, {"kind": stats.kind}
         for side in ("math", "nonmath"):
             part = getattr(stats, side)
@@ -324,7 +324,7 @@ def consistency_result(ref: str, math: str, nonmath: str, n: int, proportions=No
         m_in = token_inputs(lm.tokenizer, load_records(math, "train", n), MAX_LENGTH)
         n_in = token_inputs(lm.tokenizer, load_records(nonmath, "train", n), MAX_LENGTH)
         rows = A.consistency(lm.model, m_in, n_in, None, proportions, repeats=repeats, seed=seed, method=method,
-                             max_length=MAX_LENGTH, progress=item_progress(progress, "consistency"))
+                             max_length=MAX_LENGTH, progress=progress)
         rows = [{k: (None if isinstance(v, float) and not _math.isfinite(v) else v) for k, v in r.items()}
                 for r in rows]
         return {"params": params, "rows": rows}
