@@ -6,10 +6,11 @@ from __future__ import annotations
 
 
 from core.figures import PALETTE, go, make_subplots, style
+from core.mathneuro.methods import METHODS
 from core.mathneuro.tasks import limitation
-MODULE_COLORS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
-                 "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}
-METHOD_COLORS = {"mathneuro": "#D55E00", "wanda": "#0072B2", "random": "#009E73", "lape": "#CC79A7"}
+
+MODULE_COLOURS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
+                  "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}
 SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
 
@@ -34,13 +35,14 @@ def layers_figure(result: dict, value: str = "count") -> go.Figure:
     shown = set()
     for c, nm in enumerate(names, start=1):
         rows = by[nm]["rows"]
-        for module in MODULE_COLORS:
+        for module in MODULE_COLOURS:
             pts = [r for r in rows if r["module"] == module]
             if not pts:
                 continue
             y = [r["selected"] if value == "count" else 100.0 * r["share"] for r in pts]
             fig.add_trace(go.Bar(x=[r["layer"] for r in pts], y=y, name=module.replace("_proj", ""),
-                                 marker_color=MODULE_COLORS[module], legendgroup=module, showlegend=module not in shown,
+                                 marker_color=MODULE_COLOURS[module], legendgroup=module,
+                                 showlegend=module not in shown,
                                  customdata=[[r["selected"], r["total"], 100 * r["share"]] for r in pts],
                                  hovertemplate="layer %{x} " + module + "<br>%{customdata[0]:,} of %{customdata[1]:,}"
                                                " weights (%{customdata[2]:.2f}%)<extra></extra>"), row=1, col=c)
@@ -72,9 +74,10 @@ def effect_figure(result: dict) -> go.Figure:
         for r in rows:
             fig.add_trace(go.Scatter(x=[r["nonmath_after"]], y=[r["math_after"]], mode="markers",
                                      name=r["label"], legendgroup=r["method"], showlegend=r["method"] not in shown,
-                                     marker={"size": 14, "color": METHOD_COLORS.get(r["method"], "#000000"),
-                                             "symbol": SYMBOLS[list(METHOD_COLORS).index(r["method"]) % 4]
-                                             if r["method"] in METHOD_COLORS else "x"},
+                                     marker={"size": 14, "color": METHODS[r["method"]].colour
+                                             if r["method"] in METHODS else "#000000",
+                                             "symbol": SYMBOLS[list(METHODS).index(r["method"]) % 4]
+                                             if r["method"] in METHODS else "x"},
                                      hovertemplate=f"{r['label']}: {r['selected']:,} parameters pruned<br>{nm}: "
                                                    "%{x:.3g}<br>" + math_name + ": %{y:.3g}<extra></extra>"),
                           row=1, col=c)

@@ -152,6 +152,7 @@ class Method:
     statistics : kind of statistics it needs (methods with the same kind can share them)
     collect : (model, math_inputs, nonmath_inputs, *, max_length, progress) -> Statistics
     select : (model, Statistics, proportion, seed, **options) -> Masks
+    colour : its colour in the charts
     options : the method's own options and their defaults (keywords of ``select``)
     """
 
@@ -161,20 +162,22 @@ class Method:
     statistics: str
     collect: Callable[..., Statistics]
     select: Callable[..., Masks]
+    colour: str
     options: dict = field(default_factory=dict)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("mathneuro", "MathNeuro", "Top-K of |W|·‖X‖ on math inputs, minus the top-K on non-math inputs, "
-           "per weight matrix.", "column_norms", _collect_norms, _select_mathneuro),
+           "per weight matrix.", "column_norms", _collect_norms, _select_mathneuro, "#D55E00"),
     Method("wanda", "Wanda (math only)", "Top-K of |W|·‖X‖ on math inputs per weight matrix, no filtering.",
-           "column_norms", _collect_norms, _select_wanda),
+           "column_norms", _collect_norms, _select_wanda, "#0072B2"),
     Method("random", "Random", "As many parameters per matrix as MathNeuro selects, drawn at random (seeded).",
-           "column_norms", _collect_norms, _select_random),
+           "column_norms", _collect_norms, _select_random, "#009E73"),
     Method("lape", "LAPE (neurons)", "MLP neurons whose firing probabilities have low entropy across the two "
            "datasets (after the authors' 95th-percentile filter) and exceed the activation bar on math; their "
            "down-projection columns (scaling them scales the neuron).", "firing_counts", _collect_firing,
-           _select_lape, {"filter_rate": lape.FILTER_RATE, "activation_bar_ratio": lape.ACTIVATION_BAR_RATIO}),
+           _select_lape, "#CC79A7",
+           {"filter_rate": lape.FILTER_RATE, "activation_bar_ratio": lape.ACTIVATION_BAR_RATIO}),
 )}
 
 
