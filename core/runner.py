@@ -152,7 +152,7 @@ def has_fields(*keys: str) -> Callable[[Any], None]:
 
 def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], Any], *,
            examples: ExampleStore | None = None, cache: bool = True,
-           check: Callable[[Any], Any] | None = None, model: str | None = None) -> Found:
+           check: Callable[[Any], Any] | None = None, model: str | None = None, tensors: bool = False) -> Found:
     """The result of ``analysis`` with ``params`` on the model with ``fingerprint``: a committed example, else the
     results cache, else ``compute()`` (stored in the cache; computed once under concurrent requests).
 
@@ -161,24 +161,27 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
     infinite number, is dropped and recomputed; a computed one that fails is neither returned nor cached
     (:class:`core.cache.InvalidResultError`, one clear message). ``model`` names the model in an example entry
     that :func:`precompute` writes (default: the fingerprint).
+
+    ``tensors=True``: a result that carries tensors (e.g. statistics a later step reuses): ``compute()`` returns a
+    :class:`core.cache.CacheEntry`, ``check`` receives it and ``Found.data`` is it; such a result is never an example
+    (neither answered from ``examples`` nor written by :func:`precompute`).
     """
     from core.cache import CacheEntry, check_entry
 
     key = result_key(fingerprint, analysis, params)
-    if examples is not None and _recompute["cache"] is None:
+    if examples is not None and not tensors and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
         if data is not None:
             return Found(data, "precomputed", key)
-    entry_check = None if check is None else (lambda entry: check(entry.data))
+    make = compute if tensors else (lambda: CacheEntry(compute()))
+    entry_check = check if tensors or check is None else (lambda entry: check(entry.data))
     if not cache:
-        data = compute()
-        check_entry(CacheEntry(data), entry_check, analysis)
-        found = Found(data, "computed", key)
+        entry, hit = make(), False
+        check_entry(entry, entry_check, analysis)
     else:
-        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, lambda: CacheEntry(compute()),
-                                                    entry_check)
-        found = Found(entry.data, "cache" if hit else "computed", key)
-    if _recompute["record"] is not None:
+        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check)
+    found = Found(entry if tensors else entry.data, "cache" if hit else "computed", key)
+    if _recompute["record"] is not None and not tensors:
         _recompute["record"][key] = {"model": model or fingerprint, "fingerprint": fingerprint, "analysis": analysis,
                                      "params": params, "data": found.data}
     return found

@@ -6,11 +6,10 @@ from __future__ import annotations
 import gradio as gr
 
 import core.mathneuro as mn
-from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
 
 TITLE = "MathNeuro"
 D = mn.DEFAULTS
@@ -23,25 +22,11 @@ INTRO = ("**MathNeuro** scores every weight by |W|·‖X‖ on math inputs and o
          "for a real model.")
 
 
-def _nonmath(names) -> list[str]:
-    names = [names] if isinstance(names, str) else list(names or [])
-    if not names:
-        raise LayerwiseError("No non-math dataset chosen.", fix="Pick one or two non-math datasets.")
-    if len(names) > 2:
-        raise LayerwiseError("Pick at most two non-math datasets.", fix="Untick one.")
-    return names
-
-
-def _first(nonmath) -> str:
-    return _nonmath(nonmath)[0]
-
-
 @user_errors
 def layers(model, math, nonmath, proportion, method, n, value="count",
            request: gr.Request = None, progress=gr.Progress()):
     """Layer distribution (count or share per layer and module type) for one or two non-math datasets."""
-    res = mn.layer_distribution_result(model, math, _nonmath(nonmath), number(n, "N"),
-                                       number(proportion, "K", float), method, progress=job(request, progress),
+    res = mn.layer_distribution_result(model, math, nonmath, n, proportion, method, progress=job(request, progress),
                                        show=value)
     return res.status, res.figures["layers"], downloads_update(res)
 
@@ -50,8 +35,8 @@ def layers(model, math, nonmath, proportion, method, n, value="count",
 def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
            request: gr.Request = None, progress=gr.Progress()):
     """Math vs non-math metric after pruning each method's set, per non-math dataset."""
-    res = mn.effect_result(model, math, _nonmath(nonmath), number(n, "N"), number(proportion, "K", float),
-                           list(methods or []), number(eval_n, "test items"), metric, progress=job(request, progress))
+    res = mn.effect_result(model, math, nonmath, n, proportion, methods, eval_n, metric,
+                           progress=job(request, progress))
     return res.status, res.figures["effect"], frame(res.views["effect"]), downloads_update(res)
 
 
@@ -59,8 +44,8 @@ def effect(model, math, nonmath, proportion, methods, n, eval_n, metric,
 def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
                      request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric after pruning the set found with each K (first non-math dataset)."""
-    res = mn.proportion_sweep_result(model, math, _first(nonmath), number(n, "N"), D["proportions"], method,
-                                     number(eval_n, "test items"), metric, progress=job(request, progress))
+    res = mn.proportion_sweep_result(model, math, nonmath, n, None, method, eval_n, metric,
+                                     progress=job(request, progress))
     return res.status, res.figures["proportion-sweep"], downloads_update(res)
 
 
@@ -68,34 +53,31 @@ def sweep_proportion(model, math, nonmath, method, n, eval_n, metric,
 def sweep_scale(model, math, nonmath, proportion, method, factor, n, eval_n, metric,
                 request: gr.Request = None, progress=gr.Progress()):
     """Math / non-math metric with the set scaled by each factor (the default factors plus the chosen one)."""
-    res = mn.scale_sweep_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
-                                None, number(eval_n, "test items"), metric, progress=job(request, progress),
-                                factor=number(factor, "the scale factor", float))
+    res = mn.scale_sweep_result(model, math, nonmath, n, proportion, method, None, eval_n, metric,
+                                progress=job(request, progress), factor=factor)
     return res.status, res.figures["scale-sweep"], downloads_update(res)
 
 
 @user_errors
 def consistency(model, math, nonmath, method, n, request: gr.Request = None, progress=gr.Progress()):
     """Overlap of the set from 1..N random samples with the set from all N, for K = 1, 5, 10%."""
-    res = mn.consistency_result(model, math, _first(nonmath), number(n, "N"), D["consistency_proportions"], method,
-                                D["repeats"], progress=job(request, progress))
+    res = mn.consistency_result(model, math, nonmath, n, None, method, progress=job(request, progress))
     return res.status, res.figures["consistency"], downloads_update(res)
 
 
 @user_errors
 def drill(model, math, nonmath, proportion, method, n, matrix, request: gr.Request = None, progress=gr.Progress()):
     """Heatmap of one weight matrix: where its selected entries sit."""
-    res = mn.drill_result(model, math, _first(nonmath), number(n, "N"), number(proportion, "K", float), method,
-                          matrix or None, progress=job(request, progress))
-    return (res.status, res.figures["drill"], gr.update(choices=res.data["matrices"], value=res.data["name"]),
+    res = mn.drill_result(model, math, nonmath, n, proportion, method, matrix, progress=job(request, progress))
+    return (res.status, res.figures["drill"], gr.update(choices=res.views["matrices"], value=res.data["name"]),
             downloads_update(res))
 
 
 @user_errors
 def matrices(model):
     """The scored weight matrices of the chosen model (drill-down choices)."""
-    names = mn.matrix_names(model)
-    return gr.update(choices=names, value=next((x for x in names if "mlp.down_proj" in x), names[0]))
+    names, first = mn.matrix_choices(model)
+    return gr.update(choices=names, value=first)
 
 
 def build(ctx: AppContext) -> None:
@@ -107,11 +89,11 @@ def build(ctx: AppContext) -> None:
     with gr.Row():
         math = gr.Dropdown(math_names, value=D["math"], label="Math dataset", allow_custom_value=True,
                            elem_id="mathneuro-math")
-        nonmath = gr.Dropdown(nonmath_names, value=D["nonmath"], multiselect=True, max_choices=2,
+        nonmath = gr.Dropdown(nonmath_names, value=D["nonmath"], multiselect=True, max_choices=mn.MAX_NONMATH,
                               label="Non-math dataset(s): one or two", allow_custom_value=True,
                               elem_id="mathneuro-nonmath")
         method = gr.Dropdown(method_choices, value=D["method"], label="Method", elem_id="mathneuro-method")
-        metric = gr.Radio(list(mn.METRICS), value="auto", label="Metric (auto: accuracy where the model can)")
+        metric = gr.Radio(list(mn.METRICS), value=D["metric"], label="Metric (auto: accuracy where the model can)")
     with gr.Row():
         proportion = finite_number(value=D["proportion"], label="K: top share per matrix, in (0, 1]", minimum=0,
                                    maximum=1, step=0.01, elem_id="mathneuro-k")
@@ -136,8 +118,7 @@ def build(ctx: AppContext) -> None:
                                  label="Before / after pruning", elem_id="mathneuro-effect-table")
     with gr.Accordion("Layer distribution (paper Fig. 10)", open=True):
         with gr.Row():
-            value = gr.Radio([("count", "count"), ("share of the module's weights", "share")], value="count",
-                             label="Show", scale=3)
+            value = gr.Radio([(label, v) for v, label in mn.SHOW.items()], value=D["show"], label="Show", scale=3)
             layers_btn = gr.Button("Layer distribution", elem_id="mathneuro-layers-btn", scale=1)
         layers_plot = plot("layers", "Layer distribution", "mathneuro-layers")
     with gr.Accordion("Sweeps: proportion K (Fig. 16) and scale factor (Fig. 29)", open=True):
@@ -150,10 +131,10 @@ def build(ctx: AppContext) -> None:
     with gr.Accordion("Consistency (Fig. 6) and drill-down", open=True):
         with gr.Row():
             cons_btn = gr.Button("Consistency", elem_id="mathneuro-consistency-btn")
-            drill_ex = ex["drill"].data if "drill" in ex else {}
-            drill_matrix = gr.Dropdown(choices=drill_ex.get("matrices") or ([drill_ex["name"]] if drill_ex else []),
-                                       value=drill_ex.get("name"), allow_custom_value=True, label="Weight matrix",
-                                       elem_id="mathneuro-matrix")
+            drill_ex = ex.get("drill")
+            drill_matrix = gr.Dropdown(choices=drill_ex.views["matrices"] if drill_ex else [],
+                                       value=drill_ex.data["name"] if drill_ex else None, allow_custom_value=True,
+                                       label="Weight matrix", elem_id="mathneuro-matrix")
             list_btn = gr.Button("List matrices of the model", size="sm")
             drill_btn = gr.Button("Drill down", elem_id="mathneuro-drill-btn")
         with gr.Row():

@@ -25,8 +25,8 @@ from core.errors import BadInputError
 from core.mathneuro.interventions import intervened, resolve_factor
 from core.mathneuro.methods import (Masks, Statistics, collect, get_method, mathneuro_matrix, random_matrix,
                                     select, wanda_matrix)
-from core.mathneuro.scoring import (Progress, check_factor, check_proportion, collect_column_norms,
-                                    scored_linears)
+from core.mathneuro.scoring import check_factor, check_proportion, collect_column_norms, scored_linears
+from core.progress import Progress, item_progress, scaled
 from core.zoo.placement import compute_device, weight_of
 
 Evaluate = Callable[[nn.Module], dict[str, float]]
@@ -109,7 +109,7 @@ def intervention_effects(model: nn.Module, masks_by_method: dict[str, Masks], ev
     """
     resolve_factor(mode, factor)
     before = evaluate(model)
-    rows = []
+    rows, step = [], item_progress(progress, "interventions")
     for i, (method, masks) in enumerate(masks_by_method.items()):
         with intervened(model, masks, mode, factor) as view:
             after = evaluate(view)
@@ -117,8 +117,8 @@ def intervention_effects(model: nn.Module, masks_by_method: dict[str, Masks], ev
         for metric, value in before.items():
             rows.append({"method": method, "metric": metric, "before": value, "after": after[metric],
                          "change": after[metric] - value, "selected": selected})
-        if progress is not None:
-            progress(i + 1, len(masks_by_method), "interventions")
+        if step is not None:
+            step(i + 1, len(masks_by_method))
     return rows
 
 
@@ -136,7 +136,8 @@ def proportion_sweep(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonm
                      progress: Progress | None = None) -> list[dict]:
     """Size of the identified set (and metrics after the intervention) for each K.
 
-    The forward passes run once (or not at all when ``statistics`` is given).
+    The forward passes run once (or not at all when ``statistics`` is given): the first half of ``progress``, the
+    proportions the second.
 
     Returns
     -------
@@ -145,9 +146,10 @@ def proportion_sweep(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonm
     proportions = _check_values(proportions, "proportion", check_proportion)
     resolve_factor(mode, factor)
     if statistics is None:
-        statistics = collect(model, math_inputs, nonmath_inputs, method, max_length=max_length, progress=progress)
-    rows = []
-    for k in proportions:
+        statistics = collect(model, math_inputs, nonmath_inputs, method, max_length=max_length,
+                             progress=scaled(progress, 0.0, 0.5))
+    rows, step = [], item_progress(progress, "proportions", 0.5, 1.0)
+    for i, k in enumerate(proportions):
         masks = select(model, statistics, k, method, seed)
         summary = selection_summary(masks)
         row = {"proportion": k, "selected": summary["selected"], "total": summary["total"], "share": summary["share"]}
@@ -155,6 +157,8 @@ def proportion_sweep(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonm
             with intervened(model, masks, mode, factor) as view:
                 row.update(evaluate(view))
         rows.append(row)
+        if step is not None:
+            step(i + 1, len(proportions))
     return rows
 
 
@@ -167,12 +171,12 @@ def scale_factor_sweep(model: nn.Module, masks: Masks, factors: Sequence[float],
     rows {"factor", **metrics}
     """
     factors = _check_values(factors, "scale factor", check_factor)
-    rows = []
+    rows, step = [], item_progress(progress, "scale factors")
     for i, f in enumerate(factors):
         with intervened(model, masks, "scale", f) as view:
             rows.append({"factor": f, **evaluate(view)})
-        if progress is not None:
-            progress(i + 1, len(factors), "scale factors")
+        if step is not None:
+            step(i + 1, len(factors))
     return rows
 
 
@@ -205,9 +209,9 @@ def consistency(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_i
     if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
         raise BadInputError(f"repeats must be a positive integer, got {repeats!r}.")
     math_n = collect_column_norms(model, math_inputs, what="math", max_length=max_length, per_sample=True,
-                                  progress=progress)
+                                  progress=scaled(progress, 0.0, 0.25))
     non_n = collect_column_norms(model, nonmath_inputs, what="non-math", max_length=max_length, per_sample=True,
-                                 progress=progress)
+                                 progress=scaled(progress, 0.25, 0.5))
     n_max = min(math_n.samples, non_n.samples)
     if sample_counts is None:
         sample_counts = sorted({min(2**i, n_max) for i in range(n_max.bit_length())} | {n_max})
@@ -228,7 +232,7 @@ def consistency(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_i
         sel = mathneuro_matrix(weight, m_sum, n_sum, k)
         return sel if method == "mathneuro" else random_matrix(weight.shape, int(sel.sum()), seed, name, weight.device)
 
-    linears = scored_linears(model)
+    linears, step = scored_linears(model), item_progress(progress, "matrices", 0.5, 1.0)
     for j, (name, layer) in enumerate(linears.items()):
         w, m_all, n_all = weight_of(layer).to(compute_device(layer)), math_n.sums[name], non_n.sums[name]
         for k in proportions:
@@ -249,8 +253,8 @@ def consistency(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_i
                         a[4] += int((sub & prev).sum())
                         a[5] += int((sub | prev).sum())
                     sets.append(sub)
-        if progress is not None:
-            progress(j + 1, len(linears), "matrices")
+        if step is not None:
+            step(j + 1, len(linears))
 
     rows = []
     for n in counts:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
-from pathlib import Path
 
 import core.mathneuro as mn
 from core.cli import ProgressBar, emit, set_threads
-from core.errors import BadInputError
 from core.zoo import add_placement_args
+
+DEFAULTS = mn.DEFAULTS
 
 
 def _number(text: str) -> float:
@@ -38,14 +37,13 @@ def _f(x, nd: int = 3) -> str:
 
 # ---- arguments -------------------------------------------------------------------------------------------------
 def _common(p, nonmath_many: bool = False, proportion: bool = True, method: bool = True) -> None:
-    DEFAULTS = mn.DEFAULTS
     p.add_argument("--model", default=DEFAULTS["model"], help="registered name, local folder or hub id "
                    "(default mathneuro-tiny)")
     add_placement_args(p)
     p.add_argument("--math", default=DEFAULTS["math"], help="math dataset (arithmetic-words, gsm-symbolic)")
     if nonmath_many:
         p.add_argument("--nonmath", nargs="+", default=[DEFAULTS["nonmath"][0]],
-                       help="one or more non-math datasets (review-sentiment, movie-sentiment, mmlu, logiqa)")
+                       help="one or two non-math datasets (review-sentiment, movie-sentiment, mmlu, logiqa)")
     else:
         p.add_argument("--nonmath", default=DEFAULTS["nonmath"][0],
                        help="non-math dataset (review-sentiment, movie-sentiment, mmlu, logiqa)")
@@ -59,13 +57,13 @@ def _common(p, nonmath_many: bool = False, proportion: bool = True, method: bool
 
 
 def _eval_args(p) -> None:
-    p.add_argument("--eval-n", type=int, default=100, help="test items per dataset for the metrics")
-    p.add_argument("--metric", default="auto", help="auto, accuracy or loss")
+    p.add_argument("--eval-n", type=int, default=DEFAULTS["eval_n"], help="test items per dataset for the metrics")
+    p.add_argument("--metric", default=DEFAULTS["metric"], help=", ".join(mn.METRICS))
 
 
 def _identify_args(p):
     _common(p)
-    p.add_argument("--seed", type=int, default=0, help="for the random method")
+    p.add_argument("--seed", type=int, default=DEFAULTS["seed"], help="for the random method")
 
 
 def _effect_args(p, many: bool):
@@ -77,7 +75,7 @@ def _effect_args(p, many: bool):
 
 def _intervene_args(p):
     _effect_args(p, False)
-    p.add_argument("--factor", type=_number, default=1.1, help="scale factor (finite), for scale")
+    p.add_argument("--factor", type=_number, default=DEFAULTS["factor"], help="scale factor (finite), for scale")
 
 
 def _sweep_k_args(p):
@@ -95,13 +93,13 @@ def _sweep_scale_args(p):
 def _consistency_args(p):
     _common(p, proportion=False)
     p.add_argument("--proportions", nargs="+", type=_number, default=None, help="values of K (default 1, 5, 10%%)")
-    p.add_argument("--repeats", type=int, default=3, help="random subsets per sample count")
+    p.add_argument("--repeats", type=int, default=DEFAULTS["repeats"], help="random subsets per sample count")
 
 
 def _drill_args(p):
     _common(p)
     p.add_argument("--matrix", default=None, help="parameter name (default: the first down_proj)")
-    p.add_argument("--cells", type=int, default=64, help="at most this many heatmap cells per side")
+    p.add_argument("--cells", type=int, default=DEFAULTS["max_cells"], help="at most this many heatmap cells per side")
 
 
 def _train_args(p):
@@ -119,8 +117,6 @@ def _precompute_args(p):
 # ---- commands --------------------------------------------------------------------------------------------------
 def run_identify(args):
     out = args.out
-    if out and not out.endswith(".safetensors"):
-        raise BadInputError(f"Cannot write masks to {Path(out).name}.", fix="Use --out masks.safetensors.")
     res = mn.identify_result(args.model, args.math, args.nonmath, args.n, args.proportion, args.method, args.seed, out,
                              progress=ProgressBar())
     r = dict(res.data)
@@ -142,13 +138,8 @@ def _effect_text(r: dict, source: str) -> str:
 
 
 def _run_intervention(args, mode: str):
-    factor = None
-    if mode == "scale":
-        if not math.isfinite(args.factor):
-            raise BadInputError(f"The scale factor must be a finite number, got {args.factor}.", fix="Use e.g. 1.1.")
-        factor = args.factor
     res = mn.effect_result(args.model, args.math, [args.nonmath], args.n, args.proportion, [args.method], args.eval_n,
-                           args.metric, mode, factor, progress=ProgressBar())
+                           args.metric, mode, args.factor if mode == "scale" else None, progress=ProgressBar())
     _emit(args, res, _effect_text(res.data, res.source))
 
 

@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.errors import BadInputError
-from core.mathneuro.scoring import Progress, context_length, eval_mode, model_device
+from core.mathneuro.scoring import context_length, eval_mode, model_device
+from core.progress import Progress, item_progress
 
 DEFAULT_STOP = ("\n\n", "\nQuestion:")
 _NUMBER = re.compile(r"-?\$?\d[\d,]*(?:\.\d+)?")
@@ -208,14 +209,14 @@ def math_accuracy(model: nn.Module, tokenizer, problems, *, shots: Sequence = ()
     problems = _check_records(problems, "math")
     if isinstance(stop, str):
         stop = (stop,)
-    items = []
+    items, step = [], item_progress(progress, "math problems")
     for i, p in enumerate(problems):
         generated = greedy_generate(model, tokenizer, math_prompt(p.question, shots), max_new_tokens, stop)
         predicted = extract_answer(generated)
         items.append({"question": p.question, "answer": str(p.answer), "predicted": predicted,
                       "generated": generated, "correct": same_number(predicted, p.answer)})
-        if progress is not None:
-            progress(i + 1, len(problems), "math problems")
+        if step is not None:
+            step(i + 1, len(problems))
     correct = sum(it["correct"] for it in items)
     return {"accuracy": correct / len(items), "correct": correct, "n": len(items), "items": items}
 
@@ -232,7 +233,7 @@ def multiple_choice_accuracy(model: nn.Module, tokenizer, records, *, progress: 
      "items": [{"question", "answer", "chosen", "chosen_norm", "loglik": [per option]}, ...]}
     """
     records = _check_records(records, "multiple-choice")
-    items = []
+    items, step = [], item_progress(progress, "multiple-choice questions")
     with torch.no_grad(), eval_mode(model):
         for i, r in enumerate(records):
             if not r.choices:
@@ -249,8 +250,8 @@ def multiple_choice_accuracy(model: nn.Module, tokenizer, records, *, progress: 
             chosen_norm = max(range(len(norm)), key=lambda j: (norm[j], -j))
             items.append({"question": r.question, "answer": int(r.answer), "chosen": chosen,
                           "chosen_norm": chosen_norm, "loglik": loglik})
-            if progress is not None:
-                progress(i + 1, len(records), "multiple-choice questions")
+            if step is not None:
+                step(i + 1, len(records))
     correct = sum(it["chosen"] == it["answer"] for it in items)
     correct_norm = sum(it["chosen_norm"] == it["answer"] for it in items)
     n = len(items)
@@ -302,7 +303,7 @@ def teacher_forced_loss(model: nn.Module, tokenizer, records, *, progress: Progr
      "items": [{"loss", "tokens"}, ...]}
     """
     records = _check_records(records, "text")
-    items = []
+    items, step = [], item_progress(progress, "texts")
     total_nll, total_tokens = 0.0, 0
     with torch.no_grad(), eval_mode(model):
         for i, r in enumerate(records):
@@ -317,8 +318,8 @@ def teacher_forced_loss(model: nn.Module, tokenizer, records, *, progress: Progr
             items.append({"loss": nll / len(target), "tokens": len(target)})
             total_nll += nll
             total_tokens += len(target)
-            if progress is not None:
-                progress(i + 1, len(records), "texts")
+            if step is not None:
+                step(i + 1, len(records))
     loss = total_nll / total_tokens
     return {"loss": loss, "perplexity": math.exp(min(loss, 700.0)), "tokens": total_tokens, "n": len(items),
             "items": items}

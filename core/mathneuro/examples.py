@@ -6,8 +6,11 @@ from __future__ import annotations
 from core.examples import Example, Param
 from core.mathneuro.methods import METHODS
 from core.mathneuro.recipe import DEMO_NAME
-from core.mathneuro.service import (DEFAULTS, consistency_result, drill_result, effect_result, example_results,
+from core.mathneuro.requests import DEFAULTS, SHOW
+from core.mathneuro.service import (consistency_result, drill_result, effect_result, example_results,
                                     layer_distribution_result, proportion_sweep_result, scale_sweep_result)
+from core.mathneuro.views import view
+from core.runner import Found
 
 D = DEFAULTS
 MODEL = Param("model", "model", "choice", (DEMO_NAME, "smollm2-135m"), open=True)
@@ -16,15 +19,15 @@ K = Param("k", "K", "number", low=1e-6, high=1.0)
 DRILLED = "model.layers.0.mlp.down_proj.weight"
 
 
-def _stored(analysis: str, values: dict, defaults: dict, **view):
-    """The precomputed Result when ``values`` are the defaults (None otherwise, or when the store lacks it)."""
+def _stored(analysis: str, values: dict, defaults: dict, **options):
+    """The precomputed Result when ``values`` are the defaults (None otherwise, or when the store lacks it), shown
+    with the view ``options`` (e.g. ``show="share"``)."""
     if values != defaults:
         return None
     res = example_results(DEMO_NAME, only=(analysis,)).get(analysis)
-    if res is None or not view:
+    if res is None or not options:
         return res
-    from core.mathneuro.service import analysis_view
-    return analysis_view(analysis, res.data, res.source, res.key, **view)
+    return view(analysis, Found(res.data, res.source, res.key), **options)
 
 
 def _effect(progress=None, model=DEMO_NAME, method=tuple(D["methods"]), k=D["proportion"]):
@@ -33,7 +36,7 @@ def _effect(progress=None, model=DEMO_NAME, method=tuple(D["methods"]), k=D["pro
                                                               D["eval_n"], progress=progress)
 
 
-def _layers(progress=None, model=DEMO_NAME, method=D["method"], k=D["proportion"], show="count"):
+def _layers(progress=None, model=DEMO_NAME, method=D["method"], k=D["proportion"], show=D["show"]):
     values = {"model": model, "method": method, "k": k}
     return _stored("layers", {**values, "show": "count"}, {**LAYERS, "show": "count"}, show=show) or \
         layer_distribution_result(model, D["math"], D["nonmath"], D["n"], k, method, progress=progress, show=show)
@@ -71,7 +74,7 @@ EXAMPLE_VIEWS = (
     Example("effect", "Pruning effect", "effect", _effect,
             (MODEL, Param("method", "methods", "multi", tuple(METHODS)), K), EFFECT),
     Example("layers", "Layer distribution", "layers", _layers,
-            (MODEL, METHOD, K, Param("show", "show", "choice", ("count", "share"))), {**LAYERS, "show": "count"}),
+            (MODEL, METHOD, K, Param("show", "show", "choice", tuple(SHOW))), {**LAYERS, "show": D["show"]}),
     Example("proportion-sweep", "Proportion sweep", "proportion-sweep", _proportions, (MODEL, METHOD), SWEEP),
     Example("scale-sweep", "Scale-factor sweep", "scale-sweep", _scales, (MODEL, METHOD, K), SCALE),
     Example("consistency", "Consistency", "consistency", _consistency, (MODEL, METHOD), SWEEP),

@@ -1,15 +1,17 @@
 """Plotly figures of the MathNeuro analyses (the tab shows them; the CLI writes them as HTML).
 
-Inputs are the plain-data results of :mod:`core.mathneuro.service`. Style and palette: :mod:`core.figures`.
+Inputs are the plain-data results of :mod:`core.mathneuro.service`; :mod:`core.mathneuro.views` registers which
+figure shows which analysis. Style and palette: :mod:`core.figures`; a method's colour is its registry entry's
+(:data:`core.mathneuro.methods.METHODS`).
 """
 from __future__ import annotations
 
-
 from core.figures import PALETTE, go, make_subplots, style
+from core.mathneuro.methods import METHODS
 from core.mathneuro.tasks import limitation
-MODULE_COLORS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
-                 "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}
-METHOD_COLORS = {"mathneuro": "#D55E00", "wanda": "#0072B2", "random": "#009E73", "lape": "#CC79A7"}
+
+MODULE_COLOURS = {"q_proj": "#0072B2", "k_proj": "#56B4E9", "v_proj": "#009E73", "o_proj": "#000000",
+                  "gate_proj": "#E69F00", "up_proj": "#D55E00", "down_proj": "#CC79A7"}
 SYMBOLS = ("circle", "square", "diamond", "triangle-up")
 
 
@@ -25,8 +27,9 @@ def _unit(metric: str) -> str:
     return "accuracy (%)" if metric == "accuracy" else "loss (nats/token)"
 
 
-def layers_figure(result: dict, value: str = "count") -> go.Figure:
-    """Stacked bars per layer, one colour per module type; one panel per non-math dataset (paper Fig. 10)."""
+def layers_figure(result: dict, show: str = "count") -> go.Figure:
+    """Stacked bars per layer, one colour per module type; one panel per non-math dataset (paper Fig. 10);
+    ``show``: the ``count`` of selected weights or their ``share`` of the module's weights."""
     by = result["by_nonmath"]
     names = list(by)
     fig = make_subplots(rows=1, cols=len(names), shared_yaxes=True, horizontal_spacing=0.06,
@@ -34,21 +37,22 @@ def layers_figure(result: dict, value: str = "count") -> go.Figure:
     shown = set()
     for c, nm in enumerate(names, start=1):
         rows = by[nm]["rows"]
-        for module in MODULE_COLORS:
+        for module in MODULE_COLOURS:
             pts = [r for r in rows if r["module"] == module]
             if not pts:
                 continue
-            y = [r["selected"] if value == "count" else 100.0 * r["share"] for r in pts]
+            y = [r["selected"] if show == "count" else 100.0 * r["share"] for r in pts]
             fig.add_trace(go.Bar(x=[r["layer"] for r in pts], y=y, name=module.replace("_proj", ""),
-                                 marker_color=MODULE_COLORS[module], legendgroup=module, showlegend=module not in shown,
+                                 marker_color=MODULE_COLOURS[module], legendgroup=module,
+                                 showlegend=module not in shown,
                                  customdata=[[r["selected"], r["total"], 100 * r["share"]] for r in pts],
                                  hovertemplate="layer %{x} " + module + "<br>%{customdata[0]:,} of %{customdata[1]:,}"
                                                " weights (%{customdata[2]:.2f}%)<extra></extra>"), row=1, col=c)
             shown.add(module)
         fig.update_xaxes(title_text="layer", dtick=1, row=1, col=c)
     p = result["params"]
-    fig.update_layout(barmode="stack" if value == "count" else "group")
-    fig.update_yaxes(title_text="math-specific parameters (count)" if value == "count"
+    fig.update_layout(barmode="stack" if show == "count" else "group")
+    fig.update_yaxes(title_text="math-specific parameters (count)" if show == "count"
                      else "share of the module's weights (%)", row=1, col=1)
     return _style(fig, f"Where the math-specific parameters sit<br><sup>{p['method']}, K = "
                        f"{100 * p['proportion']:g}%, N = {p['n']} samples per dataset</sup>")
@@ -72,9 +76,10 @@ def effect_figure(result: dict) -> go.Figure:
         for r in rows:
             fig.add_trace(go.Scatter(x=[r["nonmath_after"]], y=[r["math_after"]], mode="markers",
                                      name=r["label"], legendgroup=r["method"], showlegend=r["method"] not in shown,
-                                     marker={"size": 14, "color": METHOD_COLORS.get(r["method"], "#000000"),
-                                             "symbol": SYMBOLS[list(METHOD_COLORS).index(r["method"]) % 4]
-                                             if r["method"] in METHOD_COLORS else "x"},
+                                     marker={"size": 14, "color": METHODS[r["method"]].colour
+                                             if r["method"] in METHODS else "#000000",
+                                             "symbol": SYMBOLS[list(METHODS).index(r["method"]) % 4]
+                                             if r["method"] in METHODS else "x"},
                                      hovertemplate=f"{r['label']}: {r['selected']:,} parameters pruned<br>{nm}: "
                                                    "%{x:.3g}<br>" + math_name + ": %{y:.3g}<extra></extra>"),
                           row=1, col=c)
@@ -224,7 +229,3 @@ def drill_figure(result: dict) -> go.Figure:
     return _style(fig, f"Drill-down: {result['name'].removesuffix('.weight')}<br><sup>{result['selected']:,} of "
                        f"{result['total']:,} entries selected ({100 * result['share']:.2f}%, {p['method']}, "
                        f"K = {100 * p['proportion']:g}%)</sup>", height=520)
-
-
-FIGURES = {"layers": layers_figure, "effect": effect_figure, "proportion-sweep": proportion_figure,
-           "scale-sweep": scale_figure, "consistency": consistency_figure, "drill": drill_figure}

@@ -35,7 +35,8 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.mathneuro.scoring import Progress, prepare_inputs, run_samples, scored_linears
+from core.mathneuro.scoring import prepare_inputs, run_samples, scored_linears
+from core.progress import Progress
 from core.zoo.placement import compute_device
 from core.zoo.views import private_view
 from kernels.topk_mask import topk_mask

@@ -25,8 +25,9 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.mathneuro import lape
-from core.mathneuro.scoring import (ColumnNorms, Progress, check_proportion, collect_column_norms,
-                                    importance_scores, scored_linears, top_share_mask)
+from core.mathneuro.scoring import (ColumnNorms, check_proportion, collect_column_norms, importance_scores,
+                                    scored_linears, top_share_mask)
+from core.progress import Progress, scaled
 from core.zoo.placement import compute_device, weight_of
 from kernels.topk_mask import topk_mask
 
@@ -75,15 +76,18 @@ def random_matrix(shape: torch.Size, count: int, seed: int, name: str, device=No
 # Collect and select
 # ----------------------------------------------------------------------------------------------
 def _collect_norms(model, math_inputs, nonmath_inputs, *, max_length=None, progress=None) -> Statistics:
-    math = collect_column_norms(model, math_inputs, what="math", max_length=max_length, progress=progress)
-    nonmath = collect_column_norms(model, nonmath_inputs, what="non-math", max_length=max_length, progress=progress)
+    math = collect_column_norms(model, math_inputs, what="math", max_length=max_length,
+                                progress=scaled(progress, 0.0, 0.5))
+    nonmath = collect_column_norms(model, nonmath_inputs, what="non-math", max_length=max_length,
+                                   progress=scaled(progress, 0.5, 1.0))
     return Statistics("column_norms", math, nonmath)
 
 
 def _collect_firing(model, math_inputs, nonmath_inputs, *, max_length=None, progress=None) -> Statistics:
-    math = lape.collect_firing_counts(model, math_inputs, what="math", max_length=max_length, progress=progress)
+    math = lape.collect_firing_counts(model, math_inputs, what="math", max_length=max_length,
+                                      progress=scaled(progress, 0.0, 0.5))
     nonmath = lape.collect_firing_counts(model, nonmath_inputs, what="non-math", max_length=max_length,
-                                         progress=progress)
+                                         progress=scaled(progress, 0.5, 1.0))
     return Statistics("firing_counts", math, nonmath)
 
 
@@ -148,6 +152,7 @@ class Method:
     statistics : kind of statistics it needs (methods with the same kind can share them)
     collect : (model, math_inputs, nonmath_inputs, *, max_length, progress) -> Statistics
     select : (model, Statistics, proportion, seed, **options) -> Masks
+    colour : its colour in the charts
     options : the method's own options and their defaults (keywords of ``select``)
     """
 
@@ -157,20 +162,22 @@ class Method:
     statistics: str
     collect: Callable[..., Statistics]
     select: Callable[..., Masks]
+    colour: str
     options: dict = field(default_factory=dict)
 
 
 METHODS: dict[str, Method] = {m.name: m for m in (
     Method("mathneuro", "MathNeuro", "Top-K of |W|·‖X‖ on math inputs, minus the top-K on non-math inputs, "
-           "per weight matrix.", "column_norms", _collect_norms, _select_mathneuro),
+           "per weight matrix.", "column_norms", _collect_norms, _select_mathneuro, "#D55E00"),
     Method("wanda", "Wanda (math only)", "Top-K of |W|·‖X‖ on math inputs per weight matrix, no filtering.",
-           "column_norms", _collect_norms, _select_wanda),
+           "column_norms", _collect_norms, _select_wanda, "#0072B2"),
     Method("random", "Random", "As many parameters per matrix as MathNeuro selects, drawn at random (seeded).",
-           "column_norms", _collect_norms, _select_random),
+           "column_norms", _collect_norms, _select_random, "#009E73"),
     Method("lape", "LAPE (neurons)", "MLP neurons whose firing probabilities have low entropy across the two "
            "datasets (after the authors' 95th-percentile filter) and exceed the activation bar on math; their "
            "down-projection columns (scaling them scales the neuron).", "firing_counts", _collect_firing,
-           _select_lape, {"filter_rate": lape.FILTER_RATE, "activation_bar_ratio": lape.ACTIVATION_BAR_RATIO}),
+           _select_lape, "#CC79A7",
+           {"filter_rate": lape.FILTER_RATE, "activation_bar_ratio": lape.ACTIVATION_BAR_RATIO}),
 )}
 
 
@@ -225,7 +232,7 @@ def identify(model: nn.Module, math_inputs: Iterable[torch.Tensor], nonmath_inpu
         K: each weight matrix keeps its ``int(numel * K)`` highest scores.
     method : a key of :data:`METHODS`
     seed : used by ``random``
-    progress : ``progress(done, total, stage)``, optional; may raise to cancel.
+    progress : ``progress(fraction, message)`` (:data:`core.progress.Progress`), optional; may raise to cancel.
     options : the method's options (:attr:`Method.options`), e.g. ``{"filter_rate": 0.9}`` for ``lape``
 
     Returns

@@ -21,13 +21,10 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
+from core.progress import Progress, item_progress
 from core.zoo.placement import compute_device
 from core.zoo.views import private_view
 from kernels.topk_mask import topk_mask
-
-Progress = Callable[[int, int, str], None]
-"""``progress(done, total, stage)``; may raise to cancel (hooks are removed and the model is restored)."""
-
 
 # ----------------------------------------------------------------------------------------------
 # Which layers
@@ -177,15 +174,18 @@ def run_samples(model: nn.Module, samples: list[torch.Tensor], progress: Progres
                 stage: str = "", on_sample: Callable[[int], None] | None = None) -> None:
     """Run ``model`` on each sample (batch 1) under ``no_grad`` and eval mode.
 
-    ``on_sample(i)`` is called after sample ``i`` (hooks use it to close a per-sample sum).
+    ``on_sample(i)`` is called after sample ``i`` (hooks use it to close a per-sample sum); ``progress``
+    (:data:`core.progress.Progress`) hears ``stage i/n`` after each and may raise to cancel (hooks are removed and
+    the model is restored by the callers' ``finally``).
     """
+    step = item_progress(progress, stage)
     with torch.no_grad(), eval_mode(model):
         for i, ids in enumerate(samples):
             forward(model, ids)
             if on_sample is not None:
                 on_sample(i)
-            if progress is not None:
-                progress(i + 1, len(samples), stage)
+            if step is not None:
+                step(i + 1, len(samples))
 
 
 # ----------------------------------------------------------------------------------------------

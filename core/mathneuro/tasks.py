@@ -55,10 +55,16 @@ def task_of(record) -> str:
                         fix="Use math problems, multiple-choice questions or texts.")
 
 
-def resolve_metric(metric: str, dataset: str, record) -> str:
-    """``accuracy`` or ``loss`` for this dataset."""
+def check_metric(metric) -> str:
+    """One of :data:`METRICS`, or :class:`BadInputError`."""
     if metric not in METRICS:
         raise BadInputError(f"Unknown metric {metric!r}.", fix=f"Use one of: {', '.join(METRICS)}.")
+    return metric
+
+
+def resolve_metric(metric: str, dataset: str, record) -> str:
+    """``accuracy`` or ``loss`` for this dataset."""
+    metric = check_metric(metric)
     task = task_of(record)
     if metric == "auto":
         return "accuracy" if dataset in ("arithmetic-words", SENTIMENT) else "loss"
@@ -79,6 +85,22 @@ def score(model, tokenizer, records, metric: str, dataset: str) -> float:
         tokens = 24 if dataset == "arithmetic-words" else 256
         return 100.0 * math_accuracy(model, tokenizer, records, max_new_tokens=tokens)["accuracy"]
     return 100.0 * multiple_choice_accuracy(model, tokenizer, records)["accuracy"]
+
+
+def evaluation_sets(math: str, nonmath: list[str], eval_n: int, metric: str) -> tuple[dict, dict]:
+    """``({name: the first eval_n test records}, {name: accuracy or loss})`` of the math and non-math datasets."""
+    sets, metrics = {}, {}
+    for name in [math] + nonmath:
+        recs = load_records(name, "test", eval_n)
+        sets[name] = recs
+        metrics[name] = resolve_metric(metric, name, recs[0])
+    return sets, metrics
+
+
+def levels(sets: dict, metrics: dict, tokenizer) -> dict:
+    """Each evaluation set's chance accuracy or uniform-guess loss (:func:`reference_levels`), stored with a result
+    so the charts can mark a comparator at chance, at ceiling or beyond uniform guessing."""
+    return {name: reference_levels(metrics[name], recs, tokenizer) for name, recs in sets.items()}
 
 
 def reference_levels(metric: str, records, tokenizer) -> dict:

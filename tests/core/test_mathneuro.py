@@ -394,12 +394,16 @@ def test_cancel_from_progress_removes_hooks_and_restores_flags():
     model.train()
     snap = snapshot(model)
 
-    def progress(done, total, stage):
-        if done == 2:
+    heard = []
+
+    def progress(fraction, message):  # core.progress.Progress: the one shape
+        heard.append((fraction, message))
+        if message == "math samples 2/4":
             raise KeyboardInterrupt("cancelled")
     with pytest.raises(KeyboardInterrupt):
         mn.identify(model, samples(4), samples(4), 0.1, progress=progress)
     assert_same(model, snap)
+    assert heard == [(0.125, "math samples 1/4"), (0.25, "math samples 2/4")]  # math is the first half
 
 
 # ----------------------------------------------------------------------------------------------

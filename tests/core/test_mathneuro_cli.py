@@ -38,6 +38,9 @@ def run_cli(capsys, *args):
     (["effect", "--methods", "mathneuro", "magic"], "Unknown method"),
     (["identify", "--model", "no-such-model-xyz"], "no-such-model-xyz"),
     (["identify", "-n", "0"], "positive integer"),
+    (["layers", "--nonmath", "review-sentiment", "movie-sentiment", "mmlu"], "at most two"),  # as in the tab
+    (["effect", "--nonmath", "review-sentiment", "movie-sentiment", "mmlu"], "at most two"),
+    (["identify", "--out", "no-such-folder/masks.safetensors"], "does not exist"),  # before any work
 ])
 def test_bad_input_exits_2_with_a_message(capsys, args, needle):
     code, out, err = run_cli(capsys, *args)

@@ -5,8 +5,10 @@ import math
 import pytest
 
 from core.data.records import MultipleChoice
-from core.mathneuro import figures as F
-from core.mathneuro.service import EXAMPLES, analysis_view
+from core.mathneuro import figures
+from core.mathneuro.service import EXAMPLES
+from core.mathneuro.views import view
+from core.runner import Found
 from core.mathneuro.tasks import limitation, reference_levels
 
 
@@ -41,13 +43,13 @@ def _example(analysis):
 def test_committed_effect_marks_the_comparators_limits():
     data = _example("effect")
     assert "levels" in data, "stale examples: python -m core mathneuro precompute"
-    fig = F.effect_figure(data)
+    fig = figures.effect_figure(data)
     notes = [a.text for a in fig.layout.annotations if a.text.startswith("Comparator limit")]
     shapes = [s for s in fig.layout.shapes if s.line.dash == "dot"]
     expected = [nm for nm in data["params"]["nonmath"]
                 if limitation(data["metrics"][nm], data["before"][nm], data["levels"][nm])]
     assert len(notes) == len(expected) and len(shapes) >= len(expected)
-    status = analysis_view("effect", data).status
+    status = view("effect", Found(data, "precomputed", "")).status
     for nm in expected:
         assert nm in status.split("Limits of the comparators:")[1]
     levels = data["levels"]

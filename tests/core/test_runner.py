@@ -99,6 +99,33 @@ def test_lookup_example_then_cache_then_compute(private, tmp_path):
     assert other.source == "computed"
 
 
+def test_a_result_with_tensors_goes_the_same_way_and_is_never_an_example(private, tmp_path):
+    """``lookup(..., tensors=True)``: the compute returns a CacheEntry (data + tensors), the cache answers it the
+    second time, a stored entry that fails ``check`` is recomputed, and ``precompute`` does not write it."""
+    import torch
+    from core.cache import CacheEntry
+
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return CacheEntry({"n": len(calls)}, {"v": torch.arange(3.0)})
+
+    first = runner.lookup("fp", "stats", {"k": 1}, compute, tensors=True)
+    second = runner.lookup("fp", "stats", {"k": 1}, compute, tensors=True)
+    assert (first.source, second.source) == ("computed", "cache") and calls == [1]
+    assert second.data.data == {"n": 1} and torch.equal(second.data.tensors["v"], torch.arange(3.0))
+
+    def fits(entry):
+        if entry.data["n"] < 2:
+            raise ValueError("computed before the model changed")
+    refit = runner.lookup("fp", "stats", {"k": 1}, compute, tensors=True, check=fits)
+    assert refit.source == "computed" and refit.data.data == {"n": 2}  # the stored entry failed: recomputed
+    path = runner.precompute([lambda: (runner.lookup("fp", "stats", {"k": 2}, compute, tensors=True),
+                                       runner.lookup("fp", "a", {"k": 2}, lambda: {"ok": 1}))], tmp_path / "ex.json")
+    assert [e["analysis"] for e in runner.ExampleStore(path).entries()] == ["a"]
+
+
 def test_a_cancelled_computation_is_not_cached(private):
     def stopped():
         raise Cancelled("Stopped.")

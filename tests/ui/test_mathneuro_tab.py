@@ -42,13 +42,13 @@ def assert_labelled(fig, legend=True):
 def test_precomputed_default_view_is_labelled():
     ex = {name: res.data for name, res in demo.example_results().items()}
     assert set(ex) == {"layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill"}
-    from core.mathneuro.figures import FIGURES
+    from core.mathneuro.views import ANALYSES
     for name, result in ex.items():
-        titles = assert_labelled(FIGURES[name](result), legend=name != "drill")
+        titles = assert_labelled(ANALYSES[name].figure(result), legend=name != "drill")
         assert any("(" in t for t in titles), f"{name}: no unit in {titles}"
     effect = ex["effect"]
     assert {r["method"] for r in effect["rows"]} == set(demo.DEFAULTS["methods"])
-    names = [t.name for t in FIGURES["effect"](effect).data]
+    names = [t.name for t in ANALYSES["effect"].figure(effect).data]
     assert "unmodified model" in names and "ideal: math lost, non-math kept" in names
 
 
@@ -75,6 +75,7 @@ def test_handlers_return_labelled_figures():
 @pytest.mark.parametrize("kwargs, needle", [
     ({"proportion": 0}, "(0, 1]"), ({"proportion": 1.5}, "(0, 1]"), ({"method": "magic"}, "Unknown method"),
     ({"nonmath": []}, "non-math"), ({"model": "no-such-model-xyz"}, "no-such-model-xyz"),
+    ({"nonmath": ["review-sentiment", "movie-sentiment", "mmlu"]}, "at most two"),  # the service's rule, via the API
 ])
 def test_bad_input_becomes_gr_error(kwargs, needle):
     args = {"model": DEMO_NAME, "math": "arithmetic-words", "nonmath": ["review-sentiment"], "proportion": 0.05,
