@@ -7,7 +7,7 @@
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
-    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
+    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/examples.json]
 
 ``--out`` takes a folder (every file the tab offers) or one ``FILE.json|.csv|.html``.
 """
@@ -53,7 +53,7 @@ def _explain_args(p) -> None:
     p.add_argument("--text", required=True, help="the input text")
     p.add_argument("--method", default="mambalrp", help=f"one or more (comma-separated) of {', '.join(lrp.METHODS)}")
     p.add_argument("--target", type=int, default=None,
-                   help="class index (classifier) or next-token id (LM); default: the top prediction")
+                   help=f"class index (classifier) or next-token id (LM); default (or {lrp.TOP}): the top prediction")
     p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap), or a folder")
 
 
@@ -78,7 +78,7 @@ def run_explain(args) -> dict:
 
 
 def _examples_args(p) -> None:
-    p.add_argument("--out", default=None, help="file (default assets/lrp/examples.json)")
+    p.add_argument("--out", default=None, help="example store (default assets/lrp/examples.json)")
 
 
 def run_precompute_examples(args) -> dict:
@@ -135,9 +135,8 @@ def _key_token_args(p) -> None:
 
 def _precompute_args(p) -> None:
     p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
-    p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
+    p.add_argument("--out", default=None, help="example store (default assets/lrp/examples.json)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
-    p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -173,18 +172,14 @@ def _report(args, res, columns: list[str]) -> dict:
     return r
 
 
-def _methods(args):
-    return args.methods or list(lrp.METHODS)
-
-
 def run_faithfulness(args) -> dict:
-    res = lrp.evaluation_result(args.model, args.n, args.steps, _methods(args), ProgressBar(), baseline=args.baseline,
+    res = lrp.evaluation_result(args.model, args.n, args.steps, args.methods, ProgressBar(), baseline=args.baseline,
                                 **_eval_kwargs(args))
     return _report(args, res, ["delta_af", "area_morf", "area_lerf", "conservation_mean_abs_error"])
 
 
 def run_conservation(args) -> dict:
-    res = lrp.evaluation_result(args.model, args.n, 10, _methods(args), ProgressBar(), faithfulness=False,
+    res = lrp.evaluation_result(args.model, args.n, lrp.EVAL_STEPS, args.methods, ProgressBar(), faithfulness=False,
                                 **_eval_kwargs(args))
     return _report(args, res, ["conservation_mean_abs_error", "conservation_mean_rel_error"])
 
@@ -203,12 +198,10 @@ def run_key_token(args) -> dict:
 
 
 def run_precompute_evaluation(args) -> dict:
-    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
+    """Recompute every committed evaluation the tab shows (in assets/lrp/examples.json); one step, re-runnable."""
     _threads(args.threads)
-    summary = lrp.precompute_evaluation(args.only, args.n, args.out, cache=not args.no_cache, progress=ProgressBar(),
-                                        log=_log)
-    text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
-                     for k, v in summary.items())
+    summary = lrp.precompute_evaluation(args.only, args.n, args.out, progress=ProgressBar(), log=_log)
+    text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {v['written']}" for k, v in summary.items())
     emit(args, summary, text)
     return summary
 
@@ -229,4 +222,4 @@ def register(groups) -> None:
     groups.command("lrp", "precompute-examples", "recompute the tab's text and image examples (assets/lrp/examples.json)",
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
-                   "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
+                   "(assets/lrp/examples.json)", _precompute_args)(run_precompute_evaluation)
