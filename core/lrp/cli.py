@@ -7,7 +7,7 @@
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
-    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/examples.json]
+    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
 
 ``--out`` takes a folder (every file the tab offers) or one ``FILE.json|.csv|.html``.
 """
@@ -135,8 +135,9 @@ def _key_token_args(p) -> None:
 
 def _precompute_args(p) -> None:
     p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
-    p.add_argument("--out", default=None, help="example store (default assets/lrp/examples.json)")
+    p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
+    p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -198,10 +199,11 @@ def run_key_token(args) -> dict:
 
 
 def run_precompute_evaluation(args) -> dict:
-    """Recompute every committed evaluation the tab shows (in assets/lrp/examples.json); one step, re-runnable."""
+    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
     _threads(args.threads)
     summary = lrp.precompute_evaluation(args.only, args.n, args.out, progress=ProgressBar(), log=_log)
-    text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {v['written']}" for k, v in summary.items())
+    text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
+                     for k, v in summary.items())
     emit(args, summary, text)
     return summary
 
@@ -222,4 +224,4 @@ def register(groups) -> None:
     groups.command("lrp", "precompute-examples", "recompute the tab's text and image examples (assets/lrp/examples.json)",
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
-                   "(assets/lrp/examples.json)", _precompute_args)(run_precompute_evaluation)
+                   "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)

@@ -13,33 +13,26 @@
 
 Every analysis goes one way (:func:`analysis_result`): its request type parses the raw inputs once
 (:mod:`core.lrp.requests`); :func:`core.runner.lookup` answers it from the committed results (:data:`EXAMPLES`,
-``assets/lrp/examples.json``: the tab's texts and digits and the evaluations), else the results cache, else its
-compute function; :func:`core.lrp.views.view` shows it. A committed result answers at once, without loading a model.
+``assets/lrp/examples.json``: the tab's texts and digits; the evaluations in ``assets/lrp/evaluation/``,
+:mod:`core.lrp.committed`), else the results cache, else its compute function; :func:`core.lrp.views.view` shows
+it. A committed result answers at once, without loading a model.
 """
 from __future__ import annotations
 
 import time
 
 from core.errors import BadInputError, Cancelled
-from core.lrp import inputs
+from core.lrp import committed, inputs
+from core.lrp.committed import EVALUATION_ITEMS
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
                                TrainRequest, whole)
 from core.lrp.views import ANALYSES, train_view, view
 from core.paths import ASSETS_DIR
 from core.progress import report
 from core.results import Result
-from core.runner import ExampleStore, Found, lookup, precompute, result_key
+from core.runner import ExampleStore, Found, lookup, precompute, recomputing, result_key
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "lrp" / "examples.json")
-EVALUATION_ITEMS = {  # the committed evaluations the tab shows: item -> (analysis, model, the request's inputs)
-    "mnist": ("lrp-evaluation", "vision-mamba-mnist",
-              {"model": "vision-mamba-mnist", "n": 100, "steps": EVAL_STEPS, "methods": None}),
-    "sentiment": ("lrp-evaluation", "mamba-sentiment",
-                  {"model": "mamba-sentiment", "n": 150, "steps": EVAL_STEPS, "methods": None}),
-    "lm": ("lrp-long-range", "mamba-lm", {"model": "mamba-lm", "n": 40, "methods": None, "k": 10,
-                                          "options": {"integrated_gradients": {"n_steps": 8}}}),
-    "key-token": ("lrp-key-token", "key-token", {"n": 100, "methods": None, "k": 1}),
-}
 
 
 def analysis_result(name: str, progress=None, **raw) -> Result:
@@ -53,9 +46,10 @@ def analysis_result(name: str, progress=None, **raw) -> Result:
         report(progress, 0.0, request.notice)
     model, fingerprint, params = request.key()
     use_cache = getattr(request, "cache", True)
+    store = (committed.evaluation_store() if name in committed.ANALYSES else EXAMPLES) if use_cache else None
     try:
         found = lookup(fingerprint, name, params, lambda: ANALYSES[name].compute(request, progress),
-                       examples=EXAMPLES if use_cache else None, cache=use_cache, model=model,
+                       examples=store, cache=use_cache, model=model,
                        check=lambda data: view(name, Found(data, "cache", None)))
     except Cancelled as stop:
         if stop.partial is None:
@@ -134,9 +128,9 @@ def _stored(entry: dict) -> Result:
 def committed_result(item: str) -> Result | None:
     """A committed evaluation: ``mnist``, ``sentiment``, ``lm``, ``key-token`` or the name of an evaluated model;
     None when it is not there."""
-    for name, (analysis, model, _) in EVALUATION_ITEMS.items():
+    for name, (_, analysis, model, _) in EVALUATION_ITEMS.items():
         if item == name or (analysis == "lrp-evaluation" and item == model):
-            entries = [e for e in EXAMPLES.entries(analysis) if e["model"] == model]
+            entries = [e for e in committed.evaluation_store().entries(analysis) if e["model"] == model]
             return _stored(entries[-1]) if entries else None
     return None
 
@@ -156,33 +150,31 @@ def default_requests() -> list[tuple[str, dict]]:
 
 
 def precompute_examples(path=None, log=print):
-    """Compute :func:`default_requests` afresh (:func:`core.runner.precompute`) into the example store, keeping the
-    committed evaluations it holds."""
+    """Compute :func:`default_requests` afresh (:func:`core.runner.precompute`) into the example store."""
     calls = [lambda kind=kind, kwargs=kwargs: (text_result if kind == "text" else image_result)(**kwargs)
              for kind, kwargs in default_requests()]
-    return precompute(calls, path if path is not None else EXAMPLES.path,
-                      keep=lambda e: e["analysis"] not in ("lrp/text", "lrp/image"), log=log)
+    return precompute(calls, path if path is not None else EXAMPLES.path, log=log)
 
 
 def precompute_evaluation(only=None, n: int | None = None, out=None, progress=None, log=print) -> dict:
-    """Recompute the committed evaluations the tab shows (:data:`EVALUATION_ITEMS`, all or ``only`` some; ``n``
-    overrides every item's sample count, for smoke runs) afresh into the example store (``out``, default
-    :data:`EXAMPLES`), keeping what else it holds. Returns ``{item: {"written", "seconds", "n_done"}}``."""
+    """Recompute the committed evaluations the tab shows (:data:`core.lrp.committed.EVALUATION_ITEMS`, all or
+    ``only`` some; ``n`` overrides every item's sample count, for smoke runs) afresh (:func:`core.runner.recomputing`)
+    into their files in ``out`` (default ``assets/lrp/evaluation``). Returns ``{item: {"written", "seconds",
+    "n_done"}}``."""
     only = [x.strip() for x in only.split(",")] if isinstance(only, str) else list(only or EVALUATION_ITEMS)
     unknown = [x for x in only if x not in EVALUATION_ITEMS]
     if unknown:
         raise BadInputError(f"Unknown item(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(EVALUATION_ITEMS)}.")
     size = {} if n is None else {"n": whole(n, "-n", "Use e.g. -n 5 for a smoke run.")}
+    folder = out if out is not None else committed.EVALUATION_DIR
     summary = {}
-
-    def call(item):
-        analysis, _, raw = EVALUATION_ITEMS[item]
+    for item in only:
+        _, analysis, _, raw = EVALUATION_ITEMS[item]
         t0 = time.perf_counter()
         log(f"{item}: {analysis} {raw | size}")
-        res = analysis_result(analysis, progress, **{**raw, **size})
-        summary[item] = {"seconds": round(time.perf_counter() - t0, 1), "n_done": res.data["n_done"]}
-
-    redone = {EVALUATION_ITEMS[item][:2] for item in only}  # (analysis, model) of the results made again
-    path = precompute([lambda item=item: call(item) for item in only], out if out is not None else EXAMPLES.path,
-                      keep=lambda e: (e["analysis"], e["model"]) not in redone, log=log)
-    return {item: {"written": str(path), **v} for item, v in summary.items()}
+        with recomputing():
+            data = analysis_result(analysis, progress, **{**raw, **size}).data
+        written = committed.write_item(folder, item, data, n)
+        summary[item] = {"written": [str(written)], "seconds": round(time.perf_counter() - t0, 1),
+                         "n_done": data["n_done"]}
+    return summary

@@ -131,6 +131,29 @@ def test_cli_writes_a_folder(tmp_path, capsys):
     assert "<html" in (tmp_path / "faithfulness-mamba-sentiment.html").read_text()[:200].lower()
 
 
+def test_committed_evaluations_answer_their_requests_and_precompute_writes_their_layout(tmp_path):
+    from core.lrp import committed
+    from core.lrp.requests import EvaluationRequest
+    from core.runner import result_key
+    store = committed.evaluation_store()
+    for item in ("mnist", "sentiment"):  # the tab's requests are answered by the committed files, keyed alike
+        _, analysis, model, raw = committed.EVALUATION_ITEMS[item]
+        _, fp, params = EvaluationRequest.parse(**raw).key()
+        assert store.get(fp, analysis, params)["n_done"] == raw["n"]
+    res = lrp.committed_result("sentiment")
+    assert res.source == "precomputed" and res.key == result_key(fp, "lrp-evaluation", params)
+    assert "cached" not in res.data and res.data["command"].endswith("--only sentiment")
+    assert main(["lrp", "precompute-evaluation", "--only", "sentiment", "-n", "1", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "index.json").read_text())["items"] == {
+        "sentiment": "faithfulness-mamba-sentiment.json"}
+    written = json.loads((tmp_path / "faithfulness-mamba-sentiment.json").read_text())
+    assert list(written)[-2:] == ["cached", "command"] and written["cached"] is False and written["n_done"] == 1
+    assert written["command"] == "python -m core lrp precompute-evaluation --only sentiment -n 1"
+    entry, = committed.evaluation_store(tmp_path).entries()
+    assert entry["params"] == EvaluationRequest.parse(**{**raw, "n": 1}).key()[2]
+    assert entry["data"] == {k: v for k, v in written.items() if k != "cached"}
+
+
 @pytest.mark.slow
 def test_key_token_ground_truth_over_seeds():
     torch.set_num_threads(1)  # two tiny trainings: a second thread only adds contention on a shared CPU
