@@ -45,7 +45,7 @@ def _committed(item=None):
         if res is None:
             from core.errors import BadInputError
             raise BadInputError(f"no committed evaluation of {model or item}.",
-                                fix="run `python -m core lrp precompute-eval` to compute it.")
+                                fix="run `python -m core lrp precompute-evaluation` to compute it.")
         return res
     return show
 
