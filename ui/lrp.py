@@ -9,11 +9,10 @@ from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame, number
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
 
 TITLE = "MambaLRP"
-TOP = -1  # the target dropdown's "top prediction"
-MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
+TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
          "× input of the rewired network) add up to the explained logit. Red tokens or patches speak **for** the "
@@ -27,17 +26,17 @@ EVAL_NOTE = ("Flip the most relevant units first (**MoRF**, solid: the logit sho
              "the logit (Integrated Gradients adds up to logit − baseline logit).")
 
 
-def _rules(silu, ssm, gate, norm, gamma, gamma_layers) -> dict:
-    """The rule switches, as the keyword arguments of ``LRPRules.from_toggles`` (translated once, in core)."""
-    return {"silu": silu, "ssm": ssm, "gate": gate, "norm": norm, "gamma": gamma, "gamma_layers": gamma_layers}
+def _rules(*values) -> dict:
+    """The rule widgets' values (in the order of ``lrp.TOGGLES``) by switch name; core checks and translates them."""
+    return dict(zip(lrp.TOGGLES, values))
 
 
-def _target(value):
-    return None if value in (None, "", TOP, str(TOP)) else number(value, "the target")
+def _choices(targets) -> list:
+    return [("top prediction", TOP)] + list(targets)
 
 
 def _targets(res) -> dict:
-    choices = [("top prediction", TOP)] + res.views["targets"]
+    choices = _choices(res.views["targets"])
     value = res.views["target"] if res.views["target"] in [c[1] for c in choices] else TOP
     return gr.update(choices=choices, value=value)
 
@@ -46,7 +45,7 @@ def _targets(res) -> dict:
 def explain_text(model, text, methods, target, silu, ssm, gate, norm, gamma, gamma_layers,
                  request: gr.Request = None, progress=gr.Progress()):
     """Token relevances of the chosen methods for one text, a table of logits and sums, and downloads."""
-    res = lrp.text_result(model, text, methods, _target(target), _rules(silu, ssm, gate, norm, gamma, gamma_layers),
+    res = lrp.text_result(model, text, methods, target, _rules(silu, ssm, gate, norm, gamma, gamma_layers),
                           job(request, progress))
     return res.status, res.views["html"], frame(res.views["summary"]), _targets(res), downloads_update(res)
 
@@ -54,15 +53,15 @@ def explain_text(model, text, methods, target, silu, ssm, gate, norm, gamma, gam
 @user_errors
 def text_targets(model, text):
     """The target choices for a text: a classifier's classes, a language model's ten likeliest next tokens."""
-    return gr.update(choices=[("top prediction", TOP)] + lrp.target_choices(model, text), value=TOP)
+    return gr.update(choices=_choices(lrp.target_choices(model, text)), value=TOP)
 
 
 @user_errors
 def explain_image(model, image, sample, methods, target, silu, ssm, gate, norm, gamma, gamma_layers,
                   request: gr.Request = None, progress=gr.Progress()):
     """Patch relevances of the chosen methods over an uploaded image or a test sample."""
-    res = lrp.image_result(model, image, None if image is not None else sample, methods, _target(target),
-                           _rules(silu, ssm, gate, norm, gamma, gamma_layers), job(request, progress))
+    res = lrp.image_result(model, image, sample, methods, target, _rules(silu, ssm, gate, norm, gamma, gamma_layers),
+                           job(request, progress))
     return res.status, res.figures["patches"], frame(res.views["summary"]), _targets(res), downloads_update(res)
 
 
@@ -101,9 +100,7 @@ def _model_and_methods(models, label: str, kind: str):
 def _rules_block() -> list:
     with gr.Accordion("MambaLRP rules (switch one off for the paper's ablation)", open=False):
         with gr.Row():
-            toggles = [gr.Checkbox(True, label="SiLU: identity rule"), gr.Checkbox(True, label="SSM: A, B, C, Δ as "
-                       "constants"), gr.Checkbox(True, label="Gate: half rule"), gr.Checkbox(True, label="RMSNorm: "
-                       "LN-rule")]
+            toggles = [gr.Checkbox(True, label=label) for label in lrp.RULE_SWITCHES.values()]
         with gr.Row():
             gamma = finite_number(None, label="LRP-γ (blank: model default, 0 for text, 0.25 for images)", minimum=0,
                                   maximum=lrp.MAX_GAMMA, elem_id="lrp-gamma")
@@ -112,21 +109,22 @@ def _rules_block() -> list:
 
 
 def _target_box(res, label: str, elem_id: str):
-    choices = [("top prediction", TOP)] + (res.views["targets"] if res else [])
-    return gr.Dropdown(choices, value=TOP, label=label, elem_id=elem_id)
+    return gr.Dropdown(_choices(res.views["targets"] if res else []), value=TOP, label=label, elem_id=elem_id)
 
 
 def build_evaluation() -> list:
     first = lrp.committed_result(lrp.EVAL_MODELS[0])
-    data = first.data if first else {"n": 50, "steps": 10, "methods": list(lrp.METHODS)}
+    data = first.data if first else {"n": lrp.EVAL_N, "steps": lrp.EVAL_STEPS, "methods": list(lrp.METHODS)}
     with gr.Accordion("Evaluation: conservation and faithfulness (ΔA^F)", open=True):
         gr.Markdown(EVAL_NOTE, elem_classes="lw-explain")
         with gr.Row():
             model = gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], allow_custom_value=True,
                                 label="Model", elem_id="lrp-eval-model")
-            n = finite_number(value=data["n"], precision=0, minimum=1, maximum=MAX_EVAL_SAMPLES, label="Test samples N",
+            n = finite_number(value=data["n"], precision=0, minimum=1, maximum=lrp.MAX_EVAL_SAMPLES,
+                              label="Test samples N",
                               elem_id="lrp-eval-n")
-            steps = finite_number(data["steps"], precision=0, minimum=1, maximum=MAX_FLIP_STEPS, label="Flip steps K")
+            steps = finite_number(data["steps"], precision=0, minimum=1, maximum=lrp.MAX_FLIP_STEPS,
+                                  label="Flip steps K")
             methods = gr.CheckboxGroup(lrp.method_choices(), value=list(data["methods"]), label="Methods", scale=3)
             btn = gr.Button("Evaluate", variant="primary", elem_id="lrp-eval-btn")
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]

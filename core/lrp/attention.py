@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from core.lrp.mixer import ScanRecord
+from core.progress import Progress, report, scaled
 
 
 def hidden_attention(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: torch.Tensor) -> torch.Tensor:
@@ -41,14 +42,16 @@ def hidden_attention(delta: torch.Tensor, A: torch.Tensor, B: torch.Tensor, C: t
 
 
 def channel_mean_attention(record: ScanRecord, positive: bool = False, max_elements: int = 1 << 24,
-                           done=None) -> tuple[torch.Tensor, float]:
+                           progress: Progress | None = None, what: str = "hidden attention"
+                           ) -> tuple[torch.Tensor, float]:
     """Hidden attention of one scan averaged over channels, for batch element 0.
 
     Parameters
     ----------
     record : the scan.
     positive : average ``alpha.clamp(min=0)`` (Mamba-Attribution) instead of ``|alpha|`` (rollout).
-    done : optional ``done(fraction)``, called after each chunk of channels (the work is ``O(D N L^2)``).
+    progress : optional ``progress(fraction, what)``, called after each chunk of channels (the work is
+        ``O(D N L^2)``).
 
     Returns
     -------
@@ -67,8 +70,7 @@ def channel_mean_attention(record: ScanRecord, positive: bool = False, max_eleme
         alpha = alpha.clamp(min=0) if positive else alpha.abs()
         peak = max(peak, float(alpha.max()))
         total += alpha.sum(0)
-        if done is not None:
-            done(min(start + chunk, channels) / channels)
+        report(progress, min(start + chunk, channels) / channels, what)
     total = total / channels
     if record.flipped:
         total = total.flip(0, 1)
@@ -100,12 +102,12 @@ def layer_attention(records: list[ScanRecord], grads: list[torch.Tensor] | None 
     """
     by_layer: dict[int, list[torch.Tensor]] = {}
     for i, rec in enumerate(records):
-        done = None if progress is None else (
-            lambda f, i=i: progress((i + f) / len(records), f"hidden attention: scan {i + 1} of {len(records)}"))
+        step = {"progress": scaled(progress, i / len(records), (i + 1) / len(records)),
+                "what": f"hidden attention: scan {i + 1} of {len(records)}"}
         if grads is None:
-            mat, _ = channel_mean_attention(rec, done=done)
+            mat, _ = channel_mean_attention(rec, **step)
         else:
-            mean, peak = channel_mean_attention(rec, positive=True, done=done)
+            mean, peak = channel_mean_attention(rec, positive=True, **step)
             mat = (mean / peak if peak > 0 else mean) * gradient_weights(rec, grads[i])[None, :]
         by_layer.setdefault(rec.layer, []).append(mat)
     return [torch.stack(mats).mean(0) for _, mats in sorted(by_layer.items())]

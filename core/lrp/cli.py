@@ -53,7 +53,7 @@ def _explain_args(p) -> None:
     p.add_argument("--text", required=True, help="the input text")
     p.add_argument("--method", default="mambalrp", help=f"one or more (comma-separated) of {', '.join(lrp.METHODS)}")
     p.add_argument("--target", type=int, default=None,
-                   help="class index (classifier) or next-token id (LM); default: the top prediction")
+                   help=f"class index (classifier) or next-token id (LM); default (or {lrp.TOP}): the top prediction")
     p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap), or a folder")
 
 
@@ -78,7 +78,7 @@ def run_explain(args) -> dict:
 
 
 def _examples_args(p) -> None:
-    p.add_argument("--out", default=None, help="file (default assets/lrp/examples.json)")
+    p.add_argument("--out", default=None, help="example store (default assets/lrp/examples.json)")
 
 
 def run_precompute_examples(args) -> dict:
@@ -137,7 +137,7 @@ def _precompute_args(p) -> None:
     p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
-    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -173,18 +173,14 @@ def _report(args, res, columns: list[str]) -> dict:
     return r
 
 
-def _methods(args):
-    return args.methods or list(lrp.METHODS)
-
-
 def run_faithfulness(args) -> dict:
-    res = lrp.evaluation_result(args.model, args.n, args.steps, _methods(args), ProgressBar(), baseline=args.baseline,
+    res = lrp.evaluation_result(args.model, args.n, args.steps, args.methods, ProgressBar(), baseline=args.baseline,
                                 **_eval_kwargs(args))
     return _report(args, res, ["delta_af", "area_morf", "area_lerf", "conservation_mean_abs_error"])
 
 
 def run_conservation(args) -> dict:
-    res = lrp.evaluation_result(args.model, args.n, 10, _methods(args), ProgressBar(), faithfulness=False,
+    res = lrp.evaluation_result(args.model, args.n, lrp.EVAL_STEPS, args.methods, ProgressBar(), faithfulness=False,
                                 **_eval_kwargs(args))
     return _report(args, res, ["conservation_mean_abs_error", "conservation_mean_rel_error"])
 
@@ -205,8 +201,7 @@ def run_key_token(args) -> dict:
 def run_precompute_evaluation(args) -> dict:
     """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
     _threads(args.threads)
-    summary = lrp.precompute_evaluation(args.only, args.n, args.out, cache=not args.no_cache, progress=ProgressBar(),
-                                        log=_log)
+    summary = lrp.precompute_evaluation(args.only, args.n, args.out, progress=ProgressBar(), log=_log)
     text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
                      for k, v in summary.items())
     emit(args, summary, text)

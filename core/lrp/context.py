@@ -22,6 +22,7 @@ from core.errors import BadInputError
 from core.lrp import rules as R
 from core.lrp.mixer import bimamba_mixer_forward, mamba_mixer_forward
 from core.lrp.models import BiMambaMixer
+from core.progress import Progress, report, scaled
 
 
 class LayerProgress:
@@ -31,18 +32,18 @@ class LayerProgress:
 
     FORWARD_SHARE = 1 / 3
 
-    def __init__(self, callback, n_layers: int):
-        self.callback, self.n = callback, max(1, n_layers)
+    def __init__(self, callback: Progress, n_layers: int):
+        self.n = max(1, n_layers)
+        self.forward = scaled(callback, 0.0, self.FORWARD_SHARE)
+        self.backward = scaled(callback, self.FORWARD_SHARE, 1.0)
 
     def after_forward(self, out: torch.Tensor, layer: int) -> None:
-        self.callback(self.FORWARD_SHARE * (layer + 1) / self.n, f"forward pass: layer {layer + 1} of {self.n}")
+        report(self.forward, (layer + 1) / self.n, f"forward pass: layer {layer + 1} of {self.n}")
         if out.requires_grad:
             out.register_hook(lambda grad: self._backward(layer))
 
     def _backward(self, layer: int) -> None:
-        done = (self.n - layer) / self.n
-        self.callback(self.FORWARD_SHARE + (1 - self.FORWARD_SHARE) * done,
-                      f"backward pass: layer {layer + 1} of {self.n}")
+        report(self.backward, (self.n - layer) / self.n, f"backward pass: layer {layer + 1} of {self.n}")
 
 
 @functools.lru_cache(maxsize=1)

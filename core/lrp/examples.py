@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from core.examples import Example, Param
 from core.lrp.methods import METHODS
-from core.lrp.service import (DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
-                              committed_result, explanation_view, image_result, text_result)
+from core.lrp.requests import DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES
+from core.lrp.service import committed_result, image_result, text_result
+from core.lrp.views import view
+from core.runner import Found
 
 METHOD = Param("method", "methods", "multi", tuple(METHODS))
 SHORT = {"mamba-sentiment": ("sentiment", "Review"), "mamba-lm": ("lm", "LM")}
@@ -19,7 +21,8 @@ def _subset(res, methods):
         return None
     if list(methods) == list(held):
         return res
-    return explanation_view({**res.data, "methods": {m: held[m] for m in methods}}, res.source, res.key)
+    return view(f"lrp/{res.data['kind']}", Found({**res.data, "methods": {m: held[m] for m in methods}}, res.source,
+                                                res.key))
 
 
 def _text(model: str, text: str):
@@ -42,7 +45,7 @@ def _committed(item=None):
         if res is None:
             from core.errors import BadInputError
             raise BadInputError(f"no committed evaluation of {model or item}.",
-                                fix="run `python -m core lrp precompute-eval` to compute it.")
+                                fix="run `python -m core lrp precompute-evaluation` to compute it.")
         return res
     return show
 

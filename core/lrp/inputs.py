@@ -1,8 +1,9 @@
 """The inputs of a MambaLRP explanation, validated with a message naming the fix: the model (a Mamba model from the
-zoo), a text cut to a length the page states, an uploaded image made into an MNIST-like digit, a target in range,
-and what the model predicts.
+zoo), a text cut to a length the page states, an uploaded image made into an MNIST-like digit, and what the model
+predicts.
 
     load(ref)                            -> core.zoo.LoadedModel (a Mamba model; anything else is refused)
+    load_vision(ref)                     -> the same, refused unless it is an image model
     cut_text(loaded, text)               -> (the text cut to MAX_TEXT_CHARS characters before tokenizing, note)
     tokenize(loaded, text, max_tokens)   -> (input_ids (1, L), token texts as typed, note)
     prepare_image(image, size)           -> ((size, size) float32 in [0, 1], note)
@@ -34,6 +35,14 @@ def load(ref: str):
         raise BadInputError("No model chosen.", fix="Pick mamba-sentiment, mamba-lm or vision-mamba-mnist.")
     loaded = load_model(str(ref).strip())
     adapter_for(loaded.model)  # a clear message for a non-Mamba model
+    return loaded
+
+
+def load_vision(ref: str):
+    """:func:`load`, refused unless it is an image model."""
+    loaded = load(ref)
+    if kind(loaded) != "vision":
+        raise BadInputError(f"{str(ref).strip()} is not an image model.", fix="Pick vision-mamba-mnist.")
     return loaded
 
 
@@ -145,19 +154,6 @@ def logits(loaded, **inputs) -> torch.Tensor:
     adapter = adapter_for(loaded.model)
     with torch.no_grad(), lrp_rules(adapter.model, None):
         return adapter.logits(adapter.embed(**inputs))[0]
-
-
-def check_target(target, n_outputs: int):
-    if target is None or target == "":
-        return None
-    try:
-        t = int(target)
-    except (TypeError, ValueError):
-        raise BadInputError(f"The target must be a class index or token id, got {target!r}.") from None
-    if not 0 <= t < n_outputs:
-        raise BadInputError(f"Target {t} is out of range: the model has {n_outputs} outputs.",
-                            fix=f"Pick a target in 0..{n_outputs - 1}, or leave it empty for the top prediction.")
-    return t
 
 
 def target_label(prediction: dict, lm: bool) -> str:

@@ -8,7 +8,7 @@ All runners take a list of samples, each a dict of :func:`core.lrp.explain` argu
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Sequence
+from typing import Iterable, Sequence
 
 import numpy as np
 import torch
@@ -17,9 +17,7 @@ from core.errors import BadInputError, Cancelled
 from core.lrp.adapters import adapter_for
 from core.lrp.context import lrp_rules
 from core.lrp.methods import Explanation, _baseline_embedding, explain, method_names
-from core.progress import report
-
-Progress = Callable[[float, str], None] | None
+from core.progress import Progress, report
 
 
 def _sample(s) -> dict:
@@ -31,9 +29,9 @@ def _sample(s) -> dict:
     return {"pixel_values": t} if t.is_floating_point() else {"input_ids": t}
 
 
-def _loop(samples, methods, progress: Progress):
-    """Yield ``(i, sample, method)``; ``progress`` is called before each and at the end, and ends the loop early
-    when it raises :class:`Cancelled`."""
+def each_sample(samples, methods, progress: Progress | None):
+    """Yield ``(i, sample, method)`` for every sample and method; ``progress`` is called before each and at the end,
+    and ends the loop early (without an error) when it raises :class:`Cancelled`."""
     samples = [_sample(s) for s in samples]
     names = method_names(methods)
     total = max(1, len(samples) * len(names))
@@ -52,7 +50,7 @@ def _loop(samples, methods, progress: Progress):
 # ------------------------------------------------------------------------------------------------
 # Conservation
 # ------------------------------------------------------------------------------------------------
-def conservation(model, samples: Sequence, methods: Iterable[str] | None = None, progress: Progress = None,
+def conservation(model, samples: Sequence, methods: Iterable[str] | None = None, progress: Progress | None = None,
                  **options) -> dict[str, dict]:
     """Sum of relevances vs the explained logit, per method, over the samples.
 
@@ -61,7 +59,7 @@ def conservation(model, samples: Sequence, methods: Iterable[str] | None = None,
     ``{method: {"sums": [...], "logits": [...], "mean_abs_error": e, "mean_rel_error": r}}``.
     """
     out: dict[str, dict] = {}
-    for _, sample, name in _loop(samples, methods, progress):
+    for _, sample, name in each_sample(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         row = out.setdefault(name, {"sums": [], "logits": []})
         row["sums"].append(e.total)
@@ -143,14 +141,14 @@ def flip_curves(model, explanation: Explanation, input_ids=None, pixel_values=No
 
 
 def faithfulness(model, samples: Sequence, methods: Iterable[str] | None = None, steps: int = 10,
-                 baseline="zero", progress: Progress = None,
+                 baseline="zero", progress: Progress | None = None,
                  **options) -> dict[str, dict]:
     """Mean MoRF/LeRF areas and ``delta_af = A_LeRF - A_MoRF`` per method (higher is better).
 
     ``options`` maps a method name to its options, e.g. ``smoothgrad={"n_samples": 8}``.
     """
     out: dict[str, dict] = {}
-    for _, sample, name in _loop(samples, methods, progress):
+    for _, sample, name in each_sample(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         inputs = {k: v for k, v in sample.items() if k in ("input_ids", "pixel_values")}
         c = flip_curves(model, e, steps=steps, baseline=baseline, **inputs)
@@ -180,17 +178,17 @@ def top_k_distances(relevance: torch.Tensor, k: int = 10) -> np.ndarray:
 
 
 def long_range(model, samples: Sequence, methods: Iterable[str] | None = None, k: int = 10,
-               progress: Progress = None, **options) -> dict[str, np.ndarray]:
+               progress: Progress | None = None, **options) -> dict[str, np.ndarray]:
     """For next-token prediction: all distances from the end of each method's top-``k`` tokens."""
     out: dict[str, list] = {}
-    for _, sample, name in _loop(samples, methods, progress):
+    for _, sample, name in each_sample(samples, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         out.setdefault(name, []).append(top_k_distances(e.relevance, k))
     return {name: np.concatenate(v) for name, v in out.items()}
 
 
 def key_token_hit_rate(model, records: Sequence, methods: Iterable[str] | None = None, k: int = 1,
-                       progress: Progress = None, **options) -> dict[str, float]:
+                       progress: Progress | None = None, **options) -> dict[str, float]:
     """How often each method puts a known key token in its top-``k``.
 
     ``records`` have ``.tokens``, ``.label`` and ``.key_positions`` (``core.data.synthetic.key_token_task``);
@@ -198,8 +196,24 @@ def key_token_hit_rate(model, records: Sequence, methods: Iterable[str] | None =
     """
     hits: dict[str, list] = {}
     records = list(records)
-    for i, sample, name in _loop(records, methods, progress):
+    for i, sample, name in each_sample(records, methods, progress):
         e = explain(model, method=name, **sample, **options.get(name, {}))
         top = set(torch.topk(e.relevance.reshape(-1), min(k, e.relevance.numel())).indices.tolist())
         hits.setdefault(name, []).append(bool(top & set(records[i].key_positions)))
     return {name: float(np.mean(v)) for name, v in hits.items()}
+
+
+# ------------------------------------------------------------------------------------------------
+# Summaries of per-sample values (None when there are none)
+# ------------------------------------------------------------------------------------------------
+def mean(values) -> float | None:
+    return float(np.mean(values)) if len(values) else None
+
+
+def sem(values) -> float | None:
+    """Standard error of the mean (ddof 1); None below two values."""
+    return float(np.std(values, ddof=1) / np.sqrt(len(values))) if len(values) > 1 else None
+
+
+def median(values) -> float | None:
+    return float(np.median(values)) if len(values) else None

@@ -1,21 +1,28 @@
-"""Dataset-level evaluation (core.lrp.evaluation) and its CLI: real properties on the embedded models, tiny n."""
+"""Dataset-level evaluations (faithfulness, conservation, long range, key-token ground truth) through the service and
+the CLI: real properties on the embedded models, tiny n; where a result came from is said by the Result alone."""
 import json
 
 import numpy as np
 import pytest
 import torch
 
+import core.lrp as lrp
 from core.cli import main
 from core.errors import BadInputError
+from core.lrp import inputs
+from core.lrp.samples import DEFAULT_DATASETS, samples_and_gold, task_kind
 from core.progress import cancellable
-from core.lrp import evaluate, long_range_evaluation, samples_for
-from core.lrp.evaluation import key_token_evaluation
 
 
 @pytest.fixture(autouse=True)
 def private_cache(fresh_cache):
     """Results go to a private cache (the datasets stay where they are prepared)."""
     torch.set_num_threads(2)
+
+
+def samples_for(model: str, n: int, target: str = "predicted", seed: int = 0, max_tokens=None) -> list[dict]:
+    loaded = inputs.load(model)
+    return samples_and_gold(loaded, DEFAULT_DATASETS[task_kind(loaded)], "test", n, seed, target, max_tokens)[0]
 
 
 def test_samples_for_formats_and_seeding():
@@ -35,7 +42,7 @@ def test_samples_for_formats_and_seeding():
 
 
 def test_vision_mambalrp_is_faithful_and_conservative():
-    r = evaluate("vision-mamba-mnist", n=3, methods="mambalrp,random", steps=4, cache=False)
+    r = lrp.evaluation_result("vision-mamba-mnist", n=3, methods="mambalrp,random", steps=4, cache=False).data
     json.dumps(r)  # JSON-serialisable as it is
     assert r["complete"] and r["n_done"] == 3 and r["dataset"] == "mnist-5k" and r["methods"] == ["mambalrp", "random"]
     f = r["faithfulness"]
@@ -51,23 +58,26 @@ def test_vision_mambalrp_is_faithful_and_conservative():
     assert 0 <= r["accuracy"] <= 1 and r["mean_length"] == 16
 
 
-def test_conservation_only_is_cached_and_stop_is_not(tmp_path):
+def test_conservation_only_is_cached_and_stop_is_not():
     kw = {"n": 2, "methods": ["mambalrp", "gradient_x_input"], "faithfulness": False}
-    first = evaluate("mamba-sentiment", **kw)
-    assert not first["cached"] and "faithfulness" not in first
-    assert first["conservation"]["mambalrp"]["mean_abs_error"] < 1e-4
-    second = evaluate("mamba-sentiment", **kw)
-    assert second["cached"] and second["conservation"] == first["conservation"]
+    first = lrp.evaluation_result("mamba-sentiment", **kw)
+    assert first.source == "computed" and "faithfulness" not in first.data
+    assert first.data["conservation"]["mambalrp"]["mean_abs_error"] < 1e-4
+    second = lrp.evaluation_result("mamba-sentiment", **kw)
+    assert second.source == "cache" and second.key == first.key
+    assert second.data["conservation"] == first.data["conservation"]
+    assert not {"cached", "source"} & (set(first.data) | set(second.data))  # provenance only beside the data
     calls = []
-    stopped = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False,
-                       progress=cancellable(lambda f, m: calls.append(f), lambda: len(calls) >= 2))
-    assert not stopped["complete"] and stopped["n_done"] == 2
-    again = evaluate("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False)
-    assert again["complete"] and not again["cached"]  # the partial run was not cached
+    stopped = lrp.evaluation_result("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False,
+                                    progress=cancellable(lambda f, m: calls.append(f), lambda: len(calls) >= 2))
+    assert not stopped.data["complete"] and stopped.data["n_done"] == 2 and stopped.key is None
+    assert "Stopped early: 2 of 3 samples" in stopped.status
+    again = lrp.evaluation_result("mamba-sentiment", n=3, methods=["mambalrp"], faithfulness=False)
+    assert again.data["complete"] and again.source == "computed"  # the partial run was not cached
 
 
 def test_long_range_distances():
-    r = long_range_evaluation("mamba-lm", n=1, methods=["mambalrp", "random"], k=5, max_tokens=16, cache=False)
+    r = lrp.long_range_result("mamba-lm", n=1, methods=["mambalrp", "random"], k=5, max_tokens=16, cache=False).data
     json.dumps(r)
     for m in r["methods"]:
         s = r["methods_stats"][m]
@@ -76,15 +86,24 @@ def test_long_range_distances():
         assert sum(s["histogram"]) == 5
 
 
-def test_bad_input_is_rejected():
+@pytest.mark.parametrize("call", [
+    lambda: lrp.evaluation_result("vision-mamba-mnist", n=0, cache=False),
+    lambda: lrp.evaluation_result("vision-mamba-mnist", n=1.5, cache=False),
+    lambda: lrp.evaluation_result("vision-mamba-mnist", n=1, steps=True, cache=False),
+    lambda: lrp.evaluation_result("vision-mamba-mnist", n=1, methods=["nope"], cache=False),
+    lambda: lrp.evaluation_result("vision-mamba-mnist", n=1, methods=[], cache=False),
+    lambda: lrp.evaluation_result("vision-mamba-mnist", dataset="movie-sentiment", n=1, cache=False),
+    lambda: lrp.evaluation_result("mamba-sentiment", n=1, target="oracle", cache=False),
+    lambda: lrp.evaluation_result("mamba-sentiment", n=1, baseline="noise", cache=False),
+    lambda: lrp.evaluation_result("mamba-sentiment", n=1, options={"lime": {}}, cache=False),
+    lambda: lrp.long_range_result("mamba-sentiment", n=1, cache=False),
+    lambda: lrp.long_range_result("mamba-lm", n=1, max_tokens=1, cache=False),
+    lambda: lrp.key_token_result(n=1, k=0, cache=False),
+    lambda: lrp.key_token_result(n=1, seeds=51, cache=False),
+])
+def test_bad_input_is_rejected(call):
     with pytest.raises(BadInputError):
-        evaluate("vision-mamba-mnist", n=0, cache=False)
-    with pytest.raises(BadInputError):
-        evaluate("vision-mamba-mnist", n=1, methods=["nope"], cache=False)
-    with pytest.raises(BadInputError):
-        evaluate("vision-mamba-mnist", dataset="movie-sentiment", n=1, cache=False)
-    with pytest.raises(BadInputError):
-        evaluate("mamba-sentiment", n=1, target="oracle", cache=False)
+        call()
 
 
 @pytest.mark.parametrize("argv", [
@@ -112,10 +131,33 @@ def test_cli_writes_a_folder(tmp_path, capsys):
     assert "<html" in (tmp_path / "faithfulness-mamba-sentiment.html").read_text()[:200].lower()
 
 
+def test_committed_evaluations_answer_their_requests_and_precompute_writes_their_layout(tmp_path):
+    from core.lrp import committed
+    from core.lrp.requests import EvaluationRequest
+    from core.runner import result_key
+    store = committed.evaluation_store()
+    for item in ("mnist", "sentiment"):  # the tab's requests are answered by the committed files, keyed alike
+        _, analysis, model, raw = committed.EVALUATION_ITEMS[item]
+        _, fp, params = EvaluationRequest.parse(**raw).key()
+        assert store.get(fp, analysis, params)["n_done"] == raw["n"]
+    res = lrp.committed_result("sentiment")
+    assert res.source == "precomputed" and res.key == result_key(fp, "lrp-evaluation", params)
+    assert "cached" not in res.data and res.data["command"].endswith("--only sentiment")
+    assert main(["lrp", "precompute-evaluation", "--only", "sentiment", "-n", "1", "--out", str(tmp_path)]) == 0
+    assert json.loads((tmp_path / "index.json").read_text())["items"] == {
+        "sentiment": "faithfulness-mamba-sentiment.json"}
+    written = json.loads((tmp_path / "faithfulness-mamba-sentiment.json").read_text())
+    assert list(written)[-2:] == ["cached", "command"] and written["cached"] is False and written["n_done"] == 1
+    assert written["command"] == "python -m core lrp precompute-evaluation --only sentiment -n 1"
+    entry, = committed.evaluation_store(tmp_path).entries()
+    assert entry["params"] == EvaluationRequest.parse(**{**raw, "n": 1}).key()[2]
+    assert entry["data"] == {k: v for k, v in written.items() if k != "cached"}
+
+
 @pytest.mark.slow
 def test_key_token_ground_truth_over_seeds():
     torch.set_num_threads(1)  # two tiny trainings: a second thread only adds contention on a shared CPU
-    r = key_token_evaluation(n=20, methods=["lrp_ln", "random"], cache=False, seeds=2)
+    r = lrp.key_token_result(n=20, methods=["lrp_ln", "random"], cache=False, seeds=2).data
     assert r["seeds"] == [0, 1] and r["n_seeds"] == 2 and r["n_done"] == 40 and r["complete"]
     assert min(r["model"]["accuracy_per_seed"]) > 0.95
     for m in ("lrp_ln", "random"):
@@ -139,7 +181,7 @@ def test_zeroed_logit_drop_is_the_change_of_the_target_logit_and_of_the_margin()
     margin over the other class."""
     from core.data.synthetic import key_token_task
     from core.lrp.adapters import adapter_for
-    from core.lrp.evaluation import _zeroed_logit_drops, train_key_token_model
+    from core.lrp.key_token import _zeroed_logit_drops, train_key_token_model
     model, _ = train_key_token_model(0, config={"steps": 5})
     rec = key_token_task(1, seed=7, length=16)[0]
     ids = torch.tensor([list(rec.tokens)])

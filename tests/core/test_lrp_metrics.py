@@ -6,8 +6,10 @@ from transformers import MambaConfig, MambaForCausalLM
 
 from core.errors import BadInputError
 from core.progress import cancellable
-from core.lrp import (METHODS, Explanation, Method, MambaSequenceClassifier, conservation, explain, faithfulness,
-                      flip_curves, key_token_hit_rate, long_range, top_k_distances)
+from core.lrp import METHODS, MambaSequenceClassifier, Method, explain
+from core.lrp.methods import Explanation
+from core.lrp.metrics import (conservation, faithfulness, flip_curves, key_token_hit_rate, long_range,
+                              top_k_distances)
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

@@ -3,7 +3,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from core.lrp import LRPRules, hidden_attention
+from core.lrp import LRPRules
+from core.lrp.attention import hidden_attention
 from core.lrp import rules as R
 from core.lrp.attention import rollout
 from core.lrp.mixer import causal_conv

@@ -93,19 +93,20 @@ def _axis_titles(fig):
 
 
 def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
-    from core.lrp import evaluation
-    pre = evaluation.precomputed()
-    assert {"mnist", "sentiment", "lm", "key-token", "mamba-sentiment", "vision-mamba-mnist"} <= set(pre)
-    for model in ("mamba-sentiment", "vision-mamba-mnist"):
-        text, cons, faith, table = lrp.eval_outputs(core_lrp.committed_result(model))
+    for item, model in (("sentiment", "mamba-sentiment"), ("mnist", "vision-mamba-mnist")):
+        res = core_lrp.committed_result(model)
+        assert res.source == "precomputed" and res.data == core_lrp.committed_result(item).data
+        assert not {"cached", "source"} & set(res.data)  # where it came from is the Result's, not the data's
+        text, cons, faith, table = lrp.eval_outputs(res)
         assert "precomputed" in text and "ΔA^F" in text
         for fig in (cons, faith):
             assert fig.layout.title.text and _axis_titles(fig) and any(t.showlegend for t in fig.data)
         assert table.iloc[0]["method"] == "MambaLRP"  # best first, on both committed models
-        assert pre[model]["conservation"]["mambalrp"]["max_abs_error"] < 1e-4
-        assert pre[model]["fingerprint"] == fingerprint(model), "stale: lrp precompute-evaluation"
-    lr = core_lrp.committed_result("lm").figures["long-range"]
-    assert "Long range" in lr.layout.title.text and len(lr.data) == len(pre["lm"]["methods"])
+        assert res.data["conservation"]["mambalrp"]["max_abs_error"] < 1e-4
+        assert res.data["fingerprint"] == fingerprint(model), "stale: lrp precompute-evaluation"
+    long_range = core_lrp.committed_result("lm")
+    lr = long_range.figures["long-range"]
+    assert "Long range" in lr.layout.title.text and len(lr.data) == len(long_range.data["methods"])
     key_token = core_lrp.committed_result("key-token")
     rows, res = key_token.views["hits"], key_token.data
     assert {r["method"] for r in rows} >= {"MambaLRP", "Random"}

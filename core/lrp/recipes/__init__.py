@@ -54,7 +54,26 @@ def recipe_for(name: str, seed: int = 0, quick: bool = False, **overrides):
     return replace(cfg, **overrides) if overrides else cfg
 
 
-__all__ = ["RECIPES", "recipe_for", "LMRecipe", "SentimentRecipe", "VisionRecipe", "train_lm", "train_sentiment",
+def train(request, progress=None) -> dict:
+    """Train the recipe of a :class:`core.lrp.requests.TrainRequest` into its ``out`` folder (default
+    ``assets/models/<name>``); the card records the command that reproduces it. Returns the model's name, the
+    folder, that command and the held-out figures the recipe measured."""
+    import torch
+
+    from core.paths import ASSETS_DIR
+
+    overrides = {"init_from": request.init_from} if request.init_from is not None else {}
+    if request.epochs is not None:
+        overrides["epochs"] = request.epochs
+    torch.set_num_threads(request.threads)
+    cfg = recipe_for(request.recipe, seed=request.seed, quick=request.quick, **overrides)
+    _, train_fn, name = RECIPES[request.recipe]
+    out = request.out or str(ASSETS_DIR / "models" / name)
+    metrics = train_fn(cfg, out, progress=progress, recipe_command=request.command)
+    return {"model": name, "out": str(out), "recipe": request.command, **metrics}
+
+
+__all__ = ["RECIPES", "recipe_for", "train", "LMRecipe", "SentimentRecipe", "VisionRecipe", "train_lm", "train_sentiment",
            "train_vision", "fast_mixers", "paragraph_texts", "mamba_config", "classifier_accuracy", "image_accuracy",
            "mnist_tensors", "tfidf_baseline", "seed_everything", "EOS", "UNK", "PARAGRAPH_CORPORA", "fast_tokenizer",
            "train_tokenizer", "train_word_tokenizer", "word_form", "VADER_GROUND_TRUTH", "extra_sentiment_records",

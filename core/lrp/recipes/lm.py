@@ -13,7 +13,8 @@ from core.data.tokenizers import EOS, fast_tokenizer, train_tokenizer
 from core.lrp.recipes.fast import fast_mixers
 from core.schedules import warmup_cosine
 from core.zoo.construction import constructing
-from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
+from core.progress import Progress, report, scaled
+from core.zoo.training import adamw, param_count, save_trained, seed_everything, write_card
 
 PARAGRAPH_CORPORA = ("wikipedia-paragraphs", "openwebtext-paragraphs", "pydoc-topics")
 
@@ -73,7 +74,7 @@ def mamba_config(recipe, vocab_size: int):
                        tie_word_embeddings=True, pad_token_id=0, eos_token_id=0, bos_token_id=0)
 
 
-def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: str = "") -> dict:
+def train_lm(recipe: LMRecipe, out, progress: Progress | None = None, recipe_command: str = "") -> dict:
     """Train the tokenizer and ``MambaForCausalLM`` on the paragraph corpora; save to ``out``."""
     from transformers import MambaForCausalLM
 
@@ -94,6 +95,7 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
     opt = adamw(model, recipe.lr, recipe.weight_decay, no_decay=no_decay)
     model.train()
     losses = []
+    training = scaled(progress, 0.05, 0.9)  # the steps' share of the bar
     with fast_mixers(model):
         for step in range(recipe.steps):
             starts = torch.randint(0, len(stream) - recipe.seq_len - 1, (recipe.batch_size,), generator=gen)
@@ -109,8 +111,7 @@ def train_lm(recipe: LMRecipe, out, progress: Progress = None, recipe_command: s
             losses.append(float(loss.detach()))
             if step % 20 == 0 or step == recipe.steps - 1:
                 recent = sum(losses[-20:]) / len(losses[-20:])
-                report(progress, 0.05 + 0.85 * (step + 1) / recipe.steps,
-                        f"lm step {step + 1}/{recipe.steps} loss {recent:.3f}")
+                report(training, (step + 1) / recipe.steps, f"lm step {step + 1}/{recipe.steps} loss {recent:.3f}")
     train_s = time.perf_counter() - t0
     model.eval()
     def write(folder: Path) -> dict:

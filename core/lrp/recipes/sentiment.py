@@ -18,7 +18,8 @@ from core.lrp.recipes.fast import fast_mixers
 from core.lrp.recipes.lm import LMRecipe, lm_training_texts, mamba_config, no_decay
 from core.schedules import warmup_cosine
 from core.zoo.construction import constructing
-from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
+from core.progress import Progress, report, scaled
+from core.zoo.training import adamw, param_count, save_trained, seed_everything, write_card
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ def _lexicon_init(embeddings: nn.Embedding, tokenizer, lexicon: dict[str, float]
     return hits
 
 
-def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, recipe_command: str = "") -> dict:
+def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = None, recipe_command: str = "") -> dict:
     """Train :class:`MambaSequenceClassifier` on movie-sentiment (+ extra data); keep the best validation epoch."""
     import core.data as data
     from core.lrp.models import MambaSequenceClassifier
@@ -188,6 +189,7 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
     opt = adamw(model, recipe.lr, recipe.weight_decay, no_decay=no_decay)
     steps_per_epoch = len(length_batches(items, recipe.batch_size, torch.Generator().manual_seed(0)))
     total = steps_per_epoch * recipe.epochs
+    training = scaled(progress, 0.0, 0.9)  # the epochs' share of the bar
     best = (-1.0, None, -1)
     history, step = [], 0
     for epoch in range(recipe.epochs):
@@ -220,12 +222,12 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress = None, rec
                 opt.step()
                 step += 1
                 if step % 25 == 0:
-                    report(progress, 0.9 * step / total, f"epoch {epoch + 1} step {step}/{total} loss {float(loss.detach()):.3f}")
+                    report(training, step / total, f"epoch {epoch + 1} step {step}/{total} loss {float(loss.detach()):.3f}")
             model.eval()
             val_acc = classifier_accuracy(model, tokenizer, val, recipe.max_tokens)
         history.append(round(val_acc, 4))
-        report(progress, 0.9 * step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f} "
-                                              f"({time.perf_counter() - t0:.0f} s)")
+        report(training, step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f} "
+                                       f"({time.perf_counter() - t0:.0f} s)")
         if val_acc > best[0]:
             best = (val_acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
         elif epoch + 1 - best[2] >= recipe.patience:

@@ -14,7 +14,8 @@ from core.lrp.recipes.fast import fast_mixers
 from core.lrp.recipes.lm import no_decay
 from core.schedules import warmup_cosine
 from core.zoo.construction import constructing
-from core.zoo.training import Progress, adamw, param_count, report, save_trained, seed_everything, write_card
+from core.progress import Progress, report, scaled
+from core.zoo.training import adamw, param_count, save_trained, seed_everything, write_card
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def image_accuracy(model, x: torch.Tensor, y: torch.Tensor, batch_size: int = 10
     return correct / max(1, len(x))
 
 
-def train_vision(recipe: VisionRecipe, out, progress: Progress = None, recipe_command: str = "") -> dict:
+def train_vision(recipe: VisionRecipe, out, progress: Progress | None = None, recipe_command: str = "") -> dict:
     """Train :class:`VisionMamba` on mnist-5k (train split), keep the best validation epoch, save to ``out``."""
     from core.lrp.models import VisionMamba, VisionMambaConfig
 
@@ -89,6 +90,7 @@ def train_vision(recipe: VisionRecipe, out, progress: Progress = None, recipe_co
     opt = adamw(model, recipe.lr, recipe.weight_decay, no_decay=no_decay)
     steps_per_epoch = math.ceil(len(x_train) / recipe.batch_size)
     total = steps_per_epoch * recipe.epochs
+    training = scaled(progress, 0.0, 0.9)  # the epochs' share of the bar
     best, history, step = (-1.0, None, 0), [], 0
     for epoch in range(recipe.epochs):
         model.train()
@@ -106,11 +108,11 @@ def train_vision(recipe: VisionRecipe, out, progress: Progress = None, recipe_co
                 opt.step()
                 step += 1
                 if step % 20 == 0:
-                    report(progress, 0.9 * step / total, f"epoch {epoch + 1} step {step}/{total} loss {float(loss.detach()):.3f}")
+                    report(training, step / total, f"epoch {epoch + 1} step {step}/{total} loss {float(loss.detach()):.3f}")
             model.eval()
             val_acc = image_accuracy(model, x_val, y_val)
         history.append(round(val_acc, 4))
-        report(progress, 0.9 * step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f}")
+        report(training, step / total, f"epoch {epoch + 1}: validation accuracy {val_acc:.4f}")
         if val_acc >= best[0]:
             best = (val_acc, {k: v.detach().clone() for k, v in model.state_dict().items()}, epoch + 1)
     train_s = time.perf_counter() - t0

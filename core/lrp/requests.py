@@ -1,0 +1,347 @@
+"""What each MambaLRP action is asked, parsed once: the raw inputs of the tab, the CLI or a notebook become one frozen
+request with every value checked (or one :class:`BadInputError` naming the fix), and the choices and defaults the
+tab offers live here too.
+
+    TextRequest, ImageRequest              an explanation of one text / one image, per method
+    EvaluationRequest, LongRangeRequest    faithfulness + conservation / long range over a dataset split
+    KeyTokenRequest                        the key-token ground truth over seeds
+    TrainRequest                           training an embedded model with its recipe
+
+Each has ``parse(**raw) -> request``, ``key() -> (model name, fingerprint, params)`` (what the result is looked up and
+cached under; None when it is not cached) and ``notice`` (said through the progress before any work, or "").
+``rules`` are the switches of MambaLRP's rules (the paper's ablation, :data:`TOGGLES`) as keyword arguments of
+:meth:`core.lrp.LRPRules.from_toggles`; the target is a class index or token id, None or :data:`TOP` for the top
+prediction (whether it is in range is checked where the model's outputs are known, in :func:`core.lrp.explain`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from core.errors import BadInputError
+from core.lrp import inputs
+from core.lrp.key_token import KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
+from core.lrp.methods import METHODS, method_names
+from core.lrp.rules import GAMMA_LAYERS, LRPRules
+from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
+
+# ---- the choices and defaults of the tab and the CLI ------------------------------------------------------------
+TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
+IMAGE_MODELS = ("vision-mamba-mnist",)
+EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist")
+DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
+MAX_TOKENS, MAX_TEXT_CHARS = inputs.MAX_TOKENS, inputs.MAX_TEXT_CHARS
+TOP = -1  # the target choice "top prediction" (as None)
+RULE_SWITCHES = {"silu": "SiLU: identity rule", "ssm": "SSM: A, B, C, Δ as constants", "gate": "Gate: half rule",
+                 "norm": "RMSNorm: LN-rule"}  # MambaLRP's rules a user switches off (the paper's ablation)
+TOGGLES = (*RULE_SWITCHES, "gamma", "gamma_layers")  # LRPRules.from_toggles' switches
+TEXT_EXAMPLES = {
+    "mamba-sentiment": ["A gorgeous, witty and seductive movie.",
+                        "The plot is predictable and the acting is painfully flat.",
+                        "It is not a bad film, but the ending is a complete mess."],
+    "mamba-lm": ["He was born in the city of", "The function returns a list of",
+                 "the acting is good but the story is"],
+}
+IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
+EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
+MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
+
+
+def method_choices() -> list[tuple[str, str]]:
+    """``(label, name)`` of every registered method, for checkboxes and the CLI help."""
+    return [(m.label, name) for name, m in METHODS.items()]
+
+
+# ---- single values ----------------------------------------------------------------------------------------------
+def whole(value, what: str, fix: str, low: int = 1, high: int | None = None) -> int:
+    """``value`` as a whole number from ``low`` (to ``high``); an integral float counts, a bool or blank does not."""
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low or \
+            (high is not None and value > high):
+        span = f">= {low}" if high is None else f"from {low} to {high}"
+        raise BadInputError(f"{what} must be a whole number {span}, got {value!r}.", fix=fix)
+    return int(value)
+
+
+def _model(ref) -> str:
+    if not ref or not str(ref).strip():
+        raise BadInputError("No model chosen.", fix="Pick mamba-sentiment, mamba-lm or vision-mamba-mnist.")
+    return str(ref).strip()
+
+
+def _target(raw) -> int | None:
+    """The explained class index / token id; None (the top prediction) for None, "" and :data:`TOP`."""
+    if raw is None or raw == "" or raw == TOP or raw == str(TOP):
+        return None
+    try:
+        target = int(raw)
+        if isinstance(raw, bool) or (isinstance(raw, float) and raw != target):
+            raise ValueError
+    except (TypeError, ValueError, OverflowError):
+        raise BadInputError(f"The target must be a class index or token id, got {raw!r}.") from None
+    return target
+
+
+def _toggles(rules) -> dict:
+    """The rule switches that differ from the defaults, checked (the cache key); ``{}`` is MambaLRP as published."""
+    rules = dict(rules or {})
+    unknown = sorted(set(rules) - set(TOGGLES))
+    if unknown:
+        raise BadInputError(f"Unknown rule(s): {', '.join(unknown)}.", fix=f"Use: {', '.join(TOGGLES)}.")
+    LRPRules.from_toggles(**rules)  # validates gamma and the layers
+    out = {k: False for k in RULE_SWITCHES if k in rules and not rules[k]}
+    if rules.get("gamma") not in (None, ""):
+        out["gamma"] = float(rules["gamma"])
+        out["gamma_layers"] = sorted(set(rules.get("gamma_layers", GAMMA_LAYERS) or []))
+    return out
+
+
+def _method_options(methods: list[str], options: dict | None) -> dict:
+    """Each method's fast options (the registry's, chosen for CPU speed) updated with ``options``."""
+    out = {m: dict(METHODS[m].fast_options) for m in methods}
+    for m, o in (options or {}).items():
+        if m not in METHODS:
+            raise BadInputError(f"Options given for unknown method {m!r}.", fix=f"Use: {', '.join(METHODS)}.")
+        if m in out:
+            out[m].update(o)
+    return out
+
+
+def _fingerprint(model: str) -> str:
+    from core.zoo import fingerprint
+    return fingerprint(model)
+
+
+# ---- one explanation ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TextRequest:
+    """Relevance of every token of ``text`` for the model's prediction (or ``target``), per method."""
+
+    model: str
+    text: str  # cut to MAX_TEXT_CHARS characters (which end depends on the model), as stored and hashed
+    methods: list[str]
+    target: int | None
+    rules: dict
+    cut: str = ""  # what cutting the text did, or ""
+    notice = ""
+
+    @classmethod
+    def parse(cls, model, text, methods, target, rules) -> "TextRequest":
+        model, methods = _model(model), method_names(methods, empty_means_all=False)
+        rules, target = _toggles(rules), _target(target)
+        if not isinstance(text, str) or not text.strip():
+            raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+        cut = ""
+        if len(text) > MAX_TEXT_CHARS:  # cut before it is hashed, stored or tokenized
+            text, cut = inputs.cut_text(inputs.load(model), text)
+        return cls(model, text, methods, target, rules, cut)
+
+    def key(self):
+        return self.model, _fingerprint(self.model), {
+            "text": self.text, "methods": self.methods, "target": self.target, "rules": self.rules,
+            "max_tokens": MAX_TOKENS, "options": {m: METHODS[m].options for m in self.methods if m != "mambalrp"}}
+
+
+@dataclass(frozen=True)
+class ImageRequest:
+    """Relevance of every patch for the model's prediction (or ``target``), per method: an uploaded ``image`` (made an
+    MNIST-like digit) wins over ``sample`` (an mnist-5k test index)."""
+
+    model: str
+    source: dict  # {"image": digest of the pixels} or {"sample": index}
+    methods: list[str]
+    target: int | None
+    rules: dict
+    pixels: Any = field(default=None, compare=False, repr=False)  # (28, 28) float32 of an upload
+    note: str = ""  # what preparing the upload did
+    notice = ""
+
+    @classmethod
+    def parse(cls, model, image, sample, methods, target, rules) -> "ImageRequest":
+        from core.runner import digest
+
+        model, methods = _model(model), method_names(methods, empty_means_all=False)
+        rules, target = _toggles(rules), _target(target)
+        pixels, note = None, ""
+        if image is not None:
+            loaded = inputs.load_vision(model)
+            pixels, note = inputs.prepare_image(image, loaded.model.config.image_size)
+            source = {"image": digest(pixels.round(6).tolist())}
+        elif sample is not None:
+            try:
+                source = {"sample": int(sample)}
+            except (TypeError, ValueError):
+                raise BadInputError(f"Sample must be a number, got {sample!r}.") from None
+        else:
+            raise BadInputError("No image.", fix="Upload an image or pick a test sample.")
+        return cls(model, source, methods, target, rules, pixels, note)
+
+    def key(self):
+        return self.model, _fingerprint(self.model), {
+            **self.source, "methods": self.methods, "target": self.target, "rules": self.rules,
+            "options": {m: METHODS[m].options for m in self.methods if m != "mambalrp"}}
+
+
+# ---- over a dataset split -------------------------------------------------------------------------------------------
+N_FIX = "Enter e.g. N = 50 (-n 100)."
+
+
+@dataclass(frozen=True, kw_only=True)
+class DatasetRequest:
+    """``n`` samples of a model's split (a seeded random subset), explained by each method with its options."""
+
+    model: str
+    dataset: str
+    split: str
+    n: int  # at most the usable samples of the split (``notice`` says when fewer than asked)
+    seed: int
+    target: str  # "predicted" or "gold"
+    methods: list[str]
+    options: dict  # per method, the fast options updated with the asked ones
+    cache: bool  # read / write the results cache (complete results only)
+    loaded: Any = field(compare=False, repr=False)
+    samples: list = field(compare=False, repr=False)
+    gold: list = field(compare=False, repr=False)
+    notice: str = ""
+
+    @staticmethod
+    def _common(model, n, methods, dataset, split, seed, target, options, cache, max_tokens=None,
+                kinds=None) -> dict:
+        n = whole(n, "N (samples)", N_FIX)
+        names = method_names(methods, empty_means_all=methods is None)
+        opts = _method_options(names, options)
+        if target not in TARGETS:
+            raise BadInputError(f"target must be one of {', '.join(TARGETS)}, got {target!r}.")
+        name = _model(model)
+        loaded = inputs.load(name)
+        kind = task_kind(loaded)
+        if kinds is not None and kind not in kinds:
+            raise BadInputError(f"long-range explains next-token prediction; {name} is not a language model.",
+                                fix="Use --model mamba-lm.")
+        dataset = dataset or DEFAULT_DATASETS[kind]
+        samples, gold = samples_and_gold(loaded, dataset, split, n, seed, target, max_tokens)
+        return {"model": name, "dataset": dataset, "split": split, "n": min(n, len(samples)), "seed": seed,
+                "target": target, "methods": names, "options": opts, "cache": bool(cache), "loaded": loaded,
+                "samples": samples, "gold": gold, "notice": capped_note(n, len(samples), dataset, split)}
+
+    def _params(self) -> dict:
+        return {"dataset": self.dataset, "split": self.split, "n": self.n, "seed": self.seed, "target": self.target,
+                "methods": self.methods, "options": self.options}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvaluationRequest(DatasetRequest):
+    """Faithfulness (MoRF / LeRF flip curves in ``steps`` steps, ``baseline`` embedding) and conservation."""
+
+    steps: int
+    baseline: str  # "zero" or "mean"
+    faithfulness: bool  # False: conservation only (faster)
+
+    @classmethod
+    def parse(cls, model, n, steps, methods, *, faithfulness: bool = True, dataset=None, split="test", seed=0,
+              target="predicted", baseline="zero", options=None, cache=True) -> "EvaluationRequest":
+        steps = whole(steps, "K (flip steps)", "Enter e.g. K = 10 (--steps 10).")
+        if baseline not in ("zero", "mean"):
+            raise BadInputError(f"Unknown baseline {baseline!r}.", fix="Use zero or mean.")
+        common = cls._common(model, n, methods, dataset, split, seed, target, options, cache)
+        return cls(**common, steps=steps, baseline=baseline, faithfulness=bool(faithfulness))
+
+    def key(self):
+        return self.model, self.loaded.fingerprint, {**self._params(), "steps": self.steps, "baseline": self.baseline,
+                                                     "faithfulness": self.faithfulness}
+
+
+@dataclass(frozen=True, kw_only=True)
+class LongRangeRequest(DatasetRequest):
+    """Where a language model's next-token relevance lies: each method's top-``k`` tokens in contexts of exactly
+    ``max_tokens`` tokens."""
+
+    k: int
+    max_tokens: int
+
+    @classmethod
+    def parse(cls, model, n, methods, k, *, max_tokens=LONG_RANGE_TOKENS, dataset=None, split="test", seed=0,
+              target="predicted", options=None, cache=True) -> "LongRangeRequest":
+        k = whole(k, "k", "Use e.g. --k 10.")
+        max_tokens = whole(max_tokens, "max_tokens", "Use e.g. --max-tokens 128.", low=2)
+        common = cls._common(model, n, methods, dataset, split, seed, target, options, cache, max_tokens,
+                             kinds=("causal-lm",))
+        return cls(**common, k=k, max_tokens=max_tokens)
+
+    def key(self):
+        return self.model, self.loaded.fingerprint, {**self._params(), "k": self.k, "max_tokens": self.max_tokens}
+
+
+@dataclass(frozen=True)
+class KeyTokenRequest:
+    """The ground truth over ``seeds`` seeds (``seed``, ``seed + 1``, ...): per seed a classifier trained on the
+    key-token task and ``n`` fresh sequences; a hit: the planted key among a method's top-``k`` tokens."""
+
+    n: int
+    methods: list[str]
+    k: int
+    seed: int
+    seeds: int
+    options: dict
+    cache: bool = True
+    notice = ""
+
+    @classmethod
+    def parse(cls, n, methods, k, *, seed=0, seeds=KEY_TOKEN_SEEDS, options=None, cache=True) -> "KeyTokenRequest":
+        n = whole(n, "n", "Use e.g. -n 100.")
+        k = whole(k, "k", "Use e.g. --k 1.")
+        seeds = whole(seeds, "seeds", "use e.g. 5 seeds (the committed result).", high=50)
+        names = method_names(methods, empty_means_all=methods is None)
+        return cls(n, names, k, seed, seeds, _method_options(names, options), bool(cache))
+
+    def key(self):
+        return "key-token", f"key-token-{self.seed}", {
+            "n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,
+            "model": KEY_TOKEN_MODEL, "version": KEY_TOKEN_VERSION, "seeds": self.seeds}
+
+
+# ---- training ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TrainRequest:
+    """One embedded model trained with its recipe (``lm``, ``sentiment``, ``vision``) into ``out``."""
+
+    recipe: str
+    seed: int
+    quick: bool
+    out: str | None
+    init_from: str | None
+    epochs: int | None
+    threads: int
+    notice = ""
+
+    @classmethod
+    def parse(cls, recipe, seed, quick, out, init_from, epochs, threads) -> "TrainRequest":
+        from core.checks import check_threads
+        from core.lrp import recipes
+
+        if recipe not in recipes.RECIPES:
+            raise BadInputError(f"unknown recipe {recipe!r}.", fix=f"use one of {', '.join(recipes.RECIPES)}.")
+        check_threads(threads)
+        if init_from is not None and recipe != "sentiment":
+            raise BadInputError("--init-from applies to the sentiment recipe only.")
+        if epochs is not None and (recipe == "lm" or epochs < 1):
+            raise BadInputError("--epochs must be >= 1 and applies to the sentiment and vision recipes.")
+        return cls(recipe, seed, bool(quick), out, init_from, epochs, threads)
+
+    @property
+    def command(self) -> str:
+        """The command that reproduces the run (the card records it)."""
+        command = f"python -m core lrp train {self.recipe} --seed {self.seed}" + (" --quick" if self.quick else "")
+        if self.init_from is not None:
+            command += f" --init-from {self.init_from}"
+        if self.epochs is not None:
+            command += f" --epochs {self.epochs}"
+        if self.threads != 2:  # float sums, hence the weights, depend on the thread count
+            command += f" --threads {self.threads}"
+        return command
+
+    def key(self):
+        return None  # a training run writes a model folder; it is never looked up
