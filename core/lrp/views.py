@@ -240,10 +240,17 @@ def last_token_text(res: dict) -> str:
              f"Over all sequences: key {lt['median_abs_change_key']:.2f}, last token {lt['median_abs_change_last']:.2f} "
              f"(per-seed medians {min(lt['median_abs_change_key_per_seed']):.2f}-"
              f"{max(lt['median_abs_change_key_per_seed']):.2f} and {min(lt['median_abs_change_last_per_seed']):.2f}-"
-             f"{max(lt['median_abs_change_last_per_seed']):.2f}). So the planted key is not the only token the "
-             "trained model depends on: the classifier reads its label from the last token's hidden state, and a "
-             "miss that names the last token is faithful to the model even though it is not the task's ground "
-             "truth."]
+             f"{max(lt['median_abs_change_last_per_seed']):.2f})."]
+    if "median_abs_margin_change_top1_in_misses" in m:
+        lines[-1] += (f" On the margin (target logit minus the other class's): last token "
+                      f"**{m['median_abs_margin_change_top1_in_misses']:.2f}**, key "
+                      f"**{m['median_abs_margin_change_key_in_misses']:.2f}** in the misses.")
+    else:
+        lines[-1] += (" Measured on the target logit only: this committed result predates the margin measurement "
+                      "(`python -m core lrp precompute-evaluation --only key-token` records it).")
+    lines.append("So, on these measurements, the planted key is not the only token the trained model depends on, and "
+                 "a miss that names the last token can be faithful to the model even though it is not the task's "
+                 "ground truth.")
     return "\n\n".join(lines)
 
 
