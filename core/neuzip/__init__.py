@@ -30,10 +30,9 @@ from core.neuzip.checkpoint import load_compressed, save_compressed
 from core.neuzip.codec import BLOCK_SIZES, FORMAT_VERSION, CompressedTensor, check_params, compress
 from core.neuzip.compare import CODECS, codec_comparison, forward_ratio, synthetic_weights, zipnn_available
 from core.neuzip.measure import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
-from core.neuzip.modules import (
-    CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, device_memory,
-    memory_report, set_decode_ahead,
-)
+from core.neuzip.memory import device_memory, memory_report
+from core.neuzip.modules import (CompressedLinear, apply_compressed, compress_model, compressed_tensors,
+                                 decompress_model, set_decode_ahead)
 from core.neuzip.tradeoff import METHODS as TRADEOFF_METHODS
 from core.neuzip.tradeoff import (DEFAULT_WINDOW, DEFAULT_WORDS, Cancelled, Method, Style, default_settings,
                                   pareto_front, setting_label, tradeoff, tradeoff_for_model, word_perplexity)

@@ -266,7 +266,7 @@ def device_memory_result(ref: str, k: int = 7, block_size: int | None = None, to
                          device: str = "cuda") -> Result:
     """On a GPU host: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's peak
     (:func:`core.neuzip.modules.device_memory`, measured now, never cached)."""
-    from core.neuzip.modules import device_memory, require_cuda
+    from core.neuzip.memory import device_memory, require_cuda
     from core.zoo import load_model, require_kind
 
     device = require_cuda(device)  # before loading anything
