@@ -145,7 +145,7 @@ def main(argv=None) -> dict:
         ids = torch.randint(0, smol.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
         b = args.block_size
         fr = forward_ratio(smol, ids, [(7, None), (3, b), (1, b), (0, b)], decode_ahead=(0, 2),
-                           repeats=args.forward_repeats, progress=_log)
+                           repeats=args.forward_repeats, progress=lambda fraction, message: _log(message))
         out["forward"] = {"model": "smollm2-135m", "tokens": fr["tokens"], "token_ids": "uniform random, seed 0",
                           "bf16_seconds": round(fr["bf16_seconds"], 3),
                           "threads": "torch 1; decode_ahead=2 adds one decode thread (the second core)",

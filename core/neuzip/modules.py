@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import threading
 import warnings
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -34,6 +33,7 @@ from torch import nn
 from core.errors import BadInputError
 from core.neuzip.buffer import DecompressionBuffer
 from core.neuzip.codec import CompressedTensor, DeviceArrays, bf16_exact, check_params, compress
+from core.progress import Progress, item_progress
 from kernels.dispatch import warm
 
 __all__ = ["CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
@@ -119,7 +119,7 @@ class CompressedLinear(nn.Module):
 
 def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | None = None,
                    skip: tuple[str, ...] = ("embed", "lm_head"),
-                   progress: Callable[[int, int, str], None] | None = None, decode_ahead: int = 0) -> nn.Module:
+                   progress: Progress | None = None, decode_ahead: int = 0) -> nn.Module:
     """Swap the model's linear layers for :class:`CompressedLinear`, in place.
 
     Parameters
@@ -128,8 +128,8 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     mantissa_bits : 7 (lossless) or 3, 1, 0
     block_size : per-block normaliser size (k < 7 only), or None
     skip : layers whose qualified name contains any of these substrings stay uncompressed
-    progress : optional ``progress(done, total, layer name)``, called before each layer; raising
-        from it cancels and leaves the model untouched
+    progress : optional ``progress(fraction, message)`` (:data:`core.progress.Progress`), called before each layer;
+        raising from it cancels and leaves the model untouched
     decode_ahead : layers decoded in advance by a background thread while the current one
         computes (0: decode each layer when called); see :func:`set_decode_ahead`
 
@@ -172,9 +172,10 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
         warnings.simplefilter("ignore", UserWarning)  # the conversion was reported once above
         # compress everything first, so a failure (e.g. NaNs with k = 0) leaves the model untouched
         swapped = []
+        step = item_progress(progress, "compressing layer")
         for i, (name, linear) in enumerate(chosen):
-            if progress:
-                progress(i, len(chosen), name)
+            if step:
+                step(i, len(chosen), name)
             weight = compress(linear.weight.detach(), mantissa_bits, block_size)
             swapped.append((name, CompressedLinear(weight, linear.bias, buffer).to(linear.weight.device)))
     for name, layer in swapped:

@@ -94,7 +94,7 @@ def histograms_result(ref: str, use_cache: bool = True, progress=None) -> Result
     """Sign / exponent / mantissa histograms and entropies of a model's linear weights."""
     ref = _ref(ref)
     found = _measure(ref, "neuzip/histograms", {"skip": list(SKIP)}, lambda: bitfield_histograms(
-        _weights(ref, progress), progress=item_progress(progress, "histograms")), use_cache)
+        _weights(ref, progress), progress=progress), use_cache)
     h = {"model": ref, **found.data}
     rows = [{"field": f, "value": v, "count": c} for f in ("sign", "exponent", "mantissa")
             for v, c in enumerate(h[f]) if c]
@@ -123,7 +123,7 @@ def table_result(ref: str, k: int = 7, block_size: int | None = None, use_cache:
     check_params(k, block_size)
     k, b = _whole(k, "k"), None if block_size is None else _whole(block_size, "block_size")
     found = _measure(ref, "neuzip/table", {"k": k, "block_size": b, "skip": list(SKIP)}, lambda: compression_table(
-        _weights(ref, progress), k, b, progress=item_progress(progress, "table")), use_cache)
+        _weights(ref, progress), k, b, progress=progress), use_cache)
     t = {"model": ref, **found.data}
     tot = t["total"]
     status = (f"NeuZip {'lossless (k=7)' if k == 7 else f'k={k}' + (f', B={b}' if b else '')}: "
@@ -226,7 +226,7 @@ def model_throughput(ref: str, lossy=(), numel: int = THROUGHPUT_NUMEL, repeats:
     weights = first_weights(ref, numel, progress)
     report(progress, 0.1, f"timing the codecs on {len(weights)} tensors")
     r = codec_comparison(weights, repeats=repeats, lossy=tuple(lossy),
-                         progress=item_progress(progress, "timing the codecs on tensor", 0.1, 1.0))
+                         progress=scaled(progress, 0.1, 1.0))
     return {"model": ref, "numel": r["weights"], "names": list(weights), "device": "cpu", **r}
 
 

@@ -140,11 +140,12 @@ def test_bad_input(model, kwargs):
 
 def test_progress_and_cancel():
     seen = []
-    compress_model(tiny(), progress=lambda done, total, name: seen.append((done, total, name)))
-    assert seen == [(0, 4, "blocks.0.up"), (1, 4, "blocks.0.down"), (2, 4, "blocks.1.up"), (3, 4, "blocks.1.down")]
+    compress_model(tiny(), progress=lambda fraction, message: seen.append((fraction, message)))
+    assert seen == [(0.0, "compressing layer 0/4: blocks.0.up"), (0.25, "compressing layer 1/4: blocks.0.down"),
+                    (0.5, "compressing layer 2/4: blocks.1.up"), (0.75, "compressing layer 3/4: blocks.1.down")]
 
-    def cancel(done, total, name):
-        if done == 2:
+    def cancel(fraction, message):
+        if fraction >= 0.5:
             raise KeyboardInterrupt
 
     model = tiny()
