@@ -4,6 +4,7 @@
     python bench/neuzip.py --tradeoff --words 2000           # also the memory / perplexity table (minutes)
     python bench/neuzip.py --online --model HF_ID            # also any real bf16 checkpoint (downloads it)
     python bench/neuzip.py --example assets/neuzip/examples.json      # also rewrite the tab's example store
+                                                             # (python -m core neuzip precompute)
 
 - ``codecs``: for each weight set, lossless bits per weight (every stored byte) against the order-0
   exponent entropy bound, and compress / decompress MB/s on ONE thread, side by side in one run, of
@@ -154,30 +155,24 @@ def main(argv=None) -> dict:
                                     "max_abs_logit_diff": round(r["max_abs_logit_diff"], 4)} for r in fr["rows"]]}
         seconds["forward"] = round(time.perf_counter() - t1, 1)
 
-    result = None
-    if args.tradeoff or args.example:
-        from core.neuzip.tradeoff import tradeoff
-        from core.neuzip.service import tradeoff_rows
+    if args.tradeoff:
+        from core.neuzip import tradeoff_result
 
         t2 = time.perf_counter()
-        _log(f"memory / perplexity trade-off on {args.words} words (cached points are reused)")
-        result = tradeoff("smollm2-135m", block_size=args.block_size, words=args.words,
-                          progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
+        _log(f"memory / perplexity trade-off on {args.words} words (the example or cached points answer at once)")
+        res = tradeoff_result("smollm2-135m", block_size=args.block_size, words=args.words,
+                              progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
+        result = res.data
         out["tradeoff"] = {"dataset": result["dataset"], "words": result["words"], "tokens": result["tokens"],
-                           "window": result["window"], "rows": tradeoff_rows(result), "pareto": result["pareto"],
-                           "cached_points": sum(p["cached"] for p in result["points"])}
+                           "window": result["window"], "rows": res.tables["tradeoff"], "pareto": result["pareto"],
+                           "source": res.source}
         seconds["tradeoff"] = round(time.perf_counter() - t2, 1)
     out["seconds"] = seconds
     if args.example:
-        from core.neuzip import histograms_result, table_result, write_example
-        from core.neuzip.service import model_throughput
+        from core.neuzip import precompute_examples
 
-        example = {"model": "smollm2-135m", "histograms": histograms_result("smollm2-135m").data,
-                   "table": table_result("smollm2-135m", 7, None).data,
-                   "throughput": model_throughput("smollm2-135m", [(3, args.block_size)]),
-                   "tradeoff": result}
-        write_example(args.example, example)
-        out["example"] = str(args.example)
+        out["example"] = str(precompute_examples(words=args.words, block_size=args.block_size, path=args.example,
+                                                 progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}")))
     print(json.dumps(out, indent=1))
     return out
 

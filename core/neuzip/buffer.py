@@ -27,7 +27,7 @@ class DecompressionBuffer:
     def __init__(self, ahead: int = 0) -> None:
         self.ahead = 0
         self.slots: list[torch.Tensor | None] = [None]
-        self.layers: list[CompressedLinear] = []
+        self.layers: list["CompressedLinear"] = []
         self._index: dict[int, int] = {}
         self._pending: dict[int, tuple[Future, int]] = {}  # layer index -> (decode, slot)
         self._current: int | None = None

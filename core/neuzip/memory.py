@@ -10,7 +10,7 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.neuzip.codec import decode_workspace_bytes
-from core.neuzip.modules import CompressedLinear, compress_model, compressed_tensors
+from core.neuzip.modules import SKIP, CompressedLinear, compress_model, compressed_tensors
 
 __all__ = ["memory_report", "device_memory", "require_cuda"]
 
@@ -65,7 +65,7 @@ def require_cuda(device: torch.device | str) -> torch.device:
 
 
 def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantissa_bits: int = 7,
-                  block_size: int | None = None, tokens: int = 512, skip: tuple[str, ...] = ("embed", "lm_head")) -> dict:
+                  block_size: int | None = None, tokens: int = 512, skip: tuple[str, ...] = SKIP) -> dict:
     """What a model holds on a CUDA ``device`` in bf16 and NeuZip-compressed, measured there.
 
     ``model`` (any causal LM, left unchanged) is copied twice: once as bf16 and once with its linear layers

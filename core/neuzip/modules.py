@@ -37,9 +37,10 @@ from core.progress import Progress, item_progress
 from kernels.dispatch import warm
 
 __all__ = ["CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
-           "set_decode_ahead"]
+           "set_decode_ahead", "linear_layers", "SKIP"]
 
 
+SKIP = ("embed", "lm_head")  # linear layers left in bf16: the embeddings and the LM head
 ARRAY_PREFIX = "nz_"  # CompressedLinear's buffers: nz_states, nz_words, nz_fields, ... (core.neuzip.codec.DeviceArrays)
 _warned = threading.Event()
 
@@ -117,8 +118,24 @@ class CompressedLinear(nn.Module):
                 f"bits_per_weight={c.bits_per_weight:.2f}")
 
 
+def linear_layers(model: nn.Module, skip: tuple[str, ...] = SKIP) -> list[tuple[str, nn.Linear]]:
+    """``(qualified name, layer)`` of the model's ``nn.Linear`` layers whose name contains none of ``skip``: the layers
+    NeuZip compresses (and the trade-off quantizes), or one :class:`BadInputError` when there are none."""
+    if not isinstance(model, nn.Module):
+        raise BadInputError(f"expected a torch.nn.Module, got {type(model).__name__}.")
+    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    if not linears:
+        raise BadInputError("this model has no linear layers to compress.",
+                            fix="NeuZip compresses nn.Linear weights; pick a transformer-style model")
+    chosen = [(name, m) for name, m in linears if not any(s in name for s in skip)]
+    if not chosen:
+        raise BadInputError(f"all {len(linears)} linear layers match skip={tuple(skip)}.",
+                            fix="pass a narrower skip tuple")
+    return chosen
+
+
 def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | None = None,
-                   skip: tuple[str, ...] = ("embed", "lm_head"),
+                   skip: tuple[str, ...] = SKIP,
                    progress: Progress | None = None, decode_ahead: int = 0) -> nn.Module:
     """Swap the model's linear layers for :class:`CompressedLinear`, in place.
 
@@ -145,17 +162,8 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     """
     check_params(mantissa_bits, block_size)
     mantissa_bits, block_size = int(mantissa_bits), None if block_size is None else int(block_size)
-    if not isinstance(model, nn.Module):
-        raise BadInputError(f"expected a torch.nn.Module, got {type(model).__name__}.")
     DecompressionBuffer().set_ahead(decode_ahead)  # validate before the (long) compression
-    linears = [(name, m) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    if not linears:
-        raise BadInputError("this model has no linear layers to compress.",
-                            fix="NeuZip compresses nn.Linear weights; pick a transformer-style model")
-    chosen = [(name, m) for name, m in linears if not any(s in name for s in skip)]
-    if not chosen:
-        raise BadInputError(f"all {len(linears)} linear layers match skip={tuple(skip)}.",
-                            fix="pass a narrower skip tuple")
+    chosen = linear_layers(model, skip)
     converted = [m.weight for _, m in chosen if m.weight.dtype != torch.bfloat16]
     if converted:
         dtypes = ", ".join(sorted({str(w.dtype).removeprefix("torch.") for w in converted}))
