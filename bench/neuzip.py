@@ -97,17 +97,6 @@ def _summary(r: dict) -> dict:
     return out
 
 
-def write_tab_example(path: Path, model: str, block_size: int, tradeoff: dict, repeats: int = 5) -> Path:
-    """The NeuZip tab's precomputed example of ``model`` (histograms, table, codec throughput, and ``tradeoff``)."""
-    from core.neuzip import histograms_result, table_result, write_example
-    from core.neuzip.service import model_throughput
-
-    example = {"model": model, "histograms": histograms_result(model).data, "table": table_result(model, 7, None).data,
-               "throughput": model_throughput(model, [(3, block_size)], repeats=repeats), "tradeoff": tradeoff}
-    write_example(path, example)
-    return path
-
-
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m", help="also measure this checkpoint's linear weights")
@@ -142,7 +131,8 @@ def measure(args) -> dict:
     base = SMOKE_MODEL if args.smoke else "smollm2-135m"  # the model whose weights, forward and trade-off are measured
     import torch
 
-    from core.neuzip import codec_comparison, forward_ratio, linear_weights, synthetic_weights
+    from core.neuzip import linear_weights
+    from core.neuzip.compare import codec_comparison, forward_ratio, synthetic_weights
     from core.zoo import load_model
 
     out: dict = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
@@ -190,7 +180,7 @@ def measure(args) -> dict:
         ids = torch.randint(0, smol.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
         b = args.block_size
         fr = forward_ratio(smol, ids, [(7, None), (3, b), (1, b), (0, b)], decode_ahead=(0, 2),
-                           repeats=args.forward_repeats, progress=_log)
+                           repeats=args.forward_repeats, progress=lambda fraction, message: _log(message))
         out["forward"] = {"model": base, "tokens": fr["tokens"], "token_ids": "uniform random, seed 0",
                           "bf16_seconds": round(fr["bf16_seconds"], 3),
                           "threads": "torch 1; decode_ahead=2 adds one decode thread (the second core)",
@@ -199,27 +189,32 @@ def measure(args) -> dict:
                                     "max_abs_logit_diff": round(r["max_abs_logit_diff"], 4)} for r in fr["rows"]]}
         seconds["forward"] = round(time.perf_counter() - t1, 1)
 
-    result = None
-    if args.tradeoff or args.example:
-        from core.neuzip import tradeoff
-        from core.neuzip.service import tradeoff_rows
+    if args.tradeoff:
+        from core.neuzip import tradeoff_result
 
         t2 = time.perf_counter()
-        _log(f"memory / perplexity trade-off on {args.words} words (cached points are reused)")
-        result = tradeoff(base, block_size=args.block_size, words=args.words, **(SMOKE_TRADEOFF if args.smoke else {}),
-                          progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
+        _log(f"memory / perplexity trade-off on {args.words} words (the example or cached points answer at once)")
+        res = tradeoff_result(base, block_size=args.block_size, words=args.words, **(SMOKE_TRADEOFF if args.smoke else {}),
+                              progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if "window" not in m else None)
+        result = res.data
         out["tradeoff"] = {"dataset": result["dataset"], "words": result["words"], "tokens": result["tokens"],
-                           "window": result["window"], "rows": tradeoff_rows(result), "pareto": result["pareto"],
-                           "cached_points": sum(p["cached"] for p in result["points"])}
+                           "window": result["window"], "rows": res.tables["tradeoff"], "pareto": result["pareto"],
+                           "source": res.source}
         seconds["tradeoff"] = round(time.perf_counter() - t2, 1)
     out["seconds"] = seconds
-    if args.example:
-        out["example"] = str(write_tab_example(args.example, base, args.block_size, result))
-    elif args.smoke:
-        with tempfile.TemporaryDirectory() as tmp:  # the example's code runs; the file is not kept
-            written = json.loads(write_tab_example(Path(tmp) / "examples.json", base, args.block_size, result,
-                                                   repeats=args.repeats).read_text())
-        out["example"] = {"written_and_removed": True, "keys": sorted(written)}
+    if args.example or args.smoke:
+        from core.neuzip import precompute_examples
+
+        def write(path):
+            return precompute_examples(base, words=args.words, block_size=args.block_size, path=path,
+                                       progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}"))
+
+        if args.example:
+            out["example"] = str(write(args.example))
+        else:
+            with tempfile.TemporaryDirectory() as tmp:  # the example's code runs; the file is not kept
+                written = json.loads(write(Path(tmp) / "examples.json").read_text())
+            out["example"] = {"written_and_removed": True, "keys": sorted(written)}
     return out
 
 

@@ -75,7 +75,7 @@ def test_tabs_and_clis_use_only_the_packages_public_api():
 def test_one_service_per_paper():
     for paper in PAPERS:
         assert (REPO / "core" / paper / "service.py").is_file(), paper
-    assert not (REPO / "core" / "lrp" / "demo.py").exists() and not (REPO / "core" / "neuzip" / "views.py").exists()
+    assert not (REPO / "core" / "lrp" / "demo.py").exists()
     for tab in (REPO / "ui").glob("*.py"):
         assert len(tab.read_text().splitlines()) < 200, f"{tab.name}: a tab reads like a small gradio demo"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gradio as gr
 
 import core.neuzip as nz
-from core.errors import BadInputError
 from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
@@ -15,9 +14,6 @@ from ui.widgets import downloads_box, downloads_update, figure_or, finite_number
 
 TITLE = "NeuZip"
 EXAMPLE_MODEL = nz.EXAMPLE_MODEL
-K_CHOICES = [7, 3, 1, 0]
-BLOCK_CHOICES = ["none", "32", "64", "128", "256", "512", "1024"]
-MAX_WORDS = 10_000
 INTRO = ("**NeuZip** stores bf16 weights with the exponent entropy-coded (rANS) and the sign and mantissa raw: lossless "
          "at about 10.6 bits per weight, or lossy by keeping only the top *k* mantissa bits (optionally after a "
          f"per-block normaliser of size *B*). The figures below are the precomputed example for `{EXAMPLE_MODEL}`; the "
@@ -41,22 +37,6 @@ TRADEOFF_COLUMNS = {"memory_MB": "memory (MB)", "linear_bits_per_weight": "bits/
                     "word_perplexity": "word perplexity", "token_perplexity": "token perplexity"}
 
 
-def _block(value) -> int | None:
-    if value in (None, "", "none", 0, "0"):
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise BadInputError(f"block size {value!r} is not a number.", fix="choose none or a power of two") from None
-
-
-def _k(value) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise BadInputError(f"k = {value!r} is not a number of mantissa bits.", fix="choose 7, 3, 1 or 0") from None
-
-
 def _table_frame(res):
     return frame(res.tables["table"]).rename(columns=TABLE_COLUMNS)
 
@@ -73,7 +53,7 @@ def _tradeoff_frame(res):
 @user_errors
 def analyse_weights(ref, k, block, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Bit-field histograms and the compression table of the chosen model's linear weights."""
-    res = nz.weights_result(ref, _k(k), _block(block), progress=job(request, progress))
+    res = nz.weights_result(ref, k, block, progress=job(request, progress))
     return (res.status, res.figures["histograms"], res.figures["table"], _table_frame(res),
             {**(state or {}), **res.data})
 
@@ -81,15 +61,7 @@ def analyse_weights(ref, k, block, state=None, request: gr.Request = None, progr
 @user_errors
 def measure_tradeoff(ref, block, words, log_x, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Memory / perplexity points of bf16, NeuZip k=7,3,1,0 and the quantization baselines, Pareto front marked."""
-    try:
-        words = int(words)
-    except (TypeError, ValueError):
-        raise BadInputError(f"words = {words!r} is not a number.") from None
-    if not 100 <= words <= MAX_WORDS:
-        raise BadInputError(f"evaluate on 100 to {MAX_WORDS:,} words, not {words:,}.",
-                            fix=f"the live default is {nz.DEFAULT_WORDS:,} words (about a minute per setting on 2 cores)")
-    res = nz.tradeoff_result(ref, block_size=_block(block), words=words, progress=job(request, progress),
-                             log_x=bool(log_x))
+    res = nz.tradeoff_result(ref, block_size=block, words=words, progress=job(request, progress), log_x=bool(log_x))
     return res.status, res.figures["tradeoff"], _tradeoff_frame(res), {**(state or {}), "tradeoff": res.data}
 
 
@@ -106,7 +78,7 @@ def redraw_tradeoff(log_x, state=None):
 def measure_throughput(ref, k, block, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Bits/weight and one-thread compress / decompress MB/s of NeuZip (lossless, and the chosen k and B), ZipNN (when
     installed), zstd and a memory copy, side by side on this machine."""
-    res = nz.throughput_result(ref, _k(k), _block(block), progress=job(request, progress))
+    res = nz.throughput_result(ref, k, block, progress=job(request, progress))
     return res.status, res.figures["throughput"], _throughput_frame(res), {**(state or {}), "throughput": res.data}
 
 
@@ -124,11 +96,12 @@ def build(ctx: AppContext) -> None:
     gr.Markdown(WEIGHTS_NOTE, elem_id="neuzip-weights-note", elem_classes="lw-explain")
     state = gr.State(parts)
     with gr.Row():
-        k = gr.Radio(K_CHOICES, value=7, label="k: mantissa bits kept", info="7 is lossless")
-        block = gr.Dropdown(BLOCK_CHOICES, value="128", label="B: normaliser block size",
+        k = gr.Radio(list(nz.K_CHOICES), value=nz.K_CHOICES[0], label="k: mantissa bits kept", info="7 is lossless")
+        block = gr.Dropdown([nz.NO_BLOCK, *map(str, nz.BLOCK_SIZES)], value=str(nz.DEFAULT_BLOCK),
+                            label="B: normaliser block size",
                             info="for k < 7, the trade-off and throughput; none = no normaliser")
-        words = finite_number(value=tradeoff.data["words"] if tradeoff else nz.DEFAULT_WORDS, precision=0, minimum=100,
-                              maximum=MAX_WORDS, label="evaluation words",
+        words = finite_number(value=tradeoff.data["words"] if tradeoff else nz.DEFAULT_WORDS, precision=0,
+                              minimum=nz.MIN_WORDS, maximum=nz.MAX_WORDS, label="evaluation words",
                               info="test split of the Wikipedia paragraphs; ~1 min per setting per 2,000 words here")
         log_x = gr.Checkbox(value=False, label="log memory axis")
     with gr.Row():

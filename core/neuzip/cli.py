@@ -9,8 +9,9 @@
     python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
 
 ``--out`` writes data as ``.json`` / ``.csv`` or the figure as a self-contained ``.html`` (plotly.js
-included, works offline). Every parameter is checked before a model is loaded; bad input exits with
-code 2 and one line naming the fix. Ctrl-C stops a long run (finished trade-off points stay cached).
+included, works offline). Every parameter is checked by the service's request (the same rules as the tab) before a
+model is loaded; bad input exits with code 2 and one line naming the fix. Ctrl-C stops a long run (finished
+trade-off points stay cached).
 """
 from __future__ import annotations
 
@@ -35,10 +36,6 @@ def _check_out(path: str | None, allowed: tuple[str, ...]) -> None:
         raise BadInputError(f"--out {path}: the folder {p.parent} does not exist.", fix="create it first")
 
 
-def _block(value: int | None) -> int | None:
-    return None if value in (None, 0) else value
-
-
 def _model_arg(p) -> None:
     p.add_argument("--model", default="smollm2-135m",
                    help="a registered model, a local Hugging Face folder, or a hub id (with --online)")
@@ -50,7 +47,8 @@ def _out_arg(p, what: str = ".json, .csv or .html") -> None:
 
 
 def _k_arg(p) -> None:
-    p.add_argument("--k", type=int, default=7, metavar="K", help="mantissa bits kept: 7 (lossless), 3, 1 or 0")
+    p.add_argument("--k", type=int, default=7, metavar="K",
+                   help="mantissa bits kept: " + ", ".join(map(str, nz.K_CHOICES)) + " (7: lossless)")
     p.add_argument("--block-size", type=int, default=None, metavar="B",
                    help="per-block normaliser for k < 7: a power of two from 32 to 1024 (0 or absent: none)")
 
@@ -77,10 +75,9 @@ def _table_args(p):
 
 
 def run_table(args):
-    nz.check_params(args.k, _block(args.block_size))
     _check_out(args.out, (".json", ".csv", ".html"))
     bar = ProgressBar()
-    res = nz.table_result(args.model, args.k, _block(args.block_size), progress=bar)
+    res = nz.table_result(args.model, args.k, args.block_size, progress=bar)
     bar.close()
     rows = res.tables["table"]
     emit(args, res.data, table([{k: ("" if v is None else v) for k, v in r.items()} for r in rows]), res)
@@ -89,10 +86,11 @@ def run_table(args):
 def _tradeoff_args(p):
     DEFAULT_WINDOW, DEFAULT_WORDS = nz.DEFAULT_WINDOW, nz.DEFAULT_WORDS
     _model_arg(p)
-    p.add_argument("--k", type=int, nargs="+", default=[7, 3, 1, 0], metavar="K", help="mantissa bits to try")
-    p.add_argument("--block-size", type=int, default=128, metavar="B",
+    p.add_argument("--k", type=int, nargs="+", default=list(nz.K_CHOICES), metavar="K", help="mantissa bits to try")
+    p.add_argument("--block-size", type=int, default=nz.DEFAULT_BLOCK, metavar="B",
                    help="normaliser block size, also tried for every k < 7 (0: none)")
-    p.add_argument("--words", type=int, default=DEFAULT_WORDS, help="evaluation words (test split)")
+    p.add_argument("--words", type=int, default=DEFAULT_WORDS,
+                   help=f"evaluation words (test split), {nz.MIN_WORDS} to {nz.MAX_WORDS:,}")
     p.add_argument("--window", type=int, default=DEFAULT_WINDOW, help="tokens per perplexity window")
     p.add_argument("--dataset", default=None, help="evaluation text (default: wikipedia-paragraphs offline, "
                                                    "wikitext-2 online)")
@@ -103,12 +101,9 @@ def _tradeoff_args(p):
 
 
 def run_tradeoff(args):
-    nz.default_settings(args.k, _block(args.block_size), not args.no_baselines)  # checks k and B
-    if args.words < 1 or args.window < 8:
-        raise BadInputError("--words must be >= 1 and --window >= 8.")
     _check_out(args.out, (".json", ".csv", ".html"))
     bar = ProgressBar()
-    res = nz.tradeoff_result(args.model, args.k, _block(args.block_size), args.words, args.window,
+    res = nz.tradeoff_result(args.model, args.k, args.block_size, args.words, args.window,
                              not args.no_baselines, args.dataset, use_cache=not args.no_cache, progress=bar,
                              log_x=args.log_x)
     bar.close()
@@ -131,12 +126,9 @@ def _throughput_args(p):
 
 
 def run_throughput(args):
-    nz.check_params(args.k, _block(args.block_size))
-    if args.repeats < 1:
-        raise BadInputError("--repeats must be >= 1.")
     _check_out(args.out, (".json", ".csv", ".html"))
     bar = ProgressBar()
-    res = nz.throughput_result(args.model, args.k, _block(args.block_size), args.numel, args.repeats, progress=bar)
+    res = nz.throughput_result(args.model, args.k, args.block_size, args.numel, args.repeats, progress=bar)
     bar.close()
     emit(args, res.data, res.status.replace("**", "").replace("`", "") + "\n"
          + table([{k: ("" if v is None else v) for k, v in r.items()} for r in res.tables["throughput"]]), res)
@@ -151,9 +143,8 @@ def _device_memory_args(p):
 
 
 def run_device_memory(args):
-    nz.check_params(args.k, _block(args.block_size))
     _check_out(args.out, (".json", ".csv"))
-    res = nz.device_memory_result(args.model, args.k, _block(args.block_size), args.tokens, args.device)
+    res = nz.device_memory_result(args.model, args.k, args.block_size, args.tokens, args.device)
     emit(args, res.data, res.status.replace("**", "").replace("`", "") + "\n" + table(res.tables["device-memory"]),
          res)
 
@@ -165,10 +156,8 @@ def _compress_args(p):
 
 
 def run_compress(args):
-    nz.check_params(args.k, _block(args.block_size))
-    _check_out(args.out, (".safetensors",))
     bar = ProgressBar()
-    res = nz.compress_result(args.model, args.k, _block(args.block_size), args.out, progress=bar)
+    res = nz.compress_result(args.model, args.k, args.block_size, args.out, progress=bar)
     bar.close()
     emit(args, res.data, res.status)
 
@@ -181,7 +170,6 @@ def _decompress_args(p):
 
 
 def run_decompress(args):
-    _check_out(args.out, (".safetensors",))
     res = nz.decompress_result(args.file, args.model, args.out)
     emit(args, res.data, res.status)
 
@@ -189,7 +177,7 @@ def run_decompress(args):
 def _precompute_args(p):
     _model_arg(p)
     p.add_argument("--words", type=int, default=nz.DEFAULT_WORDS, help="evaluation words of the trade-off")
-    p.add_argument("--block-size", type=int, default=128, metavar="B", help="normaliser block size")
+    p.add_argument("--block-size", type=int, default=nz.DEFAULT_BLOCK, metavar="B", help="normaliser block size")
     p.add_argument("--out", metavar="FILE", help="the example store (default assets/neuzip/examples.json)")
     p.add_argument("--only", nargs="+", choices=list(nz.EXAMPLE_PARTS), metavar="PART",
                    help="measure only these parts (" + ", ".join(nz.EXAMPLE_PARTS) + ") and keep the others from the "

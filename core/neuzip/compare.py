@@ -29,12 +29,11 @@ from core.errors import BadInputError
 from core.neuzip.codec import CompressedTensor, check_params, compress, split_fields, to_bf16
 from core.neuzip.measure import entropy_bits
 from core.neuzip.normaliser import denormalise
+from core.progress import Progress, item_progress
 from kernels.neuzip_bits import merge_bf16
 
 __all__ = ["Codec", "CODECS", "codec_comparison", "forward_ratio", "lossy_label", "synthetic_weights",
            "truncated_reference", "zipnn_available"]
-
-Progress = Callable[[int, int, str], None]
 
 
 def zipnn_available() -> bool:
@@ -186,11 +185,12 @@ def codec_comparison(tensors: dict[str, torch.Tensor], codecs: tuple[str, ...] =
     stats = {r: {"bytes": 0, "comp": 0.0, "decomp": 0.0} for r in entries}
     parts = {"entropy": 0.0, "words": 0, "tables": 0, "chunk_headers": 0, "metadata": 0, "fields": 0}
     n_total, notes = 0, set()
+    step = item_progress(progress, "timing the codecs on tensor")
     with _OneThread(), warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         for i, (name, t) in enumerate(tensors.items()):
-            if progress:
-                progress(i, len(tensors), name)
+            if step:
+                step(i, len(tensors), name)
             x, note = to_bf16(t.detach().cpu())
             if note:
                 notes.add(str(t.dtype).removeprefix("torch."))
@@ -272,7 +272,7 @@ def synthetic_weights(shapes: dict[str, tuple[tuple[int, ...], float]], distribu
 
 def forward_ratio(model: nn.Module, ids: torch.Tensor, settings: list[tuple[int, int | None]] = ((7, None),),
                   decode_ahead: tuple[int, ...] = (0, 2), repeats: int = 3,
-                  progress: Callable[[str], None] | None = None) -> dict:
+                  progress: Progress | None = None) -> dict:
     """Forward time of NeuZip-compressed copies of ``model`` over the bf16 model's, one torch thread.
 
     Parameters
@@ -295,12 +295,13 @@ def forward_ratio(model: nn.Module, ids: torch.Tensor, settings: list[tuple[int,
         check_params(k, b)
     base = copy.deepcopy(model).to(torch.bfloat16).eval()
     rows, bf16_times = [], []
+    step = item_progress(progress, "compressing")
     with _OneThread(), torch.no_grad():
         ref = base(ids)
         want = (ref.logits if hasattr(ref, "logits") else ref).float()
-        for k, b in settings:
-            if progress:
-                progress(f"compressing k={k}" + (f", B={b}" if b else ""))
+        for i, (k, b) in enumerate(settings):
+            if step:
+                step(i, len(settings), f"k={k}" + (f", B={b}" if b else ""))
             from core.neuzip.modules import compress_model, set_decode_ahead
 
             comp = compress_model(copy.deepcopy(base), k, b)

@@ -3,23 +3,16 @@
 throughput. Another model, ``k`` or ``B`` is measured by the service (minutes for the trade-off on 2 cores)."""
 from __future__ import annotations
 
-from core.errors import BadInputError
 from core.examples import Example, Param
 from core.neuzip.codec import BLOCK_SIZES
-from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLES, histograms_result, table_result, throughput_result,
-                                 throughput_view, tradeoff_result)
-from core.neuzip.tradeoff import CACHE_VERSION, DEFAULT_WORDS
+from core.neuzip.perplexity import DEFAULT_WORDS
+from core.neuzip.requests import DEFAULT_BLOCK, K_CHOICES, NO_BLOCK
+from core.neuzip.service import (EXAMPLE_MODEL, example_parts, histograms_result, table_result, throughput_result,
+                                 tradeoff_result)
 
 MODEL = Param("model", "model", "choice", (EXAMPLE_MODEL,), open=True)
-K = Param("k", "k", "choice", (7, 3, 1, 0))
-B = Param("B", "B", "choice", (None, *BLOCK_SIZES), none="none")
-LOSSLESS_B = "B applies to k < 7 only (lossy); for k = 7 leave B=none."
-
-
-def _b(k: int, b):
-    if k == 7 and b is not None:
-        raise BadInputError(f"B={b} with k=7: {LOSSLESS_B}")
-    return b
+K = Param("k", "k", "choice", K_CHOICES)
+B = Param("B", "B", "choice", (None, *BLOCK_SIZES), none=NO_BLOCK)
 
 
 def _histograms(progress=None, model=EXAMPLE_MODEL):
@@ -27,37 +20,26 @@ def _histograms(progress=None, model=EXAMPLE_MODEL):
 
 
 def _bits(progress=None, model=EXAMPLE_MODEL, k=7, B=None):
-    return table_result(model, k, _b(k, B), progress=progress)
+    return table_result(model, k, B, progress=progress)
 
 
-def _tradeoff(progress=None, model=EXAMPLE_MODEL, B=128, log=False):
+def _tradeoff(progress=None, model=EXAMPLE_MODEL, B=DEFAULT_BLOCK, log=False):
     return tradeoff_result(model, block_size=B, words=DEFAULT_WORDS, progress=progress, log_x=bool(log))
 
 
-def _stored_throughput(model: str):
-    """The precomputed throughput of ``model`` (timed when the example was made; throughput is never cached)."""
-    from core.zoo import fingerprint
-
-    fp = fingerprint(model)
-    for e in EXAMPLES.entries("neuzip/throughput"):
-        if e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION:
-            return throughput_view(e["data"], "precomputed")
-    return None
-
-
-def _throughput(progress=None, model=EXAMPLE_MODEL, k=3, B=128):
-    if (model, k, B) == (EXAMPLE_MODEL, 3, 128):
-        stored = _stored_throughput(model)
-        if stored is not None:
-            return stored
-    return throughput_result(model, k, _b(k, B), progress=progress)
+def _throughput(progress=None, model=EXAMPLE_MODEL, k=3, B=DEFAULT_BLOCK):
+    """The precomputed throughput for the example's own settings (timed when the example was made; throughput is
+    never cached), else timed now."""
+    stored = example_parts(model)[1].get("throughput") if (model, k, B) == (EXAMPLE_MODEL, 3, DEFAULT_BLOCK) else None
+    return stored or throughput_result(model, k, B, progress=progress)
 
 
 EXAMPLE_VIEWS = (
     Example("bits", "Bits per weight", "table", _bits, (MODEL, K, B), {"model": EXAMPLE_MODEL, "k": 7, "B": None}),
     Example("tradeoff", "Memory vs perplexity", "tradeoff", _tradeoff,
-            (MODEL, B, Param("log", "log memory axis", "flag")), {"model": EXAMPLE_MODEL, "B": 128, "log": False}),
+            (MODEL, B, Param("log", "log memory axis", "flag")),
+            {"model": EXAMPLE_MODEL, "B": DEFAULT_BLOCK, "log": False}),
     Example("histograms", "Bit fields", "histograms", _histograms, (MODEL,), {"model": EXAMPLE_MODEL}),
     Example("throughput", "Throughput", "throughput", _throughput, (MODEL, K, B),
-            {"model": EXAMPLE_MODEL, "k": 3, "B": 128}),
+            {"model": EXAMPLE_MODEL, "k": 3, "B": DEFAULT_BLOCK}),
 )

@@ -1,12 +1,12 @@
 """Plotly figures of the NeuZip results (the tab shows them; ``python -m core neuzip ... --out F.html`` writes them),
 in the house style of :mod:`core.figures`; the trade-off's families, colours and markers come from the method
-registry (:data:`core.neuzip.tradeoff.METHODS`)."""
+registry (:data:`core.neuzip.formats.METHODS`)."""
 from __future__ import annotations
 
 import math
 
 from core.figures import PALETTE, go, make_subplots, style
-from core.neuzip.tradeoff import setting_style
+from core.neuzip.formats import setting_style
 
 
 def layer_kind(name: str) -> str:

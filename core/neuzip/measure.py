@@ -4,7 +4,7 @@ Every function takes a *source*: an ``nn.Module`` (its named parameters) or a st
 (``{name: tensor}``). By default only floating tensors with at least two dimensions (weight
 matrices) are measured; pass ``select(name, tensor) -> bool`` to choose others. Values are looked
 at as bf16 (others are converted, and the result says so in ``note``). Long loops take an optional
-``progress(done, total, name)`` callback, called before each tensor; raising from it cancels.
+:data:`core.progress.Progress` (``progress(fraction, message)``), called before each tensor; raising from it cancels.
 """
 from __future__ import annotations
 
@@ -20,11 +20,11 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.neuzip.codec import bf16_exact, check_params, compress, split_fields, to_bf16
+from core.progress import Progress, item_progress
 
 __all__ = ["entropy_bits", "bitfield_histograms", "compression_table", "throughput", "zstd_available"]
 
 Selector = Callable[[str, torch.Tensor], bool]
-Progress = Callable[[int, int, str], None]  # (tensors done, tensors in all, current name); may raise to cancel
 
 
 def zstd_available() -> bool:
@@ -89,9 +89,10 @@ def bitfield_histograms(source: nn.Module | dict, select: Selector | None = None
     mantissa = np.zeros(128, np.int64)
     names, dtypes, exact = [], set(), True
     chosen = _tensors(source, select)
+    step = item_progress(progress, "histograms")
     for i, (name, t) in enumerate(chosen):
-        if progress:
-            progress(i, len(chosen), name)
+        if step:
+            step(i, len(chosen), name)
         dtypes.add(str(t.dtype).removeprefix("torch."))
         x = t.reshape(-1).to(torch.bfloat16).cpu()
         exact = exact and (t.dtype == torch.bfloat16 or bf16_exact(t.reshape(-1).cpu(), x))
@@ -132,9 +133,10 @@ def compression_table(source: nn.Module | dict, mantissa_bits: int = 7, block_si
     mantissa_bits, block_size = int(mantissa_bits), None if block_size is None else int(block_size)
     rows, dtypes, exact = [], set(), True
     chosen = _tensors(source, select)
+    step = item_progress(progress, "table")
     for i, (name, t) in enumerate(chosen):
-        if progress:
-            progress(i, len(chosen), name)
+        if step:
+            step(i, len(chosen), name)
         dtypes.add(str(t.dtype).removeprefix("torch."))
         x, note = to_bf16(t.cpu())
         exact = exact and (note is None or "nothing was lost" in note)

@@ -36,7 +36,7 @@ def run_cli(capsys, *argv) -> tuple[int, str, str]:
     (["mathneuro", "effect", "--model", "mamba-sentiment", "-n", "4", "--eval-n", "4"], "MathNeuro"),  # was an IndexError
     (["mathneuro", "layers", "--model", "vision-mamba-mnist", "-n", "4"], "MathNeuro"),
     (["mathneuro", "identify", "--model", "mamba-sentiment", "-n", "4"], "MathNeuro"),
-    (["neuzip", "tradeoff", "--model", "mamba-sentiment", "--words", "50"], "trade-off"),
+    (["neuzip", "tradeoff", "--model", "mamba-sentiment", "--words", "100"], "trade-off"),
     (["mixln", "angular", "--model", "mamba-sentiment"], "Mix-LN"),
     (["mixln", "removal", "--model", "vision-mamba-mnist"], "Mix-LN"),
 ])

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.neuzip import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
+from core.neuzip.measure import bitfield_histograms, compression_table, entropy_bits, throughput, zstd_available
 
 
 def state_dict():

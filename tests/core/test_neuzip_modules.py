@@ -140,11 +140,12 @@ def test_bad_input(model, kwargs):
 
 def test_progress_and_cancel():
     seen = []
-    compress_model(tiny(), progress=lambda done, total, name: seen.append((done, total, name)))
-    assert seen == [(0, 4, "blocks.0.up"), (1, 4, "blocks.0.down"), (2, 4, "blocks.1.up"), (3, 4, "blocks.1.down")]
+    compress_model(tiny(), progress=lambda fraction, message: seen.append((fraction, message)))
+    assert seen == [(0.0, "compressing layer 0/4: blocks.0.up"), (0.25, "compressing layer 1/4: blocks.0.down"),
+                    (0.5, "compressing layer 2/4: blocks.1.up"), (0.75, "compressing layer 3/4: blocks.1.down")]
 
-    def cancel(done, total, name):
-        if done == 2:
+    def cancel(fraction, message):
+        if fraction >= 0.5:
             raise KeyboardInterrupt
 
     model = tiny()
@@ -275,3 +276,26 @@ def test_device_memory_needs_a_cuda_device_and_says_so_before_loading(monkeypatc
         device_memory_result("mathneuro-tiny")
     with pytest.raises(BadInputError, match="not a device"):
         device_memory_result("mathneuro-tiny", device="bogus")
+
+
+def test_device_memory_is_a_registered_analysis_the_cli_prints(monkeypatch, capsys):
+    """``neuzip device-memory`` on a stand-in GPU: the request is checked, the model loaded, the measurement's MiB
+    shown as the registry's status and table (core.neuzip.views.ANALYSES["device-memory"])."""
+    from core.cli import main
+    from core.neuzip import memory
+
+    r = {"device": "Stand-in GPU", "tokens": 64, "mantissa_bits": 3, "block_size": 128,
+         "bf16": {"loaded": 300 * 2**20, "forward_peak": 50 * 2**20},
+         "compressed": {"loaded": 200 * 2**20, "forward_peak": 60 * 2**20}, "linear_bf16_bytes": 210 * 2**20,
+         "linear_resident_bytes": 140 * 2**20, "linear_ratio": 2 / 3, "loaded_ratio": 2 / 3,
+         "max_abs_logit_difference": 0.0125}
+    asked = []
+    monkeypatch.setattr(memory, "require_cuda", lambda device: device)
+    monkeypatch.setattr(memory, "device_memory", lambda model, *args: asked.append(args) or dict(r))
+    assert main(["neuzip", "device-memory", "--model", "mathneuro-tiny", "--k", "3", "--block-size", "128",
+                 "--tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert asked == [("cuda", 3, 128, 64)]
+    assert "On Stand-in GPU: mathneuro-tiny holds 200.0 MiB NeuZip-compressed (k = 3) against 300.0 MiB" in out
+    assert "(0.667x)" in out and "peaks 60.0 MiB" in out and "at most 0.0125" in out
+    assert "compressed" in out and "300.0" in out

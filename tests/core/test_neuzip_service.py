@@ -37,23 +37,36 @@ def test_a_repeated_measurement_is_a_cache_hit(tiny_folder, fresh_cache):
 
 
 def test_every_setting_is_labelled_by_the_registry():
-    for s in nz.default_settings((7, 3), 64, baselines=True):
-        label = nz.setting_label(s)
+    from core.neuzip.formats import setting_label
+    from core.neuzip.tradeoff import default_settings
+
+    for s in default_settings((7, 3), 64, baselines=True):
+        label = setting_label(s)
         assert label and nz.TRADEOFF_METHODS[s["method"]].view(s)[1]
-    assert nz.setting_label({"method": "neuzip", "k": 3, "block_size": 64}) == "NeuZip k=3, B=64"
+    assert setting_label({"method": "neuzip", "k": 3, "block_size": 64}) == "NeuZip k=3, B=64"
     with pytest.raises(LayerwiseError, match="unknown method"):
-        nz.setting_label({"method": "no-such-format"})
+        setting_label({"method": "no-such-format"})
 
 
 def _synthetic(ref, progress=None):
-    return nz.synthetic_weights({f"layers.{i}.weight": ((64, 96), 0.02) for i in range(3)}, "gaussian", seed=2)
+    from core.neuzip.compare import synthetic_weights
+
+    return synthetic_weights({f"layers.{i}.weight": ((64, 96), 0.02) for i in range(3)}, "gaussian", seed=2)
 
 
-def test_throughput_compares_every_installed_codec_and_the_lossy_setting(monkeypatch, capsys, tmp_path):
-    from core.cli import main
+@pytest.fixture
+def synthetic_model(monkeypatch):
+    """``any-model``: three synthetic weights (its fingerprint made up: nothing is read from disk)."""
+    import core.zoo
     from core.neuzip import service as S
 
     monkeypatch.setattr(S, "_weights", _synthetic)
+    monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "fp-" + ref)
+
+
+def test_throughput_compares_every_installed_codec_and_the_lossy_setting(synthetic_model, capsys, tmp_path):
+    from core.cli import main
+
     res = nz.throughput_result("any-model", 3, 64, numel=64 * 96 * 2, repeats=1)
     r = res.data
     installed = [c for c in nz.CODECS if nz.CODECS[c].available()]
@@ -63,6 +76,7 @@ def test_throughput_compares_every_installed_codec_and_the_lossy_setting(monkeyp
     for x in r["rows"]:
         assert x["label"] in res.status or x["codec"] == "memcpy"
     assert "memory copy" in res.status and "pip install zipnn" not in res.status
+    assert res.key is None and res.source == "computed"  # timed each time: no key, its files are written afresh
     lossless = nz.throughput_result("any-model", 7, 128, numel=1024, repeats=1).data  # B is ignored for k = 7
     assert [x["lossless"] for x in lossless["rows"]] == [True] * len(installed) and lossless["tensors"] == 1
 
@@ -75,12 +89,9 @@ def test_throughput_compares_every_installed_codec_and_the_lossy_setting(monkeyp
     assert csv_rows[0].startswith("codec,bits_per_weight") and len(csv_rows) == 1 + len(r["rows"])
 
 
-def test_throughput_without_zipnn_says_how_to_add_it(monkeypatch):
+def test_throughput_without_zipnn_says_how_to_add_it(synthetic_model, monkeypatch):
     import dataclasses
 
-    from core.neuzip import service as S
-
-    monkeypatch.setattr(S, "_weights", _synthetic)
     monkeypatch.setitem(nz.CODECS, "zipnn", dataclasses.replace(nz.CODECS["zipnn"], available=lambda: False))
     res = nz.throughput_result("any-model", 7, None, numel=1024, repeats=1)
     assert "zipnn" not in [x["codec"] for x in res.data["rows"]] and "zipnn" in res.data["skipped"]
@@ -91,7 +102,7 @@ def test_throughput_without_zipnn_says_how_to_add_it(monkeypatch):
 def test_precompute_only_the_throughput_keeps_the_other_parts(monkeypatch, tmp_path):
     import core.zoo
     from core.neuzip import service as S
-    from core.neuzip.tradeoff import CACHE_VERSION
+    from core.neuzip.requests import CACHE_VERSION
     from core.runner import ExampleStore
 
     monkeypatch.setattr(S, "_weights", _synthetic)

@@ -1,5 +1,5 @@
 """NeuZip memory / perplexity trade-off: word-level perplexity against slow references, the Pareto front,
-lossless k=7 = bf16, memory ordering and accounting, the results cache and cancellation."""
+lossless k=7 = bf16, memory ordering and accounting, each point looked up in the results cache, and cancellation."""
 import copy
 import math
 import random
@@ -8,12 +8,15 @@ import pytest
 import torch
 from torch import nn
 
+from core import runner
 from core.cache import ResultsCache
-from core.errors import BadInputError
-from core.progress import cancellable
+from core.errors import BadInputError, Cancelled
 from core.neuzip import compress_model, memory_report
-from core.neuzip.tradeoff import (Cancelled, default_settings, eval_text, pareto_front, tradeoff_for_model,
-                                  windowed_nll, word_perplexity)
+from core.neuzip.perplexity import eval_text, windowed_nll, word_perplexity
+from core.neuzip.requests import TradeoffRequest
+from core.neuzip.service import point_lookup
+from core.neuzip.tradeoff import default_settings, pareto_front, tradeoff_for_model
+from core.progress import cancellable
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -109,10 +112,15 @@ def test_pareto_front_on_hand_made_points():
 
 def test_settings_are_checked():
     assert [s.get("k") for s in default_settings((7, 3), 64, baselines=False)] == [None, 7, 3, 3]
+    request = TradeoffRequest.parse("m", ["7", 3], "64", "2000", baselines=False)
+    assert (request.ks, request.block_size, request.words) == ((7, 3), 64, 2000)
+    assert list(request.settings) == default_settings((7, 3), 64, baselines=False)
     with pytest.raises(BadInputError, match="mantissa_bits"):
-        default_settings((7, 5))
+        TradeoffRequest.parse("m", (7, 5))
     with pytest.raises(BadInputError, match="power of two"):
-        default_settings((3,), 100)
+        TradeoffRequest.parse("m", (3,), 100)
+    with pytest.raises(BadInputError, match="no mantissa bits"):
+        TradeoffRequest.parse("m", ())
     with pytest.raises(BadInputError):
         tradeoff_for_model(nn.Sequential(nn.Embedding(4, 4)), CharTokenizer(), TEXT, default_settings((7,), None, False))
 
@@ -149,8 +157,16 @@ def tiny_result(tmp_path_factory):
     model = tiny_llama()
     cache = ResultsCache(tmp_path_factory.mktemp("cache"))
     settings = default_settings((7, 3, 1, 0), 32, baselines=False)
-    r = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="tiny", cache=cache)
+    with pytest.MonkeyPatch.context() as mp:  # each point is looked up in this cache
+        mp.setattr(runner, "results_cache", lambda: cache)
+        r = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16,
+                               point=point_lookup("tiny", "tiny", "text"))
     return model, cache, settings, r
+
+
+def _quantized(messages: list[str]) -> set[str]:
+    """The settings whose weights were quantized (a point computed, not found) in these progress messages."""
+    return {m.split(": ")[0] for m in messages if ": quantizing" in m}
 
 
 def test_lossless_point_has_exactly_the_bf16_perplexity(tiny_result):
@@ -178,17 +194,20 @@ def test_memory_ordering_and_accounting(tiny_result):
     assert set(front) == set(r["pareto"]) and "NeuZip k=0" in front
 
 
-def test_second_request_comes_from_the_cache(tiny_result):
+def test_second_request_comes_from_the_cache(tiny_result, monkeypatch):
     model, cache, settings, first = tiny_result
-    again = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="tiny", cache=cache)
-    assert all(p["cached"] for p in again["points"])
-    assert [p["perplexity"] for p in again["points"]] == [p["perplexity"] for p in first["points"]]
+    monkeypatch.setattr(runner, "results_cache", lambda: cache)
+    seen = []
+    again = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16,
+                               point=point_lookup("tiny", "tiny", "text"), progress=lambda f, m: seen.append(m))
+    assert seen and not _quantized(seen)  # every point came from the cache
+    assert again == first and "cached" not in again["points"][0]  # provenance is the lookup's, not the data's
 
 
-def test_cancel_keeps_finished_points(tmp_path):
+def test_cancel_keeps_finished_points(fresh_cache):
     model = tiny_llama()
-    cache = ResultsCache(tmp_path)
     settings = default_settings((7, 0), None, baselines=False)
+    point = point_lookup("t", "t", "text")
     calls = {"n": 0}
 
     def should_stop():
@@ -197,11 +216,13 @@ def test_cancel_keeps_finished_points(tmp_path):
 
     seen = []
     with pytest.raises(Cancelled):
-        tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="t", cache=cache,
+        tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, point=point,
                            progress=cancellable(lambda f, m: seen.append(f), should_stop))
     assert seen == sorted(seen) and all(0 <= f <= 1 for f in seen)
-    r = tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, fingerprint="t", cache=cache)
-    assert [p["cached"] for p in r["points"]] == [True, False, False]
+    messages = []
+    tradeoff_for_model(model, CharTokenizer(), TEXT, settings, window=16, point=point,
+                       progress=lambda f, m: messages.append(m))
+    assert _quantized(messages) == {"NeuZip k=7 (lossless)", "NeuZip k=0"}  # the bf16 point was kept
 
 
 def test_eval_text_takes_the_first_words():
@@ -218,7 +239,7 @@ def test_eval_text_takes_the_first_words():
 def test_bitsandbytes_baselines_and_entropy_coded_nf4():
     pytest.importorskip("bitsandbytes")  # importing it takes ~20 s (torch.compile set-up)
     from core.neuzip import rans
-    from core.neuzip.tradeoff import METHODS, _bnb_4bit, nibbles
+    from core.neuzip.formats import METHODS, _bnb_4bit, nibbles
 
     w = (torch.randn(256, 512, generator=torch.Generator().manual_seed(3)) * 0.02).to(torch.bfloat16)
     n = w.numel()

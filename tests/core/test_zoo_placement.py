@@ -198,7 +198,7 @@ def test_neuzip_compresses_a_spread_model_layer_by_layer(llama, tmp_path, capsys
         assert a.metadata() == b.metadata() and sorted(a.keys()) == sorted(b.keys())
         assert all(torch.equal(a.get_tensor(k), b.get_tensor(k)) for k in a.keys())
     code, out, err = _cli(capsys, monkeypatch, tmp_path, "tradeoff", "neuzip", "tradeoff", "--model", str(llama),
-                          "--max-memory", CAP, "--k", "7", "--words", "50", "--no-baselines")
+                          "--max-memory", CAP, "--k", "7", "--words", "100", "--no-baselines")
     assert code == 2 and "needs the model on one device" in err and "Traceback" not in err
 
 

@@ -9,8 +9,9 @@ import torch
 
 import core.neuzip as nz
 import ui.neuzip as tab
-from core.neuzip import CODECS, bitfield_histograms, codec_comparison, compression_table
+from core.neuzip import CODECS, codec_comparison
 from core.neuzip import service as S
+from core.neuzip.measure import bitfield_histograms, compression_table
 from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
 from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
@@ -33,14 +34,18 @@ def example():
 
 
 @pytest.fixture
-def with_example(example, monkeypatch, fresh_cache):
-    """The example store holds this tiny example as smollm2-135m's (whose weights are never read)."""
+def with_example(example, monkeypatch, fresh_cache, tmp_path):
+    """The example store holds this tiny example as smollm2-135m's (whose weights are never read), written by the
+    service's own precompute, each part's compute standing in for its measurement."""
     import core.zoo
 
     real = core.zoo.fingerprint
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "example-fp" if ref == "smollm2-135m" else real(ref))
-    store = ExampleStore.from_entries(S.example_entries(copy.deepcopy(example), "example-fp", baselines=True))
-    monkeypatch.setattr(S, "EXAMPLES", store)
+    with pytest.MonkeyPatch.context() as stand_in:
+        for part in nz.EXAMPLE_PARTS:
+            stand_in.setitem(S._COMPUTE, part, lambda request, data=copy.deepcopy(example[part]), **_: data)
+        path = nz.precompute_examples("smollm2-135m", path=tmp_path / "examples.json")
+    monkeypatch.setattr(S, "EXAMPLES", ExampleStore(path))
     return example
 
 
@@ -111,6 +116,8 @@ def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
     state, _ = nz.example_parts("smollm2-135m")
     files = [Path(f) for f in tab.download_files(state, False)["value"]]
     assert {f.suffix for f in files} == {".json", ".csv", ".html"}
+    assert sorted(f.stem for f in files if f.suffix == ".csv") == ["neuzip-table", "neuzip-throughput",
+                                                                    "neuzip-tradeoff"]  # the bit fields: figure only
     assert all(f.stat().st_size > 0 for f in files)
     html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
     assert "Memory vs perplexity" in html and len(html) > 1_000_000  # plotly.js embedded: works offline

@@ -1,0 +1,153 @@
+"""Decoding format 3 from Python: :func:`decode` (exponent bytes of a chunk range), :func:`decode_into` (a whole tensor
+straight into bf16 bits), :func:`decode_reference` (the format as plainly as possible, what the tests hold the fast
+decoder and the kernels to), and the stream as the arrays of the kernel path (:func:`stream_arrays`,
+:func:`kernel_args`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from core.neuzip.pairs.cpu import _decode_range, _field_table
+from core.neuzip.pairs.table import _L, _SHIFT, LANES, ROUND, PairStream, PairTable, decode_table, pair_frequencies
+
+def _corrupt(chunk: int) -> ValueError:
+    return ValueError(f"corrupt exponent stream: chunk {chunk} did not end in its initial state")
+
+
+def _chunk_range(stream: PairStream, first_chunk: int, last_chunk: int | None) -> tuple[int, int]:
+    num = stream.num_chunks
+    last = num if last_chunk is None else min(int(last_chunk), num)
+    return max(0, int(first_chunk)), last
+
+
+_EMPTY_U8 = np.zeros(0, np.uint8)
+_EMPTY_U16 = np.zeros(0, np.uint16)
+
+
+def decode(stream: PairStream, first_chunk: int = 0, last_chunk: int | None = None,
+           validated: bool = False) -> np.ndarray:
+    """Exponent bytes of chunks ``[first_chunk, last_chunk)`` (all by default): ``(m,) uint8``.
+
+    Raises
+    ------
+    ValueError
+        An inconsistent stream (every decoded chunk's end states are checked).
+    """
+    if not validated:
+        stream.validate()
+    first, last = _chunk_range(stream, first_chunk, last_chunk)
+    lo, hi = first * stream.chunk_size, min(stream.n, last * stream.chunk_size)
+    out = np.empty(max(0, hi - lo), np.uint8)
+    if last > first:
+        bad = _decode_chunks(stream, first, last, _EMPTY_U8, _EMPTY_U8, _EMPTY_U16, lo, 7, 0, out)
+        if bad >= 0:
+            raise _corrupt(bad)
+    return out
+
+
+def decode_into(stream: PairStream, fields: np.ndarray, mantissa_bits: int, out: np.ndarray,
+                scales: np.ndarray | None = None, block_size: int | None = None) -> np.ndarray:
+    """Decode the whole tensor straight into bf16 bits: ``out (n,) uint16`` (e.g. a torch buffer's
+    ``.view(torch.int16).numpy().view(np.uint16)``), releasing the GIL while it runs.
+
+    Parameters
+    ----------
+    fields : packed sign/mantissa fields, ``(ceil(n / P),) uint8`` (:mod:`kernels.neuzip_bits`)
+    scales, block_size : block normaliser codes ``(ceil(n / B),) uint8`` and ``B``, or None
+    """
+    if out.dtype != np.uint16 or out.size != stream.n:
+        raise ValueError(f"out must be uint16 with {stream.n} elements")
+    k = int(mantissa_bits)
+    bad = _decode_chunks(stream, 0, stream.num_chunks, fields, _EMPTY_U8 if scales is None else scales, out, 0, k,
+                         0 if block_size is None else int(block_size), _EMPTY_U8)
+    if bad >= 0:
+        raise _corrupt(bad)
+    return out
+
+
+def decode_reference(stream: PairStream) -> np.ndarray:
+    """The format as written in the module docstring: one chunk, one pair at a time, Python ints.
+    Slow; for tests. Returns ``(n,) uint8``."""
+    stream.validate()
+    t, m = stream.table, 1 << stream.table.precision
+    freq = pair_frequencies(t.counts, t.precision)
+    cdf = np.concatenate([[0], np.cumsum(freq)])
+    alpha, prec = t.alphabet, t.precision
+    words = [int(w) for w in stream.words]
+    indices = []
+    for c in range(stream.num_chunks):
+        x = [int(s) for s in stream.states[c]]
+        p = int(stream.offsets[c])
+        count = min(stream.n, (c + 1) * stream.chunk_size) - c * stream.chunk_size
+        chunk = []
+        for r in range(-(-((count + 1) // 2) // ROUND)):  # whole rounds
+            for j in range(ROUND):
+                lane = j % LANES
+                slot = x[lane] & (m - 1)
+                s = int(np.searchsorted(cdf, slot, side="right")) - 1
+                x[lane] = int(freq[s]) * (x[lane] >> prec) + slot - int(cdf[s])
+                chunk += [s // alpha, s % alpha]
+            for lane in range(LANES):
+                if x[lane] < _L:
+                    x[lane] = (x[lane] << _SHIFT) | (words[p] if p < len(words) else 0)
+                    p += 1
+        if any(v != _L for v in x) or p != stream.offsets[c + 1]:
+            raise _corrupt(c)
+        indices += chunk[:count]  # the pad pairs (and an odd count's padding) dropped
+    return _bytes_from_indices(t, np.array(indices, np.int64), stream.escapes, stream.escape_offsets,
+                               stream.chunk_size)
+
+
+def _bytes_from_indices(table: PairTable, indices: np.ndarray, escapes: np.ndarray, escape_offsets: np.ndarray,
+                        chunk_size: int) -> np.ndarray:
+    """Exponent bytes ``(n,) uint8`` from the alphabet index of each exponent: the escape index takes the
+    next escaped byte. ValueError (corrupt chunk) when a chunk's escapes do not match its
+    ``escape_offsets`` range."""
+    out = table._decoded[indices].astype(np.uint8)
+    escaped = indices == table.alphabet - 1
+    per_chunk = np.bincount(np.nonzero(escaped)[0] // chunk_size, minlength=escape_offsets.size - 1)
+    bad = np.nonzero(per_chunk != np.diff(escape_offsets.astype(np.int64)))[0]
+    if bad.size:
+        raise _corrupt(int(bad[0]))
+    out[escaped] = escapes
+    return out
+
+
+def _decode_chunks(stream: PairStream, first: int, last: int, fields, scales, out, out_offset, k, block,
+                   exponents_out) -> int:
+    """Decode chunks ``[first, last)`` of ``stream``: merged into ``out`` (bf16 bits) and/or as exponent
+    bytes into ``exponents_out``, both starting at weight ``out_offset``. Returns -1 when well formed,
+    else the first bad chunk. Each call into numba releases the GIL."""
+    t = stream.table
+    slot_pair, info = t.cpu_tables()
+    marker, field_bits = np.uint8(t.marker), _field_table(k)
+    return _decode_range(stream.words, stream.states, stream.offsets, stream.escapes, stream.escape_offsets, stream.n,
+                         stream.chunk_size, first, last, slot_pair, info, marker, fields, scales, out, out_offset, k,
+                         block, field_bits, exponents_out)
+
+
+def stream_arrays(stream: PairStream) -> dict[str, np.ndarray]:
+    """The stream as the arrays of the kernel path (:func:`kernels.neuzip_rans.pair_rans_decode` and
+    :func:`kernels.neuzip_rans.slot_table`), zero-copy views where the dtype allows: ``states (C, 8) int64``,
+    ``offsets (C + 1,) int64``, ``words (W,) int32`` (the uint32 words bit for bit), ``escapes (E,) uint8``,
+    ``escape_offsets (C + 1,) int64``, and per pair ``pair_freq (A * A,) int32`` and ``pair_bytes (A * A,) int32``
+    (its two exponent bytes, the marker for an escape)."""
+    t = stream.table
+    decoded, alpha = t._decoded, t.alphabet
+    index = np.arange(alpha * alpha)
+    return {"states": np.ascontiguousarray(stream.states).view(np.int64),
+            "offsets": stream.offsets.astype(np.int64),
+            "words": np.ascontiguousarray(stream.words).view(np.int32),
+            "escapes": np.ascontiguousarray(stream.escapes),
+            "escape_offsets": stream.escape_offsets.astype(np.int64),
+            "pair_freq": t.frequencies.astype(np.int32),
+            "pair_bytes": (decoded[index // alpha] | (decoded[index % alpha] << 8)).astype(np.int32)}
+
+
+def kernel_args(stream: PairStream, device=None) -> tuple:
+    """The arguments of :func:`kernels.neuzip_rans.pair_rans_decode` for ``stream``, as tensors on ``device``."""
+    import torch
+
+    a = {k: torch.from_numpy(v).to(device) for k, v in stream_arrays(stream).items()}
+    return (a["states"], a["offsets"], a["words"], torch.from_numpy(decode_table(stream.table)).to(device),
+            a["escapes"], a["escape_offsets"], stream.table.marker, stream.n, stream.chunk_size,
+            stream.table.precision)

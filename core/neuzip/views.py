@@ -1,0 +1,225 @@
+"""What each NeuZip analysis looks like, registered once.
+
+:data:`ANALYSES` maps an analysis name to its :class:`Analysis`: the request type that asks for it
+(:mod:`core.neuzip.requests`), the store entry it is looked up as, its status text, its tables and its figures.
+:func:`view` turns what the service found (:class:`core.runner.Found`) into the :class:`core.results.Result` a tab
+shows and the CLI prints and writes; :func:`page` is the files of several analyses shown together (the tab's
+downloads). A new analysis is an entry here and its compute function in :mod:`core.neuzip.service`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from core.neuzip.figures import histogram_figure, table_figure, throughput_figure, tradeoff_figure
+from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
+                                  TableRequest, ThroughputRequest, TradeoffRequest, WeightsRequest)
+from core.results import Result, source_text
+from core.runner import Found, digest
+
+__all__ = ["Analysis", "ANALYSES", "view", "page"]
+
+
+def _nothing(data: dict, **options) -> dict:
+    return {}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One NeuZip analysis.
+
+    Attributes
+    ----------
+    request : the request type that asks for it (``parse`` checks the inputs, ``params()`` key the result)
+    status : ``(data, source) -> Markdown``, what was measured, on which weights, and where it came from
+    tables : ``data -> {name: rows}`` (the CSV files; the first is the main one)
+    figures : ``(data, **options) -> {name: plotly figure}`` (the HTML files; ``log_x`` for the trade-off)
+    stem : the file name stem
+    store : its analysis name in :func:`core.runner.lookup` and the example store (None: not stored)
+    cached : answered from the examples and the results cache (False: measured each time, e.g. timings)
+    parts : for a view of other analyses shown together (the tab's *Analyse weights*), their names
+    page : a section of the tab's page, which opens on its committed example
+    page_tables : its tables are among the page's downloads (False: its figure only, as the bit fields: their CSV is
+        the CLI's ``neuzip histograms --out``)
+    """
+
+    request: type
+    status: Callable[[dict, str], str]
+    stem: str
+    tables: Callable[[dict], dict[str, list[dict]]] = _nothing
+    figures: Callable[..., dict[str, Any]] = _nothing
+    store: str | None = None
+    cached: bool = True
+    parts: tuple[str, ...] = ()
+    page: bool = False
+    page_tables: bool = True
+
+
+def view(name: str, found: Found, **options) -> Result:
+    """The :class:`Result` of analysis ``name`` for what :func:`core.runner.lookup` (or the service) found."""
+    a = ANALYSES[name]
+    data = found.data
+    return Result(a.status(data, found.source), data, tables=a.tables(data), figures=a.figures(data, **options),
+                  source=found.source, key=found.key if a.cached else None, stem=a.stem)  # no key: files afresh
+
+
+def page(parts: dict[str, dict], **options) -> Result:
+    """The files of what a page shows: the tables and figures of each analysis in ``parts`` (name -> its data)."""
+    tables, figures = {}, {}
+    for name, data in parts.items():
+        if ANALYSES[name].page_tables:
+            tables.update(ANALYSES[name].tables(data))
+        figures.update(ANALYSES[name].figures(data, **options))
+    model = next(iter(parts.values())).get("model", "")
+    return Result(f"{', '.join(parts)} of {model}", parts, tables=tables, figures=figures,
+                  key="neuzip-" + digest(parts, options), stem="neuzip", main_first=False)
+
+
+def _what(k: int, b: int | None) -> str:
+    return "lossless (k=7)" if k == 7 else f"k={k}" + (f", B={b}" if b else "")
+
+
+# ---- bit fields and bits per weight -------------------------------------------------------------------------------
+def histogram_rows(h: dict) -> list[dict]:
+    """The occupied values of each bit field with their counts."""
+    return [{"field": f, "value": v, "count": c} for f in ("sign", "exponent", "mantissa") for v, c in enumerate(h[f])
+            if c]
+
+
+def _histograms_status(h: dict, source: str) -> str:
+    e = h["entropy"]
+    return (f"{h['model']}: {h['numel']:,} linear weights in {len(h['tensors'])} tensors\nentropy (bits): sign "
+            f"{e['sign']:.4f}, exponent {e['exponent']:.4f} of 8, mantissa {e['mantissa']:.4f} of 7"
+            + (f"\nnote: {h['note']}" if h.get("note") else ""))
+
+
+def table_rows(table: dict) -> list[dict]:
+    """The compression table as flat rows (total first), bits rounded for display."""
+    def row(r):
+        return {"layer": r["name"], "weights": r["numel"],
+                **{k: None if r.get(k) is None else round(r[k], 4)
+                   for k in ("bits_per_weight", "entropy_bound", "exponent_entropy", "zstd_bits_per_weight",
+                             "zlib_bits_per_weight")}}
+    return [row(table["total"])] + [row(r) for r in table["rows"]]
+
+
+def _table_status(t: dict, source: str) -> str:
+    tot = t["total"]
+    return (f"NeuZip {_what(t['mantissa_bits'], t.get('block_size'))}: **{tot['bits_per_weight']:.3f} bits/weight** "
+            f"against an entropy bound of {tot['entropy_bound']:.3f}")
+
+
+def _weights_status(data: dict, source: str) -> str:
+    h, table = data["histograms"], data["table"]
+    e, t = h["entropy"], table["total"]
+    zstd = ("" if t.get("zstd_bits_per_weight") is None
+            else f"; zstd on the raw bytes: **{t['zstd_bits_per_weight']:.2f}**")
+    return (f"**{h['numel']:,}** linear weights of `{h.get('model', '')}` ({source_text(source)}). Entropy: sign "
+            f"{e['sign']:.3f}, exponent **{e['exponent']:.3f}** of 8, mantissa {e['mantissa']:.3f} of 7 bits. NeuZip "
+            f"{_what(table['mantissa_bits'], table.get('block_size'))}: **{t['bits_per_weight']:.3f} bits/weight** "
+            f"against an entropy bound of {t['entropy_bound']:.3f} (bf16: 16){zstd}.")
+
+
+# ---- the memory / perplexity trade-off ----------------------------------------------------------------------------
+def tradeoff_rows(result: dict) -> list[dict]:
+    """One row per setting: memory, bits per linear weight, word and token perplexity, on the Pareto front or not."""
+    return [{"setting": p["label"], "family": p["family"], "memory_MB": round(p["memory_bytes"] / 1e6, 2),
+             "linear_bits_per_weight": round(p["bits_per_weight"], 3), "word_perplexity": round(p["perplexity"], 3),
+             "token_perplexity": round(p["token_perplexity"], 3), "pareto": p["pareto"]} for p in result["points"]]
+
+
+def _tradeoff_status(r: dict, source: str) -> str:
+    return (f"{source_text(source)}: word-level perplexity of `{r['model']}` on **{r['words']:,} words** "
+            f"({r['tokens']:,} tokens) of {r['dataset']}, windows of {r['window']} tokens. Pareto front: "
+            f"{' → '.join(r['pareto'])}. " + " ".join(r.get("notes", [])))
+
+
+# ---- throughput ---------------------------------------------------------------------------------------------------
+def throughput_rows(result: dict) -> list[dict]:
+    """One row per codec (and lossy NeuZip setting): bits per weight and one-thread MB/s, rounded for display."""
+    copy = next((r["decompress_MBps"] for r in result["rows"] if r["codec"] == "memcpy"), None)
+
+    def rnd(v, d):
+        return None if v is None else round(v, d)
+    return [{"codec": r["label"], "bits_per_weight": rnd(r["bits_per_weight"], 3),
+             "gap_to_bound_percent": rnd(r["gap_percent"], 3), "compress_MBps": rnd(r["compress_MBps"], 1),
+             "decompress_MBps": rnd(r["decompress_MBps"], 1),
+             "decompress_time_vs_copy": None if copy is None or r["codec"] == "memcpy"
+             else round(copy / r["decompress_MBps"], 1)} for r in result["rows"]]
+
+
+def _throughput_status(r: dict, source: str) -> str:
+    def speed(v):
+        return "-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
+    parts = [f"{x['label']}: {x['bits_per_weight']:.3f} bits/weight, compress {speed(x['compress_MBps'])} / "
+             f"decompress **{speed(x['decompress_MBps'])}** MB/s" for x in r["rows"] if x["codec"] != "memcpy"]
+    copy = [x for x in r["rows"] if x["codec"] == "memcpy"]
+    src = "Precomputed example" if source == "precomputed" else "Measured now"
+    status = (f"{src}, one thread each, the codecs taking turns (median of {r['repeats']}; every round trip checked "
+              f"bit for bit), on the first {r['tensors']} linear weight tensors of `{r['model']}` "
+              f"({2 * r['numel'] / 1e6:.3g} MB of bf16; entropy bound {r['entropy_bound']:.3f} bits/weight): "
+              + "; ".join(parts) + (f"; a memory copy {speed(copy[0]['decompress_MBps'])} MB/s." if copy else "."))
+    if "zipnn" in r.get("skipped", {}):
+        status += (" ZipNN is not installed here, so it is left out: `pip install zipnn==0.5.4` (pinned in "
+                   "requirements-dev.txt) adds it.")
+    return status
+
+
+# ---- device memory (a GPU host) ----------------------------------------------------------------------------------
+def device_memory_rows(r: dict) -> list[dict]:
+    """What the model holds on the device and a forward's peak above it, bf16 and compressed, in MiB."""
+    return [{"format": name, "loaded_MiB": round(r[name]["loaded"] / 2**20, 2),
+             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2)} for name in ("bf16", "compressed")]
+
+
+def _device_memory_status(r: dict, source: str) -> str:
+    def mib(b):
+        return f"{b / 2**20:,.1f} MiB"
+    return (f"On {r['device']}: `{r['model']}` holds **{mib(r['compressed']['loaded'])}** NeuZip-compressed "
+            f"(k = {r['mantissa_bits']}) against **{mib(r['bf16']['loaded'])}** in bf16 "
+            f"({r['loaded_ratio']:.3f}x); its linear weights {mib(r['linear_resident_bytes'])} against "
+            f"{mib(r['linear_bf16_bytes'])} ({r['linear_ratio']:.3f}x). A forward of {r['tokens']} tokens peaks "
+            f"{mib(r['compressed']['forward_peak'])} above the loaded model (bf16: {mib(r['bf16']['forward_peak'])}); "
+            f"logits differ by at most {r['max_abs_logit_difference']:.3g}.")
+
+
+# ---- checkpoints --------------------------------------------------------------------------------------------------
+def _compress_status(d: dict, source: str) -> str:
+    return (f"compressed {d['tensors']} linear weights ({d['weights']:,}) of {d['model']} with k={d['mantissa_bits']}"
+            + (f", B={d['block_size']}" if d["block_size"] else "") + f": {d['bits_per_weight']:.3f} bits/weight, "
+            f"{d['stored_bytes'] / 1e6:.1f} MB (bf16: {d['bf16_bytes'] / 1e6:.1f} MB) -> {d['file']}")
+
+
+def _decompress_status(d: dict, source: str) -> str:
+    status = (f"{d['file']}: {d['tensors']} tensors, {d['weights']:,} weights, {d['bits_per_weight']:.3f} "
+              f"bits/weight, k={d['mantissa_bits']}")
+    if "model" in d:
+        status += f"\nagainst {d['model']}: bit-exact {d['bit_exact']}, max |error| {d['max_abs_error']:.3g}"
+    return status + (f"\nwrote {d['out']}" if "out" in d else "")
+
+
+ANALYSES: dict[str, Analysis] = {
+    "histograms": Analysis(HistogramsRequest, _histograms_status, "neuzip-histograms",
+                           tables=lambda h: {"histograms": histogram_rows(h)},
+                           figures=lambda h, **_: {"histograms": histogram_figure(h)}, store="neuzip/histograms",
+                           page_tables=False),
+    "table": Analysis(TableRequest, _table_status, "neuzip-table", tables=lambda t: {"table": table_rows(t)},
+                      figures=lambda t, **_: {"table": table_figure(t)}, store="neuzip/table"),
+    "weights": Analysis(WeightsRequest, _weights_status, "neuzip-weights",
+                        tables=lambda d: {"table": table_rows(d["table"])},
+                        figures=lambda d, **_: {"histograms": histogram_figure(d["histograms"]),
+                                                "table": table_figure(d["table"])},
+                        parts=("histograms", "table"), page=True),
+    "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, "neuzip-tradeoff",
+                         tables=lambda r: {"tradeoff": tradeoff_rows(r)},
+                         figures=lambda r, log_x=False, **_: {"tradeoff": tradeoff_figure(r, log_x)},
+                         store="neuzip/tradeoff-result", page=True),
+    "throughput": Analysis(ThroughputRequest, _throughput_status, "neuzip-throughput",
+                           tables=lambda r: {"throughput": throughput_rows(r)},
+                           figures=lambda r, **_: {"throughput": throughput_figure(r)}, store="neuzip/throughput",
+                           cached=False, page=True),
+    "device-memory": Analysis(DeviceMemoryRequest, _device_memory_status, "neuzip-device-memory",
+                              tables=lambda r: {"device-memory": device_memory_rows(r)}, cached=False),
+    "compress": Analysis(CompressRequest, _compress_status, "neuzip-compress"),
+    "decompress": Analysis(DecompressRequest, _decompress_status, "neuzip-decompress"),
+}
