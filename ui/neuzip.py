@@ -83,6 +83,13 @@ def measure_throughput(ref, k, block, state=None, request: gr.Request = None, pr
 
 
 @user_errors
+def measure_device_memory(ref, k, block, request: gr.Request = None):
+    """On a GPU host: what the chosen model holds on the GPU in bf16 and NeuZip-compressed, and a forward's peak."""
+    res = nz.device_memory_result(ref, k, block)
+    return res.status, frame(res.tables["device-memory"])
+
+
+@user_errors
 def download_files(state=None, log_x=False):
     """The shown results as files: JSON (everything), CSV (tables) and HTML figures (work offline)."""
     return downloads_update(nz.shown_result(state or {}, bool(log_x)))
@@ -129,6 +136,14 @@ def build(ctx: AppContext) -> None:
                               elem_id="neuzip-throughput")
     throughput_df = gr.Dataframe(_throughput_frame(throughput) if throughput else None, interactive=False,
                                  label="Codecs (one thread each)", elem_id="neuzip-throughput-table")
+    if nz.cuda_present():  # a GPU host: NeuZip's point, memory on the device, measured there
+        gr.Markdown("### GPU memory")
+        with gr.Row():
+            b_device = gr.Button("Measure GPU memory (bf16 vs compressed)", size="sm")
+        device_md = gr.Markdown(elem_id="neuzip-device-memory-summary")
+        device_df = gr.Dataframe(interactive=False, label="On the GPU (MiB)", elem_id="neuzip-device-memory")
+        b_device.click(measure_device_memory, inputs=[ctx.model, k, block], outputs=[device_md, device_df],
+                       api_name="neuzip_device_memory")
     files = downloads_box(nz.shown_result(parts) if parts else None,
                           "Downloads (JSON, CSV, HTML) of what is shown: press Download files after measuring",
                           "neuzip-downloads")

@@ -28,7 +28,7 @@ from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
 from core.neuzip.compare import CODECS, codec_comparison
 from core.neuzip.formats import METHODS as TRADEOFF_METHODS
 from core.neuzip.formats import Method, Style
-from core.neuzip.memory import device_memory, memory_report
+from core.neuzip.memory import cuda_present, device_memory, memory_report
 from core.neuzip.modules import (CompressedLinear, apply_compressed, compress_model, compressed_tensors,
                                  decompress_model, set_decode_ahead)
 from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, K_CHOICES, MAX_WORDS, MIN_WORDS,
@@ -41,7 +41,7 @@ from core.neuzip.examples import EXAMPLE_VIEWS  # the views a speaker shows (cor
 
 __all__ = [
     "compress", "CompressedTensor", "save_compressed", "load_compressed",
-    "compress_model", "CompressedLinear", "memory_report", "device_memory", "compressed_tensors", "apply_compressed",
+    "compress_model", "CompressedLinear", "memory_report", "device_memory", "cuda_present", "compressed_tensors", "apply_compressed",
     "set_decode_ahead", "decompress_model",
     "CODECS", "codec_comparison", "TRADEOFF_METHODS", "Method", "Style",
     "weights_result", "histograms_result", "table_result", "tradeoff_result", "throughput_result",

@@ -52,6 +52,11 @@ def memory_report(model: nn.Module) -> dict[str, int]:
             "peak_transient_bytes": buffer + workspace, "peak_bytes": compressed + other + buffer + workspace}
 
 
+def cuda_present() -> bool:
+    """Whether this host has a CUDA device torch can use (the NeuZip tab shows its GPU-memory measurement only then)."""
+    return torch.cuda.is_available()
+
+
 def require_cuda(device: torch.device | str) -> torch.device:
     """``device`` as a ``torch.device`` when it is a CUDA device torch can use, else a :class:`BadInputError`."""
     try:

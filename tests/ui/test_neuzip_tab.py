@@ -159,3 +159,40 @@ def test_the_committed_example_matches_the_live_defaults():
     by = {p["label"]: p for p in ex["tradeoff"]["points"]}
     assert by["bf16"]["perplexity"] == by["NeuZip k=7 (lossless)"]["perplexity"]
     assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "examples.json").stat().st_size < 1_000_000
+
+
+def _api_names(demo) -> set:
+    return {d["api_name"] for d in demo.config["dependencies"] if d["targets"][0][1] != "load"}
+
+
+def test_gpu_memory_section_only_on_a_cuda_host_and_it_measures(with_example, monkeypatch):
+    """On a CPU host the tab has no GPU-memory button; on a CUDA host (stood in) it has one, and its handler shows the
+    measurement's status and MiB table (the measurement itself stands in: no GPU here)."""
+    from core.neuzip import memory
+
+    def build():
+        with gr.Blocks() as demo:
+            model = gr.Dropdown(choices=["mathneuro-tiny"], value="mathneuro-tiny", allow_custom_value=True)
+            tab.build(type("Ctx", (), {"model": model})())
+        return demo
+
+    monkeypatch.setattr(nz, "cuda_present", lambda: False)
+    assert "neuzip_device_memory" not in _api_names(build())
+    monkeypatch.setattr(nz, "cuda_present", lambda: True)
+    assert "neuzip_device_memory" in _api_names(build())
+    r = {"device": "Stand-in GPU", "tokens": 512, "mantissa_bits": 7, "block_size": None,
+         "bf16": {"loaded": 256 * 2**20, "forward_peak": 40 * 2**20},
+         "compressed": {"loaded": 170 * 2**20, "forward_peak": 44 * 2**20}, "linear_bf16_bytes": 200 * 2**20,
+         "linear_resident_bytes": 133 * 2**20, "linear_ratio": 0.665, "loaded_ratio": 170 / 256,
+         "max_abs_logit_difference": 0.0}
+    monkeypatch.setattr(memory, "require_cuda", lambda device: device)
+    monkeypatch.setattr(memory, "device_memory", lambda model, *args: dict(r))
+    status, table = tab.measure_device_memory("mathneuro-tiny", 7, "none")
+    assert "**170.0 MiB** NeuZip-compressed" in status and "**256.0 MiB** in bf16" in status
+    assert list(table["format"]) == ["bf16", "compressed"] and list(table["loaded_MiB"]) == [256.0, 170.0]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
+def test_gpu_memory_on_a_cpu_host_is_one_clear_error():
+    with pytest.raises(gr.Error, match="CUDA device"):
+        tab.measure_device_memory("mathneuro-tiny", 7, "none")
