@@ -27,7 +27,7 @@ from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layer
                                     layer_removal, mean_angular_distance)
 from core.mixln.folders import load_run, run_model, sample_windows, weights_fingerprint
 from core.mixln.requests import TEXT_CORPUS
-from core.progress import Progress, item_progress, report
+from core.progress import Progress, report, scaled
 from core.zoo.views import private_view
 
 
@@ -101,8 +101,7 @@ def angular_data(subject: Subject, params: dict, progress: Progress | None = Non
 
 def removal_data(subject: Subject, params: dict, progress: Progress | None = None) -> dict:
     """{subject, baseline_loss, baseline_perplexity, layers, loss_increase, perplexity_increase, ..., **params}."""
-    step = item_progress(progress, "skipped layer", 0.1, 1.0)
-    r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=step)
+    r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=scaled(progress, 0.1, 1.0))
     return {"subject": subject.name, "baseline_loss": r.baseline_loss,
             "baseline_perplexity": _clean(r.baseline_perplexity), "layers": list(range(len(r.losses))),
             "losses": [_clean(x) for x in r.losses], "loss_increase": [_clean(x) for x in r.loss_increase],
