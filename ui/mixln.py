@@ -10,7 +10,7 @@ from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, finite_slider, frame, number
+from ui.widgets import downloads_box, downloads_update, finite_slider, frame
 
 TITLE = "Mix-LN"
 DEFAULT_RUNS = list(mixln.DEFAULT_RUNS)
@@ -18,7 +18,7 @@ INTRO = ("**Mix-LN** puts Post-LN in the first alpha x L layers and Pre-LN in th
          "gradients and barely change the hidden state; Post-LN's early layers do. Below: small deep-and-narrow runs "
          "committed with the project (12 and 24 layers, width 64, 3 seeds each, equal steps and data), a learning-"
          "rate sweep, a live run, and the same diagnostics for any model in the picker.")
-SETS = [("12 layers", "main"), ("24 layers", "depth-24")]
+LIVE = mixln.LiveRequest()  # the live run's defaults
 
 
 @user_errors
@@ -71,7 +71,6 @@ def runs_removal(names):
 def live_train(norm, alpha, layers, steps, request: gr.Request = None, progress=gr.Progress()):
     """Train a small model and stream (status, loss figure, grad-norm figure) while it trains."""
     updates = mixln.live_run(norm, alpha, layers, steps, job(request, progress))
-    progress(0, desc="tokenizing the corpora")
     yield "Preparing the tokenizer and data...", gr.skip(), gr.skip()
     last = None
     for last in updates:
@@ -82,15 +81,13 @@ def live_train(norm, alpha, layers, steps, request: gr.Request = None, progress=
 
 @user_errors
 def model_angular(ref, samples, request: gr.Request = None, progress=gr.Progress()):
-    res = mixln.angular_distance_result(ref, number(samples, "held-out sequences"), 64,
-                                        progress=job(request, progress))
+    res = mixln.angular_distance_result(ref, samples, 64, progress=job(request, progress))
     return res.status, res.figures["angular"], downloads_update(res)
 
 
 @user_errors
 def model_removal(ref, samples, request: gr.Request = None, progress=gr.Progress()):
-    res = mixln.layer_removal_result([ref], number(samples, "held-out sequences"), 64,
-                                     progress=job(request, progress))
+    res = mixln.layer_removal_result([ref], samples, 64, progress=job(request, progress))
     return res.status, res.figures["removal"], downloads_update(res)
 
 
@@ -106,8 +103,8 @@ def build(ctx: AppContext) -> None:
     with gr.Accordion("Committed runs", open=True):
         with gr.Row():
             picked = gr.CheckboxGroup(choices=have, value=default, label="Runs", elem_id="mixln-runs", scale=3)
-            kind = gr.Radio([("parameter gradients", "param"), ("gradient at the layer input", "input")],
-                            value="param", label="Gradient norm of", scale=2)
+            kind = gr.Radio([(label, k) for k, label in mixln.GRADIENT_KINDS.items()], value="param",
+                            label="Gradient norm of", scale=2)
             gstep = finite_slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
                                   label="Training step shown (solid lines)", scale=2)
         gr.Markdown(mixln.settings_text(), elem_id="mixln-settings", elem_classes="lw-explain")
@@ -120,7 +117,7 @@ def build(ctx: AppContext) -> None:
         _plot(compare.figures["compare"] if compare else None, "Comparison", "mixln-compare")
         _plot(runs_sweep() if have else None, "Alpha sweep", "mixln-sweep")
         curves = runs_curves() if have else (None, None, "")
-        depth_set = gr.Radio(SETS, value="main", label="Seed curves of the run set", elem_id="mixln-curves-set")
+        depth_set = gr.Radio(mixln.set_choices(), value="main", label="Seed curves of the run set", elem_id="mixln-curves-set")
         curves_status = gr.Markdown(curves[2], elem_id="mixln-curves-status")
         curves_loss = _plot(curves[0], "Held-out loss over seeds", "mixln-curves-loss")
         curves_ppl = _plot(curves[1], "Held-out perplexity over seeds", "mixln-curves-perplexity")
@@ -134,11 +131,11 @@ def build(ctx: AppContext) -> None:
         removal_plot = _plot(runs_removal(default) if default else None, "Layer removal", "mixln-run-removal")
     with gr.Accordion("Live run (a small model, trained here in about a minute)", open=True):
         with gr.Row():
-            norm = gr.Radio(mixln.placement_choices(), value="mix", label="Norm placement", scale=3)
-            alpha = finite_slider(0, 1, value=0.25, step=0.125, label="alpha (Mix-LN: fraction of Post-LN layers)",
-                                  scale=2)
-            layers = finite_slider(2, 16, value=mixln.LIVE_MODEL["num_layers"], step=1, label="layers", scale=1)
-            steps = finite_slider(10, 400, value=mixln.LIVE_TRAIN["steps"], step=10, label="steps", scale=1)
+            norm = gr.Radio(mixln.placement_choices(), value=LIVE.placement, label="Norm placement", scale=3)
+            alpha = finite_slider(0, 1, value=LIVE.alpha, step=0.125,
+                                  label="alpha (Mix-LN: fraction of Post-LN layers)", scale=2)
+            layers = finite_slider(2, 16, value=LIVE.layers, step=1, label="layers", scale=1)
+            steps = finite_slider(10, 400, value=LIVE.steps, step=10, label="steps", scale=1)
         with gr.Row():
             start = gr.Button("Start live run", variant="primary", elem_id="mixln-live-start")
             stop_btn = gr.Button("Stop", variant="stop", elem_id="mixln-live-stop")

@@ -4,82 +4,68 @@ causal LMs.
 
 Public API (tabs and the CLI use only this):
 
-- :class:`MixLNConfig`, :class:`MixLNForCausalLM` (``save_pretrained`` / ``from_pretrained``), ``NORMS``
-- :class:`TrainConfig`, :func:`train_iter` (a generator of :class:`TrainEvent`), :func:`train`,
-  :class:`TrainHistory`, :func:`lr_at`, :func:`latest_checkpoint`
-- :func:`layer_gradient_norms`, :func:`angular_distance`, :func:`mean_angular_distance`,
+- the model: :class:`MixLNConfig`, :class:`MixLNForCausalLM` (``save_pretrained`` / ``from_pretrained``), ``NORMS``,
+  ``DEEPNORM_FORMULAS``, :func:`estimate_memory_bytes`
+- training: :class:`TrainConfig`, :func:`train_iter` (a generator of events), :func:`train`, :func:`lr_at`,
+  :func:`latest_checkpoint`; :func:`train_run` trains a run folder (data-parallel under torchrun:
+  :func:`dist_info`, :func:`check_world`); progress through ``progress(fraction, message)``, stopped by
+  :class:`core.errors.Cancelled`
+- diagnostics: :func:`layer_gradient_norms`, :func:`angular_distance`, :func:`mean_angular_distance`,
   :func:`angular_distance_heatmap`, :func:`layer_removal`, :func:`evaluate_loss`, :func:`skip_layer`,
   :func:`hidden_states_of`, :func:`find_decoder_layers`
-- :data:`DIAGNOSTICS`: the registry of diagnostics by name
-- :func:`estimate_memory_bytes`, :func:`check_fits`
-- data pipeline (:mod:`core.mixln.data`): :func:`train_tokenizer`, :func:`load_tokenizer`, :func:`encode_stream`,
-  :func:`pack`, :func:`prepare_corpus`
-- runs (:mod:`core.mixln.runs`): :func:`train_run`, :func:`train_run_iter`, :func:`reproduce`, :data:`RECIPE`,
-  :data:`RUN_SETS`, :func:`list_runs`, :func:`load_run`, :func:`evaluate_run`, :func:`compare_table`,
-  :func:`sweep_table`
-- summaries over seeds (:mod:`core.mixln.summary`): :func:`seed_table`, :func:`loss_bands`, :func:`lr_sweep_table`,
-  :func:`depth_profiles`
-- results as JSON dicts (:mod:`core.mixln.analysis`): :func:`angular_result`, :func:`removal_result`,
-  :func:`gradnorm_result`, :func:`run_gradnorms`, :func:`write_run_diagnostics`
-- :data:`PLACEMENTS`: the registry of norm placements (label, colour, formula, alpha), :func:`placement_choices`,
-  :func:`placement_label`, :func:`placement_colour`
-- the service (what the tab and ``python -m core mixln`` call; each returns a ``core.runner.Result``):
+- the norm placements: :data:`PLACEMENTS` (label, colour, formula, alpha), :class:`Placement`,
+  :func:`placement_choices`, :func:`placement_label`, :func:`placement_colour`
+- the committed runs: :data:`RECIPE`, :data:`RECIPE_MODEL`, :data:`RECIPE_TRAIN`, :data:`RUN_SETS`, :data:`RUNS_DIR`,
+  :func:`recipe_jobs`, :func:`recipe_command`, :func:`list_runs`, :func:`resolve_run`, :func:`compare_table`
+  (everything about them: :mod:`core.mixln.runs`)
+- what the actions take (:mod:`core.mixln.requests`): :data:`DEFAULT_RUNS`, :data:`GRADIENT_KINDS`,
+  :data:`CURVE_SETS`, :func:`set_choices`, :data:`METRICS`, :data:`POSITIONS`, :class:`LiveRequest` (its defaults)
+- the service (what the tab and ``python -m core mixln`` call; each returns a ``core.results.Result``):
   :func:`loss_result`, :func:`gradnorms_result`, :func:`compare_result`, :func:`sweep_result`,
   :func:`curves_result`, :func:`lr_sweep_result`, :func:`depth_result`, :func:`settings_text`,
   :func:`angular_distance_result`, :func:`layer_removal_result`, :func:`model_gradnorms_result`, :func:`live_run`,
-  :func:`train_result`, :func:`reproduce_result`, :data:`DEFAULT_RUNS`
+  :func:`train_result`, :func:`reproduce_result`, :func:`reference_result`, :func:`write_run_diagnostics`
+- :data:`EXAMPLE_VIEWS`: the views a speaker shows (:mod:`core.examples`)
 """
-from core.mixln.config import (DEEPNORM_FORMULAS, NORMS, MixLNConfig, available_memory_bytes, check_fits,
-                               estimate_memory_bytes)
-from core.mixln.diagnostics import (AngularHeatmap, LayerGradNorms, LayerRemovalResult, angular_distance,
-                                    angular_distance_heatmap, evaluate_loss, find_decoder_layers, hidden_states_of,
-                                    layer_gradient_norms, layer_removal, mean_angular_distance, skip_layer)
-from core.mixln.model import CausalLMOutput, MixLNForCausalLM, causal_lm_loss
-from core.mixln.train import (TrainConfig, TrainEvent, TrainHistory, latest_checkpoint, lr_at, save_checkpoint,
-                              train, train_iter)
-from core.mixln.data import encode_stream, load_tokenizer, pack, prepare_corpus, train_tokenizer
-from core.mixln.runs import (ASSETS as RUNS_DIR, LIVE_MODEL, LIVE_TRAIN, RECIPE, RECIPE_MODEL, RECIPE_TRAIN,
-                             RUN_SETS, compare_table, evaluate_run, list_runs, load_run, recipe_command, recipe_jobs,
-                             reproduce, resolve_run, sweep_table, train_run, train_run_iter)
-from core.mixln.summary import depth_profiles, loss_bands, lr_sweep_table, seed_table  # noqa: E402
-from core.mixln.analysis import (angular_result, gradnorm_result, removal_result, run_gradnorms,  # noqa: E402
-                                 write_run_diagnostics)
-from core.mixln.placements import (PLACEMENTS, Placement, placement_choices, placement_colour,  # noqa: E402
-                                   placement_label)
-from core.mixln.service import (DEFAULT_RUNS, angular_distance_result, compare_result, curves_result,  # noqa: E402
-                                depth_result, gradnorms_result, layer_removal_result, live_run, loss_result,
-                                lr_sweep_result, model_gradnorms_result, reference_result, reproduce_result,
-                                settings_text, sweep_result, train_result)
+from core.mixln.config import DEEPNORM_FORMULAS, NORMS, MixLNConfig, estimate_memory_bytes
+from core.mixln.diagnostics import (angular_distance, angular_distance_heatmap, evaluate_loss, find_decoder_layers,
+                                    hidden_states_of, layer_gradient_norms, layer_removal, mean_angular_distance,
+                                    skip_layer)
+from core.mixln.model import MixLNForCausalLM
+from core.mixln.train import TrainConfig, check_world, latest_checkpoint, lr_at, train, train_iter
+from core.mixln.placements import PLACEMENTS, Placement, placement_choices, placement_colour, placement_label
+from core.mixln.recipe import (ASSETS as RUNS_DIR, RECIPE, RECIPE_MODEL, RECIPE_TRAIN, RUN_SETS, recipe_command,
+                               recipe_jobs)
+from core.mixln.folders import list_runs, resolve_run
+from core.mixln.launch import dist_info, train_run
+from core.mixln.summary import compare_table
+from core.mixln.requests import (CURVE_SETS, DEFAULT_RUNS, GRADIENT_KINDS, METRICS, POSITIONS, LiveRequest,
+                                 set_choices)
+from core.mixln.views import settings_text
+from core.mixln.service import (angular_distance_result, compare_result, curves_result, depth_result,
+                                gradnorms_result, layer_removal_result, live_run, loss_result, lr_sweep_result,
+                                model_gradnorms_result, reference_result, reproduce_result, sweep_result,
+                                train_result, write_run_diagnostics)
+from core.mixln.examples import EXAMPLE_VIEWS
 
-# The diagnostics a view can list: name -> callable(model, tokens, ...).
-DIAGNOSTICS = {
-    "gradient-norms": layer_gradient_norms,
-    "angular-distance": mean_angular_distance,
-    "layer-removal": layer_removal,
-}
-
-__all__ = ["NORMS", "DEEPNORM_FORMULAS", "MixLNConfig", "MixLNForCausalLM", "CausalLMOutput", "causal_lm_loss", "TrainConfig",
-           "TrainEvent", "TrainHistory", "train", "train_iter", "lr_at", "save_checkpoint", "latest_checkpoint",
-           "layer_gradient_norms", "LayerGradNorms", "angular_distance", "mean_angular_distance",
-           "angular_distance_heatmap", "AngularHeatmap", "layer_removal", "LayerRemovalResult", "evaluate_loss",
-           "skip_layer", "hidden_states_of", "find_decoder_layers", "DIAGNOSTICS", "estimate_memory_bytes",
-           "check_fits", "available_memory_bytes", "train_tokenizer", "load_tokenizer", "encode_stream", "pack",
-           "prepare_corpus", "RECIPE", "RUN_SETS", "seed_table", "loss_bands", "lr_sweep_table", "depth_profiles",
-           "train_run", "train_run_iter", "reproduce", "list_runs", "load_run",
-           "evaluate_run", "compare_table", "sweep_table", "angular_result", "removal_result", "gradnorm_result",
-           "run_gradnorms", "write_run_diagnostics", "RUNS_DIR", "LIVE_MODEL", "LIVE_TRAIN", "RECIPE_MODEL",
-           "RECIPE_TRAIN", "recipe_command", "resolve_run", "PLACEMENTS", "Placement", "placement_choices",
-           "placement_colour", "placement_label", "DEFAULT_RUNS", "loss_result", "gradnorms_result", "compare_result",
-           "sweep_result", "angular_distance_result", "layer_removal_result", "model_gradnorms_result", "live_run",
-           "train_result", "reproduce_result", "reference_result", "recipe_jobs", "curves_result", "lr_sweep_result",
-           "depth_result", "settings_text"]
-
-# Data-parallel launches: (world size, global rank, local rank) from torchrun / accelerate launch.
-from core.mixln.runs import _dist_info as dist_info  # noqa: E402
-from core.mixln.train import check_world  # noqa: E402
-
-__all__ += ["dist_info", "check_world"]
-
-from core.mixln.examples import EXAMPLE_VIEWS  # noqa: E402  (the views a speaker shows: core.examples)
-
-__all__ += ["EXAMPLE_VIEWS"]
+__all__ = [
+    # the model
+    "MixLNConfig", "MixLNForCausalLM", "NORMS", "DEEPNORM_FORMULAS", "estimate_memory_bytes",
+    # training
+    "TrainConfig", "train_iter", "train", "lr_at", "latest_checkpoint", "train_run", "dist_info", "check_world",
+    # diagnostics
+    "layer_gradient_norms", "angular_distance", "mean_angular_distance", "angular_distance_heatmap", "layer_removal",
+    "evaluate_loss", "skip_layer", "hidden_states_of", "find_decoder_layers",
+    # norm placements
+    "PLACEMENTS", "Placement", "placement_choices", "placement_label", "placement_colour",
+    # committed runs
+    "RECIPE", "RECIPE_MODEL", "RECIPE_TRAIN", "RUN_SETS", "RUNS_DIR", "recipe_jobs", "recipe_command", "list_runs",
+    "resolve_run", "compare_table",
+    # what the actions take
+    "DEFAULT_RUNS", "GRADIENT_KINDS", "CURVE_SETS", "set_choices", "METRICS", "POSITIONS", "LiveRequest",
+    # the service
+    "loss_result", "gradnorms_result", "compare_result", "sweep_result", "curves_result", "lr_sweep_result",
+    "depth_result", "settings_text", "angular_distance_result", "layer_removal_result", "model_gradnorms_result",
+    "live_run", "train_result", "reproduce_result", "reference_result", "write_run_diagnostics",
+    "EXAMPLE_VIEWS",
+]

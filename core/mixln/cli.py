@@ -14,9 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import signal
-import sys
 import time
 
 import core.mixln as mixln
@@ -40,20 +38,6 @@ def _alpha(text: str) -> float:
     except ValueError:
         raise argparse.ArgumentTypeError(f"alpha must be a number, got {text!r}")
     return value
-
-
-def _check_alpha(alpha: float) -> None:
-    if math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
-        raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
-                            fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
-
-
-def _progress(msg: str) -> None:
-    print(f"... {msg}", file=sys.stderr, flush=True)
-
-
-def _fmt(x, nd=3):
-    return "-" if x is None else (f"{x:.{nd}g}" if isinstance(x, float) else str(x))
 
 
 # ---- train / reproduce ---------------------------------------------------------------------------------
@@ -108,16 +92,6 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
 
 
-def _print_event(ev) -> None:
-    if ev.kind == "eval":
-        _progress(f"step {ev.step}/{ev.total_steps} held-out loss {ev.data['loss']:.4f} "
-                  f"ppl {ev.data['perplexity']:.2f}")
-    elif ev.kind == "step" and (ev.step % 10 == 0 or ev.step == 1):
-        _progress(f"step {ev.step}/{ev.total_steps} loss {ev.data['loss']:.4f} grad-norm {ev.data['grad_norm']:.3f}")
-    elif ev.kind in ("diverged", "stopped"):
-        _progress(f"{ev.kind}: {ev.data.get('message', '')}")
-
-
 class _LauncherStopped(Exception):
     """torchrun stopped this process (SIGTERM): another process of the run failed."""
 
@@ -130,11 +104,13 @@ def run_train(args) -> None:
     if world == 1:
         return _run_train(args)
     started = []  # under torchrun / accelerate launch: rank 0 prints, an input error is printed once per machine
+    bar = ProgressBar() if rank == 0 else None
 
-    def quiet(ev) -> None:
-        started.append(True)
-        if rank == 0:
-            _print_event(ev)
+    def quiet(fraction: float, message: str) -> None:
+        if fraction > 0:  # a training step was reported
+            started.append(True)
+        if bar is not None:
+            bar(fraction, message)
 
     def stopped_by_launcher(signum, frame):  # torchrun's SIGTERM when another process failed: end as an error
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: the run.json and message that follow are not cut
@@ -180,12 +156,11 @@ def _from_collective(exc: BaseException) -> bool:
     return bool(frames) and "torch/distributed/" in frames[-1].filename.replace("\\", "/")
 
 
-def _run_train(args, callback=_print_event, show: bool = True) -> None:
+def _run_train(args, progress=None, show: bool = True) -> None:
     set_threads(args.threads, zero_is_default=True)
     if args.recipe:
         return run_reproduce(argparse.Namespace(json=args.json, out=args.out, only=None, sets=None, seeds=None,
                                                 skip_done=False, threads=0))
-    _check_alpha(args.alpha)
     given = [f"--{k.replace('_', '-')} {getattr(args, k)}" for k in QUICK if getattr(args, k) is not None]
     if args.quick and given:
         raise BadInputError(f"--quick sets its own sizes and steps, so it cannot be combined with {', '.join(given)}.",
@@ -196,8 +171,6 @@ def _run_train(args, callback=_print_event, show: bool = True) -> None:
             setattr(args, k, default)
     if args.quick and args.tokenizer is None and (mixln.RUNS_DIR / "tokenizer.json").is_file():
         args.tokenizer = str(mixln.RUNS_DIR / "tokenizer.json")  # skip training a tokenizer
-    if args.out is None and args.resume is None:
-        raise BadInputError("no output folder given.", fix="pass --out DIR (or --resume DIR).")
     for name in ("layers", "hidden", "heads", "steps", "batch", "seq", "eval_batches"):
         if getattr(args, name) < 1:
             raise BadInputError(f"--{name.replace('_', '-')} must be at least 1.", fix=f"pass a positive --{name}.")
@@ -214,10 +187,11 @@ def _run_train(args, callback=_print_event, show: bool = True) -> None:
                 grad_log_every=args.grad_every, seed=args.seed)
     if args.resume is None:  # before any work: N must divide the global batch (a resumed run: its own batch)
         mixln.check_world(args.batch, mixln.dist_info()[0])
-    if show:
-        _progress("tokenizing the corpora and building the model")
+    bar = ProgressBar() if progress is None else None
     res = mixln.train_result(args.out, args.norm, args.alpha, sizes, tcfg, args.tokenizer, args.resume,
-                             args.checkpoint_every, callback=callback)
+                             args.checkpoint_every, progress=progress or bar)
+    if bar is not None:
+        bar.close()
     if show:
         _emit(args, res.data, lambda m: res.status)
 
@@ -236,10 +210,11 @@ def run_reproduce(args) -> None:
     import torch
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
-    res = mixln.reproduce_result(args.out, getattr(args, "only", None), callback=_print_event,
+    t0, bar = time.perf_counter(), ProgressBar()
+    res = mixln.reproduce_result(args.out, getattr(args, "only", None), progress=bar,
                                  sets=getattr(args, "sets", None), seeds=getattr(args, "seeds", None),
                                  skip_done=getattr(args, "skip_done", False))
+    bar.close()
     _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
 
 
@@ -280,7 +255,7 @@ def _gradnorm_args(p):
     p.add_argument("--runs", nargs="+", default=None, help="committed runs (default: pre-ln post-ln mix-ln-0.25)")
     p.add_argument("--model", default=None, help="instead: any causal LM (norms of one batch at its current weights)")
     add_placement_args(p)
-    p.add_argument("--kind", choices=("param", "input"), default="param",
+    p.add_argument("--kind", choices=list(mixln.GRADIENT_KINDS), default="param",
                    help="param: norm of each layer's weight gradients; input: norm of the gradient at its input")
     p.add_argument("--samples", type=int, default=4)
     p.add_argument("--seq", type=int, default=64)
@@ -312,7 +287,7 @@ def run_angular(args) -> None:
 
 def _angular_args(p):
     _subject_args(p)
-    p.add_argument("--position", choices=("last", "mean"), default="last",
+    p.add_argument("--position", choices=list(mixln.POSITIONS), default="last",
                    help="compare the last token's states (the paper) or average over all tokens")
 
 
@@ -343,9 +318,9 @@ def run_compare(args) -> None:
 
 
 def _curves_args(p):
-    p.add_argument("--set", dest="set_name", choices=[s for s in mixln.RUN_SETS if s != "lr-sweep"], default="main",
+    p.add_argument("--set", dest="set_name", choices=list(mixln.CURVE_SETS), default="main",
                    help="which run set (default main: 12 layers)")
-    p.add_argument("--metric", choices=("loss", "perplexity"), default="loss")
+    p.add_argument("--metric", choices=list(mixln.METRICS), default="loss")
     _table_out_args(p)
 
 

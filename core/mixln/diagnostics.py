@@ -21,6 +21,7 @@ import torch.nn as nn
 
 from core.errors import BadInputError
 from core.mixln.model import causal_lm_loss
+from core.progress import Progress, report
 from core.zoo.views import private_view
 
 _LAYER_PATHS = ("model.layers", "model.model.layers", "transformer.h", "gpt_neox.layers", "model.decoder.layers",
@@ -277,9 +278,9 @@ def _output_tuple_len(model: nn.Module, layers: nn.ModuleList, batch: torch.Tens
 
 
 def layer_removal(model: nn.Module, tokens, layers: Sequence[int] | None = None, batch_size: int = 8,
-                  progress=None) -> LayerRemovalResult:
+                  progress: Progress | None = None) -> LayerRemovalResult:
     """Eval loss and perplexity when each single layer is skipped, and their increase over the full model.
-    ``progress(done, total)`` is called after each layer (for a progress bar).
+    ``progress(fraction, message)`` (:mod:`core.progress`) hears each skipped layer; it may raise ``Cancelled``.
 
     ``model`` is never changed: the layers are skipped in a private view of it (:func:`core.zoo.private_view`), so
     other requests may use the model meanwhile."""
@@ -293,8 +294,7 @@ def layer_removal(model: nn.Module, tokens, layers: Sequence[int] | None = None,
     for k, i in enumerate(indices):
         with skip_layer(model, i, tuple_len):
             losses.append(evaluate_loss(model, batches))
-        if progress is not None:
-            progress(k + 1, len(indices))
+        report(progress, (k + 1) / len(indices), f"skipped layer {k + 1}/{len(indices)}")
     ppl = [math.exp(min(x, 700.0)) for x in losses]
     base_ppl = math.exp(min(base, 700.0))
     return LayerRemovalResult(base, losses, [x - base for x in losses], base_ppl, ppl, [p - base_ppl for p in ppl])

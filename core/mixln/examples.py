@@ -3,8 +3,9 @@ read from files at once. ``placement`` picks the runs (``pre-ln,post-ln,mix-ln-0
 from __future__ import annotations
 
 from core.examples import Example, Param
-from core.mixln.runs import list_runs
-from core.mixln.service import (DEFAULT_RUNS, angular_distance_result, compare_result, curves_result, depth_result,
+from core.mixln.folders import list_runs
+from core.mixln.requests import DEFAULT_RUNS
+from core.mixln.service import (angular_distance_result, compare_result, curves_result, depth_result,
                                 gradnorms_result, layer_removal_result, loss_result, lr_sweep_result, sweep_result)
 
 RUNS = tuple(list_runs())

@@ -11,11 +11,8 @@ import math
 
 
 from core.figures import PALETTE, go, make_subplots, style
-from core.mixln.placements import MIX_ALPHA_COLOURS as ALPHA_COLORS
-from core.mixln.placements import PLACEMENTS, placement_colour
-from core.mixln.runs import RECIPE_MODEL, RECIPE_TRAIN
-
-run_color = placement_colour  # colours come from the placement registry
+from core.mixln.placements import MIX_ALPHA_COLOURS, PLACEMENTS, placement_colour  # every colour comes from here
+from core.mixln.recipe import RECIPE_MODEL, RECIPE_TRAIN
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 400) -> go.Figure:
@@ -49,7 +46,7 @@ def reference_lines(fig: go.Figure, reference: dict | None, metric: str = "loss"
 
 def loss_figure(curves: list[dict], title: str = "Training and held-out loss", reference: dict | None = None
                 ) -> go.Figure:
-    """curves: [{label, color, history}] with history = TrainHistory dict (train and eval records); ``reference``:
+    """curves: [{label, colour, history}] with history = TrainHistory dict (train and eval records); ``reference``:
     the unigram / bigram levels of the held-out windows (:func:`reference_lines`)."""
     fig = go.Figure()
     for c in curves:
@@ -57,13 +54,13 @@ def loss_figure(curves: list[dict], title: str = "Training and held-out loss", r
         tr = h.get("train", [])
         if tr:
             fig.add_trace(go.Scatter(x=[r["step"] for r in tr], y=_finite([r["loss"] for r in tr]), mode="lines",
-                                     name=f"{c['label']} train", line=dict(color=c["color"], width=1), opacity=0.45,
+                                     name=f"{c['label']} train", line=dict(color=c["colour"], width=1), opacity=0.45,
                                      legendgroup=c["label"]))
         ev = h.get("eval", [])
         if ev:
             fig.add_trace(go.Scatter(x=[r["step"] for r in ev], y=_finite([r["loss"] for r in ev]),
                                      mode="lines+markers", name=f"{c['label']} held-out",
-                                     line=dict(color=c["color"], width=2.5), legendgroup=c["label"]))
+                                     line=dict(color=c["colour"], width=2.5), legendgroup=c["label"]))
         if h.get("status") == "diverged" and tr:
             fig.add_annotation(x=tr[-1]["step"], y=0, yref="paper", text=f"{c['label']} diverged", showarrow=False)
     return _layout(reference_lines(fig, reference), title, "training step", "loss (nats / token)")
@@ -71,11 +68,11 @@ def loss_figure(curves: list[dict], title: str = "Training and held-out loss", r
 
 def gradnorm_figure(series: list[dict], title: str = "Gradient norm per layer",
                     kind: str = "param") -> go.Figure:
-    """series: [{label, color, layers, values, dash}] -> one line per series, log-scale y."""
+    """series: [{label, colour, layers, values, dash}] -> one line per series, log-scale y."""
     fig = go.Figure()
     for s in series:
         fig.add_trace(go.Scatter(x=s["layers"], y=_finite(s["values"]), mode="lines+markers", name=s["label"],
-                                 line=dict(color=s["color"], dash=s.get("dash", "solid"), width=2.5),
+                                 line=dict(color=s["colour"], dash=s.get("dash", "solid"), width=2.5),
                                  marker=dict(size=6)))
     what = "weight-gradient L2 norm" if kind == "param" else "L2 norm of dLoss/d(input)"
     fig.update_yaxes(type="log", exponentformat="power")
@@ -87,13 +84,13 @@ def gradnorm_series(results: list[dict]) -> list[dict]:
     series = []
     for i, r in enumerate(results):
         if "run" in r:
-            color = run_color(r["norm"], None, i)
-            series.append({"label": f"{r['label']} at init (step {r['init_step']})", "color": color,
+            colour = placement_colour(r["norm"], None, i)
+            series.append({"label": f"{r['label']} at init (step {r['init_step']})", "colour": colour,
                            "layers": r["layers"], "values": r["init"], "dash": "dot"})
-            series.append({"label": f"{r['label']} trained (step {r['final_step']})", "color": color,
+            series.append({"label": f"{r['label']} trained (step {r['final_step']})", "colour": colour,
                            "layers": r["layers"], "values": r["final"]})
         else:
-            series.append({"label": r["subject"], "color": "#000000", "layers": r["layers"], "values": r["param"]})
+            series.append({"label": r["subject"], "colour": "#000000", "layers": r["layers"], "values": r["param"]})
     return series
 
 
@@ -118,13 +115,13 @@ def angular_figure(result: dict, title: str | None = None) -> go.Figure:
 
 
 def removal_figure(results: list[dict], title: str = "Layer removal: held-out loss increase when one layer is skipped",
-                   colors: list[str] | None = None) -> go.Figure:
+                   colours: list[str] | None = None) -> go.Figure:
     """results: removal_result dicts (one bar group per result)."""
     fig = go.Figure()
     for i, r in enumerate(results):
-        color = (colors or PALETTE)[i % len(colors or PALETTE)]
+        colour = (colours or PALETTE)[i % len(colours or PALETTE)]
         fig.add_trace(go.Bar(x=r["layers"], y=_finite(r["loss_increase"]), name=r.get("label", r["subject"]),
-                             marker_color=color,
+                             marker_color=colour,
                              customdata=[[p] for p in _finite(r["perplexity_increase"])],
                              hovertemplate="layer %{x}: +%{y:.3f} nats (+%{customdata[0]:.1f} ppl)<extra></extra>"))
     fig.update_layout(barmode="group")
@@ -148,7 +145,7 @@ def sweep_figure(rows: list[dict], note: str | None = None, reference: dict | No
             line=dict(color="#009E73", width=2.5, dash="solid" if i == 0 else "dash"),
             error_y=_minmax_error(ok, "eval_loss"),
             marker=dict(size=11, symbol="circle" if i == 0 else "diamond",
-                        color=[ALPHA_COLORS.get(r["alpha"], "#000000") for r in ok]),
+                        color=[MIX_ALPHA_COLOURS.get(r["alpha"], "#000000") for r in ok]),
             text=[_std_text(r["eval_loss_mean"], r["eval_loss_std"], r["n"], nd=3)
                   + f", ppl {r['eval_perplexity_mean']:.1f}" for r in ok],
             hovertemplate=f"{layers} layers, alpha %{{x}}: loss %{{text}}<extra></extra>"))
@@ -180,7 +177,7 @@ def compare_figure(rows: list[dict], title: str = "Held-out loss per norm placem
         text = _std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3) \
             + (f", {r['diverged']} diverged" if r.get("diverged") else "")
         fig.add_trace(go.Scatter(x=[label], y=[mean], name=label, mode="markers",
-                                 marker=dict(color=run_color(norm, r["alpha"], i), size=13,
+                                 marker=dict(color=placement_colour(norm, r["alpha"], i), size=13,
                                              symbol="diamond" if deeper else "circle",
                                              line=dict(color="#0f172a", width=1)),
                                  error_y=_minmax_error([r], "eval_loss") if mean is not None else None,
@@ -204,14 +201,14 @@ def lr_sweep_figure(rows: list[dict], title: str = "Learning-rate sweep: final h
     top = max(finite) + 0.1 if finite else 1.0
     for i, name in enumerate(names):
         rs = sorted((r for r in rows if r["run"] == name), key=lambda r: r["lr"])
-        color = run_color(rs[0]["norm"], rs[0]["alpha"], i)
+        colour = placement_colour(rs[0]["norm"], rs[0]["alpha"], i)
         fig.add_trace(go.Scatter(x=[r["lr"] for r in rs], y=[r["eval_loss"] for r in rs], mode="lines+markers",
-                                 name=rs[0]["label"], legendgroup=name, line=dict(color=color, width=2.5),
+                                 name=rs[0]["label"], legendgroup=name, line=dict(color=colour, width=2.5),
                                  marker=dict(size=9), hovertemplate="lr %{x:g}: loss %{y:.3f}<extra></extra>"))
         bad = [r for r in rs if r.get("eval_loss") is None]
         if bad:
             fig.add_trace(go.Scatter(x=[r["lr"] for r in bad], y=[top] * len(bad), mode="markers", legendgroup=name,
-                                     name=f"{rs[0]['label']} diverged", marker=dict(symbol="x", size=13, color=color),
+                                     name=f"{rs[0]['label']} diverged", marker=dict(symbol="x", size=13, color=colour),
                                      text=[f"diverged at step {r.get('diverged_at')}" for r in bad],
                                      hovertemplate="lr %{x:g}: %{text}<extra></extra>"))
     rates = sorted({r["lr"] for r in rows})
@@ -241,15 +238,16 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
     seen = set()
     for p in profiles:
         col = depths.index(p["layers"]) + 1
-        color = run_color(p["norm"], p["alpha"])
+        colour = placement_colour(p["norm"], p["alpha"])
         group = p["label"]
         for row, (key, _, _) in enumerate(metrics, start=1):
             v = p[key]
             if not v["mean"]:
                 continue
             x = list(range(len(v["mean"])))
-            _band(fig, x, v["min"], v["max"], color, group, row, col)
-            fig.add_trace(go.Scatter(x=x, y=_finite(v["mean"]), mode="lines+markers", line=dict(color=color, width=2.2),
+            _band(fig, x, v["min"], v["max"], colour, group, row, col)
+            fig.add_trace(go.Scatter(x=x, y=_finite(v["mean"]), mode="lines+markers",
+                                     line=dict(color=colour, width=2.2),
                                      marker=dict(size=5), legendgroup=group, showlegend=group not in seen,
                                      name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth)",
                                      hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}} (mean of {v['n']})"
@@ -292,18 +290,18 @@ def _title(title: str, note: str | None) -> str:
     return title + "".join(f"<br><span style='font-size:12px'>{line}</span>" for line in note.split("<br>"))
 
 
-def _rgba(color: str, alpha: float) -> str:
-    c = color.lstrip("#")
+def _rgba(colour: str, alpha: float) -> str:
+    c = colour.lstrip("#")
     return f"rgba({int(c[0:2], 16)},{int(c[2:4], 16)},{int(c[4:6], 16)},{alpha})"
 
 
-def _band(fig: go.Figure, x, lo, hi, color: str, group: str, row=None, col=None) -> None:
+def _band(fig: go.Figure, x, lo, hi, colour: str, group: str, row=None, col=None) -> None:
     """A filled min-max band (no legend entry of its own)."""
     kw = {} if row is None else {"row": row, "col": col}
     fig.add_trace(go.Scatter(x=list(x), y=_finite(hi), mode="lines", line=dict(width=0), showlegend=False,
                              legendgroup=group, hoverinfo="skip", name=f"{group} max"), **kw)
     fig.add_trace(go.Scatter(x=list(x), y=_finite(lo), mode="lines", line=dict(width=0), fill="tonexty",
-                             fillcolor=_rgba(color, 0.18), showlegend=False, legendgroup=group, hoverinfo="skip",
+                             fillcolor=_rgba(colour, 0.18), showlegend=False, legendgroup=group, hoverinfo="skip",
                              name=f"{group} min"), **kw)
 
 
@@ -319,11 +317,11 @@ def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None 
     fig = go.Figure()
     for i, b in enumerate(bands):
         c = b[key]
-        color = run_color(b["norm"], b["alpha"], i)
-        _band(fig, c["steps"], c["min"], c["max"], color, b["label"])
+        colour = placement_colour(b["norm"], b["alpha"], i)
+        _band(fig, c["steps"], c["min"], c["max"], colour, b["label"])
         fig.add_trace(go.Scatter(x=c["steps"], y=_finite(c["mean"]), mode="lines+markers", legendgroup=b["label"],
                                  name=f"{b['label']} ({_n_text(b['n'], b['diverged'])})",
-                                 line=dict(color=color, width=2.5), marker=dict(size=5),
+                                 line=dict(color=colour, width=2.5), marker=dict(size=5),
                                  hovertemplate="step %{x}: mean %{y:.3f}<extra>" + b["label"] + "</extra>"))
     if title is None:
         title = f"Held-out {metric} over seeds (mean, band: min-max)"

@@ -65,7 +65,7 @@ def reference_levels(root: str | os.PathLike | None = None, train_config: dict |
     """Unigram and bigram levels of the training split (tokenized with ``root``'s tokenizer.json, default the
     committed runs' one) on the recipe's held-out windows (or those of ``train_config``)."""
     from core.mixln.data import prepare_corpus
-    from core.mixln.runs import ASSETS, RECIPE_MODEL, RECIPE_TRAIN
+    from core.mixln.recipe import ASSETS, RECIPE_MODEL, RECIPE_TRAIN
     from core.mixln.train import TrainConfig, eval_batches
 
     root = Path(root) if root is not None else ASSETS
@@ -82,7 +82,7 @@ def reference_levels(root: str | os.PathLike | None = None, train_config: dict |
 
 def write_reference(root: str | os.PathLike | None = None) -> dict:
     """Compute :func:`reference_levels` for ``root`` and store them in ``root/reference.json``."""
-    from core.mixln.runs import ASSETS
+    from core.mixln.recipe import ASSETS
     from core.files import atomic_write
 
     root = Path(root) if root is not None else ASSETS
@@ -93,7 +93,7 @@ def write_reference(root: str | os.PathLike | None = None) -> dict:
 
 def load_reference(root: str | os.PathLike | None = None) -> dict | None:
     """The stored reference levels of ``root`` (None when the file is missing: charts then draw no levels)."""
-    from core.mixln.runs import ASSETS
+    from core.mixln.recipe import ASSETS
 
     path = (Path(root) if root is not None else ASSETS) / REFERENCE_FILE
     try:

@@ -1,6 +1,8 @@
 """The committed run sets summarised over seeds: what the charts and the README quote, each with its spread and n.
 
 - :func:`seed_runs`       every seed of one placement in one run set (seed 0 first)
+- :func:`compare_table`   one row per run folder: final held-out loss / perplexity over its seeds, size, steps, status
+- :func:`sweep_table`     final held-out perplexity vs Mix-LN alpha over seeds, 12 layers then 24
 - :func:`seed_table`      final held-out loss / perplexity per placement: mean, std (ddof 1), min, max, n
 - :func:`loss_bands`      held-out loss and perplexity curves per placement: mean, min, max over seeds per step
 - :func:`lr_sweep_table`  final held-out loss per placement and peak learning rate (one seed)
@@ -12,7 +14,6 @@ number of finished seeds). Everything reads the run folders; nothing is trained 
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 from pathlib import Path
@@ -20,8 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadInputError
-from core.runner import ExampleStore
-from core.mixln.runs import ASSETS, LR_SWEEP, RECIPE, RECIPE_TRAIN, RUN_SETS, SWEEP, Job, Run, load_run, recipe_label
+from core.mixln.folders import Run, list_runs, load_run, run_examples
+from core.mixln.placements import placement_label
+from core.mixln.recipe import ASSETS, LR_SWEEP, RECIPE, RECIPE_TRAIN, RUN_SETS, SWEEP, Job, recipe_label
 
 
 def spread(values) -> dict:
@@ -138,16 +140,9 @@ def lr_sweep_table(root: str | os.PathLike = ASSETS) -> list[dict]:
 
 
 def _diagnostic(folder: Path, analysis: str) -> dict | None:
-    """A run's precomputed ``analysis`` (its diagnostics.json, the runner's example-store format; files in the
-    older layout, a dict by ``analysis?params``, are read too), or None."""
-    path = folder / "diagnostics.json"
-    try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    if doc.get("format") == ExampleStore.FORMAT:
-        return next((e["data"] for e in doc.get("entries", []) if e.get("analysis") == analysis), None)
-    return next((v for k, v in doc.items() if k.startswith(analysis + "?")), None)
+    """A run's precomputed ``analysis`` (its diagnostics.json), or None."""
+    store = run_examples(folder)
+    return next((e["data"] for e in store.entries(analysis)), None) if store is not None else None
 
 
 def _per_layer(values: list[list[float | None]]) -> dict:
@@ -189,3 +184,37 @@ def depth_profiles(names: list[str] | None = None, sets: tuple[str, ...] = ("mai
                         "angular": _per_layer(angular), "grad_norm": _per_layer(grads),
                         "removal": _per_layer(removal)})
     return out
+
+
+def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
+    """One row per run folder of ``root`` (committed runs by default): norm placement, alpha, size, steps, the
+    final held-out loss and perplexity over its seeds (mean, std with ddof 1, min, max; ``n_seeds`` finished
+    seeds, ``diverged`` seeds that diverged; a run without seed folders is its own single seed), wall time."""
+    rows = []
+    for name in runs or list_runs(root):
+        r = load_run(name, root)
+        m = r.meta
+        group = seed_runs(name, "main", root) if name in RECIPE and r.folder.parent == Path(root) else [r]
+        loss = spread([g.meta.get("final_eval_loss") for g in group])
+        ppl = spread([g.meta.get("final_eval_perplexity") for g in group])
+        rows.append({"run": name, "norm": placement_label(m["norm"]), "alpha": m["alpha"],
+                     "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
+                     "steps": m.get("steps_done"), "lr": m["train"]["lr"], "status": m.get("status"),
+                     "n_seeds": loss["n"], "diverged": sum(g.meta.get("status") == "diverged" for g in group),
+                     "eval_loss_mean": _round(loss["mean"], 4), "eval_loss_std": _round(loss["std"], 4),
+                     "eval_loss_min": _round(loss["min"], 4), "eval_loss_max": _round(loss["max"], 4),
+                     "eval_perplexity_mean": _round(ppl["mean"], 2), "eval_perplexity_std": _round(ppl["std"], 2),
+                     "eval_perplexity_min": _round(ppl["min"], 2), "eval_perplexity_max": _round(ppl["max"], 2),
+                     "wall_s": m.get("wall_seconds"), "label": r.label})
+    return rows
+
+
+def sweep_table(root=ASSETS, runs: list[str] | None = None, sets: tuple[str, ...] = ("main", "depth-24")) -> list[dict]:
+    """Final held-out perplexity vs alpha over seeds (:func:`sweep_rows`), 12 layers then 24,
+    each sorted by alpha; ``runs`` keeps only those placements."""
+    rows = [r for s in sets for r in sweep_rows(root, s)]
+    return [r for r in rows if runs is None or r["run"] in runs]
+
+
+def _round(x, nd):
+    return None if x is None or not math.isfinite(x) else round(x, nd)

@@ -1,14 +1,16 @@
 """The training loop as a library function that streams its progress.
 
-``train_iter(model, train_tokens, eval_tokens, config)`` is a generator of :class:`TrainEvent`; a UI
-iterates it (and stops by passing ``stop=`` or by closing the generator), the CLI and tests call
-:func:`train`, which drains it. The defaults are the Mix-LN authors' (pixeli99/MixLN ``torchrun_main.py``
-and ``scripts/run_*.sh``): Adam, betas (0.9, 0.999), no weight decay, no gradient clipping, and their
-schedule, a linear warmup from 0 and a cosine decay to ``min_lr_ratio * lr`` (:func:`lr_at`);
-held-out perplexity every ``eval_every`` steps; per-layer gradient norms every ``grad_log_every`` steps
-(and at step 1, i.e. at initialisation); checkpoints every ``checkpoint_every`` steps and at the end,
-from which ``resume_from=`` continues exactly. A non-finite loss or gradient ends the run as
-``"diverged"`` with its curves kept: for Post-LN that is a result, not a crash.
+``train_iter(model, train_tokens, eval_tokens, config, progress=...)`` is a generator of :class:`TrainEvent`; a UI
+iterates it, the CLI and tests call :func:`train`, which drains it. Every step and evaluation is reported to
+``progress(fraction, message)`` (:mod:`core.progress`); a :class:`core.errors.Cancelled` it raises ends the run as
+``"stopped"`` after the step (closing the generator does too).
+
+The defaults are the Mix-LN authors' (pixeli99/MixLN ``torchrun_main.py`` and ``scripts/run_*.sh``): Adam, betas
+(0.9, 0.999), no weight decay, no gradient clipping, and their schedule, a linear warmup from 0 and a cosine decay to
+``min_lr_ratio * lr`` (:func:`lr_at`); held-out perplexity every ``eval_every`` steps; per-layer gradient norms every
+``grad_log_every`` steps (and at step 1, i.e. at initialisation); checkpoints every ``checkpoint_every`` steps and at
+the end, from which ``resume_from=`` continues exactly. A non-finite loss or gradient ends the run as ``"diverged"``
+with its curves kept: for Post-LN that is a result, not a crash.
 
 Tokens are a 1-D stream of ids (train and eval); each step draws ``batch_size`` windows of
 ``seq_len`` tokens at offsets seeded by (seed, step), so a resumed run sees the same batches.
@@ -20,7 +22,8 @@ averages the gradients, so each update equals the single-process one; the logged
 single-process batch mean), the gradient norms are those of the averaged gradient (the same on every rank), the
 per-layer input-gradient norms are combined over ranks as the single-process batch would give them; each rank
 evaluates its share of the held-out batches and the sums are added. Every rank takes the same branch (stop,
-divergence) from these shared values. Only the rank with a ``checkpoint_dir`` writes checkpoints.
+divergence) from these shared values: a stop asked on any rank stops all. Only the rank with a ``checkpoint_dir``
+writes checkpoints.
 """
 from __future__ import annotations
 
@@ -30,16 +33,17 @@ import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import torch
 import torch.nn as nn
 
-from core.errors import BadInputError
+from core.errors import BadInputError, Cancelled
 from core.mixln.config import check_fits
 from core.mixln.diagnostics import find_decoder_layers, grad_norms_from_backward
 from core.mixln.model import MixLNForCausalLM, causal_lm_loss
 from core.files import atomic_write
+from core.progress import Progress, report
 
 
 @dataclass
@@ -304,10 +308,20 @@ class _Ranks:
 
 # ---- the loop --------------------------------------------------------------------------------------
 
+def _stop_asked(progress: Progress | None, fraction: float, message: str) -> bool:
+    """Report to ``progress``; True when it raised :class:`Cancelled` (the user asked to stop)."""
+    try:
+        report(progress, fraction, message)
+    except Cancelled:
+        return True
+    return False
+
+
 def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig, resume_from=None,
-               stop: Callable[[], bool] | None = None) -> Iterator[TrainEvent]:
+               progress: Progress | None = None) -> Iterator[TrainEvent]:
     """Train ``model`` and yield a :class:`TrainEvent` for every step, evaluation, gradient-norm log,
-    checkpoint and the end (``done``, ``stopped`` or ``diverged``). ``stop()`` is polled each step."""
+    checkpoint and the end (``done``, ``stopped`` or ``diverged``). Each step and evaluation is reported to
+    ``progress``; once it raises :class:`Cancelled` the run ends as ``stopped`` before the next step."""
     from torch.nn.parallel import DistributedDataParallel
     ranks = _Ranks(model, config.device)
     check_world(config.batch_size, ranks.world)
@@ -335,6 +349,8 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
 
     def finish(status: str, message: str = "") -> Iterator[TrainEvent]:
         history.status, history.message = status, message
+        if status != "finished":
+            _stop_asked(progress, history.step / config.steps, f"note: {status}: {message}")
         if config.checkpoint_dir and status != "diverged":
             path = save_checkpoint(config.checkpoint_dir, model, optimizer, history, config, config.keep_checkpoints)
             yield event("checkpoint", {"step": history.step, "path": str(path)})
@@ -343,9 +359,10 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
             _write_json(Path(config.checkpoint_dir) / "history.json", history.to_dict())
         yield event(status if status != "finished" else "done", {"status": status, "message": message})
 
+    stop = False
     try:
         while history.step < config.steps:
-            if stop is not None and ranks.any(stop()):
+            if ranks.any(stop):  # every rank takes this branch together
                 yield from finish("stopped", f"stopped at step {history.step}")
                 return
             step = history.step + 1
@@ -378,6 +395,8 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
             history.step = step
             record = {"step": step, "loss": loss_value, "lr": lr, "grad_norm": grad_norm}
             history.train.append(record)
+            stop = _stop_asked(progress, step / config.steps,
+                               f"step {step}/{config.steps} loss {loss_value:.4f} grad-norm {grad_norm:.3f}") or stop
             yield event("step", record)
             if norms is not None:
                 g = {"step": step, "param": norms.param, "input": ranks.input_norms(norms.input)}
@@ -388,6 +407,8 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
                 ev = total / count
                 e = {"step": step, "loss": ev, "perplexity": math.exp(min(ev, 700.0))}
                 history.eval.append(e)
+                stop = _stop_asked(progress, step / config.steps, f"note: step {step}/{config.steps} held-out loss "
+                                   f"{ev:.4f} ppl {e['perplexity']:.2f}") or stop
                 yield event("eval", e)
             if config.checkpoint_dir and config.checkpoint_every > 0 and step % config.checkpoint_every == 0 \
                     and step < config.steps:
@@ -401,12 +422,9 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
 
 
 def train(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig, resume_from=None,
-          callback: Callable[[TrainEvent], object] | None = None,
-          stop: Callable[[], bool] | None = None) -> TrainHistory:
-    """Run :func:`train_iter` to the end; ``callback(event)`` sees every event. Returns the history."""
+          progress: Progress | None = None) -> TrainHistory:
+    """Run :func:`train_iter` to the end (``progress`` as there). Returns the history."""
     history = TrainHistory()
-    for ev in train_iter(model, train_tokens, eval_tokens, config, resume_from=resume_from, stop=stop):
+    for ev in train_iter(model, train_tokens, eval_tokens, config, resume_from=resume_from, progress=progress):
         history = ev.history
-        if callback is not None:
-            callback(ev)
     return history

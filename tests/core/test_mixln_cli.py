@@ -10,7 +10,7 @@ import pytest
 
 from core.cli import main
 import core.mixln as mixln
-from core.mixln import MixLNForCausalLM, runs
+from core.mixln import MixLNForCausalLM, launch, retrain, runs
 
 REPO = Path(__file__).resolve().parents[2]
 needs_runs = pytest.mark.skipif(not runs.list_runs(), reason="no committed runs in assets/mixln")
@@ -87,7 +87,7 @@ def test_recipe_command_trains_exactly_the_recipe_run(job, monkeypatch, capsys):
         return {"status": "finished", "norm": norm, "alpha": alpha, "steps_done": 0, "wall_seconds": 0,
                 "train_tokens_per_s": 0, "final_eval_perplexity": None, "final_eval_loss": None, "message": ""}
 
-    monkeypatch.setattr(runs, "train_run", fake_train_run)
+    monkeypatch.setattr(launch, "train_run", fake_train_run)
     args = runs.recipe_command(job.name, job).split()[3:]    # drop "python -m core"
     assert main(args) == 0
     spec = runs.RECIPE[job.name]
@@ -98,7 +98,7 @@ def test_recipe_command_trains_exactly_the_recipe_run(job, monkeypatch, capsys):
 
 def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys):
     done, hooks = [], set()
-    monkeypatch.setattr(runs, "train_job", lambda job, root, callback=None, keep_all_weights=False, diagnostics=None:
+    monkeypatch.setattr(retrain, "train_job", lambda job, root, progress=None, keep_all_weights=False, diagnostics=None:
                         done.append(job) or hooks.add(diagnostics)
                         or {"status": "finished", "final_eval_perplexity": 1.0, "wall_seconds": 0})
     (tmp_path / "tokenizer.json").write_text("{}")

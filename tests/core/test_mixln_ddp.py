@@ -97,13 +97,13 @@ def test_a_run_in_progress_says_running(tmp_path):
     from core.mixln import train_run
     seen = []
 
-    def look(ev):
-        if not seen:
+    def look(fraction, message):
+        if not seen and fraction > 0:  # the first training step
             seen.append(json.loads((tmp_path / "run" / "run.json").read_text())["status"])
     meta = train_run(tmp_path / "run", "pre", 0.0, dict(vocab_size=4096, hidden_size=16, num_layers=1, num_heads=2,
                                                         intermediate_size=32),
                      dict(steps=2, batch_size=2, seq_len=16, warmup_steps=1, eval_every=0, eval_batches=1,
-                          grad_log_every=0), TOKENIZER, callback=look)
+                          grad_log_every=0), TOKENIZER, progress=look)
     assert seen == ["running"]  # from the start: a run killed midway never looks finished
     assert meta["status"] == json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "finished"
 

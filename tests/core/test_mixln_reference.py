@@ -37,7 +37,7 @@ def test_every_loss_chart_draws_the_levels_it_is_given():
     ref = {"unigram": {"loss": 6.9, "perplexity": math.exp(6.9)}, "bigram": {"loss": 5.4, "perplexity": math.exp(5.4)}}
     history = {"train": [{"step": 1, "loss": 7.0}], "eval": [{"step": 1, "loss": 7.0, "perplexity": math.exp(7)}]}
     charts = {
-        "loss": (figures.loss_figure([{"label": "Pre-LN", "color": "#000000", "history": history}], reference=ref),
+        "loss": (figures.loss_figure([{"label": "Pre-LN", "colour": "#000000", "history": history}], reference=ref),
                  "loss"),
         "lr": (figures.lr_sweep_figure([{"run": "pre-ln", "label": "Pre-LN", "norm": "pre", "alpha": 0.0, "lr": 1e-3,
                                          "eval_loss": 5.0}], reference=ref), "loss"),
@@ -47,7 +47,7 @@ def test_every_loss_chart_draws_the_levels_it_is_given():
         assert lines == {6.9, 5.4}, name
         texts = " ".join(a.text for a in fig.layout.annotations)
         assert "unigram of the training data" in texts and "bigram of the training data" in texts, name
-    assert figures.loss_figure([{"label": "x", "color": "#000000", "history": history}]).layout.shapes == ()
+    assert figures.loss_figure([{"label": "x", "colour": "#000000", "history": history}]).layout.shapes == ()
 
 
 needs_runs = pytest.mark.skipif(reference.load_reference() is None, reason="no committed reference.json")

@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from core.errors import BadInputError
+from core.errors import BadInputError, Cancelled
 from core.mixln import (MixLNConfig, MixLNForCausalLM, TrainConfig, latest_checkpoint, layer_gradient_norms, lr_at,
                         train, train_iter)
 from core.mixln.train import train_batch
@@ -79,8 +79,10 @@ def test_no_clipping_means_the_update_sees_the_full_gradient():
 
 def test_training_learns_a_pattern_and_logs_curves():
     model = tiny_model("mix")
-    events = []
-    hist = train(model, pattern(), pattern(400), cfg(steps=20, lr=3e-2, eval_every=10), callback=events.append)
+    reports = []
+    events = list(train_iter(model, pattern(), pattern(400), cfg(steps=20, lr=3e-2, eval_every=10),
+                             progress=lambda fraction, message: reports.append((fraction, message))))
+    hist = events[-1].history
     assert hist.status == "finished" and hist.step == 20
     assert [e["step"] for e in hist.eval] == [10, 20]
     assert hist.eval[-1]["loss"] < math.log(16) - 1.0            # far below chance (uniform over 16 ids)
@@ -89,6 +91,13 @@ def test_training_learns_a_pattern_and_logs_curves():
     kinds = [e.kind for e in events]
     assert kinds.count("step") == 20 and kinds[-1] == "done" and kinds.count("eval") == 2
     assert all(e.total_steps == 20 and e.history is hist for e in events)
+    # progress hears every step (fraction step / steps, its loss) and every evaluation, as a note
+    steps = [(f, m) for f, m in reports if not m.startswith("note: ")]
+    assert [f for f, _ in steps] == [s / 20 for s in range(1, 21)]
+    assert steps[-1][1] == f"step 20/20 loss {hist.train[-1]['loss']:.4f} grad-norm {hist.train[-1]['grad_norm']:.3f}"
+    notes = [m for _, m in reports if m.startswith("note: ")]
+    assert notes == [f"note: step {e['step']}/20 held-out loss {e['loss']:.4f} ppl {e['perplexity']:.2f}"
+                     for e in hist.eval]
 
 
 def test_gradient_norms_logged_at_init_and_every_k_steps():
@@ -106,12 +115,11 @@ def test_gradient_norms_logged_at_init_and_every_k_steps():
 def test_divergence_ends_cleanly_with_partial_curves(tmp_path):
     model = tiny_model()
 
-    def poison(event):  # after step 4 the weights blow up, as a diverging Post-LN run's would
-        if event.kind == "step" and event.step == 4:
+    for event in train_iter(model, pattern(), pattern(400), cfg(steps=10, checkpoint_dir=str(tmp_path))):
+        if event.kind == "step" and event.step == 4:  # the weights blow up, as a diverging Post-LN run's would
             with torch.no_grad():
                 model.lm_head.weight[0, 0] = float("nan")
-
-    hist = train(model, pattern(), pattern(400), cfg(steps=10, checkpoint_dir=str(tmp_path)), callback=poison)
+    hist = event.history
     assert hist.status == "diverged" and hist.diverged_at == 5 and hist.step == 4
     assert [r["step"] for r in hist.train] == [1, 2, 3, 4] and [e["step"] for e in hist.eval] == [3]
     assert "nan" in hist.message
@@ -127,10 +135,12 @@ def test_stop_and_resume_is_bit_exact(tmp_path):
 
     part = tiny_model("mix", layers=2)
     c_b = cfg(steps=6, checkpoint_dir=str(tmp_path / "b"))
-    steps_seen = []
-    first = train(part, pattern(), pattern(400), c_b, stop=lambda: len(steps_seen) >= 3,
-                  callback=lambda e: steps_seen.append(e.step) if e.kind == "step" else None)
-    assert first.status == "stopped" and first.step == 3
+    def stop_after_step_3(fraction, message):  # what the UI's Stop does: the progress callable raises Cancelled
+        if fraction >= 3 / 6:
+            raise Cancelled("Stopped.")
+
+    first = train(part, pattern(), pattern(400), c_b, progress=stop_after_step_3)
+    assert first.status == "stopped" and first.step == 3 and first.message == "stopped at step 3"
     assert latest_checkpoint(tmp_path / "b").name == "step-0000003"
 
     resumed = tiny_model("mix", layers=2, seed=123)               # different init: weights come from the checkpoint

@@ -1,0 +1,325 @@
+"""The Mix-LN analyses as the tab and the CLI show them: one registry, :data:`ANALYSES` (name -> its request type,
+status text, tables, figures, file stem), and one :func:`view` that turns what the service found (a
+:class:`core.runner.Found`: data, where it came from, its key) into a :class:`core.results.Result`.
+
+Adding an analysis is an :class:`Analysis` entry here and its compute function in :mod:`core.mixln.service`, which
+parses its raw inputs with :func:`request`, computes (or looks up) the data and returns ``view(name, found, req)``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from core.figures import PALETTE
+from core.mixln import figures
+from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
+from core.mixln.recipe import RECIPE_DEVIATIONS, RUN_SETS
+from core.mixln.reference import load_reference
+from core.mixln.requests import (AngularRequest, CompareRequest, CurvesRequest, DepthRequest, GradnormsRequest,
+                                 LiveRequest, ModelGradnormsRequest, NoInput, ReferenceRequest, RemovalRequest,
+                                 ReproduceRequest, RunsRequest, TrainRequest)
+from core.results import Result, source_text
+from core.runner import Found
+
+
+def _no_parts(data, req) -> dict:
+    return {}
+
+
+def _same(data):
+    return data
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """One analysis as it is shown.
+
+    Attributes
+    ----------
+    request : the request dataclass its action parses the raw inputs into (:mod:`core.mixln.requests`).
+    status : ``(data, request, source) -> str``, the status text (Markdown).
+    tables : ``(data, request) -> {name: rows}`` (the CSV files, the tab's tables).
+    figures : ``(data, request) -> {name: plotly figure}`` (the HTML files, the tab's plots).
+    stem : the file name stem, or ``request -> stem``.
+    json : ``data -> what the JSON file holds`` (default: the data itself).
+    fields : the fields of a looked-up result that its view reads (a stored result without them is computed again).
+    cached_as : the analysis name its results are looked up under (results cache, a run's precomputed diagnostics).
+    """
+
+    request: type
+    status: Callable[[Any, Any, str], str]
+    tables: Callable[[Any, Any], dict] = _no_parts
+    figures: Callable[[Any, Any], dict] = _no_parts
+    stem: str | Callable[[Any], str] = "mixln"
+    json: Callable[[Any], Any] = _same
+    fields: tuple[str, ...] = ()
+    cached_as: str | None = None
+
+
+def request(name: str, *raw, **named):
+    """The request of analysis ``name`` parsed from the raw inputs (one :class:`BadInputError` per bad input)."""
+    return ANALYSES[name].request.parse(*raw, **named)
+
+
+def view(name: str, found: Found, req=None) -> Result:
+    """What analysis ``name`` shows of ``found`` (asked for by ``req``): status, JSON data, tables, figures, files."""
+    a = ANALYSES[name]
+    return Result(a.status(found.data, req, found.source), a.json(found.data), tables=a.tables(found.data, req),
+                  figures=a.figures(found.data, req), source=found.source, key=found.key,
+                  stem=a.stem(req) if callable(a.stem) else a.stem)
+
+
+def settings_text() -> str:
+    """The committed runs' training settings (the Mix-LN authors') and where they depart from them, as Markdown."""
+    note = figures.settings_note().replace("<br>", " ")
+    return (f"**Settings of every committed run.** {note} Departures from the authors' runs: "
+            + "; ".join(RECIPE_DEVIATIONS) + ".")
+
+
+# ---- helpers ------------------------------------------------------------------------------------------------------
+def _rows_of(result: dict) -> list[dict]:
+    """A dict of per-layer lists (and scalars) -> one row per layer."""
+    lists = {k: v for k, v in result.items() if isinstance(v, list) and v and not isinstance(v[0], list)}
+    n = max((len(v) for v in lists.values()), default=0)
+    scalars = {k: v for k, v in result.items() if not isinstance(v, (list, dict))}
+    return [{**scalars, **{k: (v[i] if i < len(v) else None) for k, v in lists.items()}} for i in range(n)]
+
+
+def _spread_text(row: dict, prefix: str = "eval_perplexity", nd: int = 1) -> str:
+    mean, std = row.get(f"{prefix}_mean"), row.get(f"{prefix}_std")
+    n = row.get("n_seeds", row.get("n"))
+    if mean is None:
+        return "no finished seed"
+    return f"{mean:.{nd}f} ± {std:.{nd}f} (n = {n} seeds)"
+
+
+def _best_per_depth(rows: list[dict], name) -> list[str]:
+    """Per layer count (in order of appearance), ``"<L> layers: <name(best)>, <spread>"`` for the row with the lowest
+    mean held-out perplexity (rows without one are skipped)."""
+    parts = []
+    for layers in dict.fromkeys(r["layers"] for r in rows):
+        ok = [r for r in rows if r["layers"] == layers and r["eval_perplexity_mean"] is not None]
+        best = min(ok, key=lambda r: r["eval_perplexity_mean"], default=None)
+        if best:
+            parts.append(f"{layers} layers: {name(best)}, {_spread_text(best)}")
+    return parts
+
+
+def _fmt(x) -> str:
+    return "-" if x is None else f"{x:.5g}"
+
+
+# ---- committed runs -----------------------------------------------------------------------------------------------
+def _loss_tables(runs: list[dict], req) -> dict:
+    return {"loss": [{"run": r["run"], "split": split, "step": e["step"], "loss": e["loss"]} for r in runs
+                     for split in ("train", "eval") for e in r["history"].get(split, [])]}
+
+
+def _gradnorm_figures(results: list[dict], req: GradnormsRequest) -> dict:
+    title = f"Grad norm per layer: init (dotted), step {results[0]['final_step']}, seed 0 of 3"
+    return {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results), title, req.kind)}
+
+
+def _compare_status(rows: list[dict], req, source) -> str:
+    parts = _best_per_depth(rows, lambda best: f"lowest mean held-out perplexity **{best['label']}**")
+    diverged = sum(r["diverged"] for r in rows)
+    return (f"{len(rows)} runs at equal steps, mean ± std over seeds. " + "; ".join(parts) + "."
+            + (f" {diverged} seed(s) diverged." if diverged else ""))
+
+
+def _curve_key(metric: str) -> str:
+    return "eval_loss" if metric == "loss" else "eval_perplexity"
+
+
+def _curves_status(data: dict, req, source) -> str:
+    key, layers = _curve_key(data["metric"]), RUN_SETS[data["set"]].model["num_layers"]
+    ends = [f"{b['label']} {b[key]['mean'][-1]:.3g} ± {b[key]['std'][-1]:.2g} (n = {b['n']})" for b in data["bands"]
+            if b[key]["mean"] and b[key]["mean"][-1] is not None]
+    return f"Final held-out {data['metric']}, {layers} layers, mean ± std over seeds: " + "; ".join(ends) + "."
+
+
+def _curves_tables(data: dict, req) -> dict:
+    key = _curve_key(data["metric"])
+    return {"curves": [{"run": b["run"], "label": b["label"], "n": b["n"], "step": t, "mean": m, "std": sd, "min": lo,
+                        "max": hi} for b in data["bands"]
+                       for t, m, sd, lo, hi in zip(*(b[key][f] for f in ("steps", "mean", "std", "min", "max")))]}
+
+
+def _curves_figures(data: dict, req) -> dict:
+    metric, layers = data["metric"], RUN_SETS[data["set"]].model["num_layers"]
+    return {"curves": figures.loss_band_figure(
+        data["bands"], metric, f"Held-out {metric} over seeds at {layers} layers (mean, band min-max)",
+        reference=load_reference())}
+
+
+def _lr_sweep_status(rows: list[dict], req, source) -> str:
+    best = {}
+    for r in rows:
+        if r["eval_loss"] is not None and (r["run"] not in best or r["eval_loss"] < best[r["run"]]["eval_loss"]):
+            best[r["run"]] = r
+    diverged = [f"{r['label']} at {r['lr']:g}" for r in rows if r["eval_loss"] is None]
+    return ("Best peak rate per placement (one seed, so differences under the seed spread of the comparison are "
+            "not resolved): " + "; ".join(f"{r['label']} {r['lr']:g}" for r in best.values()) + "."
+            + (f" Diverged: {', '.join(diverged)}." if diverged else ""))
+
+
+def _depth_status(profiles: list[dict], req, source) -> str:
+    n = sorted({p["n"] for p in profiles})
+    return (f"Per-layer profiles of {len(profiles)} placement-depth groups (n = {'/'.join(map(str, n))} seeds "
+            "each; diagnostics on 8 held-out sequences of 64 tokens).")
+
+
+def _depth_tables(profiles: list[dict], req) -> dict:
+    return {"depth": [{"set": p["set"], "run": p["run"], "layers": p["layers"], "n": p["n"], "layer": layer,
+                       **{f"{k}_{stat}": p[k][stat][layer] if layer < len(p[k][stat]) else None
+                          for k in ("angular", "grad_norm", "removal") for stat in ("mean", "min", "max")}}
+                      for p in profiles for layer in range(p["layers"])]}
+
+
+# ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
+def _angular_tables(res: dict, req) -> dict:
+    return {"angular": [{"block_size": n, "first_layer": layer, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
+                        for i, n in enumerate(res["block_sizes"]) for j, layer in enumerate(res["first_layers"])
+                        if res["raw"][i][j] is not None]}
+
+
+def _angular_figures(res: dict, req: AngularRequest) -> dict:
+    kind = "committed run " if req.run is not None else ""
+    return {"angular": figures.angular_figure(res, f"Angular distance d(h_l, h_l+n): {kind}{res['subject']}")}
+
+
+def _removal_status(results: list[dict], req, source) -> str:
+    one = results[0]
+    worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
+    return (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
+            f"skipping layer {worst} hurts most (+{one['loss_increase'][worst]:.3f} nats) ({source_text(source)}).")
+
+
+def _removal_figures(results: list[dict], req) -> dict:
+    one = results[0]
+    title = ("Layer removal: held-out loss increase when one layer is skipped"
+             + (" (seed 0 of 3; spread in the depth chart)" if "label" in one else "")
+             if len(results) > 1 or "label" in one else f"Layer removal: {one['subject']}")
+    colours = [r.get("colour", PALETTE[i % len(PALETTE)]) for i, r in enumerate(results)]
+    return {"removal": figures.removal_figure(results, title, colours)}
+
+
+# ---- training -----------------------------------------------------------------------------------------------------
+def _live_label(req: LiveRequest) -> str:
+    return placement_label(req.placement, req.alpha if PLACEMENTS[req.placement].has_alpha else None)
+
+
+def _live_status(data: dict, req: LiveRequest, source) -> str:
+    history, label = data["history"], _live_label(req)
+    if history["status"] == "stopped":
+        return (f"**{label}**: **stopped** at step {history['train'][-1]['step'] if history['train'] else 0}; the "
+                "curves so far are kept.")
+    loss = history["train"][-1]["loss"] if history["train"] else float("nan")
+    msg = f"**{label}**, {req.layers} layers: step {history['step']}/{req.steps}, training loss {loss:.3f}"
+    if history["eval"]:
+        msg += f", held-out perplexity {history['eval'][-1]['perplexity']:.1f}"
+    if history["status"] != "running":
+        msg += f". **{history['status']}** {history['message']}"
+    return msg
+
+
+def _live_figures(data: dict, req: LiveRequest, kind: str = "param") -> dict:
+    history, label, colour = data["history"], _live_label(req), placement_colour(req.placement, req.alpha)
+    loss = figures.loss_figure([{"label": label, "colour": colour, "history": history}],
+                               f"Live run ({label}): training and held-out loss", data["levels"])
+    logs, series = history.get("grad_norms", []), []
+    if logs:
+        layers = list(range(len(logs[0][kind])))
+        series.append({"label": f"at init (step {logs[0]['step']})", "colour": colour, "layers": layers,
+                       "values": logs[0][kind], "dash": "dot"})
+        if len(logs) > 1:
+            series.append({"label": f"step {logs[-1]['step']}", "colour": colour, "layers": layers,
+                           "values": logs[-1][kind]})
+    return {"loss": loss, "gradnorms": figures.gradnorm_figure(series, f"Live run ({label}): gradient norm per layer",
+                                                               kind)}
+
+
+def _reference_status(levels: dict, req: ReferenceRequest, source) -> str:
+    uni, bi = levels["unigram"], levels["bigram"]
+    return (f"On {levels['targets']:,} held-out targets ({levels['windows'][0]} windows of {levels['windows'][1]} "
+            f"tokens): unigram {uni['loss']:.3f} nats (perplexity {uni['perplexity']:,.0f}), bigram {bi['loss']:.3f} "
+            f"nats (perplexity {bi['perplexity']:,.0f}), counted on {levels['train_tokens']:,} training tokens"
+            + (" (stored)" if req.write else "") + ".")
+
+
+def _train_status(meta: dict, req, source) -> str:
+    return (f"{meta['status']}: {meta['folder']} ({meta['norm']}, alpha {meta['alpha']}, {meta['steps_done']} steps, "
+            f"{meta['wall_seconds']} s, {meta['train_tokens_per_s']} tokens/s)\nfinal held-out perplexity "
+            f"{_fmt(meta['final_eval_perplexity'])} (loss {_fmt(meta['final_eval_loss'])})"
+            + (f"\n{meta['message']}" if meta["message"] else ""))
+
+
+def _reproduce_status(data: dict, req, source) -> str:
+    return "\n".join(f"{k}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'])}, {v['wall_seconds']} s"
+                     for k, v in data["runs"].items())
+
+
+# ---- the registry -------------------------------------------------------------------------------------------------
+ANALYSES: dict[str, Analysis] = {
+    # committed runs (data: read from their folders)
+    "loss": Analysis(
+        RunsRequest, lambda runs, req, source: f"Loss of {', '.join(r['label'] for r in runs)}.", _loss_tables,
+        lambda runs, req: {"loss": figures.loss_figure(runs, "Loss, seed 0 of 3 (spread: below)", load_reference())},
+        "mixln-loss", json=lambda runs: {"runs": [r["run"] for r in runs]}),
+    "gradnorms": Analysis(
+        GradnormsRequest,
+        lambda results, req, source: f"{req.kind} gradient norms at initialisation and at step "
+                                     f"{results[0]['final_step']}.",
+        lambda results, req: {"gradnorms": [{"subject": r["run"], "layer": layer, "init": r["init"][layer],
+                                             "final": r["final"][layer]} for r in results for layer in r["layers"]]},
+        _gradnorm_figures, "mixln-gradnorms"),
+    "compare": Analysis(
+        CompareRequest, _compare_status, lambda rows, req: {"compare": rows},
+        lambda rows, req: {"compare": figures.compare_figure(rows, reference=load_reference())}, "mixln-compare"),
+    "sweep": Analysis(
+        NoInput, lambda rows, req, source: f"Alpha sweep over {len(rows)} run groups; " + "; ".join(
+            _best_per_depth(rows, lambda best: f"best alpha {best['alpha']:g}")) + ".",
+        lambda rows, req: {"sweep": rows},
+        lambda rows, req: {"sweep": figures.sweep_figure(rows, reference=load_reference())}, "mixln-sweep"),
+    "curves": Analysis(CurvesRequest, _curves_status, _curves_tables, _curves_figures,
+                       lambda req: f"mixln-{req.metric}-curves"),
+    "lr-sweep": Analysis(
+        NoInput, _lr_sweep_status, lambda rows, req: {"lr-sweep": rows},
+        lambda rows, req: {"lr-sweep": figures.lr_sweep_figure(rows, reference=load_reference())}, "mixln-lr-sweep"),
+    "depth": Analysis(DepthRequest, _depth_status, _depth_tables,
+                      lambda profiles, req: {"depth": figures.depth_figure(profiles)}, "mixln-depth"),
+    # diagnostics of a run or any causal LM (data: looked up under the weights' fingerprint)
+    "angular": Analysis(
+        AngularRequest,
+        lambda res, req, source: f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, "
+                                 f"{res['samples']} held-out Wikipedia sequences of {res['seq_len']} tokens "
+                                 f"({source_text(source)}).",
+        _angular_tables, _angular_figures, lambda req: f"mixln-angular-{Path(req.ref).name}",
+        fields=("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers"), cached_as="mixln/angular"),
+    "removal": Analysis(
+        RemovalRequest, _removal_status,
+        lambda results, req: {"removal": [row for r in results
+                                          for row in _rows_of({k: v for k, v in r.items() if k != "colour"})]},
+        _removal_figures, "mixln-removal",
+        fields=("subject", "baseline_loss", "baseline_perplexity", "layers", "losses", "loss_increase",
+                "perplexities", "perplexity_increase"), cached_as="mixln/removal"),
+    "model-gradnorms": Analysis(
+        ModelGradnormsRequest,
+        lambda results, req, source: f"Gradient norms of **{results[0]['subject']}** on {req.samples} held-out "
+                                     "sequences.",
+        lambda results, req: {"gradnorms": [{"subject": r["subject"], "layer": layer, "param": r["param"][layer],
+                                             "input": r["input"][layer]} for r in results for layer in r["layers"]]},
+        lambda results, req: {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results))},
+        "mixln-gradnorms", fields=("subject", "layers", "param", "input", "loss"), cached_as="mixln/gradnorms"),
+    # training (data: the live run's history and reference levels, a run.json, the reproduced runs)
+    "live": Analysis(LiveRequest, _live_status, figures=_live_figures, stem="mixln-live",
+                     json=lambda data: data["history"]),
+    "reference": Analysis(
+        ReferenceRequest, _reference_status,
+        lambda levels, req: {"reference": [{"model": m, "loss_nats": levels[m]["loss"],
+                                            "perplexity": levels[m]["perplexity"]} for m in ("unigram", "bigram")]},
+        stem="mixln-reference"),
+    "train": Analysis(TrainRequest, _train_status, stem="mixln-train"),
+    "reproduce": Analysis(ReproduceRequest, _reproduce_status, stem="mixln-reproduce"),
+}

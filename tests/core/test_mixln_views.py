@@ -1,0 +1,45 @@
+"""The Mix-LN analyses are shown through one registry (core.mixln.views.ANALYSES) and one view().
+
+A new analysis is its registry entry plus its compute function: the test registers one (the final training loss of
+committed runs) and gets a whole Result (status, JSON, table, figure, files) without touching anything else.
+"""
+import plotly.graph_objects as go
+import pytest
+
+from core.errors import BadInputError
+from core.mixln import folders, views
+from core.mixln.requests import RunsRequest
+from core.runner import Found
+
+
+def test_every_registered_analysis_parses_its_request_and_names_its_files():
+    for name, a in views.ANALYSES.items():
+        assert hasattr(a.request, "parse"), name
+        assert a.cached_as is None or a.fields, f"{name}: a cached analysis says which fields its view reads"
+    req = views.request("loss", ["pre-ln"])
+    assert isinstance(req, RunsRequest) and req.runs == ("pre-ln",)
+    with pytest.raises(BadInputError, match="no run chosen"):
+        views.request("loss", [])
+
+
+def test_a_new_analysis_is_one_registry_entry_and_its_compute_function(monkeypatch, tmp_path):
+    def final_loss_status(rows, req, source):
+        return f"Final training loss of {len(rows)} runs ({source})."
+
+    monkeypatch.setitem(views.ANALYSES, "final-loss", views.Analysis(
+        RunsRequest, final_loss_status, lambda rows, req: {"final-loss": rows},
+        lambda rows, req: {"final-loss": go.Figure(go.Bar(x=[r["run"] for r in rows], y=[r["loss"] for r in rows]))},
+        "mixln-final-loss"))
+
+    def final_loss_result(names):  # the compute function, shaped like every action of core.mixln.service
+        req = views.request("final-loss", names)
+        rows = [{"run": r.name, "loss": r.history["train"][-1]["loss"]} for r in map(folders.load_run, req.runs)]
+        return views.view("final-loss", Found(rows, "computed", None), req)
+
+    res = final_loss_result(["pre-ln", "post-ln"])
+    assert res.status == "Final training loss of 2 runs (computed)."
+    assert [r["run"] for r in res.data] == ["pre-ln", "post-ln"] and res.tables["final-loss"] == res.data
+    assert all(r["loss"] > 0 for r in res.data)
+    assert list(res.figures["final-loss"].data[0].x) == ["pre-ln", "post-ln"]
+    names = sorted(p.name for p in res.write(tmp_path))
+    assert names == ["mixln-final-loss.csv", "mixln-final-loss.html", "mixln-final-loss.json"]
