@@ -43,3 +43,18 @@ def test_a_new_analysis_is_one_registry_entry_and_its_compute_function(monkeypat
     assert list(res.figures["final-loss"].data[0].x) == ["pre-ln", "post-ln"]
     names = sorted(p.name for p in res.write(tmp_path))
     assert names == ["mixln-final-loss.csv", "mixln-final-loss.html", "mixln-final-loss.json"]
+
+
+def test_the_comparison_says_how_far_mix_ln_is_from_pre_ln_per_depth():
+    """A hand-made table: Mix-LN 0.25 behind Pre-LN at 12 layers, ahead at 24; the paper's scale is named."""
+    from core.mixln.views import mix_vs_pre_text
+
+    def row(run, layers, loss):
+        return {"run": run, "layers": layers, "eval_loss_mean": loss, "eval_loss_std": 0.01, "n_seeds": 3}
+
+    text = mix_vs_pre_text([row("pre-ln", 12, 4.95), row("mix-ln-0.25", 12, 4.975), row("post-ln", 12, 4.98),
+                            row("depth-24/pre-ln", 24, 4.93), row("depth-24/mix-ln-0.25", 24, 4.91)])
+    assert "12 layers: Mix-LN 0.25 is **0.025 nats behind** Pre-LN (4.975 ± 0.010 (n = 3 seeds)" in text
+    assert "24 layers: Mix-LN 0.25 is **0.020 nats ahead of** Pre-LN" in text
+    assert "71 M to 1 B parameters" in text
+    assert mix_vs_pre_text([row("pre-ln", 12, 4.95)]) == ""
