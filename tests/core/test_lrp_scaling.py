@@ -6,6 +6,7 @@ from transformers import MambaConfig, MambaForCausalLM
 
 import core.lrp.methods as methods
 import core.lrp.mixer as mixer
+import kernels._scan_chunked as chunked  # where the block size of the chunked scans lives
 import kernels.selective_scan as scan
 from core.lrp import LRPRules, VisionMamba, VisionMambaConfig, explain, lrp_rules
 
@@ -25,7 +26,7 @@ def ids(length, vocab=64, seed=0):
 @pytest.fixture
 def small_blocks(monkeypatch):
     """Blocks of a few steps, so that short test sequences span many blocks (state carried between them)."""
-    monkeypatch.setattr(scan, "CHUNK_ELEMENTS", 2048)
+    monkeypatch.setattr(chunked, "CHUNK_ELEMENTS", 2048)
 
 
 @pytest.fixture
@@ -48,7 +49,7 @@ def test_chunked_recomputed_mambalrp_equals_the_reference_path_and_conserves(mon
                                                                            gamma):
     model = random_lm()
     x = ids(45)  # 45 steps in blocks of 2048 // (64 * 8) = 4: the last block is partial
-    assert scan._chunk_length(1, 64, 8, 45, None) == 4
+    assert chunked._chunk_length(1, 64, 8, 45, None) == 4
     fast = explain(model, x, gamma=gamma)
     slow = _reference_relevance(monkeypatch, model, x, gamma=gamma)
     assert fast.logit == slow.logit and fast.target == slow.target  # the forward values are bit-identical
@@ -144,7 +145,7 @@ def _growth(model, short, state, channels):
 @pytest.mark.slow
 def test_memory_grows_without_the_state_size_factor(monkeypatch, recompute):
     model = random_lm(hidden=32, layers=2, state=64)  # N = 64: a (B, D, L, N) tensor is 64 (B, D, L) ones
-    monkeypatch.setattr(scan, "CHUNK_ELEMENTS", 1 << 15)  # blocks of 4 steps
+    monkeypatch.setattr(chunked, "CHUNK_ELEMENTS", 1 << 15)  # blocks of 4 steps
     growth, largest = _growth(model, 48, state=64, channels=64)
     assert growth < 0.5 and largest < 0.25
     with monkeypatch.context() as m:  # the check sees the reference's materialised tensors
