@@ -95,7 +95,7 @@ def measure(models, fn, ids, reps):
 
 def committed_runs():
     """Each committed run's final held-out loss and perplexity (its run.json), and their mean over its seeds."""
-    from core.mixln import compare_table, load_run
+    from core.mixln.runs import compare_table, load_run
 
     out = {}
     for r in compare_table():

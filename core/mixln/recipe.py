@@ -79,6 +79,11 @@ class RunSet:
     diagnostics: bool = True
     weights_for_seed: int | None = 0
     title: str = ""
+    fewer_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (placement, its seeds) where it has fewer than seeds
+
+    def seeds_of(self, name: str) -> tuple[int, ...]:
+        """The seeds placement ``name`` is trained with in this set."""
+        return dict(self.fewer_seeds).get(name, self.seeds)
 
 
 RUN_SETS = {
@@ -139,7 +144,7 @@ def recipe_jobs(sets: list[str] | None = None, names: list[str] | None = None,
             raise BadInputError(f"unknown run {n!r}.", fix=f"use one of: {', '.join(RECIPE)}.")
     return [Job(s, n, seed, lr) for s in (sets or list(RUN_SETS)) for lr in RUN_SETS[s].lrs
             for seed in RUN_SETS[s].seeds for n in RUN_SETS[s].placements
-            if (names is None or n in names) and (seeds is None or seed in seeds)]
+            if seed in RUN_SETS[s].seeds_of(n) and (names is None or n in names) and (seeds is None or seed in seeds)]
 
 
 def recipe_command(name: str, job: Job | None = None) -> str:

@@ -46,7 +46,7 @@ def seed_runs(name: str, set_name: str = "main", root: str | os.PathLike = ASSET
     _check_set(set_name)
     lr = RECIPE_TRAIN["lr"] if lr is None else lr
     out = []
-    for seed in RUN_SETS[set_name].seeds:
+    for seed in RUN_SETS[set_name].seeds_of(name):
         folder = Path(root) / Job(set_name, name, seed, lr).relative_folder
         if (folder / "run.json").is_file() and (folder / "history.json").is_file():
             out.append(load_run(folder, root))

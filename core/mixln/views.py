@@ -117,7 +117,7 @@ def _loss_tables(runs: list[dict], req) -> dict:
 
 
 def _gradnorm_figures(results: list[dict], req: GradnormsRequest) -> dict:
-    title = f"Grad norm per layer: init (dotted), step {results[0]['final_step']}, seed 0 of 3"
+    title = f"Grad norm per layer: init (dotted), step {results[0]['final_step']}, seed 0"
     return {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results), title, req.kind)}
 
 
@@ -220,7 +220,7 @@ def _removal_status(results: list[dict], req, source) -> str:
 def _removal_figures(results: list[dict], req) -> dict:
     one = results[0]
     title = ("Layer removal: held-out loss increase when one layer is skipped"
-             + (" (seed 0 of 3; spread in the depth chart)" if "label" in one else "")
+             + (" (seed 0; the spread over seeds is in the depth chart)" if "label" in one else "")
              if len(results) > 1 or "label" in one else f"Layer removal: {one['subject']}")
     colours = [r.get("colour", PALETTE[i % len(PALETTE)]) for i, r in enumerate(results)]
     return {"removal": figures.removal_figure(results, title, colours)}
@@ -286,7 +286,8 @@ ANALYSES: dict[str, Analysis] = {
     # committed runs (data: read from their folders)
     "loss": Analysis(
         RunsRequest, lambda runs, req, source: f"Loss of {', '.join(r['label'] for r in runs)}.", _loss_tables,
-        lambda runs, req: {"loss": figures.loss_figure(runs, "Loss, seed 0 of 3 (spread: below)", load_reference())},
+        lambda runs, req: {"loss": figures.loss_figure(runs, "Loss, seed 0 (the spread over seeds: below)",
+                                                       load_reference())},
         "mixln-loss", json=lambda runs: {"runs": [r["run"] for r in runs]}),
     "gradnorms": Analysis(
         GradnormsRequest,
