@@ -10,6 +10,16 @@ from tests import conftest
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def need_chromium() -> None:
+    """Skip without chromium, or fail where the browser tests must run (CI: LAYERWISE_REQUIRE_BROWSER=1)."""
+    if CHROMIUM is None:
+        if os.environ.get("LAYERWISE_REQUIRE_BROWSER") == "1":
+            pytest.fail("chromium is not installed (apt-get install -y chromium)")
+        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+
+
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
@@ -47,10 +57,7 @@ EXPECTED = {
 
 @pytest.fixture(scope="module")
 def page(app_url):
-    if CHROMIUM is None:
-        if os.environ.get("LAYERWISE_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium is not installed (apt-get install -y chromium)")
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    need_chromium()
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:

@@ -14,7 +14,7 @@ import pytest
 
 import core.examples as ex
 from tests import conftest
-from tests.e2e.test_browser import CHROMIUM, FLAGS
+from tests.e2e.test_browser import CHROMIUM, FLAGS, need_chromium
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -59,10 +59,7 @@ def record(name: str, **values) -> None:
 
 @pytest.fixture(scope="module")
 def browser(app_url):
-    if CHROMIUM is None:
-        if os.environ.get("LAYERWISE_REQUIRE_BROWSER") == "1":
-            pytest.fail("chromium is not installed (apt-get install -y chromium)")
-        pytest.skip("chromium is not installed (apt-get install -y chromium)")
+    need_chromium()
     from playwright.sync_api import expect, sync_playwright
 
     expect.set_options(timeout=WAIT_MS)
