@@ -358,7 +358,7 @@ def register(groups) -> None:
     g = "mixln"
     groups.command(g, "train", TRAIN_HELP, _train_args)(run_train)
     groups.command(g, "reproduce", "retrain the committed runs in assets/mixln with the recipe (all run sets: 12 "
-                   "layers x 3 seeds, 24 layers x 3 seeds, the learning-rate sweep; or --set/--only/--seeds) and "
+                   "layers x 3 seeds, 24 layers, the learning-rate sweep; or --set/--only/--seeds) and "
                    "precompute their diagnostics", _reproduce_args)(run_reproduce)
     groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
     groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "

@@ -107,11 +107,11 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     code, out, _ = run_cli(capsys, "reproduce", "--out", str(tmp_path), "--set", "depth-24", "--seeds", "1", "2",
                            "--only", "pre-ln", "--json")
     assert code == 0
-    assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1), ("depth-24", "pre-ln", 2)]
+    assert [(j.set, j.name, j.seed) for j in done] == [("depth-24", "pre-ln", 1)]  # the 24-layer set: seeds 0, 1
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
     assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
     assert [str(r) for r in levels] == [str(tmp_path)]               # and the charts' reference levels, once
-    assert len(runs.recipe_jobs()) == 7 * 3 + 4 * 3 + 4 * 2          # everything `mixln reproduce` retrains
+    assert len(runs.recipe_jobs()) == 6 * 3 + 2 + (4 + 1) + 3 * 2    # everything `mixln reproduce` retrains
 
 
 def test_exit_code_2_from_the_real_command():
@@ -126,7 +126,9 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     rows = json.loads(out)
     assert code == 0 and {r["run"] for r in rows} >= {"pre-ln", "post-ln", "mix-ln-0.25"}
     assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
-    assert all(r["n_seeds"] + r["diverged"] == 3 for r in rows if r["run"] in runs.RECIPE)
+    sets = {s.model["num_layers"]: s for s in (runs.RUN_SETS["main"], runs.RUN_SETS["depth-24"])}
+    assert all(r["n_seeds"] + r["diverged"] == len(sets[r["layers"]].seeds_of(r["run"])) for r in rows
+               if r["run"] in runs.RECIPE)
     code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
     rows = json.loads(out)
     assert code == 0 and [r["layers"] for r in rows] == [12] * 5 + [24] * 3  # alpha 0, 0.25, 1 at 24 layers

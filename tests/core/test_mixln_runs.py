@@ -113,33 +113,42 @@ def test_committed_runs_record_the_authors_settings():
         assert steps[0] == 1 and all(len(g["param"]) == job.model["num_layers"] for g in run.history["grad_norms"])
 
 
-# Reproducible, measured (README, Mix-LN, "reproducible"): the first 50 steps of a run trained again in float32
-# differ from the recorded losses by up to 1.5e-5 relative between 1 and 2 torch threads and 1.9e-5 against the same
-# steps in float64 (DeepNorm, seed 1); another CPU's vector width changes float32 sums as a thread count does.
-# Float64 runs of the same steps agree to 0 (losses) and 2e-16 (gradient norms) between 1 and 2 threads. So:
-# - float64: the prefix trained again must give the recorded float64 prefix to 1e-9 (any x86-64 CPU);
-# - float32: the recorded run and a retrained float32 prefix must follow the float64 prefix's losses within
-#   FLOAT32_LOSS_TOLERANCE, 10x the largest float32-vs-float64 loss deviation measured over every committed run.
+# Reproducible, measured (README, Mix-LN, "reproducible"), relative deviations of the first 50 training losses:
+# - float32 against the same steps in float64, over all 31 committed runs: at most 2.3e-7 for every placement but
+#   DeepNorm; DeepNorm (the authors' constants) amplifies rounding: 1.9e-5, 2.1e-4 (12 layers) and 3.2e-3 (24);
+# - float32 at 2 torch threads against the recorded 1-thread runs: 0 (Mix-LN 0.25), 1.2e-7 (Pre-LN, 24 layers),
+#   1.5e-5 and 5.2e-4 (DeepNorm seeds 1 and 0); another CPU's vector width changes float32 sums as a thread count does;
+# - float64 between 1 and 2 threads: 0 (losses), 2e-16 (gradient norms).
+# So: the float64 prefix trained again must give the recorded one to 1e-9 on any x86-64 CPU; float32 runs (the
+# recorded ones against their float64 prefix, and a retrained prefix against the recorded run) agree within
+# float32_tolerance(job): 1e-5 (40x the largest measured), and for DeepNorm 4e-2 (10x its largest).
 FLOAT64_TOLERANCE = 1e-9
-FLOAT32_LOSS_TOLERANCE = 2e-4
-PREFIX_JOBS = [runs.Job("main", "mix-ln-0.25", 0), runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "post-ln", 2)]
+FLOAT32_LOSS_TOLERANCE = 1e-5
+CHAOTIC = {"deepnorm": 4e-2}  # placements whose float32 runs amplify rounding (measured above)
+
+
+def float32_tolerance(job) -> float:
+    return CHAOTIC.get(job.name, FLOAT32_LOSS_TOLERANCE)
+PREFIX_JOBS = [runs.Job("main", "mix-ln-0.25", 0), runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "pre-ln", 1)]
 
 
 @needs_runs
 def test_every_committed_run_follows_its_float64_prefix():
     """The committed float32 runs are the recipe: their first 50 training losses stay within the float32 tolerance
     of the same steps trained in float64 (machine-independent data against data)."""
-    worst = 0.0
+    worst = {}
     for job in _jobs_present():
         run = runs.load_run(runs.ASSETS / job.relative_folder)
         ref = run.meta["float64_prefix"]
         assert ref["steps"] == runs.CHECK_STEPS and ref["dtype"] == "float64", job.key
         got = [r["loss"] for r in run.history["train"][:runs.CHECK_STEPS]]
-        assert got == pytest.approx(ref["loss"], rel=FLOAT32_LOSS_TOLERANCE), job.key
-        worst = max(worst, max(abs(a - b) / abs(b) for a, b in zip(got, ref["loss"])))
+        tol = float32_tolerance(job)
+        assert got == pytest.approx(ref["loss"], rel=tol), job.key
         at = next(e for e in run.history["eval"] if e["step"] == runs.CHECK_STEPS)
-        assert at["loss"] == pytest.approx(ref["eval_loss"], rel=FLOAT32_LOSS_TOLERANCE), job.key
-    assert worst * 10 <= FLOAT32_LOSS_TOLERANCE  # the tolerance stays 10x what the committed runs need
+        assert at["loss"] == pytest.approx(ref["eval_loss"], rel=tol), job.key
+        deviation = max(abs(a - b) / abs(b) for a, b in zip(got, ref["loss"]))
+        worst[tol] = max(worst.get(tol, 0.0), deviation)
+    assert all(w * 10 <= tol for tol, w in worst.items()), worst  # each tolerance stays 10x what the runs need
 
 
 @needs_runs
@@ -167,11 +176,11 @@ def test_retraining_a_prefix_in_float32_follows_the_recorded_run(job, single_thr
                           runs.ASSETS / "tokenizer.json")
     recorded = run.history["train"][:runs.CHECK_STEPS]
     assert [r["loss"] for r in hist["train"]] == pytest.approx([r["loss"] for r in recorded],
-                                                               rel=FLOAT32_LOSS_TOLERANCE)
+                                                               rel=float32_tolerance(job))
     assert [r["lr"] for r in hist["train"]] == [r["lr"] for r in recorded]
     ev = next(e for e in run.history["eval"] if e["step"] == runs.CHECK_STEPS)
     assert hist["eval"][-1]["step"] == runs.CHECK_STEPS
-    assert hist["eval"][-1]["loss"] == pytest.approx(ev["loss"], rel=FLOAT32_LOSS_TOLERANCE)
+    assert hist["eval"][-1]["loss"] == pytest.approx(ev["loss"], rel=float32_tolerance(job))
 
 
 @needs_runs

@@ -121,7 +121,7 @@ def test_charts_draw_the_spread_and_state_n(root):
 
     sweep = figures.sweep_figure(runs.sweep_table(root=root))
     assert list(sweep.data[0].x) == [0.0, 1.0] and sweep.data[0].name.startswith("12 layers (mean of n = 2/3 seeds")
-    assert list(sweep.data[1].x) == [0.0] and sweep.data[1].name.startswith("24 layers (mean of n = 3 seeds")
+    assert list(sweep.data[1].x) == [0.0] and sweep.data[1].name.startswith("24 layers (mean of n = 2 seeds")  # the 24-layer set: seeds 0, 1
 
     lr = figures.lr_sweep_figure(summary.lr_sweep_table(root))
     assert lr.layout.xaxis.type == "log" and "Post-LN diverged" in {t.name for t in lr.data}

@@ -56,13 +56,13 @@ def test_seed_lr_and_depth_charts_show_spread_and_n():
             assert f"{layers} layers" in fig.layout.title.text and "min-max" in fig.layout.title.text
             assert unit in fig.layout.yaxis.title.text and fig.layout.xaxis.title.text == "training step"
             assert any(t.fill == "toself" or t.fill == "tonexty" for t in fig.data), "no spread band"
-        assert "n = 3" in status and "±" in status
+        assert ("n = 3" if set_name == "main" else "n = 2") in status and "±" in status  # 24 layers: Pre-LN, 2 seeds
     lr, lr_status = mixln.runs_lr_sweep()
     assert_labelled(lr, legend=False)
     assert lr.layout.xaxis.type == "log" and "one seed" in lr_status
     depth, depth_status = mixln.runs_depth()
     assert_labelled(depth, legend=False)
-    assert "n = 3" in depth_status
+    assert "n = 1/2/3 seeds" in depth_status  # 24 layers: one seed (Pre-LN: two); 12 layers: three (DeepNorm: two)
 
 
 def test_no_run_chosen_is_a_message():
