@@ -130,10 +130,11 @@ def run_load(make_client, server_pid: int, download_root: str, *, cheap_users: i
         i = 0
         while i < cheap_calls or not heavy_done.is_set():
             api, inputs = cheap_call(u, i)
+            during = not heavy_done.is_set()  # with heavy users: the calls sent while they run
             t0 = time.perf_counter()
             answer = ask(client, api, inputs, download_root, timeout)
             with lock:
-                if heavy_users == 0 or not heavy_done.is_set():  # with heavy users: only while they run
+                if heavy_users == 0 or during:
                     run.cheap_latencies.append(time.perf_counter() - t0)
                 run.answers.append((api, inputs, answer))
             i += 1
