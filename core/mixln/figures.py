@@ -30,17 +30,20 @@ REFERENCE_LINES = (("unigram", "dash", "unigram of the training data"),
                    ("bigram", "dot", "bigram of the training data"))
 
 
-def reference_lines(fig: go.Figure, reference: dict | None, metric: str = "loss") -> go.Figure:
+def reference_lines(fig: go.Figure, reference: dict | None, metric: str = "loss", log_axis: bool = False
+                    ) -> go.Figure:
     """Labelled horizontal lines at the unigram and bigram levels (``metric`` loss in nats, or perplexity) scored
-    on the same held-out windows as the runs (:func:`core.mixln.reference.reference_levels`); none without them."""
+    on the same held-out windows as the runs (:func:`core.mixln.reference.reference_levels`); none without them.
+    ``log_axis``: the y axis is (or will be) logarithmic: plotly places a line (a shape) at the value but its label
+    (an annotation) at log10 of the value, so the label is placed apart."""
     if not reference:
         return fig
     for name, dash, text in REFERENCE_LINES:
         v = reference[name]["loss" if metric == "loss" else "perplexity"]
         value = f"{v:.3f} nats" if metric == "loss" else f"perplexity {v:,.0f}"
-        fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6),
-                      annotation_text=f"{text}: {value}", annotation_position="top right",
-                      annotation_font=dict(size=12, color="#334155"))
+        fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6))
+        fig.add_annotation(x=1, xref="x domain", y=math.log10(v) if log_axis else v, yref="y", text=f"{text}: {value}",
+                           showarrow=False, xanchor="right", yanchor="bottom", font=dict(size=12, color="#334155"))
     return fig
 
 
@@ -326,7 +329,8 @@ def loss_band_figure(bands: list[dict], metric: str = "loss", title: str | None 
     if title is None:
         title = f"Held-out {metric} over seeds (mean, band: min-max)"
     y = "held-out loss (nats / token)" if metric == "loss" else "held-out perplexity (lower is better)"
-    fig = _layout(reference_lines(fig, reference, metric), _title(title, note if note is not None else settings_note()),
+    fig = _layout(reference_lines(fig, reference, metric, log_axis=metric == "perplexity"),
+                  _title(title, note if note is not None else settings_note()),
                   "training step", y, height=540)
     if metric == "perplexity":
         fig.update_yaxes(type="log")

@@ -50,6 +50,21 @@ def test_every_loss_chart_draws_the_levels_it_is_given():
     assert figures.loss_figure([{"label": "x", "colour": "#000000", "history": history}]).layout.shapes == ()
 
 
+def test_on_the_log_perplexity_axis_each_label_sits_on_its_line():
+    """Plotly places a shape at the value and an annotation at log10 of the value on a log axis: the perplexity
+    chart's labels must say the level at the height of their line (they once sat at 10^216)."""
+    ref = {"unigram": {"loss": 6.9, "perplexity": math.exp(6.9)}, "bigram": {"loss": 5.4, "perplexity": math.exp(5.4)}}
+    band = {"steps": [50, 100], "mean": [900.0, 300.0], "min": [890.0, 290.0], "max": [910.0, 310.0]}
+    bands = [{"label": "Pre-LN", "norm": "pre", "alpha": 0.0, "n": 2, "diverged": 0, "eval_perplexity": band}]
+    fig = figures.loss_band_figure(bands, "perplexity", reference=ref)
+    assert fig.layout.yaxis.type == "log"
+    lines = sorted(s.y0 for s in fig.layout.shapes if s.y0 == s.y1)
+    assert lines == pytest.approx([math.exp(5.4), math.exp(6.9)])
+    labels = sorted((a.y, a.text) for a in fig.layout.annotations if "gram of the training data" in (a.text or ""))
+    assert [y for y, _ in labels] == pytest.approx([5.4 / math.log(10), 6.9 / math.log(10)])  # log10 of the levels
+    assert "perplexity 221" in labels[0][1] and "perplexity 992" in labels[1][1]
+
+
 needs_runs = pytest.mark.skipif(reference.load_reference() is None, reason="no committed reference.json")
 
 
