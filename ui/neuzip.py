@@ -83,8 +83,10 @@ def measure_throughput(ref, k, block, state=None, request: gr.Request = None, pr
 
 
 @user_errors
-def measure_device_memory(ref, k, block, request: gr.Request = None):
-    """On a GPU host: what the chosen model holds on the GPU in bf16 and NeuZip-compressed, and a forward's peak."""
+def measure_device_memory(ref, k, block, progress=gr.Progress()):
+    """On a GPU host: what the chosen model holds on the GPU in bf16 and NeuZip-compressed, and a forward's peak
+    (long work: its gr.Progress makes ui.gpu run it inside spaces.GPU on a ZeroGPU Space)."""
+    progress(0, desc="loading the model twice on the GPU and measuring")
     res = nz.device_memory_result(ref, k, block)
     return res.status, frame(res.tables["device-memory"])
 
