@@ -1,8 +1,11 @@
 """The MambaLRP selective scan's Triton kernel (the forward, and the relevance backward run from the end) and its
 launch.
 
-One program holds a ``(BLOCK_D, N)`` block of the state in registers and walks the sequence (the backward
-from its end), so the ``(B, D, L, N)`` discretised tensors are never materialised. Triton is imported
+One program per (batch row, block of ``BLOCK_D`` channels) holds the ``(BLOCK_D, N)`` state in registers and
+walks the sequence in chunks of ``CHUNK`` steps (the backward from its end): each chunk's inputs are loaded as
+tiles, its steps ``h -> A_bar h + b`` composed by a parallel (associative) scan along the chunk, and the state
+carried in from the previous chunk applied to them. The ``(B, D, L, N)`` discretised tensors are never
+materialised, and the backward needs no forward state (MambaLRP holds ``A_bar``, ``B_bar``, ``C`` constant). Triton is imported
 lazily (decorating needs it, and importing it is slow), so importing this module never needs it.
 """
 from __future__ import annotations
@@ -16,6 +19,13 @@ import torch
 def _kernel():
     import triton
     import triton.language as tl
+
+    global _affine  # a jitted function calls others through its module's globals
+
+    @triton.jit
+    def _affine(a1, b1, a2, b2):
+        # two steps h -> a h + b composed (the first, then the second): the scan's associative operator
+        return a1 * a2, a2 * b1 + b2
 
     @triton.heuristics({
         "HAS_D": lambda args: args["D_ptr"] is not None,
@@ -32,16 +42,20 @@ def _kernel():
         stride_C_b, stride_C_n, stride_C_l,
         stride_out_b, stride_out_d, stride_out_l,
         REVERSE: tl.constexpr, DELTA_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_DELTA_BIAS: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
     ):
-        # forward (REVERSE=False): x = u, out = y, from the start
+        # forward (REVERSE=False): x = u, out = y, chunks from the start
         #     h_t = A_bar_t h_{t-1} + (delta_t u_t) B_t,                  y_t = C_t . h_t (+ D u_t)
-        # relevance backward (REVERSE=True): x = g, out = du, from the end
+        # relevance backward (REVERSE=True): x = g, out = du, chunks from the end
         #     lambda_t = A_bar_{t+1} lambda_{t+1} + g_t C_t,              du_t = delta_t (B_t . lambda_t) (+ D g_t)
+        # A chunk of CHUNK steps is loaded as (BLOCK_D, CHUNK) / (BLOCK_N, CHUNK) tiles; its (BLOCK_D, BLOCK_N, CHUNK)
+        # steps h -> a h + b are composed by a parallel scan along the chunk, then applied to the state carried in
+        # from the previous chunk (kept in registers). Nothing of size L x N is written to memory.
         pid_b = tl.program_id(0)
         pid_d = tl.program_id(1)
         offs_d = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
         offs_n = tl.arange(0, BLOCK_N)
+        offs_c = tl.arange(0, CHUNK)
         mask_d = offs_d < n_channels
         mask_n = offs_n < state_size
         A = tl.load(A_ptr + offs_d[:, None] * stride_A_d + offs_n[None, :] * stride_A_n,
@@ -50,74 +64,111 @@ def _kernel():
             Dv = tl.load(D_ptr + offs_d, mask=mask_d, other=0.0).to(tl.float32)
         if HAS_DELTA_BIAS:
             db = tl.load(delta_bias_ptr + offs_d, mask=mask_d, other=0.0).to(tl.float32)
-        state = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)  # h, or lambda
-        dA_next = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)  # A_bar_{t+1} (the backward)
-        x_base = x_ptr + pid_b * stride_x_b + offs_d * stride_x_d
-        dt_base = delta_ptr + pid_b * stride_delta_b + offs_d * stride_delta_d
-        B_base = B_ptr + pid_b * stride_B_b + offs_n * stride_B_n
-        C_base = C_ptr + pid_b * stride_C_b + offs_n * stride_C_n
-        out_base = out_ptr + pid_b * stride_out_b + offs_d * stride_out_d
-        for i in range(0, length):
+        carry = tl.zeros((BLOCK_D, BLOCK_N), dtype=tl.float32)  # h before the chunk, or lambda after it
+        x_base = x_ptr + pid_b * stride_x_b + offs_d[:, None] * stride_x_d
+        dt_base = delta_ptr + pid_b * stride_delta_b + offs_d[:, None] * stride_delta_d
+        B_base = B_ptr + pid_b * stride_B_b + offs_n[:, None] * stride_B_n
+        C_base = C_ptr + pid_b * stride_C_b + offs_n[:, None] * stride_C_n
+        out_base = out_ptr + pid_b * stride_out_b + offs_d[:, None] * stride_out_d
+        n_chunks = tl.cdiv(length, CHUNK)
+        for i in range(0, n_chunks):
             if REVERSE:
-                t = length - 1 - i
+                t = (n_chunks - 1 - i) * CHUNK + offs_c
             else:
-                t = i
-            x = tl.load(x_base + t * stride_x_l, mask=mask_d, other=0.0).to(tl.float32)
-            dt = tl.load(dt_base + t * stride_delta_l, mask=mask_d, other=0.0).to(tl.float32)
+                t = i * CHUNK + offs_c
+            mask_t = t < length
+            mask_dt = mask_d[:, None] & mask_t[None, :]
+            mask_nt = mask_n[:, None] & mask_t[None, :]
+            x = tl.load(x_base + t[None, :] * stride_x_l, mask=mask_dt, other=0.0).to(tl.float32)
+            dt = tl.load(dt_base + t[None, :] * stride_delta_l, mask=mask_dt, other=0.0).to(tl.float32)
             if HAS_DELTA_BIAS:
-                dt = dt + db
+                dt = dt + db[:, None]
             if DELTA_SOFTPLUS:
                 dt = tl.where(dt <= 20.0, tl.log(1.0 + tl.exp(tl.minimum(dt, 20.0))), dt)
-            Bt = tl.load(B_base + t * stride_B_l, mask=mask_n, other=0.0).to(tl.float32)
-            Ct = tl.load(C_base + t * stride_C_l, mask=mask_n, other=0.0).to(tl.float32)
             if REVERSE:
-                state = dA_next * state + x[:, None] * Ct[None, :]
-                out = tl.sum(state * Bt[None, :], axis=1) * dt
-                dA_next = tl.exp(dt[:, None] * A)
+                # step t of the reverse scan multiplies by A_bar_{t+1}: delta one step on (any value past the end:
+                # it multiplies the zero lambda_L)
+                dt_next = tl.load(dt_base + (t[None, :] + 1) * stride_delta_l,
+                                  mask=mask_d[:, None] & (t[None, :] + 1 < length), other=0.0).to(tl.float32)
+                if HAS_DELTA_BIAS:
+                    dt_next = dt_next + db[:, None]
+                if DELTA_SOFTPLUS:
+                    dt_next = tl.where(dt_next <= 20.0, tl.log(1.0 + tl.exp(tl.minimum(dt_next, 20.0))), dt_next)
+                Ct = tl.load(C_base + t[None, :] * stride_C_l, mask=mask_nt, other=0.0).to(tl.float32)
+                a = tl.exp(dt_next[:, None, :] * A[:, :, None])
+                b = x[:, None, :] * Ct[None, :, :]
+                pa, pb = tl.associative_scan((a, b), axis=2, combine_fn=_affine, reverse=True)
+                state = pa * carry[:, :, None] + pb  # lambda_t, (BLOCK_D, BLOCK_N, CHUNK)
+                Bt = tl.load(B_base + t[None, :] * stride_B_l, mask=mask_nt, other=0.0).to(tl.float32)
+                out = tl.sum(state * Bt[None, :, :], axis=1) * dt
+                carry = tl.sum(tl.where(offs_c[None, None, :] == 0, state, 0.0), axis=2)
             else:
-                dA = tl.exp(dt[:, None] * A)
-                state = dA * state + (dt * x)[:, None] * Bt[None, :]
-                out = tl.sum(state * Ct[None, :], axis=1)
+                Bt = tl.load(B_base + t[None, :] * stride_B_l, mask=mask_nt, other=0.0).to(tl.float32)
+                a = tl.exp(dt[:, None, :] * A[:, :, None])
+                b = (dt * x)[:, None, :] * Bt[None, :, :]
+                pa, pb = tl.associative_scan((a, b), axis=2, combine_fn=_affine)
+                state = pa * carry[:, :, None] + pb  # h_t
+                Ct = tl.load(C_base + t[None, :] * stride_C_l, mask=mask_nt, other=0.0).to(tl.float32)
+                out = tl.sum(state * Ct[None, :, :], axis=1)
+                carry = tl.sum(tl.where(offs_c[None, None, :] == CHUNK - 1, state, 0.0), axis=2)
             if HAS_D:
-                out = out + Dv * x
-            tl.store(out_base + t * stride_out_l, out.to(out_ptr.dtype.element_ty), mask=mask_d)
+                out = out + Dv[:, None] * x
+            tl.store(out_base + t[None, :] * stride_out_l, out.to(out_ptr.dtype.element_ty), mask=mask_dt)
 
     return _selective_scan_lrp_kernel
 
 
-def _launch(reverse, x, delta, A, B, C, D, delta_bias, delta_softplus, out):
-    """One program per batch row and block of channels; ``reverse``: the relevance backward (x = g, out = du)."""
-    batch, channels, length = x.shape
-    state_size = A.shape[-1]
+CHUNK = 32  # steps per chunk (the parallel scan's length)
+TILE_ELEMENTS = 4096  # BLOCK_D x BLOCK_N x CHUNK: the (D, N, chunk) tiles a program holds in registers
+
+
+def scan_config(channels: int, state_size: int, length: int, block_d: int | None = None,
+                chunk: int | None = None) -> tuple[int, int, int]:
+    """``(BLOCK_D, BLOCK_N, CHUNK)`` of a launch: powers of two; by default CHUNK steps (fewer for a shorter
+    sequence) and as many channels as keep a tile at :data:`TILE_ELEMENTS`. ``bench/gpu.py`` times others."""
     import triton
 
     block_n = triton.next_power_of_2(state_size)
-    block_d = max(1, min(triton.next_power_of_2(channels), max(16, 2048 // block_n), 64))
+    chunk = chunk or max(2, min(CHUNK, triton.next_power_of_2(length)))
+    if block_d is None:
+        block_d = max(2, min(triton.next_power_of_2(channels), TILE_ELEMENTS // (block_n * chunk)))
+    for name, value in (("block_d", block_d), ("chunk", chunk)):
+        if value < 2 or value & (value - 1):
+            raise ValueError(f"{name} must be a power of two >= 2, got {value}")
+    return block_d, block_n, chunk
+
+
+def _launch(reverse, x, delta, A, B, C, D, delta_bias, delta_softplus, out, config):
+    """One program per batch row and block of channels; ``reverse``: the relevance backward (x = g, out = du)."""
+    batch, channels, length = x.shape
+    import triton
+
+    block_d, block_n, chunk = scan_config(channels, A.shape[-1], length, *config)
     grid = (batch, triton.cdiv(channels, block_d))
     _kernel()[grid](
         x, delta, A, B, C, D, delta_bias, out,
-        channels, length, state_size,
+        channels, length, A.shape[-1],
         x.stride(0), x.stride(1), x.stride(2),
         delta.stride(0), delta.stride(1), delta.stride(2),
         A.stride(0), A.stride(1),
         B.stride(0), B.stride(1), B.stride(2),
         C.stride(0), C.stride(1), C.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
-        REVERSE=bool(reverse), DELTA_SOFTPLUS=bool(delta_softplus), BLOCK_D=block_d, BLOCK_N=block_n,
+        REVERSE=bool(reverse), DELTA_SOFTPLUS=bool(delta_softplus), BLOCK_D=block_d, BLOCK_N=block_n, CHUNK=chunk,
     )
     return out
 
 
 class _SelectiveScanLRP(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, u, delta, A, B, C, D, delta_bias, delta_softplus):
+    def forward(ctx, u, delta, A, B, C, D, delta_bias, delta_softplus, config):
         delta, A, B, C = delta.detach(), A.detach(), B.detach(), C.detach()
         D = None if D is None else D.detach().contiguous()
         delta_bias = None if delta_bias is None else delta_bias.detach().contiguous()
         y = torch.empty_like(u)
-        _launch(False, u, delta, A, B, C, D, delta_bias, delta_softplus, y)
+        _launch(False, u, delta, A, B, C, D, delta_bias, delta_softplus, y, config)
         ctx.save_for_backward(delta, A, B, C, D, delta_bias)
-        ctx.delta_softplus = delta_softplus
+        ctx.delta_softplus, ctx.config = delta_softplus, config
         return y
 
     @staticmethod
@@ -125,16 +176,18 @@ class _SelectiveScanLRP(torch.autograd.Function):
         delta, A, B, C, D, delta_bias = ctx.saved_tensors
         grad_y = grad_y.contiguous()
         du = torch.empty_like(grad_y)
-        _launch(True, grad_y, delta, A, B, C, D, delta_bias, ctx.delta_softplus, du)
-        return du, None, None, None, None, None, None, None
+        _launch(True, grad_y, delta, A, B, C, D, delta_bias, ctx.delta_softplus, du, ctx.config)
+        return du, None, None, None, None, None, None, None, None
 
 
-def selective_scan_lrp_triton(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False):
+def selective_scan_lrp_triton(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False, *, block_d=None,
+                              chunk=None):
     """Triton selective scan with A_bar, B_bar and C constant; same contract as the reference.
 
     Runs on CUDA tensors, or on CPU tensors under ``TRITON_INTERPRET=1`` (tests). The backward
-    returns the gradient w.r.t. ``u`` only. ``y`` has the dtype of ``u``; the state is float32.
+    returns the gradient w.r.t. ``u`` only. ``y`` has the dtype of ``u``; the state is float32. ``block_d`` and
+    ``chunk`` override the launch's tile (:func:`scan_config`; powers of two), for tuning.
     """
     if u.dim() != 3 or B.dim() != 3 or C.dim() != 3:
         raise ValueError("selective_scan_lrp_triton expects u, delta: (B, D, L) and B, C: (B, N, L)")
-    return _SelectiveScanLRP.apply(u, delta, A, B, C, D, delta_bias, bool(delta_softplus))
+    return _SelectiveScanLRP.apply(u, delta, A, B, C, D, delta_bias, bool(delta_softplus), (block_d, chunk))

@@ -47,6 +47,32 @@ def test_kernel_matches_reference_forward_and_gradient(with_d, with_bias, softpl
 
 
 @needs_interpreter
+@pytest.mark.parametrize("block_d,chunk", [(2, 4), (4, 8), (8, 2), (2, 64), (None, None)])
+def test_kernel_carries_the_state_across_chunks_and_channel_blocks(block_d, chunk):
+    # 37 steps: several chunks and a ragged last one (from the start in the forward, from the end in the
+    # backward); 11 channels: several channel blocks and a masked last one; state 5: masked state lanes
+    u, delta, A, B, C, D, bias = _inputs(batch=2, channels=11, length=37, state=5, seed=3)
+    u1 = u.clone().requires_grad_(True)
+    u2 = u.clone().requires_grad_(True)
+    y1 = selective_scan_lrp_triton(u1, delta, A, B, C, D, bias, True, block_d=block_d, chunk=chunk)
+    y2 = selective_scan_lrp_ref(u2, delta, A, B, C, D, bias, True)
+    torch.testing.assert_close(y1, y2, rtol=1e-5, atol=1e-5)
+    g = torch.randn(y1.shape, generator=torch.Generator().manual_seed(4))
+    (g1,) = torch.autograd.grad(y1, u1, g)
+    (g2,) = torch.autograd.grad(y2, u2, g)
+    torch.testing.assert_close(g1, g2, rtol=1e-5, atol=1e-5)
+    # the relevance backward of a linear map conserves: sum(du * u) == sum(g * y)
+    torch.testing.assert_close((g1 * u).sum(), (g * y1.detach()).sum(), rtol=1e-5, atol=1e-4)
+
+
+@needs_interpreter
+def test_kernel_tile_must_be_powers_of_two():
+    u, delta, A, B, C, D, bias = _inputs()
+    with pytest.raises(ValueError, match="chunk must be a power of two"):
+        selective_scan_lrp_triton(u, delta, A, B, C, D, bias, True, chunk=12)
+
+
+@needs_interpreter
 def test_kernel_accepts_non_contiguous_inputs():
     u, delta, A, B, C, D, bias = _inputs()
     u_t = u.transpose(1, 2).contiguous().transpose(1, 2)  # same values, other strides
