@@ -244,7 +244,7 @@ def selective_scan(timer, device, length: int, channels: int, checks: list[dict]
     return out
 
 
-def neuzip_decode(timer, device, numel: int, chunk: int, checks: list[dict]) -> dict:
+def neuzip_decode(timer, device, numel: int, chunk: int, checks: list[dict], blocks: list[int]) -> dict:
     import torch
 
     from core.neuzip import pairs
@@ -269,9 +269,15 @@ def neuzip_decode(timer, device, numel: int, chunk: int, checks: list[dict]) -> 
         return merge_bf16_ref(pair_rans_decode_ref(*args), fields, 7)
 
     got, want = decode_triton(), decode_ref()
-    medians = timer.medians({"triton": decode_triton, "ref_twin": decode_ref,
-                             "rans_only": lambda: pair_rans_decode_triton(*args),
-                             "copy": lambda: copy_dst.copy_(copy_src)})
+    contestants = {"triton": decode_triton, "ref_twin": decode_ref,
+                   "rans_only": lambda: pair_rans_decode_triton(*args), "copy": lambda: copy_dst.copy_(copy_src)}
+    default_block = pair_rans_decode_triton.__kwdefaults__["block"]
+    for block in blocks:  # other chunks-per-program of the exponent decode, to tune the default
+        if block != default_block:
+            contestants[f"rans_only_block{block}"] = lambda block=block: pair_rans_decode_triton(*args, block=block)
+    block_exact = {name: bool(torch.equal(fn(), got_e)) for got_e in [pair_rans_decode_triton(*args)]
+                   for name, fn in contestants.items() if name.startswith("rans_only_block")}
+    medians = timer.medians(contestants)
     nbytes = 2 * numel
     gbps = {name: nbytes / s / 1e9 for name, s in medians.items()}
     ratio = gbps["triton"] / gbps["copy"]
@@ -286,7 +292,9 @@ def neuzip_decode(timer, device, numel: int, chunk: int, checks: list[dict]) -> 
             "agrees_with_twin": bool(torch.equal(got.view(torch.int16), want.view(torch.int16))),
             "bit_exact_vs_original": bool(torch.equal(got.view(torch.int16), original.view(torch.int16))),
             "peak_bytes": {"triton": timer.peak_bytes(decode_triton)},
-            "notes": ["GB/s counts the decoded bf16 bytes (2 per weight); rans_only is the exponent decode alone"]}
+            "rans_block": default_block, "other_blocks_bit_exact": block_exact,
+            "notes": ["GB/s counts the decoded bf16 bytes (2 per weight); rans_only is the exponent decode alone",
+                      "rans_only_block<b>: the exponent decode with b chunks per program instead of the default"]}
 
 
 _LLAMA_PAIRS: dict = {}
@@ -523,14 +531,14 @@ def rmsnorm(timer, device, rows: int, width: int, checks: list[dict]) -> dict:
 # ---- main -------------------------------------------------------------------------------------------------------
 def _sizes(smoke: bool) -> dict:
     if smoke:
-        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "decode": 4096, "chunk": 256, "llama": SMOKE_LLAMA,
+        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "rans_blocks": [4], "decode": 4096, "chunk": 256, "llama": SMOKE_LLAMA,
                 "tokens": 8, "prompt": 4, "new_tokens": 3,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
                 "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8,
                 "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
     return {"scan": [(2048, 1536), (8192, 1536)], "tiles": [(4, 32), (16, 16), (8, 64), (2, 128), (4, 64)],
-            "decode": 1536 * 576 * 16, "chunk": 1024, "prompt": 16, "new_tokens": 64,
+            "decode": 1536 * 576 * 16, "chunk": 1024, "rans_blocks": [8, 16, 64, 128], "prompt": 16, "new_tokens": 64,
             "llama": SMOLLM2_135M, "tokens": 512, "llama_label": "SmolLM2-135M config, random weights",
             "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512,
             "mamba_label": "mamba-130m config, random weights",
@@ -576,7 +584,8 @@ def main(argv=None) -> int:
              lambda length=length, d=d: selective_scan(timer, device, length, d, checks, min(args.slow_repeats, repeats),
                                                        sizes["tiles"]))
             for length, d in sizes["scan"]]
-    plan += [("neuzip_decode", lambda: neuzip_decode(timer, device, sizes["decode"], sizes["chunk"], checks)),
+    plan += [("neuzip_decode", lambda: neuzip_decode(timer, device, sizes["decode"], sizes["chunk"], checks,
+                                                     sizes["rans_blocks"])),
              ("neuzip_forward", lambda: neuzip_forward(timer, device, sizes["llama"], sizes["tokens"], sizes["chunk"],
                                                        checks, sizes["llama_label"])),
              ("neuzip_generate", lambda: neuzip_generate(timer, device, sizes["llama"], sizes["prompt"],

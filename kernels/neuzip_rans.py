@@ -22,7 +22,8 @@ Public functions, one signature
 ``(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision) -> (n,) uint8``:
 
 - :func:`pair_rans_decode` dispatches (Triton on CUDA, reference elsewhere),
-- :func:`pair_rans_decode_triton`: one program decodes ``BLOCK`` chunks, one chunk per lane,
+- :func:`pair_rans_decode_triton`: one program decodes ``BLOCK`` chunks, their ``BLOCK x 8`` states as one tile
+  (a round: two table lookups of the whole tile, then one refill, each state's word placed by a prefix sum),
 - :func:`pair_rans_decode_ref`: the same lanes in plain PyTorch.
 
 Tensor types: ``states (C, 8) int64``, ``offsets (C + 1,) int64``, ``words (W,) int32`` (the uint32
@@ -147,10 +148,11 @@ if triton_available():
                                  out_ptr, x_end_ptr, p_end_ptr, q_end_ptr, marker, n, num_chunks, chunk_size,
                                  num_words, num_escapes,
                                  PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr):
-        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` (one per lane) for all rounds.
-
-        The 8 states of a lane are a ``(BLOCK, LANES)`` tile; pair ``16 r + h`` works on column ``h % LANES``.
-        ``out_ptr``: ``(num_chunks * chunk_size,) uint8`` (padded; the wrapper keeps ``[:n]``).
+        """Program ``pid`` decodes chunks ``pid * BLOCK ...`` for all rounds, their 8 states as one ``(BLOCK, 8)``
+        tile: a round is two steps of the whole tile (state ``i`` decodes pair ``16 r + i``, then ``16 r + 8 + i``),
+        then one refill of the tile, each state's word found by a prefix sum over the states that need one.
+        Escapes are taken in stream order the same way. ``out_ptr``: the decoded bytes as ``int16`` pairs
+        (``(num_chunks * chunk_size / 2,)``, padded; the wrapper keeps ``[:n]`` bytes).
         """
         pid = tl.program_id(0)
         c = pid * BLOCK + tl.arange(0, BLOCK)
@@ -164,30 +166,33 @@ if triton_available():
         rounds = ((count + 1) // 2 + 2 * LANES_ - 1) // (2 * LANES_)
         for r in range(0, chunk_size // (4 * LANES_)):
             act = live & (r < rounds)
-            for h in tl.static_range(2 * LANES_):
-                j = r * 2 * LANES_ + h
-                sel = col[None, :] == (h % LANES_)
-                xl = tl.sum(tl.where(sel, X, 0), axis=1)
-                t = tl.load(table_ptr + (xl & ((1 << PRECISION) - 1)), mask=act, other=0)
-                xv = (t & 0xFFFF) * (xl >> PRECISION) + ((t >> 16) & 0xFFFF)
-                X = tl.where(sel & act[:, None], xv[:, None], X)
+            for half in tl.static_range(2):
+                j = r * 2 * LANES_ + half * LANES_ + col  # the pair each state decodes, (LANES,)
+                t = tl.load(table_ptr + (X & ((1 << PRECISION) - 1)), mask=act[:, None], other=0)
+                X = tl.where(act[:, None], (t & 0xFFFF) * (X >> PRECISION) + ((t >> 16) & 0xFFFF), X)
+                real0 = live[:, None] & (2 * j[None, :] < count[:, None])
+                real1 = live[:, None] & (2 * j[None, :] + 1 < count[:, None])
                 e0 = (t >> 32) & 0xFF
-                hit = live & (2 * j < count) & (e0 == marker)
-                e0 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e0)
-                q = q + hit.to(tl.int64)
                 e1 = (t >> 40) & 0xFF
-                hit = live & (2 * j + 1 < count) & (e1 == marker)
-                e1 = tl.where(hit, tl.load(escapes_ptr + q, mask=hit & (q < num_escapes), other=0).to(tl.int64), e1)
-                q = q + hit.to(tl.int64)
-                tl.store(out_ptr + start + 2 * j, e0.to(tl.uint8), mask=live & (2 * j < count))
-                tl.store(out_ptr + start + 2 * j + 1, e1.to(tl.uint8), mask=live & (2 * j + 1 < count))
-            for lane in tl.static_range(LANES_):
-                sel = col[None, :] == lane
-                xl = tl.sum(tl.where(sel, X, 0), axis=1)
-                need = act & (xl < 2147483648)
-                wd = tl.load(words_ptr + p, mask=need & (p < num_words), other=0).to(tl.int64) & 0xFFFFFFFF
-                X = tl.where(sel & need[:, None], ((xl << 32) | wd)[:, None], X)
-                p = p + need.to(tl.int64)
+                hit0 = (real0 & (e0 == marker)).to(tl.int64)
+                hit1 = (real1 & (e1 == marker)).to(tl.int64)
+                both = hit0 + hit1
+                q0 = q[:, None] + tl.cumsum(both, axis=1) - both  # escapes before this pair, in stream order
+                e0 = tl.where(hit0 != 0, tl.load(escapes_ptr + q0, mask=(hit0 != 0) & (q0 < num_escapes),
+                                                 other=0).to(tl.int64), e0)
+                q1 = q0 + hit0
+                e1 = tl.where(hit1 != 0, tl.load(escapes_ptr + q1, mask=(hit1 != 0) & (q1 < num_escapes),
+                                                 other=0).to(tl.int64), e1)
+                q = q + tl.sum(both, axis=1)
+                e1 = tl.where(real1, e1, 0)
+                pair = (e0 | (e1 << 8)).to(tl.int16)  # bytes 2j, 2j + 1 (little-endian)
+                tl.store(out_ptr + start[:, None] // 2 + j[None, :], pair, mask=real0)
+            need = act[:, None] & (X < 2147483648)
+            grow = need.to(tl.int64)
+            at = p[:, None] + tl.cumsum(grow, axis=1) - grow  # states refill in order 0..7
+            wd = tl.load(words_ptr + at, mask=need & (at < num_words), other=0).to(tl.int64) & 0xFFFFFFFF
+            X = tl.where(need, (X << 32) | wd, X)
+            p = p + tl.sum(grow, axis=1)
         tl.store(x_end_ptr + c[:, None] * LANES_ + col[None, :], X, mask=live[:, None])
         tl.store(p_end_ptr + c, p, mask=live)
         tl.store(q_end_ptr + c, q, mask=live)
@@ -195,10 +200,13 @@ if triton_available():
 
 def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
                             escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
-                            precision: int) -> torch.Tensor:
-    """Triton twin of :func:`pair_rans_decode_ref` (CUDA, or CPU under ``TRITON_INTERPRET=1``); bit-identical."""
+                            precision: int, *, block: int = _BLOCK) -> torch.Tensor:
+    """Triton twin of :func:`pair_rans_decode_ref` (CUDA, or CPU under ``TRITON_INTERPRET=1``); bit-identical.
+    ``block``: chunks per program (a power of two; ``bench/gpu.py`` times others)."""
     if not triton_available():
         raise RuntimeError("triton is not installed; use pair_rans_decode_ref")
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"block must be a power of two, got {block}")
     num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     device = states.device
     out = torch.empty(num * chunk_size, dtype=torch.uint8, device=device)
@@ -208,11 +216,11 @@ def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: 
     if num:
         w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
         esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
-        _pair_rans_decode_kernel[(triton.cdiv(num, _BLOCK),)](
+        _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
             states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
             table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
-            out, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
-            PRECISION=precision, LANES_=LANES, BLOCK=_BLOCK)
+            out.view(torch.int16), x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(),
+            escapes.numel(), PRECISION=precision, LANES_=LANES, BLOCK=block)
         _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
     return out[:n]
 

@@ -72,6 +72,8 @@ def test_smoke_kernels_agree_with_their_twins_and_pass_the_self_check(smoke):
     assert generate["same_tokens"] is True and generate["target_at_least_0_8"] is None  # no verdict off CUDA
     assert all(v > 0 for v in generate["tokens_per_s"].values())
     assert smoke["comparisons"]["neuzip_decode"]["bit_exact_vs_original"] is True
+    blocks = smoke["comparisons"]["neuzip_decode"]["other_blocks_bit_exact"]
+    assert blocks and all(blocks.values())
     assert smoke["comparisons"]["topk_mask"]["matrices"]["tiny_matrix"]["k"] > 0
     assert all(row["ok"] for row in smoke["self_check"])
 

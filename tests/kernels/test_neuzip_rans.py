@@ -61,6 +61,19 @@ def test_triton_many_programs():
 
 
 @needs_triton
+@pytest.mark.parametrize("block", [1, 4, 64])
+def test_triton_takes_escapes_in_stream_order_at_any_block(block):
+    """Dense escapes (both bytes of one pair, several states of one round, odd n): the tile decode places each
+    escape by a prefix sum over the round's states, which must give the stream's order; any chunks per program."""
+    e = _exponents(9 * 64 + 17, 5, escapes=260)
+    stream = pairs.encode(e, chunk_size=64)
+    args = pairs.kernel_args(stream)
+    assert int(args[4].numel()) >= 200  # escapes stored
+    got = pair_rans_decode_triton(*args, block=block)
+    assert np.array_equal(got.numpy(), e) and torch.equal(got, pair_rans_decode_ref(*args))
+
+
+@needs_triton
 @pytest.mark.parametrize("decode", [pair_rans_decode_ref, pair_rans_decode_triton])
 def test_corrupt_stream_is_detected(decode):
     stream = pairs.encode(_exponents(512, 4, escapes=5), chunk_size=128)
