@@ -166,8 +166,7 @@ def selective_scan(timer, device, length: int, channels: int, checks: list[dict]
                    tiles: list[tuple[int, int]]) -> dict:
     import torch
 
-    from kernels._scan_triton import scan_config
-    from kernels.selective_scan import selective_scan_lrp_ref, selective_scan_lrp_triton
+    from kernels.selective_scan import scan_config, selective_scan_lrp_ref, selective_scan_lrp_triton
 
     batch, state = 1, 16
     g = torch.Generator().manual_seed(0)
@@ -333,11 +332,11 @@ def _llama_pair(timer, device, config: dict, chunk: int) -> dict:
     return pair
 
 
-def _decode_path(pair: dict) -> str:
+def _decode_path(pair: dict, kernel: str = "pair_rans_decode") -> str:
     from kernels.dispatch import use_triton
 
     probe = pair["compressed_modules"][0].arrays()
-    return "triton" if use_triton(probe.states, kernel="pair_rans_decode") else "reference (PyTorch/numba)"
+    return "triton" if use_triton(probe.states, kernel=kernel) else "reference (PyTorch/numba)"
 
 
 def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks: list[dict], label: str) -> dict:
@@ -411,8 +410,9 @@ def neuzip_generate(timer, device, config: dict, prompt: int, new_tokens: int, c
     return {"what": f"{label}: batch-1 greedy generation, {new_tokens} new tokens after a {prompt}-token prompt "
                     "(KV cache), linear layers NeuZip-compressed (lossless) vs bf16",
             "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens, "chunk_size": chunk},
-            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"),
-            "decode_path": _decode_path(pair), "median_s": medians, "tokens_per_s": tokens_per_s,
+            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16", "pair_rans_gemv"),
+            "decode_path": _decode_path(pair), "gemv_path": _decode_path(pair, "pair_rans_gemv"),
+            "median_s": medians, "tokens_per_s": tokens_per_s,
             "ratio_compressed_over_bf16_tokens_per_s": ratio,
             "target_at_least_0_8": None if timer.device.type != "cuda" else bool(ratio >= 0.8),
             "same_tokens": bool(torch.equal(got, want)),
@@ -421,8 +421,9 @@ def neuzip_generate(timer, device, config: dict, prompt: int, new_tokens: int, c
                            "bf16": timer.peak_bytes(generate(pair["dense"]))},
             "notes": ["the prompt's forward is inside each timed call; tokens_per_s counts the new tokens",
                       "max_abs_err_vs_twin counts generated tokens that differ from the bf16 model's (lossless: 0)",
-                      "each compressed linear decodes its whole weight into a shared buffer, then multiplies "
-                      "(no fused decode + GEMV yet)"]}
+                      "each generated token's one-row calls of the compressed linears multiply straight from the "
+                      "compressed arrays (fused exponent decode + GEMV, kernels.neuzip_rans.pair_rans_gemv) where "
+                      "gemv_path says triton; the prompt's forward decodes each weight into a shared buffer"]}
 
 
 def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[dict], label: str,

@@ -39,7 +39,8 @@ import torch
 
 from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
-__all__ = ["LANES", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton", "slot_table"]
+__all__ = ["LANES", "gemv_eligible", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton",
+           "pair_rans_gemv", "pair_rans_gemv_ref", "pair_rans_gemv_triton", "slot_table"]
 
 LANES = 8
 ROUND = 2 * LANES  # pairs per round
@@ -59,6 +60,11 @@ def _check(states, offsets, words, table, escape_offsets, n, chunk_size, precisi
     if words.dtype != torch.int32:
         raise TypeError("words must be int32 (the uint32 words, bit for bit)")
     return num
+
+
+def _max_rounds(n: int, chunk_size: int) -> int:
+    """The most rounds of any chunk: a chunk's pairs in whole rounds, or fewer when the tensor is smaller."""
+    return -(-min(chunk_size // 2, (n + 1) // 2) // ROUND)
 
 
 def slot_table(freq: torch.Tensor, pair_bytes: torch.Tensor, precision: int) -> torch.Tensor:
@@ -116,7 +122,7 @@ def pair_rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: tor
     table = table.to(torch.int64)
     out = torch.zeros(num, chunk_size, dtype=torch.uint8, device=device)
     mask = (1 << precision) - 1
-    for r in range(-(-min(chunk_size // 2, (n + 1) // 2) // ROUND)):  # the most rounds of any chunk
+    for r in range(_max_rounds(n, chunk_size)):
         act = rounds > r
         for h in range(ROUND):
             j, lane = r * ROUND + h, h % LANES
@@ -146,13 +152,21 @@ if triton_available():
     @triton.jit
     def _pair_rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, table_ptr, escapes_ptr, escape_offsets_ptr,
                                  out_ptr, x_end_ptr, p_end_ptr, q_end_ptr, marker, n, num_chunks, chunk_size,
-                                 num_words, num_escapes,
-                                 PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr):
+                                 num_words, num_escapes, max_rounds, fields_ptr, vec_ptr, in_features, rows_per_chunk,
+                                 PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr,
+                                 GEMV: tl.constexpr):
         """Program ``pid`` decodes chunks ``pid * BLOCK ...`` for all rounds, their 8 states as one ``(BLOCK, 8)``
         tile: a round is two steps of the whole tile (state ``i`` decodes pair ``16 r + i``, then ``16 r + 8 + i``),
         then one refill of the tile, each state's word found by a prefix sum over the states that need one.
         Escapes are taken in stream order the same way. ``out_ptr``: the decoded bytes as ``int16`` pairs
         (``(num_chunks * chunk_size / 2,)``, padded; the wrapper keeps ``[:n]`` bytes).
+
+        ``GEMV``: the exponents are not stored; each is merged at once with its sign/mantissa byte
+        (``fields_ptr``, lossless k = 7) into a bf16 weight of the row-major ``(n / in_features, in_features)``
+        matrix and multiplied by ``vec_ptr[column]`` (float32). A round's 32 weights lie in one row
+        (``in_features`` and ``chunk_size`` are multiples of 32); a chunk sums its rounds row by row in order and
+        writes each row's sum to ``out_ptr[chunk, row - first row of the chunk]`` (float32,
+        ``(num_chunks, rows_per_chunk)``): no atomics, the same sums in the same order every run.
         """
         pid = tl.program_id(0)
         c = pid * BLOCK + tl.arange(0, BLOCK)
@@ -164,8 +178,18 @@ if triton_available():
         start = c.to(tl.int64) * chunk_size
         count = tl.minimum(n - start, chunk_size)
         rounds = ((count + 1) // 2 + 2 * LANES_ - 1) // (2 * LANES_)
-        for r in range(0, chunk_size // (4 * LANES_)):
+        if GEMV:
+            row0 = start // in_features
+            row = row0
+            acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for r in range(0, max_rounds):  # the most rounds of any chunk (a tensor smaller than a chunk needs fewer)
             act = live & (r < rounds)
+            if GEMV:
+                row_r = (start + r * 4 * LANES_) // in_features
+                moved = act & (row_r != row)
+                tl.store(out_ptr + c * rows_per_chunk + (row - row0), acc, mask=moved)
+                acc = tl.where(moved, 0.0, acc)
+                row = tl.where(act, row_r, row)
             for half in tl.static_range(2):
                 j = r * 2 * LANES_ + half * LANES_ + col  # the pair each state decodes, (LANES,)
                 t = tl.load(table_ptr + (X & ((1 << PRECISION) - 1)), mask=act[:, None], other=0)
@@ -185,14 +209,28 @@ if triton_available():
                                                  other=0).to(tl.int64), e1)
                 q = q + tl.sum(both, axis=1)
                 e1 = tl.where(real1, e1, 0)
-                pair = (e0 | (e1 << 8)).to(tl.int16)  # bytes 2j, 2j + 1 (little-endian)
-                tl.store(out_ptr + start[:, None] // 2 + j[None, :], pair, mask=real0)
+                if GEMV:
+                    i0 = start[:, None] + 2 * j[None, :]  # the pair's two weights: i0, i0 + 1
+                    f0 = tl.load(fields_ptr + i0, mask=real0, other=0).to(tl.int32)
+                    f1 = tl.load(fields_ptr + i0 + 1, mask=real1, other=0).to(tl.int32)
+                    w0 = (((f0 & 0x80) << 8) | (e0.to(tl.int32) << 7) | (f0 & 0x7F)) << 16
+                    w1 = (((f1 & 0x80) << 8) | (e1.to(tl.int32) << 7) | (f1 & 0x7F)) << 16
+                    v0 = tl.load(vec_ptr + i0 % in_features, mask=real0, other=0.0)
+                    v1 = tl.load(vec_ptr + (i0 + 1) % in_features, mask=real1, other=0.0)
+                    prod = tl.where(real0, w0.to(tl.float32, bitcast=True) * v0, 0.0) + \
+                        tl.where(real1, w1.to(tl.float32, bitcast=True) * v1, 0.0)
+                    acc = acc + tl.sum(prod, axis=1)
+                else:
+                    pair = (e0 | (e1 << 8)).to(tl.int16)  # bytes 2j, 2j + 1 (little-endian)
+                    tl.store(out_ptr + start[:, None] // 2 + j[None, :], pair, mask=real0)
             need = act[:, None] & (X < 2147483648)
             grow = need.to(tl.int64)
             at = p[:, None] + tl.cumsum(grow, axis=1) - grow  # states refill in order 0..7
             wd = tl.load(words_ptr + at, mask=need & (at < num_words), other=0).to(tl.int64) & 0xFFFFFFFF
             X = tl.where(need, (X << 32) | wd, X)
             p = p + tl.sum(grow, axis=1)
+        if GEMV:
+            tl.store(out_ptr + c * rows_per_chunk + (row - row0), acc, mask=live)
         tl.store(x_end_ptr + c[:, None] * LANES_ + col[None, :], X, mask=live[:, None])
         tl.store(p_end_ptr + c, p, mask=live)
         tl.store(q_end_ptr + c, q, mask=live)
@@ -220,7 +258,7 @@ def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: 
             states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
             table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
             out.view(torch.int16), x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(),
-            escapes.numel(), PRECISION=precision, LANES_=LANES, BLOCK=block)
+            escapes.numel(), _max_rounds(n, chunk_size), out, out, 1, 1, PRECISION=precision, LANES_=LANES, BLOCK=block, GEMV=False)
         _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
     return out[:n]
 
@@ -233,6 +271,83 @@ def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.T
     if use_triton(states, offsets, words, table, escape_offsets, kernel="pair_rans_decode"):
         return pair_rans_decode_triton(*args)
     return pair_rans_decode_ref(*args)
+
+
+def _gemv_check(n: int, chunk_size: int, fields: torch.Tensor, vec: torch.Tensor) -> tuple[int, int]:
+    in_features = vec.numel()
+    if in_features == 0 or in_features % 32 or n % in_features:
+        raise ValueError(f"the fused GEMV needs in_features a positive multiple of 32 dividing n, got {in_features}")
+    if fields.numel() != n:
+        raise ValueError("the fused GEMV takes lossless weights: one sign/mantissa byte per weight (k = 7)")
+    return n // in_features, in_features
+
+
+def pair_rans_gemv_ref(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision,
+                       fields, vec) -> torch.Tensor:
+    """``W @ vec`` for a lossless NeuZip weight ``W`` (row-major ``(n / in_features, in_features)``, exponents as
+    the stream above, sign/mantissa bytes ``fields``) and ``vec (in_features,)``: the decode, the bit merge, then
+    a float32 matrix-vector product. Plain PyTorch; returns ``(n / in_features,) float32``."""
+    from kernels.neuzip_bits import merge_bf16_ref
+
+    out_features, in_features = _gemv_check(n, chunk_size, fields, vec)
+    exponent = pair_rans_decode_ref(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size,
+                                    precision)
+    weight = merge_bf16_ref(exponent, fields, 7).view(out_features, in_features)
+    return weight.float() @ vec.float()
+
+
+def _row_sums(partial: torch.Tensor, num: int, chunk_size: int, in_features: int, out_features: int) -> torch.Tensor:
+    """Each row's sum of the per-(chunk, row) partial sums, chunks in order (a gather and a sum: deterministic)."""
+    device, rows_per_chunk = partial.device, partial.shape[1]
+    r = torch.arange(out_features, device=device, dtype=torch.int64)
+    c = (r * in_features // chunk_size)[:, None] + torch.arange((in_features - 1) // chunk_size + 2, device=device)
+    valid = (c < num) & (c * chunk_size < (r[:, None] + 1) * in_features)
+    slot = (r[:, None] - c * chunk_size // in_features).clamp(0, rows_per_chunk - 1)
+    picked = partial.view(-1)[c.clamp(max=num - 1) * rows_per_chunk + slot]
+    return torch.where(valid, picked, 0.0).sum(1)
+
+
+def pair_rans_gemv_triton(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision,
+                          fields, vec, *, block: int = _BLOCK) -> torch.Tensor:
+    """Triton twin of :func:`pair_rans_gemv_ref`: the exponent decode fused with the matrix-vector product (each
+    decoded weight is merged and multiplied in registers; the bf16 weight never exists in memory). Sums in float32
+    in another order than the reference: equal within rounding, and the same every run (no atomics)."""
+    if not triton_available():
+        raise RuntimeError("triton is not installed; use pair_rans_gemv_ref")
+    num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
+    out_features, in_features = _gemv_check(n, chunk_size, fields, vec)
+    device = states.device
+    rows_per_chunk = (chunk_size - 1) // in_features + 2
+    partial = torch.zeros(max(num, 1), rows_per_chunk, dtype=torch.float32, device=device)
+    x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
+    p_end = torch.empty(num, dtype=torch.int64, device=device)
+    q_end = torch.empty(num, dtype=torch.int64, device=device)
+    if num:
+        w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
+        esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
+        _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
+            states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
+            table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
+            partial, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
+            _max_rounds(n, chunk_size), fields.contiguous(), vec.float().contiguous(), in_features, rows_per_chunk,
+            PRECISION=precision, LANES_=LANES, BLOCK=block, GEMV=True)
+        _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
+    return _row_sums(partial, num, chunk_size, in_features, out_features)
+
+
+def gemv_eligible(n: int, in_features: int, mantissa_bits: int, scaled: bool) -> bool:
+    """Whether a weight can take the fused decode + GEMV: lossless, no normaliser, rows of a multiple of 32."""
+    return mantissa_bits == 7 and not scaled and in_features > 0 and in_features % 32 == 0 and n % in_features == 0
+
+
+def pair_rans_gemv(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision,
+                   fields, vec) -> torch.Tensor:
+    """``W @ vec`` straight from the compressed weight: the fused Triton kernel on CUDA (after its self-check),
+    the reference elsewhere. See :func:`pair_rans_gemv_ref`."""
+    args = (states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision, fields, vec)
+    if use_triton(states, offsets, words, table, escape_offsets, fields, vec, kernel="pair_rans_gemv"):
+        return pair_rans_gemv_triton(*args)
+    return pair_rans_gemv_ref(*args)
 
 
 def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision: int = 10) -> tuple:
@@ -273,3 +388,17 @@ def _check_inputs(device, dtype, n: int = 700, chunk_size: int = 128, precision:
 
 register_check("pair_rans_decode", KernelCheck(triton=pair_rans_decode_triton, ref=pair_rans_decode_ref,
                                                inputs=_check_inputs, dtypes=(torch.int64,)))
+
+
+def _gemv_check_inputs(device, dtype, in_features: int = 64, chunk_size: int = 96) -> tuple:
+    """The decode check's stream read as a ``(n / 64, 64)`` matrix (chunks of 96 weights straddle rows), random
+    sign/mantissa bytes and a random vector."""
+    args = list(_check_inputs(device, dtype, n=704, chunk_size=chunk_size))
+    g = torch.Generator().manual_seed(1)
+    fields = torch.randint(0, 256, (args[7],), generator=g, dtype=torch.uint8)
+    vec = torch.randn(in_features, generator=g)
+    return (*args, fields.to(device), vec.to(device))
+
+
+register_check("pair_rans_gemv", KernelCheck(triton=pair_rans_gemv_triton, ref=pair_rans_gemv_ref,
+                                             inputs=_gemv_check_inputs, dtypes=(torch.float32,)))

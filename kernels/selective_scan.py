@@ -39,10 +39,11 @@ import torch
 
 from kernels._scan_chunked import selective_scan_chunked, selective_scan_lrp_chunked
 from kernels._scan_ref import selective_scan_lrp_ref, selective_scan_ref
-from kernels._scan_triton import selective_scan_lrp_triton
+from kernels._scan_triton import scan_config, selective_scan_lrp_triton
 from kernels.dispatch import KernelCheck, register_check, use_triton
 
 __all__ = [
+    "scan_config",
     "selective_scan",
     "selective_scan_chunked",
     "selective_scan_lrp",

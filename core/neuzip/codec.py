@@ -35,7 +35,8 @@ from core.errors import BadInputError
 from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
 from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
-from kernels.neuzip_rans import pair_rans_decode, slot_table
+from kernels.dispatch import use_triton
+from kernels.neuzip_rans import gemv_eligible, pair_rans_decode, pair_rans_gemv_triton, slot_table
 
 __all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
@@ -291,6 +292,24 @@ class CompressedTensor:
         exponent = pair_rans_decode(arrays.states, arrays.offsets, arrays.words, table, arrays.escapes,
                                     arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision)
         return self._finish(exponent, arrays.fields, arrays.scales)
+
+    def gemv_arrays(self, arrays: DeviceArrays, vec: torch.Tensor) -> torch.Tensor | None:
+        """``W @ vec`` as ``(rows,) float32`` straight from ``arrays`` by the fused exponent decode + matrix-vector
+        kernel (the bf16 weight is never written), or None where it does not apply: a lossy or normalised weight,
+        rows not a multiple of 32, ``vec`` on another device, or the kernel not chosen there (CPU tensors, a failed
+        self-check, ``LAYERWISE_KERNELS=ref``); the caller then decodes the weight and multiplies."""
+        t = self.exponents
+        if len(self.shape) != 2 or vec.numel() != self.shape[1] or vec.device != arrays.device:
+            return None
+        if not gemv_eligible(t.n, self.shape[1], self.mantissa_bits, arrays.scales is not None):
+            return None
+        vec = vec.reshape(-1).float()
+        if not use_triton(arrays.states, arrays.fields, vec, kernel="pair_rans_gemv"):
+            return None
+        table = slot_table(arrays.pair_freq, arrays.pair_bytes, t.table.precision)
+        return pair_rans_gemv_triton(arrays.states, arrays.offsets, arrays.words, table, arrays.escapes,
+                                     arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision,
+                                     arrays.fields, vec)
 
     def _decode_on_device(self, device: torch.device) -> torch.Tensor:
         """Whole-tensor decode on ``device`` from a copy of the arrays made for this call (a weight kept on the

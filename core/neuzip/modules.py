@@ -104,7 +104,15 @@ class CompressedLinear(nn.Module):
         return self._buffer.weight(self, device)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x: (..., in_features) -> (..., out_features)."""
+        """x: (..., in_features) -> (..., out_features). One row (batch-1 generation) on a device where the fused
+        decode + matrix-vector kernel is chosen multiplies straight from the compressed arrays; otherwise the
+        weight is decoded into the shared buffer and multiplied."""
+        if x.numel() == self.in_features and not (x.requires_grad and torch.is_grad_enabled()):  # the kernel has no
+            y = self.weight_compressed.gemv_arrays(self.arrays(), x)  # backward: inference only
+            if y is not None:
+                if self.bias is not None:
+                    y = y + self.bias.float()
+                return y.to(x.dtype).view(*x.shape[:-1], self.out_features)
         w = self.decompressed_weight(x.device)
         if w.dtype != x.dtype:
             w = w.to(x.dtype)
@@ -195,7 +203,7 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     return set_decode_ahead(model, decode_ahead)
 
 
-DECODE_KERNELS = ("pair_rans_decode", "merge_bf16")
+DECODE_KERNELS = ("pair_rans_decode", "merge_bf16", "pair_rans_gemv")
 
 
 def _warm_decoder(model: nn.Module) -> None:

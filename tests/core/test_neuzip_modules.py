@@ -8,6 +8,7 @@ from core.neuzip import (
     CompressedLinear, apply_compressed, compress_model, compressed_tensors, decompress_model, load_compressed,
     memory_report, save_compressed, set_decode_ahead,
 )
+from core.neuzip.codec import compress
 
 
 class TinyLM(nn.Module):
@@ -299,3 +300,45 @@ def test_device_memory_is_a_registered_analysis_the_cli_prints(monkeypatch, caps
     assert "On Stand-in GPU: mathneuro-tiny holds 200.0 MiB NeuZip-compressed (k = 3) against 300.0 MiB" in out
     assert "(0.667x)" in out and "peaks 60.0 MiB" in out and "at most 0.0125" in out
     assert "compressed" in out and "300.0" in out
+
+
+@pytest.mark.slow
+def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkeypatch):
+    """Where the fused decode + matrix-vector kernel is chosen (a GPU; here the CPU stands in, under the
+    interpreter), each one-row call of a lossless compressed layer takes it: the prompt's forward decodes as
+    before, every generated token's 14 layers use the kernel, and the greedy tokens and logits are the bf16
+    model's (within the rounding of a different summation order)."""
+    transformers = pytest.importorskip("transformers")
+    import core.neuzip.codec as codec
+    import kernels.dispatch as dispatch
+
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2)
+    torch.manual_seed(0)
+    dense = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    torch.manual_seed(0)
+    packed = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    apply_compressed(packed, {name: compress(m.weight.detach(), 7, chunk_size=256)  # 256: the interpreter's speed
+                              for name, m in packed.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in name})
+    calls = []
+    fused = codec.pair_rans_gemv_triton
+    monkeypatch.setattr(codec, "pair_rans_gemv_triton", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
+    monkeypatch.setattr(dispatch, "_verdicts", {})
+    monkeypatch.setattr(dispatch, "device_eligible", lambda tensors: bool(tensors))
+
+    def generate(model, steps=3):
+        with torch.no_grad():
+            out = model(torch.tensor([[3, 1, 4, 1, 5]]), use_cache=True)
+            logits, tokens = [out.logits[0, -1]], []
+            for _ in range(steps):
+                tokens.append(int(out.logits[0, -1].argmax()))
+                out = model(torch.tensor([[tokens[-1]]]), past_key_values=out.past_key_values, use_cache=True)
+                logits.append(out.logits[0, -1])
+        return tokens, torch.stack(logits).float()
+
+    want_tokens, want = generate(dense)
+    got_tokens, got = generate(packed)
+    assert len(calls) == 3 * 2 * 7  # three generated tokens x 2 blocks x 7 linear layers; none for the prompt
+    assert got_tokens == want_tokens
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=0)  # the prompt: decoded weights, bit for bit
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2 * float(want.abs().max()))

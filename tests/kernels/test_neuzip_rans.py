@@ -6,7 +6,8 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton, slot_table
+from kernels.neuzip_rans import (gemv_eligible, pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton,
+                                 pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton, slot_table)
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
@@ -95,3 +96,47 @@ def test_bad_arguments():
         pair_rans_decode_ref(*args[:8], 48, args[9])  # chunk size that does not match the states
     with pytest.raises(TypeError):
         pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int16), *args[3:])
+
+
+# ---- the exponent decode fused with a matrix-vector product (batch-1 inference) ----
+def _gemv_args(out_features, in_features, chunk, seed, escapes=0):
+    from kernels.neuzip_bits import merge_bf16_ref
+
+    n = out_features * in_features
+    e = _exponents(n, seed, escapes)
+    rng = np.random.default_rng(seed + 1)
+    fields = torch.from_numpy(rng.integers(0, 256, n).astype(np.uint8))
+    vec = torch.from_numpy(rng.standard_normal(in_features).astype(np.float32))
+    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=chunk)), fields, vec)
+    weight = merge_bf16_ref(torch.from_numpy(e), fields, 7).view(out_features, in_features)
+    return args, weight
+
+
+@needs_triton
+@pytest.mark.parametrize("out_features,in_features,chunk,escapes,block", [
+    (9, 32, 256, 0, 32),    # a chunk spans 8 rows, the last chunk ragged
+    (5, 128, 32, 6, 32),    # a row spans 4 chunks
+    (7, 96, 64, 40, 2),     # chunks straddle rows (64 vs 96), dense escapes, 2 chunks per program
+    (3, 64, 128, 3, 1),     # fewer weights than one chunk
+])
+def test_fused_gemv_is_the_decoded_matrix_times_the_vector(out_features, in_features, chunk, escapes, block):
+    args, weight = _gemv_args(out_features, in_features, chunk, out_features + in_features, escapes)
+    got = pair_rans_gemv_triton(*args, block=block)
+    want = pair_rans_gemv_ref(*args)
+    exact = (weight.double() @ args[-1].double())
+    assert got.dtype == torch.float32 and got.shape == (out_features,)
+    scale = float((weight.double().abs() @ args[-1].double().abs()).max())
+    assert float((got.double() - exact).abs().max()) <= 1e-6 * scale  # float32 sums of the same products
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * scale)
+    assert torch.equal(got, pair_rans_gemv_triton(*args, block=block))  # no atomics: the same every run
+
+
+def test_fused_gemv_reference_and_eligibility():
+    args, weight = _gemv_args(4, 32, 64, 0)
+    torch.testing.assert_close(pair_rans_gemv_ref(*args), weight.float() @ args[-1])
+    assert torch.equal(pair_rans_gemv(*args), pair_rans_gemv_ref(*args))  # CPU tensors dispatch to the ref
+    assert gemv_eligible(4 * 32, 32, 7, False)
+    assert not gemv_eligible(4 * 48, 48, 7, False)  # rows not a multiple of 32
+    assert not gemv_eligible(4 * 32, 32, 3, False) and not gemv_eligible(4 * 32, 32, 7, True)  # lossy, normalised
+    with pytest.raises(ValueError, match="multiple of 32"):
+        pair_rans_gemv_ref(*args[:-1], args[-1][:16])
