@@ -82,7 +82,7 @@ def selective_scan_train(u, delta, A, B, C, D=None, delta_bias=None, delta_softp
 
 def _check_inputs(device, dtype):
     g = torch.Generator().manual_seed(0)
-    batch, channels, length, state = 2, 40, 37, 16
+    batch, channels, length, state = 2, 6, 37, 16  # two chunks (the carry), masked channel lanes; N as in Mamba
     u = torch.randn(batch, channels, length, generator=g)
     delta = 0.5 * torch.randn(batch, channels, length, generator=g)
     A = -torch.rand(channels, state, generator=g) - 0.1
