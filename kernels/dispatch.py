@@ -78,9 +78,9 @@ class KernelCheck:
     run : ``(fn, args) -> tensor or tuple of tensors`` to compare; default ``fn(*args)``. Use it to compare
         gradients too (run forward and backward and return both).
     dtypes : the dtypes the kernel is used with; a call in another dtype is checked with the first one.
-    auto : False for a kernel measured slower than the library call its twin makes (``auto`` mode then runs the
-        twin on CUDA too; ``LAYERWISE_KERNELS=triton`` and the checks still run the kernel). ``why`` says the
-        measurement.
+    auto : False for a kernel measured slower than the library call its twin makes, or not yet shown to beat it
+        (``auto`` mode then runs the twin on CUDA too; ``LAYERWISE_KERNELS=triton`` and the checks still run the
+        kernel). ``why`` says the measurement, or what is missing.
     """
 
     triton: Callable

@@ -400,5 +400,7 @@ def _gemv_check_inputs(device, dtype, in_features: int = 64, chunk_size: int = 9
     return (*args, fields.to(device), vec.to(device))
 
 
-register_check("pair_rans_gemv", KernelCheck(triton=pair_rans_gemv_triton, ref=pair_rans_gemv_ref,
-                                             inputs=_gemv_check_inputs, dtypes=(torch.float32,)))
+register_check("pair_rans_gemv", KernelCheck(
+    triton=pair_rans_gemv_triton, ref=pair_rans_gemv_ref, inputs=_gemv_check_inputs, dtypes=(torch.float32,),
+    auto=False, why="not yet timed on a GPU against the decode + cuBLAS it replaces (bench/gpu.py neuzip_generate): "
+                    "opt-in with LAYERWISE_KERNELS=triton until it is shown to win"))

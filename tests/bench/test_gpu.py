@@ -70,6 +70,7 @@ def test_smoke_kernels_agree_with_their_twins_and_pass_the_self_check(smoke):
     assert scan["other_tiles"] and all(t["max_abs_err_vs_twin"] < 1e-4 for t in scan["other_tiles"].values())
     generate = smoke["comparisons"]["neuzip_generate"]
     assert generate["same_tokens"] is True and generate["target_at_least_0_8"] is None  # no verdict off CUDA
+    assert generate["fused_same_tokens"] is True and "compressed_fused_gemv" in generate["tokens_per_s"]
     assert all(v > 0 for v in generate["tokens_per_s"].values())
     assert smoke["comparisons"]["neuzip_decode"]["bit_exact_vs_original"] is True
     blocks = smoke["comparisons"]["neuzip_decode"]["other_blocks_bit_exact"]

@@ -304,8 +304,8 @@ def test_device_memory_is_a_registered_analysis_the_cli_prints(monkeypatch, caps
 
 @pytest.mark.slow
 def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkeypatch):
-    """Where the fused decode + matrix-vector kernel is chosen (a GPU; here the CPU stands in, under the
-    interpreter), each one-row call of a lossless compressed layer takes it: the prompt's forward decodes as
+    """Where the fused decode + matrix-vector kernel is chosen (on a GPU, opted in; here the CPU stands in, under
+    the interpreter), each one-row call of a lossless compressed layer takes it: the prompt's forward decodes as
     before, every generated token's 14 layers use the kernel, and the greedy tokens and logits are the bf16
     model's (within the rounding of a different summation order)."""
     transformers = pytest.importorskip("transformers")
@@ -325,6 +325,11 @@ def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkey
     monkeypatch.setattr(codec, "pair_rans_gemv_triton", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
     monkeypatch.setattr(dispatch, "_verdicts", {})
     monkeypatch.setattr(dispatch, "device_eligible", lambda tensors: bool(tensors))
+    one_row = torch.randn(1, 1, 32).to(torch.bfloat16)
+    with torch.no_grad():
+        packed.model.layers[0].self_attn.q_proj(one_row)
+    assert calls == []  # auto mode: not chosen until it is shown to win on a GPU
+    monkeypatch.setenv("LAYERWISE_KERNELS", "triton")  # opted in
 
     def generate(model, steps=3):
         with torch.no_grad():
