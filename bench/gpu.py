@@ -546,7 +546,8 @@ def rmsnorm(timer, device, rows: int, width: int, checks: list[dict]) -> dict:
 # ---- main -------------------------------------------------------------------------------------------------------
 def _sizes(smoke: bool) -> dict:
     if smoke:
-        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "rans_blocks": [4], "decode": 4096, "chunk": 256, "llama": SMOKE_LLAMA,
+        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "rans_blocks": [4], "decode": 4096, "chunk": 256,
+                "llama": SMOKE_LLAMA,
                 "tokens": 8, "prompt": 4, "new_tokens": 3,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
                 "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8,
@@ -596,8 +597,8 @@ def main(argv=None) -> int:
     _log("dispatch self-check")
     checks = check_all(device)
     plan = [(f"selective_scan_L{length}",
-             lambda length=length, d=d: selective_scan(timer, device, length, d, checks, min(args.slow_repeats, repeats),
-                                                       sizes["tiles"]))
+             lambda length=length, d=d: selective_scan(timer, device, length, d, checks,
+                                                       min(args.slow_repeats, repeats), sizes["tiles"]))
             for length, d in sizes["scan"]]
     plan += [("neuzip_decode", lambda: neuzip_decode(timer, device, sizes["decode"], sizes["chunk"], checks,
                                                      sizes["rans_blocks"])),

@@ -236,6 +236,32 @@ if triton_available():
         tl.store(q_end_ptr + c, q, mask=live)
 
 
+def _launch(args: tuple, out: torch.Tensor, block: int, fields: torch.Tensor | None = None,
+            vec: torch.Tensor | None = None, in_features: int = 1, rows_per_chunk: int = 1) -> None:
+    """Run the kernel over the checked stream ``args`` (the public functions' first ten arguments) into ``out``:
+    decoded bytes, or with ``fields`` and ``vec`` (GEMV mode) the per-(chunk, row) partial sums; then verify that
+    every chunk ended in its initial state."""
+    states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision = args
+    if block < 1 or block & (block - 1):
+        raise ValueError(f"block must be a power of two, got {block}")
+    num, device = states.shape[0], states.device
+    if not num:
+        return
+    x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
+    p_end = torch.empty(num, dtype=torch.int64, device=device)
+    q_end = torch.empty(num, dtype=torch.int64, device=device)
+    w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
+    esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
+    gemv = fields is not None
+    _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
+        states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
+        table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
+        out, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
+        _max_rounds(n, chunk_size), fields.contiguous() if gemv else out, vec.contiguous() if gemv else out,
+        in_features, rows_per_chunk, PRECISION=precision, LANES_=LANES, BLOCK=block, GEMV=gemv)
+    _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
+
+
 def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: torch.Tensor, table: torch.Tensor,
                             escapes: torch.Tensor, escape_offsets: torch.Tensor, marker: int, n: int, chunk_size: int,
                             precision: int, *, block: int = _BLOCK) -> torch.Tensor:
@@ -243,23 +269,10 @@ def pair_rans_decode_triton(states: torch.Tensor, offsets: torch.Tensor, words: 
     ``block``: chunks per program (a power of two; ``bench/gpu.py`` times others)."""
     if not triton_available():
         raise RuntimeError("triton is not installed; use pair_rans_decode_ref")
-    if block < 1 or block & (block - 1):
-        raise ValueError(f"block must be a power of two, got {block}")
     num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
-    device = states.device
-    out = torch.empty(num * chunk_size, dtype=torch.uint8, device=device)
-    x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
-    p_end = torch.empty(num, dtype=torch.int64, device=device)
-    q_end = torch.empty(num, dtype=torch.int64, device=device)
-    if num:
-        w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
-        esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
-        _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
-            states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
-            table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
-            out.view(torch.int16), x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(),
-            escapes.numel(), _max_rounds(n, chunk_size), out, out, 1, 1, PRECISION=precision, LANES_=LANES, BLOCK=block, GEMV=False)
-        _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
+    out = torch.empty(num * chunk_size, dtype=torch.uint8, device=states.device)
+    _launch((states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision),
+            out.view(torch.int16), block)
     return out[:n]
 
 
@@ -316,22 +329,10 @@ def pair_rans_gemv_triton(states, offsets, words, table, escapes, escape_offsets
         raise RuntimeError("triton is not installed; use pair_rans_gemv_ref")
     num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     out_features, in_features = _gemv_check(n, chunk_size, fields, vec)
-    device = states.device
     rows_per_chunk = (chunk_size - 1) // in_features + 2
-    partial = torch.zeros(max(num, 1), rows_per_chunk, dtype=torch.float32, device=device)
-    x_end = torch.empty(num, LANES, dtype=torch.int64, device=device)
-    p_end = torch.empty(num, dtype=torch.int64, device=device)
-    q_end = torch.empty(num, dtype=torch.int64, device=device)
-    if num:
-        w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
-        esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
-        _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
-            states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
-            table.to(torch.int64).contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
-            partial, x_end, p_end, q_end, int(marker), n, num, chunk_size, words.numel(), escapes.numel(),
-            _max_rounds(n, chunk_size), fields.contiguous(), vec.float().contiguous(), in_features, rows_per_chunk,
-            PRECISION=precision, LANES_=LANES, BLOCK=block, GEMV=True)
-        _corrupt(x_end, p_end, offsets.to(torch.int64), q_end, escape_offsets.to(torch.int64))
+    partial = torch.zeros(max(num, 1), rows_per_chunk, dtype=torch.float32, device=states.device)
+    _launch((states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision), partial,
+            block, fields, vec.float(), in_features, rows_per_chunk)
     return _row_sums(partial, num, chunk_size, in_features, out_features)
 
 

@@ -318,8 +318,9 @@ def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkey
     dense = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
     torch.manual_seed(0)
     packed = transformers.LlamaForCausalLM(cfg).to(torch.bfloat16).eval()
+    linears = [(name, m) for name, m in packed.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in name]
     apply_compressed(packed, {name: compress(m.weight.detach(), 7, chunk_size=256)  # 256: the interpreter's speed
-                              for name, m in packed.named_modules() if isinstance(m, nn.Linear) and "lm_head" not in name})
+                              for name, m in linears})
     calls = []
     fused = codec.pair_rans_gemv_triton
     monkeypatch.setattr(codec, "pair_rans_gemv_triton", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
