@@ -6,8 +6,7 @@ walks the sequence in chunks of ``CHUNK`` steps (the backward from its end): eac
 tiles, its steps ``h -> A_bar h + b`` composed by a parallel (associative) scan along the chunk, and the state
 carried in from the previous chunk applied to them. The ``(B, D, L, N)`` discretised tensors are never
 materialised, and the backward needs no forward state (MambaLRP holds ``A_bar``, ``B_bar``, ``C`` constant).
-Triton is imported
-lazily (decorating needs it, and importing it is slow), so importing this module never needs it.
+Triton is imported lazily (decorating needs it, and importing it is slow), so importing this module never needs it.
 """
 from __future__ import annotations
 
