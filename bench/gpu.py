@@ -131,6 +131,30 @@ class Timer:
             self.sync()
         return sum(e.count for e in prof.key_averages() if "HtoD" in e.key or "Memcpy HtoD" in e.key)
 
+    def profile(self, fn, top: int = 12) -> dict:
+        """Where one call of ``fn`` spends its time (torch profiler, after one untimed call): the ``top`` ops by
+        self time on the device (CUDA) or the CPU, kernel launches and host syncs."""
+        from torch.profiler import ProfilerActivity, profile
+
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.cuda else [])
+        fn()
+        self.sync()
+        with profile(activities=activities) as prof:
+            fn()
+            self.sync()
+        events = prof.key_averages()
+        where = "device" if self.cuda else "cpu"
+        attr = next(a for a in (f"self_{where}_time_total", "self_cuda_time_total", "self_cpu_time_total")
+                    if hasattr(events[0], a)) if len(events) else "self_cpu_time_total"
+        ranked = sorted(events, key=lambda e: getattr(e, attr), reverse=True)
+        total = sum(getattr(e, attr) for e in events)
+        count = lambda *names: sum(e.count for e in events if e.key in names)  # noqa: E731
+        return {"by": f"{where} self time", "total_ms": total / 1e3,
+                "top": [{"op": e.key, "calls": e.count, "self_ms": getattr(e, attr) / 1e3,
+                         "share": getattr(e, attr) / total if total else 0.0} for e in ranked[:top]],
+                "kernel_launches": count("cudaLaunchKernel", "cuLaunchKernel", "cuLaunchKernelEx"),
+                "host_syncs": count("cudaStreamSynchronize", "cudaDeviceSynchronize", "aten::_local_scalar_dense")}
+
     def peak_bytes(self, fn) -> int | None:
         """Peak CUDA memory of one call above what was allocated before it (None off CUDA)."""
         if not self.cuda:
@@ -441,7 +465,7 @@ def neuzip_generate(timer, device, config: dict, prompt: int, new_tokens: int, c
 
 
 def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[dict], label: str,
-                compare_cpu_at: int | None) -> dict:
+                compare_cpu_at: int | None, profile_at: int | None = None) -> dict:
     import torch
     from transformers import MambaConfig, MambaForCausalLM
 
@@ -473,6 +497,9 @@ def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[di
                bool(medians["explain"] / medians["forward"] <= 3),
                "peak_bytes": {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)},
                "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit}
+        if length == profile_at:
+            row["profile_explain"] = timer.profile(lrp)
+            row["profile_forward"] = timer.profile(forward)
         if cpu_model is not None and length == compare_cpu_at:
             ref = explain(cpu_model, input_ids=ids.cpu())
             top = lambda r: set(r.abs().topk(min(10, r.numel())).indices.tolist())  # noqa: E731
@@ -489,7 +516,9 @@ def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[di
     return {"what": f"MambaLRP explain (default rules, kernels as dispatched) vs a no-grad forward, {label}",
             "model": label, "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
             "lengths": rows, "notes": [fast, "explain includes its forward, the relevance backward and the "
-                                             "activation recompute above 64 MB of kept activations"]}
+                                             "activation recompute above 64 MB of kept activations",
+                                             "profile_explain / profile_forward (at one length): the torch profiler's "
+                                             "top ops by self time, kernel launches and host syncs of one call"]}
 
 
 def topk(timer, device, shapes: dict, checks: list[dict]) -> dict:
@@ -550,13 +579,13 @@ def _sizes(smoke: bool) -> dict:
                 "llama": SMOKE_LLAMA,
                 "tokens": 8, "prompt": 4, "new_tokens": 3,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
-                "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8,
+                "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8, "mamba_profile_at": 16,
                 "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
     return {"scan": [(2048, 1536), (8192, 1536)], "tiles": [(4, 32), (16, 16), (8, 64), (2, 128), (4, 64)],
             "decode": 1536 * 576 * 16, "chunk": 1024, "rans_blocks": [8, 16, 64, 128], "prompt": 16, "new_tokens": 64,
             "llama": SMOLLM2_135M, "tokens": 512, "llama_label": "SmolLM2-135M config, random weights",
-            "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512,
+            "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512, "mamba_profile_at": 2048,
             "mamba_label": "mamba-130m config, random weights",
             "topk": {"mlp_1536x576": (1536, 576), "embed_49152x576": (49152, 576)}, "norm": (4096, 576)}
 
@@ -608,7 +637,8 @@ def main(argv=None) -> int:
                                                          sizes["new_tokens"], sizes["chunk"], checks,
                                                          sizes["llama_label"])),
              ("lrp_explain", lambda: lrp_explain(timer, device, sizes["mamba"], sizes["mamba_lengths"], checks,
-                                                 sizes["mamba_label"], sizes["mamba_cpu_at"])),
+                                                 sizes["mamba_label"], sizes["mamba_cpu_at"],
+                                                 sizes["mamba_profile_at"])),
              ("topk_mask", lambda: topk(timer, device, sizes["topk"], checks)),
              ("add_rmsnorm", lambda: rmsnorm(timer, device, *sizes["norm"], checks))]
     only = tuple(p.strip() for p in args.only.split(",") if p.strip())

@@ -87,6 +87,10 @@ def test_smoke_explains_end_to_end_and_agrees_with_the_cpu(smoke):
     for r in row["lengths"].values():
         assert all(v > 0 for v in r["median_s"].values()) and math.isfinite(r["ratio_explain_over_forward"])
         assert r["conservation_abs"] <= 1e-5 * max(1.0, abs(r["logit"]))
+    for name in ("profile_explain", "profile_forward"):  # where the time goes, for the GPU run to read
+        profile = row["lengths"]["L16"][name]
+        assert profile["top"] and all(op["self_ms"] >= 0 and op["calls"] > 0 for op in profile["top"])
+        assert 0 < sum(op["share"] for op in profile["top"]) <= 1 + 1e-9 and profile["total_ms"] > 0
     cpu = row["lengths"]["L8"]["vs_cpu"]
     assert cpu["max_abs_diff"] <= 1e-4 * cpu["relevance_scale"] and cpu["same_top10_tokens"] is True
     forward = smoke["comparisons"]["neuzip_forward"]
