@@ -203,7 +203,7 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
     return set_decode_ahead(model, decode_ahead)
 
 
-DECODE_KERNELS = ("pair_rans_decode", "merge_bf16", "pair_rans_gemv")
+DECODE_KERNELS = ("pair_rans_decode", "merge_bf16")  # pair_rans_gemv: opt-in, never chosen in auto mode
 
 
 def _warm_decoder(model: nn.Module) -> None:
