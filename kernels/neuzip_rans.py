@@ -35,6 +35,8 @@ GPU path and its reference.)
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
@@ -309,15 +311,22 @@ def pair_rans_gemv_ref(states, offsets, words, table, escapes, escape_offsets, m
     return weight.float() @ vec.float()
 
 
-def _row_sums(partial: torch.Tensor, num: int, chunk_size: int, in_features: int, out_features: int) -> torch.Tensor:
-    """Each row's sum of the per-(chunk, row) partial sums, chunks in order (a gather and a sum: deterministic)."""
-    device, rows_per_chunk = partial.device, partial.shape[1]
+@functools.lru_cache(maxsize=512)
+def _row_gather(num: int, chunk_size: int, in_features: int, out_features: int, device: torch.device) -> torch.Tensor:
+    """``(out_features, K)`` indices into the flat partial sums (``num * rows_per_chunk`` of them, then one zero):
+    row ``r``'s entry of each chunk that touches it, in chunk order, and the zero where a chunk does not. Built once
+    per weight shape and device (a few KB), not in every call: batch-1 generation calls each layer once a token."""
+    rows_per_chunk = _rows_per_chunk(chunk_size, in_features)
     r = torch.arange(out_features, device=device, dtype=torch.int64)
     c = (r * in_features // chunk_size)[:, None] + torch.arange((in_features - 1) // chunk_size + 2, device=device)
     valid = (c < num) & (c * chunk_size < (r[:, None] + 1) * in_features)
     slot = (r[:, None] - c * chunk_size // in_features).clamp(0, rows_per_chunk - 1)
-    picked = partial.view(-1)[c.clamp(max=num - 1) * rows_per_chunk + slot]
-    return torch.where(valid, picked, 0.0).sum(1)
+    return torch.where(valid, c.clamp(max=num - 1) * rows_per_chunk + slot, num * rows_per_chunk)
+
+
+def _rows_per_chunk(chunk_size: int, in_features: int) -> int:
+    """The most rows one chunk of ``chunk_size`` weights touches, rows of ``in_features``."""
+    return (chunk_size - 1) // in_features + 2
 
 
 def pair_rans_gemv_triton(states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision,
@@ -329,11 +338,12 @@ def pair_rans_gemv_triton(states, offsets, words, table, escapes, escape_offsets
         raise RuntimeError("triton is not installed; use pair_rans_gemv_ref")
     num = _check(states, offsets, words, table, escape_offsets, n, chunk_size, precision)
     out_features, in_features = _gemv_check(n, chunk_size, fields, vec)
-    rows_per_chunk = (chunk_size - 1) // in_features + 2
-    partial = torch.zeros(max(num, 1), rows_per_chunk, dtype=torch.float32, device=states.device)
+    rows_per_chunk = _rows_per_chunk(chunk_size, in_features)
+    partial = torch.zeros(num * rows_per_chunk + 1, dtype=torch.float32, device=states.device)  # + the zero
     _launch((states, offsets, words, table, escapes, escape_offsets, marker, n, chunk_size, precision), partial,
             block, fields, vec.float(), in_features, rows_per_chunk)
-    return _row_sums(partial, num, chunk_size, in_features, out_features)
+    # each row's sum of its chunks' partial sums, chunks in order (a gather and a sum: deterministic)
+    return partial[_row_gather(num, chunk_size, in_features, out_features, states.device)].sum(1)
 
 
 def gemv_eligible(n: int, in_features: int, mantissa_bits: int, scaled: bool) -> bool:

@@ -129,6 +129,8 @@ CHAOTIC = {"deepnorm": 4e-2}  # placements whose float32 runs amplify rounding (
 
 def float32_tolerance(job) -> float:
     return CHAOTIC.get(job.name, FLOAT32_LOSS_TOLERANCE)
+
+
 PREFIX_JOBS = [runs.Job("main", "mix-ln-0.25", 0), runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "pre-ln", 1)]
 
 
