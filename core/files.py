@@ -1,5 +1,5 @@
 """Files: the one way a file or folder is written (:func:`atomic_write`: a temp sibling, then a rename), the writer of
-result files (:func:`write_output`: JSON, CSV, HTML), and the folder of the tabs' download files (:func:`files_dir`,
+result files (:func:`write_output`: JSON, CSV, HTML, Parquet), and the folder of the tabs' download files (:func:`files_dir`,
 kept under :data:`FILES_MAX_BYTES`, least recently used first out).
 """
 from __future__ import annotations
@@ -69,17 +69,26 @@ def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path]
 
 
 def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
-                 figure=None) -> Path:
-    """Write ``data`` (``.json``), ``rows`` (``.csv``) or ``figure`` (``.html``) to ``path`` atomically.
+                 figure=None, frame=None, meta: dict | None = None) -> Path:
+    """Write ``data`` (``.json``), ``rows`` (``.csv``), ``figure`` (``.html``) or a ``pandas.DataFrame`` ``frame``
+    (``.csv``, or ``.parquet`` with ``meta`` as JSON under the file's ``layerwise`` metadata key) to ``path``
+    atomically.
 
     Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.
     """
     path = Path(path)
     suffix = path.suffix.lower()
-    if suffix not in (".json", ".csv", ".html"):
-        raise BadInputError(f"cannot write {path.name}: the output must end in .json, .csv or .html.")
+    if suffix not in (".json", ".csv", ".html", ".parquet"):
+        raise BadInputError(f"cannot write {path.name}: the output must end in .json, .csv, .html or .parquet.")
     if not path.parent.is_dir():
         raise BadInputError(f"the folder {path.parent} does not exist.", fix="create it or write elsewhere.")
+    if frame is not None:
+        if suffix == ".csv":
+            return atomic_write(path, frame.to_csv(index=False))
+        if suffix == ".parquet":
+            return atomic_write(path, lambda tmp: write_parquet(frame, tmp, meta))
+    if suffix == ".parquet":
+        raise BadInputError("this result has no table to write as Parquet.", fix="write .json instead.")
     if suffix == ".json":
         text = json.dumps(data, indent=1, default=str)
     elif suffix == ".csv":
@@ -96,6 +105,19 @@ def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = N
         from core.figures import figure_html
         text = figure_html(figure)
     return atomic_write(path, text)
+
+
+def write_parquet(frame, path: str | os.PathLike, meta: dict | None = None) -> None:
+    """``frame`` as one Parquet file at ``path`` (not atomic: :func:`write_output` calls it on a temp file), with
+    ``meta`` as JSON under the ``layerwise`` key of the file's metadata."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(frame, preserve_index=False)
+    if meta:
+        table = table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                               b"layerwise": json.dumps(meta, default=str).encode()})
+    pq.write_table(table, str(path))
 
 
 def files_dir() -> Path:
@@ -123,4 +145,4 @@ def evict_files(keep: Path, max_bytes: int = FILES_MAX_BYTES) -> None:
             total -= size
 
 
-__all__ = ["atomic_write", "write_output", "files_dir", "evict_files", "FILES_MAX_BYTES"]
+__all__ = ["atomic_write", "write_output", "write_parquet", "files_dir", "evict_files", "FILES_MAX_BYTES"]

@@ -1,6 +1,10 @@
 """What a service returns for one user action: a :class:`Result` (status text, data, tables, figures, views) that the
 tab shows and the CLI prints, and the files both write from it (JSON, CSV, HTML; :meth:`Result.write` for the CLI's
 ``--out``, :meth:`Result.files` for the tab's downloads, kept per result key so a repeat costs nothing).
+
+Every result with tables also has them as one *long-format* table (:meth:`Result.frame`, :func:`long_frame`), the
+same for every paper: one row per number, ``table, record, <key columns>, measure, value``. The downloads hold it
+as ``<stem>-long.csv`` and ``<stem>-long.parquet`` beside the wide tables (docs/mcp-and-batch.md lists the columns).
 """
 from __future__ import annotations
 
@@ -15,6 +19,58 @@ from core import files as _files
 from core.files import atomic_write, evict_files, write_output
 
 SOURCES = {"precomputed": "precomputed example", "cache": "from the results cache", "computed": "computed now"}
+
+# ---- the long format: one row per number --------------------------------------------------------------------------
+LONG_COLUMNS = ("table", "record", "measure", "value")  # the fixed columns; the key columns sit between record and measure
+# numeric columns that say *which* thing a row is about (a position, a layer, a setting), not a measurement: they stay
+# key columns in the long table, as every text, flag and list column does
+KEY_NAMES = frozenset({"position", "row", "col", "row_block", "layer", "first_layer", "layers", "block_size", "width",
+                       "step", "steps", "seed", "samples", "n", "k", "value", "proportion", "factor", "alpha", "lr",
+                       "index"})
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _cell(v):
+    """A key cell as a table holds it: lists and dicts as JSON text, everything else as it is."""
+    import json
+    return json.dumps(v, default=str) if isinstance(v, (list, tuple, dict)) else v
+
+
+def long_frame(tables: dict[str, list[dict]]):
+    """``tables`` (name -> rows) as one long-format ``pandas.DataFrame``: a row per number of every table.
+
+    Columns: ``table`` (the table's name), ``record`` (the row's 0-based index in it), the key columns (every column
+    that is not a measurement: text, flags, lists (as JSON text), and the numeric columns named in :data:`KEY_NAMES`;
+    a key column named like a fixed column gets a trailing ``_``), ``measure`` (the measured column's name) and
+    ``value`` (float64; NaN where the table had none). Pivoting one table's rows on ``record`` x ``measure`` gives its
+    numeric columns back exactly."""
+    import math
+
+    import pandas as pd
+
+    out, keys_seen = [], {}
+    for name, rows in tables.items():
+        columns = list(dict.fromkeys(k for row in rows for k in row))
+        measures = [c for c in columns if c not in KEY_NAMES and all(row.get(c) is None or _is_number(row.get(c))
+                                                                      for row in rows)
+                    and any(_is_number(row.get(c)) for row in rows)]
+        keys = [c for c in columns if c not in measures]
+        for c in keys:
+            keys_seen.setdefault(c + "_" if c in LONG_COLUMNS else c, None)
+        for i, row in enumerate(rows):
+            ids = {(c + "_" if c in LONG_COLUMNS else c): _cell(row.get(c)) for c in keys}
+            for m in measures:
+                v = row.get(m)
+                out.append({"table": name, "record": i, **ids, "measure": m,
+                            "value": float(v) if v is not None and math.isfinite(float(v)) else math.nan})
+    columns = ["table", "record", *keys_seen, "measure", "value"]
+    frame = pd.DataFrame(out, columns=columns)
+    frame["record"] = frame["record"].astype("int64")
+    frame["value"] = frame["value"].astype("float64")
+    return frame
 
 
 @dataclass
@@ -31,7 +87,8 @@ class Result:
     source : "precomputed", "cache" or "computed".
     key : the result key (the download files of a key are written once); None for results that are not cached.
     stem : the file name stem.
-    downloads : which file types the tab offers (the CLI can write any of json, csv, html the result has).
+    downloads : which file types the tab offers (the CLI can write any of json, csv, html the result has); ``csv``
+        includes the long-format table as ``<stem>-long.csv`` and ``<stem>-long.parquet``.
     main_first : the first table / figure is the result's main one, written as ``<stem>.csv`` / ``<stem>.html``;
         False names every file ``<stem>-<name>`` (a page of several equal parts).
     """
@@ -52,21 +109,30 @@ class Result:
         return {(f"{self.stem}.{kind}" if i == 0 and self.main_first else f"{self.stem}-{name}.{kind}"): value
                 for i, (name, value) in enumerate(items.items())}
 
+    def frame(self):
+        """The result's tables as one long-format ``pandas.DataFrame`` (:func:`long_frame`): the table the downloads
+        hold as ``<stem>-long.csv`` / ``.parquet``; empty (with the fixed columns) for a result without tables."""
+        return long_frame(self.tables)
+
     def file_plan(self, kinds=("json", "csv", "html")) -> dict[str, tuple[str, Any]]:
-        """``file name -> (kind, payload)`` of every file this result has, of the given kinds."""
+        """``file name -> (kind, payload)`` of every file this result has, of the given kinds (``csv``: the wide
+        tables and the long-format table as CSV and Parquet)."""
         plan: dict[str, tuple[str, Any]] = {}
         if "json" in kinds:
             plan[f"{self.stem}.json"] = ("json", self.data)
         if "csv" in kinds:
             plan.update({n: ("csv", rows) for n, rows in self._names("csv", self.tables).items()})
+            if self.tables:
+                plan[f"{self.stem}-long.csv"] = ("long", self)
+                plan[f"{self.stem}-long.parquet"] = ("long", self)
         if "html" in kinds:
             plan.update({n: ("html", fig) for n, fig in self._names("html", self.figures).items()})
         return plan
 
     def write(self, out: str | os.PathLike) -> list[Path]:
         """The CLI's ``--out``: a folder gets every file; ``FILE.json|.csv|.html`` gets the data, the (first) table
-        or the (first) figure. Raises :class:`BadInputError` for another suffix, a missing folder or a format this
-        result lacks."""
+        or the (first) figure, ``FILE.parquet`` the long-format table. Raises :class:`BadInputError` for another
+        suffix, a missing folder or a format this result lacks."""
         out = Path(out)
         suffix = out.suffix.lower()
         if not suffix:
@@ -74,8 +140,12 @@ class Result:
                 raise BadInputError(f"the folder {out} does not exist.", fix="create it first, or give FILE.json.")
             return [write_output(out / name, **_payload(kind, value)) for name, (kind, value) in
                     self.file_plan().items()]
-        if suffix not in (".json", ".csv", ".html"):
-            raise BadInputError(f"cannot write {out.name}: the output must end in .json, .csv or .html.")
+        if suffix not in (".json", ".csv", ".html", ".parquet"):
+            raise BadInputError(f"cannot write {out.name}: the output must end in .json, .csv, .html or .parquet.")
+        if suffix == ".parquet":
+            if not self.tables:
+                raise BadInputError("this result has no table to write as Parquet.", fix="write .json instead.")
+            return [write_output(out, **_payload("long", self))]
         if suffix == ".csv" and not self.tables:
             raise BadInputError("this result has no table to write as CSV.", fix="write .json instead.")
         if suffix == ".html" and not self.figures:
@@ -112,6 +182,8 @@ class Result:
 
 
 def _payload(kind: str, value) -> dict:
+    if kind == "long":
+        return {"frame": value.frame(), "meta": {"stem": value.stem, "source": value.source, "key": value.key}}
     return {"json": {"data": value}, "csv": {"rows": value}, "html": {"figure": value}}[kind]
 
 
@@ -120,4 +192,4 @@ def source_text(source: str) -> str:
     return SOURCES.get(source, source)
 
 
-__all__ = ["Result", "SOURCES", "source_text"]
+__all__ = ["Result", "SOURCES", "source_text", "long_frame", "LONG_COLUMNS", "KEY_NAMES"]

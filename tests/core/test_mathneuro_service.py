@@ -188,8 +188,9 @@ def test_an_analysis_is_its_registry_entry_and_its_compute_function(monkeypatch,
     assert first.data["rows"] == identified.data["matrices"] and len(first.data["rows"]) == 28  # 4 layers x 7
     assert first.status == f"{identified.data['selected']:,} selected in 28 matrices (computed now)."
     assert first.tables == {"matrix-shares": first.data["rows"]} and first.figures["matrix-shares"].layout.title.text
-    assert sorted(f.rsplit("/", 1)[1] for f in first.files()) == ["mathneuro-matrix-shares.csv",
-                                                                  "mathneuro-matrix-shares.json"]
+    assert sorted(f.rsplit("/", 1)[1] for f in first.files()) == [
+        "mathneuro-matrix-shares-long.csv", "mathneuro-matrix-shares-long.parquet", "mathneuro-matrix-shares.csv",
+        "mathneuro-matrix-shares.json"]
     path = precompute([lambda: matrix_shares_result(*args)], tmp_path / "examples.json")
     monkeypatch.setattr(service, "EXAMPLES", ExampleStore(path))
     assert matrix_shares_result(*args).source == "precomputed"

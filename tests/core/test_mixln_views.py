@@ -42,7 +42,8 @@ def test_a_new_analysis_is_one_registry_entry_and_its_compute_function(monkeypat
     assert all(r["loss"] > 0 for r in res.data)
     assert list(res.figures["final-loss"].data[0].x) == ["pre-ln", "post-ln"]
     names = sorted(p.name for p in res.write(tmp_path))
-    assert names == ["mixln-final-loss.csv", "mixln-final-loss.html", "mixln-final-loss.json"]
+    assert names == ["mixln-final-loss-long.csv", "mixln-final-loss-long.parquet", "mixln-final-loss.csv",
+                     "mixln-final-loss.html", "mixln-final-loss.json"]
 
 
 def test_the_comparison_says_how_far_mix_ln_is_from_pre_ln_per_depth():

@@ -3,6 +3,7 @@ cancel convention), core.files (the one atomic writer) and core.results (a resul
 import json
 import threading
 
+import pandas as pd
 import plotly.graph_objects as go
 import pytest
 
@@ -151,19 +152,22 @@ def _result(key="k1"):
 
 def test_result_files_are_written_once_per_key(private, tmp_path):
     files = _result().files()
-    assert [f.rsplit("/", 1)[1] for f in files] == ["demo.json", "demo.csv", "demo.html"]
+    assert [f.rsplit("/", 1)[1] for f in files] == ["demo.json", "demo.csv", "demo-long.csv", "demo-long.parquet",
+                                                    "demo.html"]
     mtimes = [tmp_path.joinpath(f).stat().st_mtime_ns for f in files]
     again = _result().files()
     assert again == files and [tmp_path.joinpath(f).stat().st_mtime_ns for f in again] == mtimes
     only = results.Result("x", {"a": 1}, tables={"t": [{"x": 1}]}, downloads=("json", "csv"), key="k2", stem="s")
-    assert [f.rsplit(".", 1)[1] for f in only.files()] == ["json", "csv"]
+    assert [f.rsplit(".", 1)[1] for f in only.files()] == ["json", "csv", "csv", "parquet"]
 
 
 def test_result_write_is_the_cli_out(tmp_path):
     res = _result()
-    assert [p.name for p in res.write(tmp_path)] == ["demo.json", "demo.csv", "demo.html"]
+    assert [p.name for p in res.write(tmp_path)] == ["demo.json", "demo.csv", "demo-long.csv", "demo-long.parquet",
+                                                     "demo.html"]
     assert json.loads(res.write(tmp_path / "one.json")[0].read_text()) == {"a": 1}
     assert res.write(tmp_path / "one.csv")[0].read_text().splitlines() == ["x", "1", "2"]
+    assert pd.read_parquet(res.write(tmp_path / "one.parquet")[0]).equals(res.frame())
     with pytest.raises(BadInputError, match=".html"):
         res.write(tmp_path / "one.png")
     with pytest.raises(BadInputError, match="does not exist"):

@@ -40,7 +40,7 @@ def test_example_text_is_precomputed_and_complete():
     assert list(table["method"]) == [core_lrp.METHODS[m].label for m in inputs["methods"]]
     assert [c[1] for c in target["choices"]] == [lrp.TOP, 0, 1]
     suffixes = sorted(f.rsplit(".", 1)[1] for f in files)
-    assert suffixes == ["csv", "html", "json"]
+    assert suffixes == ["csv", "csv", "html", "json", "parquet"]  # the wide and the long-format table
     saved = json.loads(open(next(f for f in files if f.endswith(".json"))).read())
     assert saved["tokens"] and set(saved["methods"]) == set(inputs["methods"])
 

@@ -4,6 +4,7 @@ import copy
 from pathlib import Path
 
 import gradio as gr
+import pandas as pd
 import pytest
 import torch
 
@@ -115,9 +116,11 @@ def test_the_precomputed_throughput_shows_at_once(with_example):
 def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
     state, _ = nz.example_parts("smollm2-135m")
     files = [Path(f) for f in tab.download_files(state, False)["value"]]
-    assert {f.suffix for f in files} == {".json", ".csv", ".html"}
-    assert sorted(f.stem for f in files if f.suffix == ".csv") == ["neuzip-table", "neuzip-throughput",
-                                                                    "neuzip-tradeoff"]  # the bit fields: figure only
+    assert {f.suffix for f in files} == {".json", ".csv", ".html", ".parquet"}
+    assert sorted(f.stem for f in files if f.suffix == ".csv") == [
+        "neuzip-long", "neuzip-table", "neuzip-throughput", "neuzip-tradeoff"]  # the bit fields: figure only
+    long = pd.read_parquet(next(f for f in files if f.name == "neuzip-long.parquet"))
+    assert set(long["table"]) == {"table", "throughput", "tradeoff"}  # the page's tables in one long table
     assert all(f.stat().st_size > 0 for f in files)
     html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
     assert "Memory vs perplexity" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
