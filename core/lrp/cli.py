@@ -16,8 +16,10 @@ from __future__ import annotations
 import sys
 
 import core.lrp as lrp
+from core.batch import register as register_batch
 from core.cli import ProgressBar, emit, set_threads
 from core.errors import BadInputError
+from core.lrp.batch import KIND as BATCH
 
 
 def _log(message: str) -> None:
@@ -225,3 +227,4 @@ def register(groups) -> None:
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
                    "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
+    register_batch(groups, BATCH)  # python -m core lrp batch: the analysis over a file of inputs
