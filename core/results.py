@@ -21,12 +21,12 @@ from core.files import atomic_write, evict_files, write_output
 SOURCES = {"precomputed": "precomputed example", "cache": "from the results cache", "computed": "computed now"}
 
 # ---- the long format: one row per number --------------------------------------------------------------------------
-LONG_COLUMNS = ("table", "record", "measure", "value")  # the fixed columns; the key columns sit between record and measure
+LONG_COLUMNS = ("table", "record", "measure", "value")  # the fixed columns; key columns sit between record and measure
 # numeric columns that say *which* thing a row is about (a position, a layer, a setting), not a measurement: they stay
 # key columns in the long table, as every text, flag and list column does
 KEY_NAMES = frozenset({"position", "row", "col", "row_block", "layer", "first_layer", "layers", "block_size", "width",
                        "step", "steps", "seed", "samples", "n", "k", "value", "proportion", "factor", "alpha", "lr",
-                       "index"})
+                       "index", "template"})
 
 
 def _is_number(v) -> bool:

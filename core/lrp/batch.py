@@ -26,6 +26,8 @@ def columns(s: dict) -> list[Column]:
            Column("target_name", "string", "its name (class label or token text)"),
            Column("predicted", "string", "the model's top prediction"),
            Column("predicted_probability", "float64", "its softmax probability"),
+           Column("target_probability", "float64", "the explained target's softmax probability (null for a "
+                  "next token outside the ten likeliest)"),
            Column("note", "string", "what cutting a long text did, or empty"),
            Column("n_tokens", "int32", "tokens explained"),
            Column("tokens", "list<string>", "the tokens as typed in the text")]
@@ -59,6 +61,7 @@ def row(_context, text, s: dict, progress=None) -> tuple[dict, str]:
     top = d["predictions"][0]
     values = {"model": d["model"], "model_kind": d.get("model_kind"), "target": d["target"],
               "target_name": d["target_name"], "predicted": top["name"], "predicted_probability": top["probability"],
+              "target_probability": next((p["probability"] for p in d["predictions"] if p["id"] == d["target"]), None),
               "note": d["note"], "n_tokens": len(d["tokens"]), "tokens": d["tokens"]}
     for m in s["methods"]:
         e = d["methods"][m]

@@ -8,6 +8,8 @@
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
+    python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--precompute] [--out DIR]
+    python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
 
 ``--out`` takes a folder (every file the tab offers) or one ``FILE.json|.csv|.html``.
 """
@@ -17,7 +19,7 @@ import sys
 
 import core.lrp as lrp
 from core.batch import register as register_batch
-from core.cli import ProgressBar, emit, set_threads
+from core.cli import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 from core.lrp.batch import KIND as BATCH
 
@@ -200,6 +202,41 @@ def run_key_token(args) -> dict:
     return _report(args, res, ["hit_rate", "hit_rate_std"])
 
 
+def _bias_args(p) -> None:
+    p.add_argument("--model", default="mamba-sentiment", help="a Mamba classifier (default mamba-sentiment)")
+    p.add_argument("--method", default="mambalrp", help="the method whose relevance is audited")
+    p.add_argument("--target", type=int, default=1, help="the class explained (default 1: positive)")
+    p.add_argument("--inputs", default=None, metavar="FILE.jsonl",
+                   help="only write the templated sentences (the input of `lrp batch`) and stop")
+    p.add_argument("--precompute", action="store_true", help="recompute the committed audit (assets/lrp/bias.json)")
+    p.add_argument("--out", default=None, help="a folder (every file the tab offers) or one FILE.json/.csv/.html/"
+                                                 ".parquet")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+
+
+def run_bias(args) -> dict:
+    """The bias audit (core.lrp.bias_audit_result): per identity term, the relevance it receives and the logit shift."""
+    from core.lrp import bias
+
+    _threads(args.threads)
+    if args.inputs:
+        if not args.inputs.endswith(".jsonl"):
+            raise BadInputError(f"--inputs {args.inputs}: the file must end in .jsonl.")
+        path = bias.write_inputs(args.inputs)
+        result = {"written": str(path), "sentences": len(bias.audit_rows())}
+        emit(args, result, f"wrote {result['sentences']} sentences to {path}")
+        return result
+    if args.precompute:
+        _log(f"written {lrp.precompute_bias(log=_log)}")
+    res = lrp.bias_audit_result(args.model, args.method, args.target, ProgressBar())
+    shown = ("term", "group", "relevance_mean", "relevance_std", "shift_mean", "shift_std")
+    rows = [{k: f"{t[k]:+.3f}" if k.endswith("mean") else f"{t[k]:.3f}" if k.endswith("std") else t[k] for k in shown}
+            for t in res.tables["terms"]]
+    lines = [res.status.replace("**", ""), table(rows)]
+    emit(args, {k: v for k, v in res.data.items() if k != "rows"}, "\n".join(lines), res)
+    return res.data
+
+
 def run_precompute_evaluation(args) -> dict:
     """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
     _threads(args.threads)
@@ -227,4 +264,6 @@ def register(groups) -> None:
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
                    "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
+    groups.command("lrp", "bias-audit", "identity terms swapped in templated reviews: the relevance each receives and "
+                   "how the class logit moves (assets/lrp/bias.json)", _bias_args)(run_bias)
     register_batch(groups, BATCH)  # python -m core lrp batch: the analysis over a file of inputs

@@ -4,9 +4,10 @@ at once from the precomputed result; a method it does not hold is computed."""
 from __future__ import annotations
 
 from core.examples import Example, Param
+from core.lrp import bias
 from core.lrp.methods import METHODS
 from core.lrp.requests import DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES
-from core.lrp.service import committed_result, image_result, text_result
+from core.lrp.service import bias_audit_result, committed_result, image_result, text_result
 from core.lrp.views import view
 from core.runner import Found
 
@@ -65,7 +66,10 @@ def _views() -> list[Example]:
     out += [Example("faithfulness", "Faithfulness (MoRF / LeRF)", "faithfulness", _committed(), (model,),
                     {"model": EVAL_MODELS[0]}),
             Example("conservation", "Conservation", "conservation", _committed(), (model,), {"model": EVAL_MODELS[0]}),
-            Example("long-range", "Long range (mamba-lm)", "long-range", _committed("lm"))]
+            Example("long-range", "Long range (mamba-lm)", "long-range", _committed("lm")),
+            Example("bias-audit", "Bias audit: names and gendered words", "bias",
+                    lambda progress=None, model=bias.MODELS[0]: bias_audit_result(model, progress=progress),
+                    (Param("model", "model", "choice", bias.MODELS, open=True),), {"model": bias.MODELS[0]})]
     return out
 
 

@@ -5,6 +5,7 @@
     image_result(model, image=None, sample=None, methods, ...)     relevance of every patch, per method
     evaluation_result(model, n, steps, methods, ...)               faithfulness (Delta A^F) and conservation
     long_range_result(model, ...), key_token_result(...)           where relevance lies; ground truth
+    bias_audit_result(model, method, target)                       identity terms swapped (core.lrp.bias)
     analysis_result(name, progress=None, **inputs)                 any analysis of :data:`core.lrp.views.ANALYSES`
     committed_result(item), example_result(kind)                   the committed evaluations and examples
     target_choices(model, text=None)                               a classifier's classes / an LM's likeliest tokens
@@ -22,7 +23,7 @@ from __future__ import annotations
 import time
 
 from core.errors import BadInputError, Cancelled
-from core.lrp import committed, inputs
+from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
                                TrainRequest, whole)
@@ -46,7 +47,8 @@ def analysis_result(name: str, progress=None, **raw) -> Result:
         report(progress, 0.0, request.notice)
     model, fingerprint, params = request.key()
     use_cache = getattr(request, "cache", True)
-    store = (committed.evaluation_store() if name in committed.ANALYSES else EXAMPLES) if use_cache else None
+    store = (committed.evaluation_store() if name in committed.ANALYSES else bias.STORE if name == "lrp-bias" else
+             EXAMPLES) if use_cache else None
     try:
         found = lookup(fingerprint, name, params, lambda: ANALYSES[name].compute(request, progress),
                        examples=store, cache=use_cache, model=model,
@@ -92,6 +94,21 @@ def key_token_result(n=100, methods=None, k: int = 1, progress=None, **options) 
     """How often each method finds the planted key token, over seeds. ``options``: ``seed``, ``seeds``,
     ``options``, ``cache``."""
     return analysis_result("lrp-key-token", progress, n=n, methods=methods, k=k, **options)
+
+
+def bias_audit_result(model: str = "mamba-sentiment", method: str = "mambalrp", target: int = 1,
+                      progress=None) -> Result:
+    """The bias audit (:mod:`core.lrp.bias`): ``method``'s relevance for class ``target`` on the templated sentences
+    (identity terms swapped), per term and per female / male swap, with the spread over the templates."""
+    return analysis_result("lrp-bias", progress, model=model, method=method, target=target)
+
+
+def precompute_bias(path=None, log=print):
+    """Compute the bias audit of every model in :data:`core.lrp.bias.MODELS` afresh into ``assets/lrp/bias.json``
+    (the audits only: the sentences' own explanations are not kept as examples)."""
+    path = precompute([lambda m=m: bias_audit_result(m) for m in bias.MODELS],
+                      path if path is not None else bias.STORE.path, log=log)
+    return ExampleStore.write(path, ExampleStore(path).entries("lrp-bias"))
 
 
 def target_choices(model: str, text: str | None = None, k: int = 10) -> list[tuple[str, int]]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from core.lrp import figures, inputs
+from core.lrp import bias, figures, inputs
 from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
@@ -286,6 +286,9 @@ ANALYSES: dict[str, Analysis] = {
         tables=lambda res: {"methods": key_token_method_rows(res)},
         figures=lambda res: {"hit-rate": figures.key_token_figure(res)},
         views=lambda res: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),
+    "lrp-bias": Analysis(
+        bias.BiasRequest, bias.audit, stem=lambda res: f"bias-audit-{_model_stem(res['model'])}", status=bias.status,
+        tables=bias.tables, figures=lambda res: {"bias": bias.figure(res)}),
 }
 
 
