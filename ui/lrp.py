@@ -6,6 +6,7 @@ import gradio as gr
 
 import core.lrp as lrp
 from core.zoo import hub_choices
+from ui import batch
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
@@ -195,3 +196,4 @@ def build(ctx: AppContext) -> None:
     targets_btn.click(text_targets, [text_model, text], text_target, api_name="lrp_targets")
     events += build_evaluation()
     stop_btn.click(stop, None, text_status, cancels=events, api_name="lrp_stop")
+    batch.build()
