@@ -4,10 +4,13 @@
     python app.py --online        # allow model / dataset hub downloads
     python app.py --host 0.0.0.0  # serve on the network (a Hugging Face Space does this by itself)
     python app.py --talk          # every page opens in the presenter view (a link may say ?view=lab)
+    python app.py --mcp           # also an MCP server at /gradio_api/mcp/ (LAYERWISE_MCP=1 does the same, e.g. on a
+                                  # Space); the tools are ui.tools's, docs/mcp-and-batch.md says how to connect
 """
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import sys
 import threading
@@ -27,11 +30,17 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="heavy events that run at once (default 2, one per core on a small machine)")
     p.add_argument("--talk", action="store_true",
                    help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
+    p.add_argument("--mcp", action="store_true", default=os.environ.get("LAYERWISE_MCP") == "1",
+                   help="also serve the analyses as MCP tools at /gradio_api/mcp/ (off by default; LAYERWISE_MCP=1)")
     return p.parse_args(argv)
 
 
 def main(argv=None) -> None:
     args = parse_args(argv)
+    if args.mcp and importlib.util.find_spec("mcp") is None:
+        print("error: --mcp needs the mcp package. Fix: pip install -r requirements.txt (it pins mcp).",
+              file=sys.stderr)
+        return 2
     from core.settings import configure
 
     configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
@@ -73,7 +82,13 @@ def main(argv=None) -> None:
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
                 head=head(talk=args.talk), show_error=True, ssr_mode=False, footer_links=["api"],
                 allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]},
-                prevent_thread_lock=True)
+                prevent_thread_lock=True, mcp_server=args.mcp)
+    if args.mcp:  # the MCP server lists the agent tools (ui.tools), not the page's own endpoints
+        from ui.tools import only_tools
+
+        tools = only_tools(demo)
+        print(f"MCP tools ({len(tools)}): {', '.join(tools)}; streamable HTTP at "
+              f"http://{args.host}:{args.port}/gradio_api/mcp/", flush=True)
     from ui import publish  # every precomputed view built once and put in the page, now that the page is served
 
     threading.Thread(target=publish, args=(demo,), kwargs={"log": print}, daemon=True, name="layerwise-links").start()
