@@ -4,7 +4,7 @@
     python -m core mathneuro batch --in prompts.jsonl --out scores.parquet
     python -m core neuzip batch --in models.csv --out tradeoff.parquet
 
-A *batch kind* (:class:`BatchKind`, registry :func:`kinds`) says which input column it reads (``text``, ``prompt``,
+A *batch kind* (:class:`BatchKind`, registry :data:`KINDS`) says which input column it reads (``text``, ``prompt``,
 ``model``), which settings it takes, how it prepares once (:attr:`BatchKind.open`: e.g. load the model and check it)
 and how it computes one output row (:attr:`BatchKind.row`, through the paper's service, so each row is looked up in
 the committed examples and the results cache like a single request, and cached when computed). :func:`run` is the
@@ -90,20 +90,23 @@ class BatchKind:
     example: str = ""  # the CLI help's example line
 
 
-def kinds() -> dict[str, BatchKind]:
-    """The registry of batch kinds, by name (each paper's module, imported when asked for)."""
-    from core.lrp.batch import KIND as lrp_kind
-    from core.mathneuro.batch import KIND as mathneuro_kind
-    from core.neuzip.batch import KIND as neuzip_kind
-
-    return {k.name: k for k in (lrp_kind, mathneuro_kind, neuzip_kind)}
+# the registry of batch kinds: name -> the module that defines it as ``KIND`` (imported when that kind is asked for:
+# each pulls in its paper's package)
+KINDS = {"lrp": "core.lrp.batch", "mathneuro": "core.mathneuro.batch", "neuzip": "core.neuzip.batch"}
 
 
 def kind(name: str) -> BatchKind:
-    found = kinds()
-    if name not in found:
-        raise BadInputError(f"no batch kind {name!r}.", fix=f"use one of {', '.join(found)}.")
-    return found[name]
+    """The batch kind ``name`` of :data:`KINDS`."""
+    import importlib
+
+    if name not in KINDS:
+        raise BadInputError(f"no batch kind {name!r}.", fix=f"use one of {', '.join(KINDS)}.")
+    return importlib.import_module(KINDS[name]).KIND
+
+
+def kinds() -> dict[str, BatchKind]:
+    """Every batch kind, by name (imports every paper's package)."""
+    return {name: kind(name) for name in KINDS}
 
 
 # ---- the input file ---------------------------------------------------------------------------------------------
@@ -330,9 +333,10 @@ def _same(a: dict, b: dict) -> bool:
 
 def run(name: str | BatchKind, source, out, progress=None, *, restart: bool = False, chunk: int = CHUNK,
         max_rows: int | None = None, **raw_settings) -> dict:
-    """Run batch kind ``name`` (a name of :func:`kinds`, or a :class:`BatchKind`) over ``source`` (CSV / JSON Lines) into ``out`` (``.parquet``); resumes a run that
-    ``out``'s part folder holds. ``progress(fraction, message)`` may raise :class:`Cancelled` (Stop): the rows
-    finished so far are kept, and :class:`Cancelled` carries the summary in ``partial``. Returns the summary:
+    """Run batch kind ``name`` (a name of :func:`kinds`, or a :class:`BatchKind`) over ``source`` (CSV / JSON Lines)
+    into ``out`` (``.parquet``); resumes a run that ``out``'s part folder holds. ``progress(fraction, message)`` may
+    raise :class:`Cancelled` (Stop): the rows finished so far are kept, and :class:`Cancelled` carries the summary in
+    ``partial``; ``max_rows`` caps the input (the app's limit). Returns the summary:
     ``out, kind, rows, finished_before, done_now, computed, cache, precomputed, errors, attempt, seconds,
     rows_per_second`` (``rows_per_second``: of the rows answered in this run)."""
     t0 = time.perf_counter()
@@ -511,5 +515,5 @@ def register(groups, k: BatchKind) -> None:
                    f"(resumable){': ' + k.example if k.example else ''}", _arguments(k))(_runner(k))
 
 
-__all__ = ["BatchKind", "Column", "kinds", "kind", "run", "scan", "read_meta", "to_csv", "register", "parts_dir",
+__all__ = ["BatchKind", "Column", "KINDS", "kinds", "kind", "run", "scan", "read_meta", "to_csv", "register", "parts_dir",
            "finished_rows", "CHUNK", "FORMAT"]

@@ -18,7 +18,7 @@ import pandas as pd
 import core.lrp as lrp
 from core import batch
 from core.errors import BadInputError, Cancelled
-from core.files import files_dir
+from core import files as core_files
 from core.lrp.batch import MAX_TOP_K, TOP_K
 from core.runner import digest
 from ui.errors import user_errors
@@ -76,7 +76,7 @@ def run_batch(upload, model, methods, top_k, request: gr.Request = None, progres
     """Explain every text of an uploaded CSV / JSONL file (kind ``lrp``); resumes a stopped batch of the same file."""
     path = _upload(upload)
     settings = batch.kind("lrp").settings(model=model, methods=methods, top_k=top_k)
-    folder = files_dir() / f"batch-{digest(_sha256(path), settings)}"
+    folder = core_files.files_dir() / f"batch-{digest(_sha256(path), settings)}"
     folder.mkdir(exist_ok=True)
     out = folder / f"{STEM}.parquet"
     try:

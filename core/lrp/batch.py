@@ -1,6 +1,6 @@
 """MambaLRP over a file of texts (:mod:`core.batch`): ``python -m core lrp batch --model M --in texts.csv --out
-results.parquet``. Each row is :func:`core.lrp.text_result` (looked up in the committed examples and the results cache
-like a single request, cached when computed): the model's prediction, and per method the full relevance vector, its
+results.parquet``. Each row is what :func:`core.lrp.text_result` computes (looked up in the committed examples and the
+results cache under the same key as a single request, cached when computed): the model's prediction, and per method the full relevance vector, its
 sum, the explained logit and the ``top_k`` most relevant tokens."""
 from __future__ import annotations
 
@@ -51,13 +51,21 @@ def open_model(s: dict, progress=None):
     return None, {"fingerprint": loaded.fingerprint, "model_kind": kind}
 
 
+FIELDS = ("model", "tokens", "target", "target_name", "predictions", "note", "methods")  # what a row reads
+
+
 def row(_context, text, s: dict, progress=None) -> tuple[dict, str]:
-    from core.lrp.service import text_result
+    """One text, looked up like :func:`core.lrp.text_result` (same key: the examples and the results cache answer
+    it, and it is cached for a later single request), without building the page's view of it (the heatmap, its
+    figure): the row reads the data."""
+    from core.lrp.service import analysis_found
+    from core.runner import has_fields
 
     if text is None:
         raise BadInputError("The text is empty.", fix="Give a text in every row.")
-    res = text_result(s["model"], text, s["methods"], s["target"], s["rules"])
-    d = res.data
+    found = analysis_found("lrp/text", None, check=has_fields(*FIELDS), model=s["model"], text=text,
+                           methods=s["methods"], target=s["target"], rules=s["rules"])
+    d = found.data
     top = d["predictions"][0]
     values = {"model": d["model"], "model_kind": d.get("model_kind"), "target": d["target"],
               "target_name": d["target_name"], "predicted": top["name"], "predicted_probability": top["probability"],
@@ -69,7 +77,7 @@ def row(_context, text, s: dict, progress=None) -> tuple[dict, str]:
         values.update({f"{m}_relevance": e["relevance"], f"{m}_sum": e["total"], f"{m}_logit": e["logit"],
                        f"{m}_top_tokens": [d["tokens"][i] for i in order],
                        f"{m}_top_relevance": [e["relevance"][i] for i in order], f"{m}_top_positions": order})
-    return values, res.source
+    return values, found.source
 
 
 def arguments(p) -> None:

@@ -40,6 +40,13 @@ def analysis_result(name: str, progress=None, **raw) -> Result:
     """Analysis ``name`` of :data:`core.lrp.views.ANALYSES` asked with the raw inputs ``raw`` (its request type's
     ``parse`` arguments): committed, cached or computed (with ``progress(fraction, message)``, which may stop it; a
     stopped evaluation shows the samples it finished)."""
+    return view(name, analysis_found(name, progress, **raw))
+
+
+def analysis_found(name: str, progress=None, check=None, **raw) -> Found:
+    """What :func:`analysis_result` shows, not yet shown: the :class:`core.runner.Found` of the lookup. ``check``
+    (default: building the view) is what a result must pass to be served or cached; a batch, which never shows a
+    row, passes a lighter one (the fields it reads), under the same key."""
     if name not in ANALYSES:
         raise BadInputError(f"Unknown analysis {name!r}.", fix=f"Use one of: {', '.join(ANALYSES)}.")
     request = ANALYSES[name].request.parse(**raw)
@@ -52,14 +59,14 @@ def analysis_result(name: str, progress=None, **raw) -> Result:
     try:
         found = lookup(fingerprint, name, params, lambda: ANALYSES[name].compute(request, progress),
                        examples=store, cache=use_cache, model=model,
-                       check=lambda data: view(name, Found(data, "cache", None)))
+                       check=check or (lambda data: view(name, Found(data, "cache", None))))
     except Cancelled as stop:
         if stop.partial is None:
             raise
         found = Found(stop.partial, "computed", None)  # what it finished; not cached
     if isinstance(found.data.get("model"), str) and found.data["model"] != model:  # same weights, the name asked for
         found = Found({**found.data, "model": model}, found.source, found.key)
-    return view(name, found)
+    return found
 
 
 def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rules: dict | None = None,
