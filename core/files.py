@@ -1,6 +1,6 @@
 """Files: the one way a file or folder is written (:func:`atomic_write`: a temp sibling, then a rename), the writer of
-result files (:func:`write_output`: JSON, CSV, HTML, Parquet), and the folder of the tabs' download files (:func:`files_dir`,
-kept under :data:`FILES_MAX_BYTES`, least recently used first out).
+result files (:func:`write_output`: JSON, CSV, HTML, Parquet), and the folder of the tabs' download files
+(:func:`files_dir`, kept under :data:`FILES_MAX_BYTES`, least recently used first out).
 """
 from __future__ import annotations
 

@@ -8,25 +8,10 @@ import pandas as pd
 import pytest
 
 from tests import conftest
-from tests.e2e.test_browser import CHROMIUM, FLAGS, WAIT_MS, need_chromium
+from tests.e2e.test_browser import WAIT_MS, page  # noqa: F401  (page: the browser tests' page fixture)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 WORDS = ["dull", "bright", "slow", "witty", "flat", "moving", "clumsy", "tender", "long", "sharp"]
-
-
-@pytest.fixture(scope="module")
-def page(app_url):
-    need_chromium()
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        pg = browser.new_page(viewport={"width": 1400, "height": 1000})
-        pg.set_default_timeout(WAIT_MS)
-        pg.goto(app_url)
-        pg.get_by_role("tab").first.wait_for()
-        yield pg
-        browser.close()
 
 
 def test_batch_upload_progress_stop_resume_and_results(page, tmp_path):
