@@ -60,7 +60,7 @@ def test_image_upload_and_sample():
     status, fig, table, target, files = lrp.explain_image("vision-mamba-mnist", None, 0, ["mambalrp", "random"],
                                                           lrp.TOP, *RULES_ON)
     assert fig.layout.title.text and "True label" in status
-    assert len(files["value"]) == 3
+    assert len(files["value"]) == 5  # JSON, CSV, long CSV and Parquet, HTML
     digit = np.zeros((64, 64, 3), dtype=np.uint8)
     digit[12:52, 28:36] = 255
     status, fig, *_ = lrp.explain_image("vision-mamba-mnist", digit, 0, ["mambalrp"], 3, *RULES_ON)
@@ -125,7 +125,7 @@ def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
 @needs
 def test_evaluate_handler_computes_and_refuses_bad_input(fresh_cache):
     text, cons, faith, table, files = lrp.evaluate("vision-mamba-mnist", 2, 4, ["mambalrp", "random"])
-    assert "2 samples" in text and "K = 4" in text and len(table) == 2 and len(files["value"]) == 4
+    assert "2 samples" in text and "K = 4" in text and len(table) == 2 and len(files["value"]) == 6
     again = lrp.evaluate("vision-mamba-mnist", 2, 4, ["mambalrp", "random"])
     assert "from the results cache" in again[0] and again[-1]["value"] == files["value"]
     with pytest.raises(gr.Error):

@@ -57,7 +57,7 @@ def test_handlers_return_labelled_figures():
     model, math, nonmath = DEMO_NAME, "arithmetic-words", ["review-sentiment"]
     text, fig, files = mathneuro.layers(model, math, nonmath, 0.05, "mathneuro", 6, "share")
     titles = assert_labelled(fig)
-    assert "layer" in titles and any("%" in t for t in titles) and len(files["value"]) == 2
+    assert "layer" in titles and any("%" in t for t in titles) and len(files["value"]) == 4
     text, fig, table, files = mathneuro.effect(model, math, nonmath, 0.05, ["mathneuro", "random"], 6, 5, "auto")
     assert_labelled(fig)
     assert list(table["method"]) == ["MathNeuro", "Random"] and "accuracy" in text
