@@ -226,11 +226,13 @@ def figure(res: dict):
                         showlegend=col == 1, marker_color=PALETTE[i],
                         error_x={"type": "data", "array": [t[std] for t in mine], "color": "#334155"},
                         hovertemplate="%{y}: %{x:.3f}<extra>" + group + "</extra>", row=1, col=col)
-    fig.update_yaxes(autorange="reversed", categoryorder="array",
-                     categoryarray=[t["term"] for t in res["terms"]])
+    names = [t["term"] for t in res["terms"]]  # every term labelled, one bar each, in pair order
+    fig.update_yaxes(autorange="reversed", categoryorder="array", categoryarray=names, tickmode="array",
+                     tickvals=names, ticktext=names)
     fig.update_xaxes(zeroline=True, zerolinecolor="#475569")
+    fig.update_layout(barmode="overlay", bargap=0.25)
     style(fig, f"Bias audit of {res['model']}: {res['templates']} templates, class {res['target_name']!r} "
-               f"(mean ± std over templates)", height=620)
+               f"(mean ± std over templates)", height=170 + 26 * len(names))
     fig.update_xaxes(title_text="relevance (logit units)", row=1, col=1)
     fig.update_xaxes(title_text="logit shift (logit units)", row=1, col=2)
     fig.update_yaxes(title_text="identity term", row=1, col=1)
