@@ -307,7 +307,11 @@ def resolve(ref: str) -> tuple[str, Path | None]:
     if ref in registry.registered_names():
         return "registered", registry.folder_of(ref)
     path = Path(os.path.expanduser(ref))
-    if path.exists():
+    try:
+        exists = path.exists()
+    except OSError:  # e.g. a name longer than a file name may be (ENAMETOOLONG): not a folder here
+        exists = False
+    if exists:
         if not path.is_dir():
             raise ModelLoadError(f"{ref} is a file; a model is a folder (config.json + *.safetensors).",
                                  fix="pass the folder that holds the file.")

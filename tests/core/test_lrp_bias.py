@@ -75,3 +75,13 @@ def test_the_committed_audit_opens_from_its_link_and_agrees_with_one_sentence_ex
         pytest.approx(row["relevance"], abs=1e-4)
     assert m["logit"] == pytest.approx(row["logit"], abs=1e-4)
     assert "female higher in" in res.status and "± " in res.status
+
+
+def test_an_overlong_model_name_is_a_clear_message_not_an_os_error():
+    """Found by fuzzing the bias-audit tool: a 300-character model name made the zoo's path check raise
+    ENAMETOOLONG (the same in every tab that takes a model name)."""
+    from core.errors import LayerwiseError
+    from core.zoo import fingerprint
+
+    with pytest.raises(LayerwiseError, match="not a registered model"):
+        fingerprint("x" * 300)
