@@ -53,6 +53,7 @@ def test_aggregate_on_a_hand_made_case():
     assert (out["template_logit_min"], out["template_logit_max"]) == pytest.approx((mean_effect, 9 + mean_effect))
 
 
+@pytest.mark.slow
 @pytest.mark.skipif("mamba-sentiment" not in registered_names(), reason="mamba-sentiment not committed")
 def test_the_committed_audit_opens_from_its_link_and_agrees_with_one_sentence_explained_afresh(fresh_cache):
     from core.lrp import text_result
