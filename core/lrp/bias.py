@@ -164,10 +164,16 @@ def audit(request: BiasRequest, progress=None) -> dict:
     from core import batch
     from core.lrp import inputs
 
+    from core.lrp.adapters import adapter_for
+
     loaded = inputs.load(request.model)
     if inputs.kind(loaded) != "classifier":
         raise BadInputError(f"the bias audit explains a classifier's class; {request.model} is not one.",
                             fix="pick mamba-sentiment (or a Mamba classifier folder).")
+    classes = adapter_for(loaded.model).num_outputs
+    if request.target >= classes:
+        raise BadInputError(f"{request.model} has {classes} classes; there is no class {request.target}.",
+                            fix=f"explain a class from 0 to {classes - 1} (1: positive for mamba-sentiment).")
     with tempfile.TemporaryDirectory(prefix="layerwise-bias-") as tmp:
         source = write_inputs(Path(tmp) / "audit.jsonl")
         summary = batch.run("lrp", source, Path(tmp) / "audit.parquet", progress, model=request.model,

@@ -8,7 +8,8 @@
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
-    python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--precompute] [--out DIR]
+    python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
+    python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
     python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
 
 ``--out`` takes a folder (every file the tab offers) or one ``FILE.json|.csv|.html``.
@@ -208,7 +209,6 @@ def _bias_args(p) -> None:
     p.add_argument("--target", type=int, default=1, help="the class explained (default 1: positive)")
     p.add_argument("--inputs", default=None, metavar="FILE.jsonl",
                    help="only write the templated sentences (the input of `lrp batch`) and stop")
-    p.add_argument("--precompute", action="store_true", help="recompute the committed audit (assets/lrp/bias.json)")
     p.add_argument("--out", default=None, help="a folder (every file the tab offers) or one FILE.json/.csv/.html/"
                                                  ".parquet")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
@@ -226,8 +226,6 @@ def run_bias(args) -> dict:
         result = {"written": str(path), "sentences": len(bias.audit_rows())}
         emit(args, result, f"wrote {result['sentences']} sentences to {path}")
         return result
-    if args.precompute:
-        _log(f"written {lrp.precompute_bias(log=_log)}")
     res = lrp.bias_audit_result(args.model, args.method, args.target, ProgressBar())
     shown = ("term", "group", "relevance_mean", "relevance_std", "shift_mean", "shift_std")
     rows = [{k: f"{t[k]:+.3f}" if k.endswith("mean") else f"{t[k]:.3f}" if k.endswith("std") else t[k] for k in shown}
@@ -235,6 +233,18 @@ def run_bias(args) -> dict:
     lines = [res.status.replace("**", ""), table(rows)]
     emit(args, {k: v for k, v in res.data.items() if k != "rows"}, "\n".join(lines), res)
     return res.data
+
+
+def _threads_arg(p) -> None:
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+
+
+def run_precompute_bias(args) -> dict:
+    """Recompute the committed bias audit (``core.lrp.precompute_bias``: assets/lrp/bias.json)."""
+    _threads(args.threads)
+    path = lrp.precompute_bias(log=_log)
+    emit(args, {"written": str(path)}, f"wrote {path}")
+    return {"written": str(path)}
 
 
 def run_precompute_evaluation(args) -> dict:
@@ -266,4 +276,6 @@ def register(groups) -> None:
                    "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
     groups.command("lrp", "bias-audit", "identity terms swapped in templated reviews: the relevance each receives and "
                    "how the class logit moves (assets/lrp/bias.json)", _bias_args)(run_bias)
+    groups.command("lrp", "precompute-bias", "recompute the committed bias audit (assets/lrp/bias.json)",
+                   _threads_arg)(run_precompute_bias)
     register_batch(groups, BATCH)  # python -m core lrp batch: the analysis over a file of inputs

@@ -35,7 +35,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
 
 PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lrp", "key-token"),
               ("lrp", "precompute-examples"),
-              ("lrp", "precompute-evaluation"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
+              ("lrp", "precompute-evaluation"), ("lrp", "precompute-bias"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
               ("mixln", "reproduce"), ("neuzip", "precompute")}
 SPLITS = ["train", "validation", "test", "all"]
 
