@@ -7,6 +7,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import torch
 
 from core.errors import BadInputError
+from kernels.neuzip_rans import raise_if_corrupt
 
 __all__ = ["DecompressionBuffer"]
 
@@ -22,6 +23,9 @@ class DecompressionBuffer:
     runs on another core while torch computes; a layer whose decode has not started when it is
     needed (no core free) is decoded by the calling thread instead of waiting. CUDA inputs decode
     synchronously.
+
+    On a device the decodes check the stream without waiting for it: a corrupt segment sets a flag on the device
+    (:meth:`errors`), which :meth:`check` reads once (the model's forward hook calls it after each forward).
     """
 
     def __init__(self, ahead: int = 0) -> None:
@@ -32,7 +36,23 @@ class DecompressionBuffer:
         self._pending: dict[int, tuple[Future, int]] = {}  # layer index -> (decode, slot)
         self._current: int | None = None
         self._executor: ThreadPoolExecutor | None = None
+        self._errors: dict[torch.device, torch.Tensor] = {}
         self.set_ahead(ahead)
+
+    def errors(self, device: torch.device) -> torch.Tensor:
+        """The ``(1,) int32`` flag that the decodes on ``device`` set when a stream is corrupt (made on first use,
+        outside inference mode so that any later forward may update it)."""
+        flag = self._errors.get(device)
+        if flag is None:
+            with torch.inference_mode(False):
+                flag = self._errors[device] = torch.zeros(1, dtype=torch.int32, device=device)
+        return flag
+
+    def check(self) -> None:
+        """Raise ``ValueError`` if a decode since the last check found a corrupt stream: one device-to-host read per
+        device that decoded (none on the CPU, whose decoder raises at once)."""
+        for flag in self._errors.values():
+            raise_if_corrupt(flag)
 
     @property
     def tensor(self) -> torch.Tensor | None:

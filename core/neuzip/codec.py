@@ -36,7 +36,8 @@ from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
 from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
 from kernels.dispatch import use_triton
-from kernels.neuzip_rans import gemv_eligible, pair_rans_decode, pair_rans_gemv_triton, slot_table
+from kernels.neuzip_rans import (DECODE_ROWS, decode_layout, gemv_eligible, multiprocessors, pair_rans_decode,
+                                 pair_rans_gemv_triton)
 
 __all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
@@ -132,10 +133,12 @@ def bf16_exact(x: torch.Tensor, y: torch.Tensor | None = None) -> bool:
 @dataclass
 class DeviceArrays:
     """Every stored array of a :class:`CompressedTensor` as the tensors the kernel path decodes from, all on one
-    device (:meth:`CompressedTensor.device_arrays`; on the CPU they share memory with the stored arrays where the
-    dtype allows). The exponent stream as :func:`core.neuzip.pairs.stream_arrays` gives it (states, offsets,
-    words, escapes, escape offsets, and per pair its frequency and bytes, from which the per-slot decode table is
-    built on the device at each decode), the packed sign/mantissa ``fields`` and the normaliser ``scales``.
+    device (:meth:`CompressedTensor.device_arrays`). The exponent stream as :func:`core.neuzip.pairs.stream_arrays`
+    gives it: states, word offsets and escape offsets per *segment* of ``segment`` weights (on a CUDA device a
+    layout that fills it, :func:`kernels.neuzip_rans.decode_layout`; elsewhere the chunks themselves, sharing
+    memory with the stored arrays), the words and escapes, and the two decode tables (``slot_pair``, 32 KB, and
+    ``pair_info``, at most 2 KB: built once, kept with the weight); the packed sign/mantissa ``fields`` and the
+    normaliser ``scales``. ``rows``: segments per program of the decode kernel.
     :class:`core.neuzip.modules.CompressedLinear` keeps them as buffers, so ``model.to(device)`` moves them."""
 
     states: torch.Tensor
@@ -143,12 +146,15 @@ class DeviceArrays:
     words: torch.Tensor
     escapes: torch.Tensor
     escape_offsets: torch.Tensor
-    pair_freq: torch.Tensor
-    pair_bytes: torch.Tensor
+    slot_pair: torch.Tensor
+    pair_info: torch.Tensor
     fields: torch.Tensor
     scales: torch.Tensor | None = None
+    segment: int | None = None
+    rows: int = DECODE_ROWS
 
-    NAMES = ("states", "offsets", "words", "escapes", "escape_offsets", "pair_freq", "pair_bytes", "fields", "scales")
+    NAMES = ("states", "offsets", "words", "escapes", "escape_offsets", "slot_pair", "pair_info", "fields", "scales")
+    LAYOUT = ("states", "offsets", "escape_offsets")  # the arrays that depend on the segment length
 
     def items(self) -> list[tuple[str, torch.Tensor | None]]:
         return [(name, getattr(self, name)) for name in self.NAMES]
@@ -159,9 +165,14 @@ class DeviceArrays:
 
     @property
     def nbytes(self) -> int:
-        """Bytes these tensors take (a little more than the stored bytes: offsets widened to int64, per-pair
-        frequencies and bytes instead of the counts)."""
+        """Bytes these tensors take (more than the stored bytes: offsets widened to int64 and one set per segment,
+        the two decode tables)."""
         return sum(t.numel() * t.element_size() for _, t in self.items() if t is not None)
+
+    @property
+    def index_bytes(self) -> int:
+        """Bytes of the segment layout (states and both offsets per segment)."""
+        return sum(getattr(self, name).numel() * getattr(self, name).element_size() for name in self.LAYOUT)
 
 
 @dataclass
@@ -274,26 +285,36 @@ class CompressedTensor:
             out.copy_(target.view(out.shape))
         return out.view(self.shape)
 
-    def device_arrays(self, device: torch.device | str | None = None) -> DeviceArrays:
+    def device_layout(self, device: torch.device | str) -> int | None:
+        """The segment length the kernel path decodes this weight with on ``device``
+        (:func:`kernels.neuzip_rans.decode_layout` of its multiprocessor count), None off CUDA (the chunks)."""
+        sms = multiprocessors(device)
+        return None if sms is None else decode_layout(self.numel, self.exponents.chunk_size, sms)
+
+    def device_arrays(self, device: torch.device | str | None = None, segment: int | None = None) -> DeviceArrays:
         """The stored arrays as :class:`DeviceArrays` on ``device`` (default: the CPU, sharing memory with this
-        tensor's arrays where the dtype allows)."""
-        arrays = {k: torch.from_numpy(v) for k, v in pairs.stream_arrays(self.exponents).items()}
-        arrays = DeviceArrays(**arrays, fields=self.fields, scales=self.scales)
+        tensor's arrays where the dtype allows), laid out in segments of ``segment`` weights (None: the chunks;
+        a segment length runs one pass over the stream on the CPU, which also checks it)."""
+        arrays = {k: torch.from_numpy(v) for k, v in pairs.stream_arrays(self.exponents, segment).items()}
+        arrays = DeviceArrays(**arrays, fields=self.fields, scales=self.scales, segment=segment)
         if device is None or torch.device(device) == torch.device("cpu"):
             return arrays
-        return DeviceArrays(**{k: None if t is None else t.to(device) for k, t in arrays.items()})
+        moved = {k: None if t is None else t.to(device) for k, t in arrays.items()}
+        return DeviceArrays(**moved, segment=segment, rows=arrays.rows)
 
-    def decode_arrays(self, arrays: DeviceArrays) -> torch.Tensor:
+    def decode_arrays(self, arrays: DeviceArrays, errors: torch.Tensor | None = None) -> torch.Tensor:
         """Whole-tensor decode from ``arrays`` with the kernel ops, on their device (Triton exponent decode and bit
-        merge on CUDA, their PyTorch twins elsewhere): ``(N,) bfloat16``. Reads nothing from the host: the decode
-        table is built from the per-pair arrays on the device."""
+        merge on CUDA, their PyTorch twins elsewhere): ``(N,) bfloat16``. Reads nothing from the host and waits for
+        nothing when ``errors`` (an int32 device flag) is given: a corrupt segment sets it; without it, the check is
+        made at once (a ``ValueError``)."""
         t = self.exponents
-        table = slot_table(arrays.pair_freq, arrays.pair_bytes, t.table.precision)
-        exponent = pair_rans_decode(arrays.states, arrays.offsets, arrays.words, table, arrays.escapes,
-                                    arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision)
+        exponent = pair_rans_decode(arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info,
+                                    arrays.escapes, arrays.escape_offsets, t.table.marker, t.n, t.chunk_size,
+                                    t.table.precision, segment=arrays.segment, errors=errors, block=arrays.rows)
         return self._finish(exponent, arrays.fields, arrays.scales)
 
-    def gemv_arrays(self, arrays: DeviceArrays, vec: torch.Tensor) -> torch.Tensor | None:
+    def gemv_arrays(self, arrays: DeviceArrays, vec: torch.Tensor, errors: torch.Tensor | None = None
+                    ) -> torch.Tensor | None:
         """``W @ vec`` as ``(rows,) float32`` straight from ``arrays`` by the fused exponent decode + matrix-vector
         kernel (the bf16 weight is never written), or None where it does not apply: a lossy or normalised weight,
         rows not a multiple of 32, ``vec`` on another device, or the kernel not chosen there (CPU tensors, a failed
@@ -306,10 +327,10 @@ class CompressedTensor:
         vec = vec.reshape(-1).float()
         if not use_triton(arrays.states, arrays.fields, vec, kernel="pair_rans_gemv"):
             return None
-        table = slot_table(arrays.pair_freq, arrays.pair_bytes, t.table.precision)
-        return pair_rans_gemv_triton(arrays.states, arrays.offsets, arrays.words, table, arrays.escapes,
-                                     arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision,
-                                     arrays.fields, vec)
+        return pair_rans_gemv_triton(arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info,
+                                     arrays.escapes, arrays.escape_offsets, t.table.marker, t.n, t.chunk_size,
+                                     t.table.precision, arrays.fields, vec, segment=arrays.segment, errors=errors,
+                                     block=arrays.rows)
 
     def _decode_on_device(self, device: torch.device) -> torch.Tensor:
         """Whole-tensor decode on ``device`` from a copy of the arrays made for this call (a weight kept on the

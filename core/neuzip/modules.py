@@ -20,6 +20,12 @@ weights plus one decompression buffer, not the bf16 weights. On the CPU the numb
 The buffers are not part of ``state_dict()``; save the weights with ``save_compressed(path,
 compressed_tensors(model))`` and restore them with :func:`apply_compressed` (onto the device of the model's
 layers). The stored arrays also stay on the host (what saving and the CPU decoder read).
+
+Laid out for the device: when a layer lands on a CUDA device (``compress_model`` of a model there, or
+``.to(device)``), its stream is re-indexed in segments that give the decode kernel enough programs to fill that
+device (:func:`kernels.neuzip_rans.decode_layout`; one pass over the stream on the CPU, which also checks it), and
+the two decode tables are kept beside it: a forward builds nothing. The decodes on the device check the stream
+without waiting for it (a device flag); the model's forward hook reads the flag once per forward.
 """
 from __future__ import annotations
 
@@ -69,8 +75,33 @@ class CompressedLinear(nn.Module):
         self.weight_compressed = weight
         self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
         self._buffer = buffer
-        for name, t in weight.device_arrays().items():  # on the CPU: views of the stored arrays
+        arrays = weight.device_arrays()
+        for name, t in arrays.items():  # on the CPU: views of the stored arrays
             self.register_buffer(ARRAY_PREFIX + name, t, persistent=False)
+        self.segment: int | None = None  # the chunks; a CUDA device gets its own layout (lay_out)
+        self.rows = arrays.rows
+
+    def _apply(self, fn, recurse=True):  # .to(device), .cuda(), ...: then lay the stream out for the new device
+        super()._apply(fn, recurse)
+        self.lay_out()
+        return self
+
+    def lay_out(self, segment: int | None | str = "device", rows: int | None = None) -> "CompressedLinear":
+        """Lay the resident stream out in segments of ``segment`` weights for the device it is on: ``"device"``
+        (the default, what moving the layer does) picks :meth:`CompressedTensor.device_layout` (the chunks off
+        CUDA), None the chunks, an int that length (a multiple of 32 dividing the chunk size); ``rows``: segments
+        per program of the decode kernel. Builds the segment index on the CPU (a pass over the stream that checks
+        it) and moves it to the device; a no-op when the layout is already that."""
+        if segment == "device":
+            segment = self.weight_compressed.device_layout(self.device)
+        rows = self.rows if rows is None else int(rows)
+        if segment == self.segment and rows == self.rows:
+            return self
+        arrays = self.weight_compressed.device_arrays(None, segment)
+        for name in DeviceArrays.LAYOUT:
+            setattr(self, ARRAY_PREFIX + name, getattr(arrays, name).to(self.device))
+        self.segment, self.rows = segment, rows
+        return self
 
     @property
     def device(self) -> torch.device:
@@ -79,7 +110,8 @@ class CompressedLinear(nn.Module):
 
     def arrays(self) -> DeviceArrays:
         """The compressed arrays this layer keeps, on :attr:`device`."""
-        return DeviceArrays(**{name: getattr(self, ARRAY_PREFIX + name) for name in DeviceArrays.NAMES})
+        return DeviceArrays(**{name: getattr(self, ARRAY_PREFIX + name) for name in DeviceArrays.NAMES},
+                            segment=self.segment, rows=self.rows)
 
     def decode(self, out: torch.Tensor) -> torch.Tensor:
         """Decode the weight into ``out`` (bf16, ``numel`` elements) on ``out``'s device and return it shaped.
@@ -90,11 +122,11 @@ class CompressedLinear(nn.Module):
         ct = self.weight_compressed
         if out.device.type == "cpu":
             return ct.decompress(out=out)
-        arrays = self.arrays()
+        arrays, errors = self.arrays(), self._buffer.errors(out.device)
         if arrays.device != out.device:
             _warn_not_resident(arrays.device, out.device)
-            arrays = ct.device_arrays(out.device)
-        out.view(-1).copy_(ct.decode_arrays(arrays))
+            arrays, errors = ct.device_arrays(out.device), None  # a copy per call: checked at once
+        out.view(-1).copy_(ct.decode_arrays(arrays, errors))
         return out.view(ct.shape)
 
     def decompressed_weight(self, device: torch.device | None = None) -> torch.Tensor:
@@ -108,7 +140,8 @@ class CompressedLinear(nn.Module):
         decode + matrix-vector kernel is chosen multiplies straight from the compressed arrays; otherwise the
         weight is decoded into the shared buffer and multiplied."""
         if x.numel() == self.in_features and not (x.requires_grad and torch.is_grad_enabled()):  # the kernel has no
-            y = self.weight_compressed.gemv_arrays(self.arrays(), x)  # backward: inference only
+            errors = None if x.device.type == "cpu" else self._buffer.errors(x.device)  # backward: inference only
+            y = self.weight_compressed.gemv_arrays(self.arrays(), x, errors)
             if y is not None:
                 if self.bias is not None:
                     y = y + self.bias.float()
@@ -199,8 +232,23 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, layer)
     model._neuzip_buffer = buffer
+    _watch(model)
     _warm_decoder(model)
     return set_decode_ahead(model, decode_ahead)
+
+
+def _check_decodes(model: nn.Module, args, output) -> None:
+    """After each forward of the model: did a decode on a device find a corrupt stream? One read of the device
+    flag per forward (the layers themselves never wait for the device)."""
+    buffer = getattr(model, "_neuzip_buffer", None)
+    if buffer is not None:
+        buffer.check()
+
+
+def _watch(model: nn.Module) -> None:
+    """Check the device decodes once per forward of ``model`` (a forward hook, registered once)."""
+    if getattr(model, "_neuzip_watch", None) is None:
+        model._neuzip_watch = model.register_forward_hook(_check_decodes)
 
 
 DECODE_KERNELS = ("pair_rans_decode", "merge_bf16")  # pair_rans_gemv: opt-in, never chosen in auto mode
@@ -262,6 +310,7 @@ def apply_compressed(model: nn.Module, tensors: dict[str, CompressedTensor]) -> 
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer).to(modules[name].weight.device))
     model._neuzip_buffer = buffer
+    _watch(model)
     _warm_decoder(model)
     return set_decode_ahead(model, buffer.ahead)
 
@@ -280,6 +329,7 @@ def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.M
     for name, layer in [(n, m) for n, m in model.named_modules() if isinstance(m, CompressedLinear)]:
         ct = layer.weight_compressed
         weight = layer.decode(torch.empty(ct.numel, dtype=torch.bfloat16, device=layer.device))
+        layer._buffer.check()
         linear = nn.Linear(layer.in_features, layer.out_features, bias=layer.bias is not None,
                            device="meta")
         linear.weight = nn.Parameter(weight if dtype is None else weight.to(dtype), requires_grad=False)
@@ -291,6 +341,9 @@ def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.M
     if hasattr(model, "_neuzip_buffer"):
         model._neuzip_buffer.set_ahead(0)
         del model._neuzip_buffer
+    if getattr(model, "_neuzip_watch", None) is not None:
+        model._neuzip_watch.remove()
+        del model._neuzip_watch
     return model
 
 

@@ -231,7 +231,7 @@ def test_every_compressed_array_follows_the_module_to_its_device(k, block):
     model = compress_model(tiny(), mantissa_bits=k, block_size=block)
     arrays = _arrays_of(model)
     names = {a.rsplit(".", 1)[1] for a in arrays}
-    assert names == {"states", "offsets", "words", "escapes", "escape_offsets", "pair_freq", "pair_bytes", "fields"} \
+    assert names == {"states", "offsets", "words", "escapes", "escape_offsets", "slot_pair", "pair_info", "fields"} \
         | ({"scales"} if block else set())
     layer = model.blocks[0]["up"]
     assert layer.arrays().fields.data_ptr() == layer.weight_compressed.fields.data_ptr()  # no second host copy
@@ -250,7 +250,7 @@ def test_the_device_path_decodes_each_layer_from_its_own_arrays_bit_for_bit(k, b
 
     model = compress_model(tiny(), mantissa_bits=k, block_size=block)
     want = {n: m.weight_compressed.decompress() for n, m in model.named_modules() if isinstance(m, CompressedLinear)}
-    for name in ("stream_arrays", "kernel_args", "decode_table"):  # nothing may be rebuilt from the host stream
+    for name in ("stream_arrays", "kernel_args", "segment_index"):  # nothing may be rebuilt from the host stream
         monkeypatch.setattr(pairs, name, lambda *a, **kw: pytest.fail("read the host stream"))
     for n, m in model.named_modules():
         if isinstance(m, CompressedLinear):

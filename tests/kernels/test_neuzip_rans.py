@@ -6,8 +6,9 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import (gemv_eligible, pair_rans_decode, pair_rans_decode_ref, pair_rans_decode_triton,
-                                 pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton, slot_table)
+from kernels.neuzip_rans import (decode_layout, decode_programs, gemv_eligible, pair_rans_decode,
+                                 pair_rans_decode_ref, pair_rans_decode_triton, pair_rans_gemv, pair_rans_gemv_ref,
+                                 pair_rans_gemv_triton)
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
@@ -32,26 +33,61 @@ def test_ref_matches_numba_coder(n, chunk, escapes):
     assert torch.equal(pair_rans_decode(*pairs.kernel_args(stream)), got)  # CPU tensors dispatch to the ref
 
 
+def _segments(chunk):
+    """Every segment length a chunk of ``chunk`` weights can be cut into (multiples of 32 dividing it)."""
+    return [s for s in range(32, chunk + 1, 32) if chunk % s == 0]
+
+
 @pytest.mark.parametrize("n,chunk,escapes", CASES)
-def test_the_slot_table_built_from_per_pair_arrays_is_the_coders_table(n, chunk, escapes):
-    """What a resident GPU weight keeps (per pair: frequency and bytes) rebuilds the coder's per-slot table exactly,
-    and the stream decodes from it."""
+def test_a_decode_may_start_at_any_segment(n, chunk, escapes):
+    """The segment index (states, word and escape pointers every ``segment`` weights, from one pass over the stream)
+    lets the decode start mid-chunk: every segment length gives the coder's exponents, and the index's last entries
+    are the stream's totals."""
     e = _exponents(n, n + 2, escapes)
     stream = pairs.encode(e, chunk_size=chunk)
-    a = {k: torch.from_numpy(v) for k, v in pairs.stream_arrays(stream).items()}
-    table = slot_table(a["pair_freq"], a["pair_bytes"], stream.table.precision)
-    assert torch.equal(table, torch.from_numpy(pairs.decode_table(stream.table)))
-    got = pair_rans_decode_ref(a["states"], a["offsets"], a["words"], table, a["escapes"], a["escape_offsets"],
-                               stream.table.marker, stream.n, stream.chunk_size, stream.table.precision)
-    assert np.array_equal(got.numpy(), e)
+    for segment in _segments(chunk):
+        states, offsets, escape_offsets = pairs.segment_index(stream, segment)
+        assert states.shape == (-(-n // segment), 8)
+        assert offsets[-1] == stream.words.size and escape_offsets[-1] == stream.escapes.size
+        starts = np.arange(0, n, chunk) // segment  # a chunk's first segment starts where the chunk does
+        assert np.array_equal(states[starts], stream.states.view(np.int64))
+        got = pair_rans_decode_ref(*pairs.kernel_args(stream, segment=segment), segment=segment)
+        assert np.array_equal(got.numpy(), e), segment
+
+
+def test_segment_lengths_that_do_not_cut_whole_rounds_are_refused():
+    stream = pairs.encode(_exponents(300), chunk_size=128)
+    for segment in (16, 48, 96, 256):
+        with pytest.raises(ValueError, match="segment"):
+            pairs.segment_index(stream, segment)
+        with pytest.raises(ValueError, match="segment"):
+            pair_rans_decode_ref(*pairs.kernel_args(stream), segment=segment)
+
+
+def test_the_layout_fills_an_h100_at_the_apps_chunk():
+    """At the app's default chunk (2**17 weights) a 1536x576 SmolLM2-135M linear on an H100 (132 multiprocessors)
+    is cut into segments that give at least 2 programs per multiprocessor (264); a CPU keeps the chunks."""
+    n, chunk = 1536 * 576, pairs.DEFAULT_CHUNK
+    assert -(-n // chunk) == 7  # the chunks alone: 7 lanes of 8 states
+    segment = decode_layout(n, chunk, 132)
+    assert chunk % segment == 0 and segment % 32 == 0
+    assert decode_programs(n, segment) >= 2 * 132
+    assert decode_layout(n, chunk, None) == chunk
+    assert decode_layout(n, chunk, 132, min_segment=chunk) == chunk  # a floor that forbids cutting
+    assert decode_layout(4 * chunk * 1000, chunk, 132) == chunk  # a matrix big enough already fills it
 
 
 @needs_triton
 @pytest.mark.parametrize("n,chunk,escapes", CASES)
 def test_triton_matches_ref(n, chunk, escapes):
+    """Bit-identical to the twin, in the chunks and in the shortest segments (32 weights: every round its own lane,
+    a chunk's lanes spread over several programs)."""
     e = _exponents(n, n + 1, escapes)
-    args = pairs.kernel_args(pairs.encode(e, chunk_size=chunk))
-    assert torch.equal(pair_rans_decode_triton(*args), pair_rans_decode_ref(*args))
+    stream = pairs.encode(e, chunk_size=chunk)
+    for segment in (None, 32):
+        args = pairs.kernel_args(stream, segment=segment)
+        got = pair_rans_decode_triton(*args, segment=segment)
+        assert torch.equal(got, pair_rans_decode_ref(*args, segment=segment)) and np.array_equal(got.numpy(), e)
 
 
 @needs_triton
@@ -69,37 +105,56 @@ def test_triton_takes_escapes_in_stream_order_at_any_block(block):
     e = _exponents(9 * 64 + 17, 5, escapes=260)
     stream = pairs.encode(e, chunk_size=64)
     args = pairs.kernel_args(stream)
-    assert int(args[4].numel()) >= 200  # escapes stored
+    assert int(args[5].numel()) >= 200  # escapes stored
     got = pair_rans_decode_triton(*args, block=block)
     assert np.array_equal(got.numpy(), e) and torch.equal(got, pair_rans_decode_ref(*args))
+    args = pairs.kernel_args(stream, segment=32)  # segments start mid-chunk with escapes already taken
+    assert np.array_equal(pair_rans_decode_triton(*args, segment=32, block=block).numpy(), e)
 
 
 @needs_triton
 @pytest.mark.parametrize("decode", [pair_rans_decode_ref, pair_rans_decode_triton])
-def test_corrupt_stream_is_detected(decode):
+@pytest.mark.parametrize("segment", [None, 32])
+def test_corrupt_stream_is_detected(decode, segment):
+    """Without a flag the decode raises at once; with one (what a forward passes on a device) it sets the flag
+    and returns without reading anything back, and a good stream leaves the flag at 0."""
+    from kernels.neuzip_rans import raise_if_corrupt
+
     stream = pairs.encode(_exponents(512, 4, escapes=5), chunk_size=128)
-    args = list(pairs.kernel_args(stream))
-    args[2] = args[2].clone()
-    args[2][3] ^= 0x1234
-    with pytest.raises(ValueError, match="corrupt"):
-        decode(*args)
-    args = list(pairs.kernel_args(stream))
-    args[5] = args[5].clone()
-    args[5][1:-1] += 1  # escapes moved from chunk to chunk
-    with pytest.raises(ValueError, match="corrupt"):
-        decode(*args)
+    good = pairs.kernel_args(stream, segment=segment)
+    flag = torch.zeros(1, dtype=torch.int32)
+    decode(*good, segment=segment, errors=flag)
+    assert int(flag) == 0
+    words = list(good)
+    words[2] = words[2].clone()
+    words[2][3] ^= 0x1234
+    moved = list(good)
+    moved[6] = moved[6].clone()
+    moved[6][1:-1] += 1  # escapes moved from segment to segment
+    states = list(good)
+    states[0] = states[0].clone()
+    states[0][1, 2] += 1  # a segment starting from the wrong state
+    for args in (words, moved, states):
+        with pytest.raises(ValueError, match="corrupt"):
+            decode(*args, segment=segment)
+        flag.zero_()
+        decode(*args, segment=segment, errors=flag)
+        assert int(flag) != 0
+        with pytest.raises(ValueError, match="corrupt"):
+            raise_if_corrupt(flag)
+        assert int(flag) == 0  # cleared by the check
 
 
 def test_bad_arguments():
     args = list(pairs.kernel_args(pairs.encode(_exponents(100), chunk_size=32)))
     with pytest.raises(ValueError):
-        pair_rans_decode_ref(*args[:8], 48, args[9])  # chunk size that does not match the states
+        pair_rans_decode_ref(*args[:9], 48, args[10])  # chunk size that does not match the states
     with pytest.raises(TypeError):
         pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int16), *args[3:])
 
 
 # ---- the exponent decode fused with a matrix-vector product (batch-1 inference) ----
-def _gemv_args(out_features, in_features, chunk, seed, escapes=0):
+def _gemv_args(out_features, in_features, chunk, seed, escapes=0, segment=None):
     from kernels.neuzip_bits import merge_bf16_ref
 
     n = out_features * in_features
@@ -107,28 +162,31 @@ def _gemv_args(out_features, in_features, chunk, seed, escapes=0):
     rng = np.random.default_rng(seed + 1)
     fields = torch.from_numpy(rng.integers(0, 256, n).astype(np.uint8))
     vec = torch.from_numpy(rng.standard_normal(in_features).astype(np.float32))
-    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=chunk)), fields, vec)
+    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=chunk), segment=segment), fields, vec)
     weight = merge_bf16_ref(torch.from_numpy(e), fields, 7).view(out_features, in_features)
     return args, weight
 
 
 @needs_triton
-@pytest.mark.parametrize("out_features,in_features,chunk,escapes,block", [
-    (9, 32, 256, 0, 32),    # a chunk spans 8 rows, the last chunk ragged
-    (5, 128, 32, 6, 32),    # a row spans 4 chunks
-    (7, 96, 64, 40, 2),     # chunks straddle rows (64 vs 96), dense escapes, 2 chunks per program
-    (3, 64, 128, 3, 1),     # fewer weights than one chunk
+@pytest.mark.parametrize("out_features,in_features,chunk,escapes,block,segment", [
+    (9, 32, 256, 0, 32, None),  # a chunk spans 8 rows, the last chunk ragged
+    (5, 128, 32, 6, 32, None),  # a row spans 4 chunks
+    (7, 96, 64, 40, 2, None),   # chunks straddle rows (64 vs 96), dense escapes, 2 chunks per program
+    (3, 64, 128, 3, 1, None),   # fewer weights than one chunk
+    (7, 96, 192, 40, 4, 64),    # segments of 64 in chunks of 192 straddle rows of 96, dense escapes
+    (9, 32, 256, 5, 4, 32),     # one segment per row, the last chunk ragged
 ])
-def test_fused_gemv_is_the_decoded_matrix_times_the_vector(out_features, in_features, chunk, escapes, block):
-    args, weight = _gemv_args(out_features, in_features, chunk, out_features + in_features, escapes)
-    got = pair_rans_gemv_triton(*args, block=block)
-    want = pair_rans_gemv_ref(*args)
+def test_fused_gemv_is_the_decoded_matrix_times_the_vector(out_features, in_features, chunk, escapes, block,
+                                                           segment):
+    args, weight = _gemv_args(out_features, in_features, chunk, out_features + in_features, escapes, segment)
+    got = pair_rans_gemv_triton(*args, block=block, segment=segment)
+    want = pair_rans_gemv_ref(*args, segment=segment)
     exact = (weight.double() @ args[-1].double())
     assert got.dtype == torch.float32 and got.shape == (out_features,)
     scale = float((weight.double().abs() @ args[-1].double().abs()).max())
     assert float((got.double() - exact).abs().max()) <= 1e-6 * scale  # float32 sums of the same products
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6 * scale)
-    assert torch.equal(got, pair_rans_gemv_triton(*args, block=block))  # no atomics: the same every run
+    assert torch.equal(got, pair_rans_gemv_triton(*args, block=block, segment=segment))  # no atomics: repeatable
 
 
 def test_fused_gemv_reference_and_eligibility():

@@ -64,12 +64,13 @@ merge into bf16, one file because numba's on-disk cache does not notice an edit 
 function calls into), :mod:`.decode` (the decoders' Python API, the reference decoder and the kernel path's arrays)
 and :mod:`.format2` (the reader of format 2).
 """
-from core.neuzip.pairs.decode import decode, decode_into, decode_reference, kernel_args, stream_arrays
+from core.neuzip.pairs.decode import decode, decode_into, decode_reference, kernel_args, segment_index, stream_arrays
 from core.neuzip.pairs.encode import encode, split_into
 from core.neuzip.pairs.format2 import decode_format2
 from core.neuzip.pairs.table import (CHUNK_MULTIPLE, DEFAULT_CHUNK, LANES, MAX_DIRECT, PRECISION, ROUND, PairStream,
-                                     PairTable, build_table, decode_table, pair_frequencies, round_chunk_size)
+                                     PairTable, build_table, pair_frequencies, round_chunk_size)
 
 __all__ = ["LANES", "ROUND", "CHUNK_MULTIPLE", "PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable",
            "PairStream", "pair_frequencies", "build_table", "encode", "decode", "decode_into", "decode_reference",
-           "decode_format2", "decode_table", "kernel_args", "stream_arrays", "split_into", "round_chunk_size"]
+           "decode_format2", "kernel_args", "segment_index", "stream_arrays", "split_into",
+           "round_chunk_size"]

@@ -299,3 +299,42 @@ def _field_table(k: int) -> np.ndarray:
     if k not in _FIELD_BITS:
         _FIELD_BITS[k] = _field_bits(k)
     return _FIELD_BITS[k]
+
+
+@numba.njit(nogil=True, cache=True)
+def _segment_index(words, states, offsets, escape_offsets, n, chunk_size, segment, slot_pair, info, marker,
+                   seg_states, seg_p, seg_q):
+    """Run the rANS rounds of every chunk (:func:`_decode_chunk`, one segment at a time into a scratch) and record,
+    at the start of each segment of ``segment`` weights (a multiple of 32 dividing ``chunk_size``), the 8 states,
+    the word pointer and the escapes taken so far: ``seg_states (S, 8)``, ``seg_p (S + 1,)``, ``seg_q (S + 1,)``
+    (the last entries: the totals). A decoder can then start at any segment. Checks every chunk's end states,
+    word pointer and escape count on the way; returns -1 when well formed, else the first bad chunk."""
+    x = np.empty(LANES, np.int64)
+    scratch = np.empty(segment // 2, np.uint16)
+    exps = scratch.view(np.uint8)
+    num = (n + chunk_size - 1) // chunk_size
+    for c in range(num):
+        lo = c * chunk_size
+        hi = min(n, lo + chunk_size)
+        for j in range(LANES):
+            x[j] = states[c, j]
+        p = np.int64(offsets[c])
+        q = np.int64(escape_offsets[c])
+        for start in range(lo, hi, segment):
+            s = start // segment
+            for j in range(LANES):
+                seg_states[s, j] = x[j]
+            seg_p[s] = p
+            seg_q[s] = q
+            count = min(hi, start + segment) - start
+            p = _decode_chunk(words, p, x, slot_pair, info, scratch, ((count + 1) // 2 + ROUND - 1) // ROUND)
+            for i in range(count):
+                q += np.int64(exps[i] == marker)
+        if p != np.int64(offsets[c + 1]) or q != np.int64(escape_offsets[c + 1]):
+            return c
+        for j in range(LANES):
+            if x[j] != _L:
+                return c
+    seg_p[seg_p.size - 1] = np.int64(offsets[num])
+    seg_q[seg_q.size - 1] = np.int64(escape_offsets[num])
+    return -1
