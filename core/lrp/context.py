@@ -68,12 +68,14 @@ def release_freed_memory(*_) -> None:
 
 def _run_mixer(forward, module, hidden_states, rules, record, layer, recompute, progress):
     """``forward(module, hidden_states, rules, record, layer)``; with ``recompute`` its activations are not kept
-    but recomputed in the backward pass (activation checkpointing; never when recording scans), and freed heap
-    pages are released after the mixer's forward and before its backward."""
+    but recomputed in the backward pass (activation checkpointing; never when recording scans), and on the CPU
+    freed heap pages are released after the mixer's forward and before its backward (on a GPU the activations
+    are not in the host heap: no ``malloc_trim``)."""
     if recompute and record is None and torch.is_grad_enabled() and hidden_states.requires_grad:
         out = checkpoint(forward, module, hidden_states, rules, None, layer, use_reentrant=False)
-        release_freed_memory()
-        out.register_hook(release_freed_memory)
+        if hidden_states.device.type == "cpu":  # the activations live in the host heap only on the CPU
+            release_freed_memory()
+            out.register_hook(release_freed_memory)
     else:
         out = forward(module, hidden_states, rules, record, layer)
     if progress is not None:

@@ -20,7 +20,8 @@ from core.progress import scaled
 from kernels.dispatch import warm
 
 VISION_GAMMA = 0.25
-RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # kept activations above which every mixer is recomputed in the backward pass
+RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # on the CPU: kept activations above which every mixer is recomputed in the backward
+RECOMPUTE_FREE_SHARE = 0.5  # on a GPU: recompute only when the kept activations exceed this share of its free memory
 KEPT_BYTES_PER_CHANNEL = 28  # per token and scan channel, what a mixer keeps for the backward (~7 float32, measured)
 
 
@@ -115,15 +116,34 @@ def _reject_unknown(method: str, options: dict) -> None:
         raise BadInputError(f"Unknown option(s) for {method}: {', '.join(sorted(options))}.")
 
 
+def kept_activation_bytes(adapter: ModelAdapter, embeds: torch.Tensor) -> int:
+    """What keeping every mixer's activations for the backward pass takes for ``embeds: (B, L, H)`` (an estimate:
+    :data:`KEPT_BYTES_PER_CHANNEL` per token and scan channel, measured on the CPU)."""
+    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
+    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL
+
+
+def activation_budget(device: torch.device) -> int:
+    """The kept activations an explanation may hold on ``device`` before it recomputes its mixers instead: on a
+    CUDA device :data:`RECOMPUTE_FREE_SHARE` of its free memory now (``torch.cuda.mem_get_info``: 80 GB cards
+    keep everything up to long sequences), elsewhere :data:`RECOMPUTE_ABOVE_BYTES` (sized for the peak resident
+    memory of a laptop CPU)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free * RECOMPUTE_FREE_SHARE)
+    return RECOMPUTE_ABOVE_BYTES
+
+
 def recompute_mixers(adapter: ModelAdapter, embeds: torch.Tensor) -> bool:
     """Whether to recompute each mixer in the backward pass (activation checkpointing) for ``embeds: (B, L, H)``.
 
-    True when keeping every mixer's activations would take more than :data:`RECOMPUTE_ABOVE_BYTES` (e.g. a
-    mamba-130m-sized model from about 100 tokens on): memory then stays at one mixer's activations plus each
-    mixer's input, for the time of one more forward pass.
+    True when keeping every mixer's activations (:func:`kept_activation_bytes`) would exceed what the device can
+    spare (:func:`activation_budget`): on the CPU a mamba-130m-sized model from about 100 tokens on, on a GPU only
+    when they would not fit. Memory then stays at one mixer's activations plus each mixer's input, for the time of
+    one more forward pass.
     """
-    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
-    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL > RECOMPUTE_ABOVE_BYTES
+    return kept_activation_bytes(adapter, embeds) > activation_budget(embeds.device)
 
 
 def _gradient_x_input(adapter, embeds, target, rules):

@@ -100,6 +100,27 @@ def test_recomputation_is_chosen_by_the_size_of_the_kept_activations():
     assert methods.recompute_mixers(adapter, torch.zeros(1, 512, 768))
 
 
+def test_a_gpu_with_room_keeps_every_activation(monkeypatch):
+    """On a CUDA device the threshold is its free memory, not the CPU's 64 MB: an 80 GB card with 70 GB free keeps
+    mamba-130m's activations even at 8,192 tokens (7.9 GiB), and recomputes only when they would not fit."""
+    from core.lrp.adapters import adapter_for
+
+    with torch.device("meta"):
+        model = MambaForCausalLM(MambaConfig(vocab_size=50280, hidden_size=768, state_size=16, num_hidden_layers=24))
+    adapter = adapter_for(model)
+    free = {"bytes": 70 * 2**30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * 2**30))
+    cuda = torch.device("cuda", 0)
+    assert methods.activation_budget(cuda) == 35 * 2**30  # RECOMPUTE_FREE_SHARE of what is free
+    embeds = torch.empty(1, 8192, 768, device="meta")
+    kept = methods.kept_activation_bytes(adapter, embeds)
+    assert 7.5 * 2**30 < kept < 8.5 * 2**30  # 24 layers x 1,536 channels x 8,192 tokens x 28 bytes
+    assert kept < methods.activation_budget(cuda) and kept > methods.RECOMPUTE_ABOVE_BYTES
+    free["bytes"] = 4 * 2**30  # a small card, or one mostly taken
+    assert kept > methods.activation_budget(cuda)
+    assert methods.activation_budget(torch.device("cpu")) == methods.RECOMPUTE_ABOVE_BYTES
+
+
 def test_parameters_are_frozen_inside_and_restored_after():
     model = random_lm(layers=2)
     model.backbone.layers[0].mixer.D.requires_grad_(False)  # one parameter the user froze stays frozen
@@ -228,3 +249,19 @@ def test_recomputation_releases_freed_memory_after_each_mixer_pass(monkeypatch, 
     explain(random_lm(layers=3), ids(20))
     assert len(calls) == 6  # after each mixer's forward, before each mixer's backward
     assert real(torch.zeros(1)) is None  # glibc's malloc_trim, or nothing elsewhere; also usable as a grad hook
+
+
+def test_no_malloc_trim_off_the_cpu(monkeypatch):
+    """On a GPU the activations are not in the host heap: a recomputed mixer there never calls malloc_trim (the
+    meta device stands in for it)."""
+    import core.lrp.context as context
+
+    calls = []
+    monkeypatch.setattr(context, "release_freed_memory", lambda *_: calls.append(1))
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", 0)
+    model = random_lm(layers=3).to("meta")
+    x = torch.nn.Parameter(torch.empty(1, 20, model.config.hidden_size, device="meta"))
+    with context.lrp_rules(model, None, recompute=True):
+        out = model(inputs_embeds=x, use_cache=False).logits[0, -1, 0]
+        torch.autograd.grad(out, x)
+    assert calls == []
