@@ -6,11 +6,16 @@ walks the sequence in chunks of ``CHUNK`` steps (the backward from its end): eac
 tiles, its steps ``h -> A_bar h + b`` composed by a parallel (associative) scan along the chunk, and the state
 carried in from the previous chunk applied to them. The ``(B, D, L, N)`` discretised tensors are never
 materialised, and the backward needs no forward state (MambaLRP holds ``A_bar``, ``B_bar``, ``C`` constant).
+The chunk loop is software-pipelined (:data:`STAGES` = 2: the next chunk's tiles are fetched with ``cp.async`` into
+shared memory while this chunk's scan runs), and on CUDA the tile is the fastest of :data:`TILES` (the tiles that
+compile without spills) on that device, timed once per shape class (:func:`tuned_tile`).
 Triton is imported lazily (decorating needs it, and importing it is slow), so importing this module never needs it.
 """
 from __future__ import annotations
 
 import functools
+import os
+import threading
 
 import torch
 
@@ -42,7 +47,7 @@ def _kernel():
         stride_C_b, stride_C_n, stride_C_l,
         stride_out_b, stride_out_d, stride_out_l,
         REVERSE: tl.constexpr, DELTA_SOFTPLUS: tl.constexpr, HAS_D: tl.constexpr, HAS_DELTA_BIAS: tl.constexpr,
-        BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
+        BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, PIPELINE: tl.constexpr,
     ):
         # forward (REVERSE=False): x = u, out = y, chunks from the start
         #     h_t = A_bar_t h_{t-1} + (delta_t u_t) B_t,                  y_t = C_t . h_t (+ D u_t)
@@ -71,7 +76,7 @@ def _kernel():
         C_base = C_ptr + pid_b * stride_C_b + offs_n[:, None] * stride_C_n
         out_base = out_ptr + pid_b * stride_out_b + offs_d[:, None] * stride_out_d
         n_chunks = tl.cdiv(length, CHUNK)
-        for i in range(0, n_chunks):
+        for i in tl.range(0, n_chunks, num_stages=PIPELINE):  # PIPELINE > 1: the next chunks' loads in flight
             if REVERSE:
                 t = (n_chunks - 1 - i) * CHUNK + offs_c
             else:
@@ -120,12 +125,21 @@ def _kernel():
 
 CHUNK = 32  # steps per chunk (the parallel scan's length)
 TILE_ELEMENTS = 4096  # BLOCK_D x BLOCK_N x CHUNK: the (D, N, chunk) tiles a program holds in registers
+# ---- the constants to tune from a GPU run (bench/gpu.py selective_scan times each tile and depth) ----------------
+STAGES = 2  # software pipelining of the chunk loop (tl.range num_stages): the next chunk's loads as cp.async
+WARPS = 4
+# (BLOCK_D, CHUNK) tiles at N = 16 that compile for sm_90 without spills under Triton 3.6 and 3.9
+# (bench/aot_sm90.py: at most 246 registers; 8x64, 16x32 and 2x128 spill); on CUDA the fastest is chosen per device
+TILES = ((8, 32), (4, 32), (16, 16), (4, 64))
+AUTOTUNE = True  # on CUDA, time TILES once per device and shape class and keep the fastest
+TILE_ENV = "LAYERWISE_SCAN_TILE"  # e.g. "4x32": this tile everywhere, no timing
 
 
 def scan_config(channels: int, state_size: int, length: int, block_d: int | None = None,
                 chunk: int | None = None) -> tuple[int, int, int]:
     """``(BLOCK_D, BLOCK_N, CHUNK)`` of a launch: powers of two; by default CHUNK steps (fewer for a shorter
-    sequence) and as many channels as keep a tile at :data:`TILE_ELEMENTS`. ``bench/gpu.py`` times others."""
+    sequence) and as many channels as keep a tile at :data:`TILE_ELEMENTS` (8 x 16 x 32 at Mamba's N = 16). On
+    CUDA the launch asks :func:`tuned_tile` first. ``bench/gpu.py`` times every tile of :data:`TILES`."""
     import triton
 
     block_n = triton.next_power_of_2(state_size)
@@ -138,12 +152,94 @@ def scan_config(channels: int, state_size: int, length: int, block_d: int | None
     return block_d, block_n, chunk
 
 
+_tuned: dict[tuple, tuple[int, int]] = {}
+_tuning_lock = threading.Lock()
+
+
+def _forced_tile() -> tuple[int, int] | None:
+    value = os.environ.get(TILE_ENV, "").strip().lower()
+    if not value:
+        return None
+    try:
+        block_d, chunk = (int(v) for v in value.split("x"))
+    except ValueError:
+        raise ValueError(f"{TILE_ENV}={value!r}: write BLOCK_DxCHUNK, e.g. 4x32") from None
+    return block_d, chunk
+
+
+def tuned_tile(x: torch.Tensor, state_size: int) -> tuple[int, int] | None:
+    """``(BLOCK_D, CHUNK)`` for a scan of ``x: (B, D, L)`` with ``state_size`` N: ``LAYERWISE_SCAN_TILE`` when set;
+    on CUDA (with :data:`AUTOTUNE`) the fastest of :data:`TILES` for this device, batch, channels, N and length class
+    (the next power of two of L up to 4096), timed once (forward and relevance backward on random inputs of that
+    shape, CUDA events, median of 3 after one untimed call) and kept for the process; None elsewhere (the default
+    of :func:`scan_config`). The timing syncs the host once per shape class, never per layer after that."""
+    forced = _forced_tile()
+    if forced is not None:
+        return forced
+    if not AUTOTUNE or not x.is_cuda or os.environ.get("TRITON_INTERPRET", "0") == "1":
+        return None
+    batch, channels, length = x.shape
+    if length < CHUNK:
+        return None
+    import triton
+
+    key = (str(x.device), batch, channels, state_size, min(4096, triton.next_power_of_2(length)))
+    tile = _tuned.get(key)
+    if tile is None:
+        with _tuning_lock:
+            tile = _tuned.get(key) or _time_tiles(x.device, batch, channels, state_size, key[-1])
+            _tuned[key] = tile
+    return tile
+
+
+def tuning_results() -> dict:
+    """Every tile chosen so far: ``{(device, B, D, N, length class): (BLOCK_D, CHUNK)}``."""
+    return dict(_tuned)
+
+
+def _time_tiles(device, batch: int, channels: int, state: int, length: int) -> tuple[int, int]:
+    g = torch.Generator(device="cpu").manual_seed(0)
+    u = torch.randn(batch, channels, length, generator=g).to(device)
+    delta = (0.5 * torch.randn(batch, channels, length, generator=g)).to(device)
+    A = (-torch.rand(channels, state, generator=g) - 0.5).to(device)
+    B, C = (torch.randn(batch, state, length, generator=g).to(device) for _ in range(2))
+    D, bias = torch.randn(channels, generator=g).to(device), (0.1 * torch.randn(channels, generator=g)).to(device)
+    out = torch.empty_like(u)
+    times = {}
+    with torch.no_grad():
+        for tile in TILES:
+            def run(tile=tile):
+                _launch(False, u, delta, A, B, C, D, bias, True, out, tile)
+                _launch(True, u, delta, A, B, C, D, bias, True, out, tile)
+            try:
+                run()  # compiles
+            except Exception:  # a tile this device cannot run is not a candidate
+                continue
+            laps = []
+            for _ in range(3):
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                run()
+                end.record()
+                end.synchronize()
+                laps.append(start.elapsed_time(end))
+            times[tile] = sorted(laps)[1]
+    if not times:
+        return TILES[0]
+    return min(times, key=times.get)
+
+
 def _launch(reverse, x, delta, A, B, C, D, delta_bias, delta_softplus, out, config):
-    """One program per batch row and block of channels; ``reverse``: the relevance backward (x = g, out = du)."""
+    """One program per batch row and block of channels; ``reverse``: the relevance backward (x = g, out = du).
+    ``config``: ``(block_d, chunk[, stages])``, None entries for the defaults (on CUDA: :func:`tuned_tile`)."""
     batch, channels, length = x.shape
     import triton
 
-    block_d, block_n, chunk = scan_config(channels, A.shape[-1], length, *config)
+    block_d, chunk, stages = (tuple(config) + (None,))[:3]
+    if block_d is None and chunk is None:
+        block_d, chunk = tuned_tile(x, A.shape[-1]) or (None, None)
+    stages = STAGES if stages is None else int(stages)
+    block_d, block_n, chunk = scan_config(channels, A.shape[-1], length, block_d, chunk)
     grid = (batch, triton.cdiv(channels, block_d))
     _kernel()[grid](
         x, delta, A, B, C, D, delta_bias, out,
@@ -155,6 +251,7 @@ def _launch(reverse, x, delta, A, B, C, D, delta_bias, delta_softplus, out, conf
         C.stride(0), C.stride(1), C.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         REVERSE=bool(reverse), DELTA_SOFTPLUS=bool(delta_softplus), BLOCK_D=block_d, BLOCK_N=block_n, CHUNK=chunk,
+        PIPELINE=stages, num_warps=WARPS, num_stages=stages,
     )
     return out
 
@@ -181,13 +278,14 @@ class _SelectiveScanLRP(torch.autograd.Function):
 
 
 def selective_scan_lrp_triton(u, delta, A, B, C, D=None, delta_bias=None, delta_softplus=False, *, block_d=None,
-                              chunk=None):
+                              chunk=None, stages=None):
     """Triton selective scan with A_bar, B_bar and C constant; same contract as the reference.
 
     Runs on CUDA tensors, or on CPU tensors under ``TRITON_INTERPRET=1`` (tests). The backward
     returns the gradient w.r.t. ``u`` only. ``y`` has the dtype of ``u``; the state is float32. ``block_d`` and
-    ``chunk`` override the launch's tile (:func:`scan_config`; powers of two), for tuning.
+    ``chunk`` override the launch's tile (:func:`scan_config`; powers of two; by default the tile
+    :func:`tuned_tile` chose for the device), ``stages`` its pipelining depth (:data:`STAGES`), for tuning.
     """
     if u.dim() != 3 or B.dim() != 3 or C.dim() != 3:
         raise ValueError("selective_scan_lrp_triton expects u, delta: (B, D, L) and B, C: (B, N, L)")
-    return _SelectiveScanLRP.apply(u, delta, A, B, C, D, delta_bias, bool(delta_softplus), (block_d, chunk))
+    return _SelectiveScanLRP.apply(u, delta, A, B, C, D, delta_bias, bool(delta_softplus), (block_d, chunk, stages))
