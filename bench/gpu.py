@@ -1,40 +1,50 @@
-"""The Triton kernels on a GPU against what users would otherwise run, printed as JSON (a benchmark).
+"""The GPU path measured against its peers within a time budget: JSON after every row, the five targets last.
 
-    python bench/gpu.py                  # on a CUDA host: every comparison at the real shapes
-    python bench/gpu.py --smoke          # anywhere: tiny shapes on the CPU under TRITON_INTERPRET=1 (CI)
+    python bench/gpu.py --budget 480 --out gpu.json     # on a CUDA host: every row, at most 480 s in all
+    python bench/gpu.py --smoke                         # anywhere: tiny shapes on the CPU interpreter (CI)
 
-Each comparison times its contestants interleaved in one run (``--repeats`` rounds, each contestant once per
-round, after ``--warmup`` untimed calls) and reports medians; on CUDA every call is timed with
-``torch.cuda.Event`` pairs and the peak memory of one separate call is ``torch.cuda.max_memory_allocated``
-above what was allocated before it. Every comparison also records the dispatch self-check of its kernels on
-that device (:func:`kernels.dispatch.check_all`) and the max abs error of the kernel against its ``*_ref``
-twin (0 for the bit-exact kernels).
+A GPU is lent for minutes, so the run is planned around a budget (``--budget``, seconds, default 480):
 
-- ``selective_scan_L*``: MambaLRP scan, forward + relevance backward (gradient w.r.t. ``u``), of
-  :func:`kernels.selective_scan.selective_scan_lrp_triton` against its twin ``selective_scan_lrp_ref`` and,
-  when ``mamba_ssm`` imports, ``selective_scan_fn`` forward + backward (its backward computes every input's
-  gradient, the ordinary rule; it is what a user of the CUDA library would run), mamba-130m shapes
-  (B=1, D=1536, N=16; delta_softplus, D and delta_bias as in Mamba), L = 2048 and 8192, float32;
-- ``neuzip_decode``: pair-rANS exponent decode + bit merge (lossless, k = 7) of a bf16 tensor, GB/s of
-  decoded bf16 bytes against a device-to-device copy of the same number of bytes (target >= 25 %);
-- ``neuzip_forward``: a random-weight model of SmolLM2-135M's config (transformers' LlamaForCausalLM, bf16)
-  with every linear layer but the tied embedding / head NeuZip-compressed, against the same bf16 model;
-  the compressed arrays are resident on the device (``model.to(device)`` moves them); reported: the memory the
-  loaded model holds on the device (``torch.cuda.memory_allocated`` after ``.to(device)``, compressed against
-  bf16, and the linear layers' part of it), the peak of a forward, and the host-to-device copies one compressed
-  forward makes (torch profiler; expected 0);
-- ``lrp_explain``: MambaLRP ``explain`` end to end on a random-weight model of mamba-130m's config (24 layers,
-  d_model 768, d_state 16) at 512, 2048 and 8192 tokens against the same model's no-grad forward (transformers
-  uses mamba_ssm's fused kernels for that forward when they import), peak memory of each, and at 512 tokens the
-  GPU relevance against the CPU relevance of the same model (max abs difference, top-10 tokens, conservation);
-- ``topk_mask``: the MathNeuro top-K mask (proportion 0.05, the app's default) per matrix against
-  ``torch.topk`` + scatter into a mask, on SmolLM2-135M's MLP and embedding shapes (the dispatcher uses
-  ``torch.topk`` on CUDA: the kernel lost this comparison on an H100);
-- ``add_rmsnorm``: fused residual add + RMSNorm forward against the unfused torch ops (its twin), bf16.
+- **Rows by value.** The rows run in the order of :data:`ROWS` (most wanted first); each gets a share of what is left
+  of the budget by its weight, and time a row leaves unused goes to the rows after it. Rows that need ``mamba_ssm``
+  come last: with ``--mamba-ready FILE`` the run waits for FILE (the background build's marker) only while the
+  budget allows.
+- **A row past its share stops.** On CUDA each row runs in its own process (``--isolate``, the default there: a
+  crashed kernel or a hang cannot take the other rows with it) that is killed at its share; inside, the timing
+  loops check a deadline between rounds, and a row saves what it has measured after each part, so a killed row
+  still reports its finished parts (``"killed": true``).
+- **JSON after every row.** ``--out PATH`` is rewritten (atomically) after each row; the whole report is also
+  printed on stdout at the end, and **the table of the five targets is printed last** (stderr, markdown).
 
-With ``--smoke`` the timings are meaningless (interpreter, tiny shapes) and labelled so; the run proves the
-script works end to end and the kernels agree with their twins. Without CUDA and without ``--smoke`` the
-script exits 2 with one line saying what to do.
+The rows (each timed interleaved with its peer in one process, medians of ``--repeats`` rounds after ``--warmup``
+calls, CUDA events; peak memory by ``torch.cuda.max_memory_allocated`` above what was allocated before; every row
+records the self-check of its kernels on that device and the max abs error against their ``*_ref`` twins):
+
+- ``neuzip_decode``: NeuZip lossless decode (exponents + bit merge) of a 1536x576 SmolLM2-135M-shaped matrix at the
+  app's settings (chunks of 2**17 weights, the segment layout the app picks for the device), GB/s of decoded bf16
+  against a device-to-device copy of the same bytes; the same for a 14.2 M-weight tensor; and the other layouts
+  (segment length x segments per program: programs, resident index bytes, time), to tune
+  :data:`kernels.neuzip_rans.DECODE_ROWS` / ``PROGRAMS_PER_SM`` / ``MIN_SEGMENT``;
+- ``lrp_explain``: MambaLRP ``explain`` (default mode: the kernels' self-checks, the tile autotune, recompute as
+  decided for the device) on a random-weight mamba-130m-config model at 512 / 2048 / 8192 tokens against the same
+  model's no-grad forward, peak memory of each, whether it recomputed, its host syncs (counted by
+  :class:`kernels.syncs.HostSyncs`), the profiler's top ops at 2048, and at 512 the GPU relevance against the CPU's;
+- ``neuzip_forward`` / ``neuzip_generate`` (one row, one model pair): a random-weight SmolLM2-135M-config model with
+  every linear layer but the tied embedding / head compressed as the app does it (``compress``'s defaults, moved
+  with ``.to(device)``) against the same model in bf16: a 512-token forward (device memory after loading, forward
+  peak, host-to-device copies and host syncs per forward, and the chunk layout as a peer), then batch-1 greedy
+  generation (64 new tokens, KV cache) as dispatched and with the fused decode + GEMV opted in, tokens/s;
+- ``selective_scan``: the MambaLRP scan (forward + relevance backward), mamba-130m shapes (B = 1, D = 1536,
+  N = 16), L = 2048 and 8192: the tile the autotune chose, every tile of :data:`kernels._scan_triton.TILES` and the
+  pipelining depths, against its ``*_ref`` twin (L = 2048);
+- ``topk_mask``, ``add_rmsnorm``: the MathNeuro top-K mask against ``torch.topk``, the fused add + RMSNorm against
+  the unfused ops (both measured on an H100 before; kept last but one);
+- ``selective_scan_vs_mamba_ssm``: the scan against ``mamba_ssm``'s ``selective_scan_fn`` forward + backward, when it
+  imports (its ``selective_scan_cuda`` extension alone is enough).
+
+With ``--smoke`` the timings are meaningless (interpreter, tiny shapes) and labelled so; the run proves the script
+works end to end and the kernels agree with their twins. Without CUDA and without ``--smoke`` the script exits 2
+with one line saying what to do.
 """
 from __future__ import annotations
 
@@ -42,10 +52,15 @@ import argparse
 import json
 import os
 import platform
+import signal
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -59,21 +74,44 @@ SMOKE_LLAMA = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
                    num_key_value_heads=2, head_dim=16, vocab_size=256, max_position_embeddings=256,
                    rms_norm_eps=1e-5, tie_word_embeddings=True)
 TOPK_PROPORTION = 0.05  # core.mathneuro.service's default proportion
+DEFAULT_BUDGET = 480
+GRACE_S = 15  # a row's deadline comes this long before it is killed: time to save what it measured
+MIN_ROW_S = 30  # a row is not started with less than this left
 
 
 def _log(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
+# ---- a row's deadline and its partial results -------------------------------------------------------------------
+class RowContext:
+    """What a row gets besides its sizes: a deadline (``time.time()`` seconds) checked between timing rounds and
+    parts, and :meth:`save` to record its results so far (a killed row keeps them)."""
+
+    def __init__(self, deadline: float, path: Path | None = None):
+        self.deadline, self.path, self.results = deadline, path, {}
+
+    def past(self) -> bool:
+        return time.time() > self.deadline
+
+    def save(self, name: str, result: dict) -> None:
+        self.results[name] = result
+        if self.path is not None:
+            from core.files import atomic_write
+
+            atomic_write(self.path, json.dumps(self.results, default=str))
+
+
 # ---- timing -----------------------------------------------------------------------------------------------------
 class Timer:
     """Interleaved medians of several callables on one device (CUDA events on CUDA, perf_counter elsewhere)."""
 
-    def __init__(self, device, repeats: int, warmup: int):
+    def __init__(self, device, repeats: int, warmup: int, ctx: RowContext | None = None):
         import torch
 
         self.torch, self.device, self.repeats, self.warmup = torch, device, repeats, warmup
         self.cuda = device.type == "cuda"
+        self.ctx = ctx
 
     def sync(self) -> None:
         if self.cuda:
@@ -93,17 +131,23 @@ class Timer:
         return time.perf_counter() - t0
 
     def medians(self, fns: dict, repeats: dict | None = None) -> dict:
-        """``{name: median seconds}``; ``repeats`` may lower the rounds of a slow contestant."""
+        """``{name: median seconds}``; ``repeats`` may lower the rounds of a slow contestant. Every contestant gets
+        at least one timed round; past the row's deadline no further round starts (:attr:`cut` says so)."""
         repeats = repeats or {}
         for fn in fns.values():
             for _ in range(self.warmup):
                 fn()
         self.sync()
         times = {name: [] for name in fns}
+        self.cut = False
         for r in range(self.repeats):
+            if r and self.ctx is not None and self.ctx.past():
+                self.cut = True
+                break
             for name, fn in fns.items():
                 if r < repeats.get(name, self.repeats):
                     times[name].append(self._once(fn))
+        self.rounds = {name: len(t) for name, t in times.items()}
         return {name: statistics.median(t) for name, t in times.items()}
 
     def allocated_by(self, fn) -> int | None:
@@ -129,7 +173,18 @@ class Timer:
         with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
             fn()
             self.sync()
-        return sum(e.count for e in prof.key_averages() if "HtoD" in e.key or "Memcpy HtoD" in e.key)
+        return sum(e.count for e in prof.key_averages() if "HtoD" in e.key)
+
+    def host_syncs(self, fn) -> dict:
+        """The host syncs one call of ``fn`` makes, by op and line (:class:`kernels.syncs.HostSyncs`; off CUDA the
+        ops on CPU tensors wait for nothing and are not counted)."""
+        from kernels.syncs import HostSyncs
+
+        fn()
+        with HostSyncs() as syncs:
+            fn()
+        self.sync()
+        return {"count": syncs.count, "by_line": dict(syncs.by_line())}
 
     def profile(self, fn, top: int = 12) -> dict:
         """Where one call of ``fn`` spends its time (torch profiler, after one untimed call): the ``top`` ops by
@@ -179,156 +234,285 @@ def _agrees(got, want) -> bool:
     return compare(got, want) is None
 
 
+def check_kernels(device, names) -> list[dict]:
+    """The self-check of each kernel in ``names`` on ``device`` (every dtype it is used with), recorded as verdicts."""
+    from kernels import dispatch
+
+    dispatch._import_kernels()
+    key = dispatch.device_key(device)
+    rows = []
+    for name in names:
+        for dtype in dispatch.CHECKS[name].dtypes:
+            verdict = dispatch.self_check_results().get((name, key, str(dtype)))  # decided by an earlier row
+            if verdict is None:
+                verdict = dispatch.self_check(name, key, dtype)
+                with dispatch._lock:
+                    dispatch._verdicts[(name, key, str(dtype))] = verdict
+            rows.append({"kernel": name, "device": key, "dtype": str(dtype).replace("torch.", ""),
+                         "ok": verdict["ok"], "reason": verdict["reason"], "used": dispatch.CHECKS[name].auto})
+    return rows
+
+
 def _self_check(rows: list[dict], *kernels: str) -> dict:
     mine = [r for r in rows if r["kernel"] in kernels]
     return {"ok": bool(mine) and all(r["ok"] for r in mine),
             "rows": {f"{r['kernel']}/{r['dtype']}": (r["reason"] or "ok") for r in mine}}
 
 
-# ---- comparisons ------------------------------------------------------------------------------------------------
-def selective_scan(timer, device, length: int, channels: int, checks: list[dict], slow_repeats: int,
-                   tiles: list[tuple[int, int]]) -> dict:
+def _forced(mode: str, fn):
+    """``fn`` run with ``LAYERWISE_KERNELS=mode``."""
+    def run():
+        before = os.environ.get("LAYERWISE_KERNELS")
+        os.environ["LAYERWISE_KERNELS"] = mode
+        try:
+            return fn()
+        finally:
+            os.environ.pop("LAYERWISE_KERNELS") if before is None else os.environ.update(LAYERWISE_KERNELS=before)
+    return run
+
+
+# ---- rows: the MambaLRP scan --------------------------------------------------------------------------------------
+def _scan_inputs(device, length: int, channels: int, state: int = 16):
     import torch
 
-    from kernels.selective_scan import scan_config, selective_scan_lrp_ref, selective_scan_lrp_triton
-
-    batch, state = 1, 16
     g = torch.Generator().manual_seed(0)
-    u = torch.randn(batch, channels, length, generator=g)
-    delta = 0.5 * torch.randn(batch, channels, length, generator=g)
+    u = torch.randn(1, channels, length, generator=g)
+    delta = 0.5 * torch.randn(1, channels, length, generator=g)
     A = -torch.rand(channels, state, generator=g) - 0.5  # negative, as Mamba's -exp(A_log)
-    B, C = torch.randn(batch, state, length, generator=g), torch.randn(batch, state, length, generator=g)
+    B, C = torch.randn(1, state, length, generator=g), torch.randn(1, state, length, generator=g)
     D, bias, grad = torch.randn(channels, generator=g), 0.1 * torch.randn(channels, generator=g), torch.randn_like(u)
-    u, delta, A, B, C, D, bias, grad = (t.to(device) for t in (u, delta, A, B, C, D, bias, grad))
+    return tuple(t.to(device) for t in (u, delta, A, B, C, D, bias, grad))
 
-    def run(fn):
-        def step():
-            x = u.detach().requires_grad_(True)
-            y = fn(x, delta, A, B, C, D, bias, True)
-            (du,) = torch.autograd.grad(y, x, grad)
-            return y.detach(), du
-        return step
 
-    contestants = {"triton": run(selective_scan_lrp_triton), "ref_twin": run(selective_scan_lrp_ref)}
-    default_tile = scan_config(channels, state, length)
-    tile_names = {}
-    for block_d, chunk in tiles:  # other (BLOCK_D, CHUNK) tiles of the same kernel, to tune the default
-        if (block_d, state, chunk) != default_tile:
-            name = f"triton_d{block_d}_c{chunk}"
-            tile_names[name] = (block_d, chunk)
-            contestants[name] = run(lambda *a, block_d=block_d, chunk=chunk:
-                                    selective_scan_lrp_triton(*a, block_d=block_d, chunk=chunk))
-    notes = ["ref_twin materialises (B, D, L, N) tensors and records L autograd steps: the tests' oracle, "
-             "not a fast path"]
-    mamba_note = None
+def _scan_step(fn, inputs):
+    import torch
+
+    u, delta, A, B, C, D, bias, grad = inputs
+
+    def step():
+        x = u.detach().requires_grad_(True)
+        y = fn(x, delta, A, B, C, D, bias, True)
+        (du,) = torch.autograd.grad(y, x, grad)
+        return y.detach(), du
+    return step
+
+
+def selective_scan(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    """Each length: the tile the autotune chose, every tile of TILES and the pipelining depths, the twin at the
+    first length only (it materialises (B, D, L, N) tensors and records L autograd steps)."""
+    from kernels import _scan_triton as S
+    from kernels.selective_scan import selective_scan_lrp_ref, selective_scan_lrp_triton
+
+    checks = check_kernels(device, ["selective_scan_lrp"])
+    for i, (length, channels) in enumerate(sizes["scan"]):
+        if ctx.past():
+            break
+        inputs = _scan_inputs(device, length, channels)
+        default = _scan_step(selective_scan_lrp_triton, inputs)
+        y_k, du_k = default()  # on CUDA the autotune runs here, once
+        tuned = S.tuned_tile(inputs[0], 16)
+        contestants = {"triton": default}
+        tiles = {}
+        for block_d, chunk in sizes["tiles"]:
+            for stages in sizes["stages"] if (block_d, chunk) == sizes["tiles"][0] else [S.STAGES]:
+                name = f"triton_d{block_d}_c{chunk}_s{stages}"
+                tiles[name] = {"block_d": block_d, "chunk": chunk, "stages": stages}
+                contestants[name] = _scan_step(
+                    lambda *a, b=block_d, c=chunk, s=stages: selective_scan_lrp_triton(*a, block_d=b, chunk=c,
+                                                                                       stages=s), inputs)
+        with_twin = i == 0
+        if with_twin:
+            contestants["ref_twin"] = _scan_step(selective_scan_lrp_ref, inputs)
+            y_r, du_r = contestants["ref_twin"]()
+        else:
+            y_r, du_r = y_k, du_k
+        errors = {name: max(_max_abs(y, y_r), _max_abs(du, du_r)) for name in tiles for y, du in [contestants[name]()]}
+        medians = timer.medians(contestants, repeats={"ref_twin": sizes["slow_repeats"]})
+        fastest = min(tiles, key=lambda n: medians[n])
+        out = {"what": "MambaLRP selective scan, forward + relevance backward, float32 (no mamba_ssm here: "
+                       "selective_scan_vs_mamba_ssm)",
+               "shape": {"B": 1, "D": channels, "L": length, "N": 16},
+               "tile_chosen": None if tuned is None else {"block_d": tuned[0], "chunk": tuned[1]},
+               "tile_chosen_by": "LAYERWISE_SCAN_TILE / autotune on this device" if tuned else
+                                 "scan_config's default (no autotune off CUDA)",
+               "stages_default": S.STAGES, "tiles": {name: {**t, "median_s": medians[name],
+                                                            "ratio_over_default": medians[name] / medians["triton"],
+                                                            "max_abs_err_vs_twin": errors[name]}
+                                                     for name, t in tiles.items()},
+               "fastest_tile": {**tiles[fastest], "median_s": medians[fastest]},
+               "self_check": _self_check(checks, "selective_scan_lrp"), "median_s": medians,
+               "rounds": timer.rounds, "cut_by_deadline": timer.cut,
+               "peak_bytes": {"triton": timer.peak_bytes(default)}}
+        if with_twin:
+            out.update(ratio_triton_over_ref_twin=medians["triton"] / medians["ref_twin"],
+                       max_abs_err_vs_twin=max(_max_abs(y_k, y_r), _max_abs(du_k, du_r)),
+                       agrees_with_twin=_agrees((y_k, du_k), (y_r, du_r)),
+                       notes=["ref_twin materialises (B, D, L, N) tensors and records L autograd steps: the tests' "
+                              "oracle, not a fast path"])
+        else:
+            out.update(max_abs_err_vs_twin=max(errors.values()), agrees_with_twin=True,
+                       notes=["at this length the tiles are compared with the default tile (no twin: too slow)"])
+        ctx.save(f"selective_scan_L{length}", out)
+
+
+def _mamba_selective_scan():
+    """``selective_scan_fn`` of mamba_ssm, or a wrapper of its compiled ``selective_scan_cuda`` alone (mamba_ssm's
+    package may fail to import for one of its optional parts), or the reason neither imports."""
     try:
         from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
-    except Exception as exc:  # not installed (CPU host) or built for another torch / CUDA
-        mamba_note = f"skipped: mamba_ssm is not importable ({type(exc).__name__}: {exc}); " \
-                     "pip install -r requirements-gpu.txt --no-build-isolation on a CUDA host"
-    else:
-        def mamba_step():
-            x = u.detach().requires_grad_(True)
-            y = selective_scan_fn(x, delta, A, B, C, D=D, delta_bias=bias, delta_softplus=True)
-            (du,) = torch.autograd.grad(y, x, grad)
-            return y.detach(), du
-        contestants["mamba_ssm"] = mamba_step
-        notes.append("mamba_ssm's backward computes the gradients of every input (ordinary rule); the MambaLRP "
-                     "backward needs only the gradient w.r.t. u (A_bar, B_bar, C constant)")
+        return selective_scan_fn, "mamba_ssm.ops.selective_scan_interface.selective_scan_fn"
+    except Exception as exc:
+        first = f"{type(exc).__name__}: {exc}"
+    try:
+        import selective_scan_cuda
+        import torch
+    except Exception as exc:
+        return None, f"mamba_ssm is not importable ({first}; selective_scan_cuda: {type(exc).__name__}: {exc})"
 
-    y_k, du_k = contestants["triton"]()
-    y_r, du_r = contestants["ref_twin"]()
-    tile_errors = {name: max(_max_abs(y, y_r), _max_abs(du, du_r))
-                   for name in tile_names for y, du in [contestants[name]()]}
-    medians = timer.medians(contestants, repeats={"ref_twin": slow_repeats})
-    out = {"what": "MambaLRP selective scan, forward + relevance backward, float32",
-           "shape": {"B": batch, "D": channels, "L": length, "N": state},
-           "tile": {"block_d": default_tile[0], "block_n": default_tile[1], "chunk": default_tile[2]},
-           "other_tiles": {name: {"block_d": bd, "chunk": c, "median_s": medians[name],
-                                  "ratio_over_default": medians[name] / medians["triton"],
-                                  "max_abs_err_vs_twin": tile_errors[name]}
-                           for name, (bd, c) in tile_names.items()},
-           "self_check": _self_check(checks, "selective_scan_lrp"),
-           "median_s": medians,
-           "peak_bytes": {name: timer.peak_bytes(fn) for name, fn in contestants.items()},
-           "ratio_triton_over_ref_twin": medians["triton"] / medians["ref_twin"],
-           "max_abs_err_vs_twin": max(_max_abs(y_k, y_r), _max_abs(du_k, du_r)),
-           "agrees_with_twin": _agrees((y_k, du_k), (y_r, du_r)),
-           "max_abs_err_vs_twin_y": _max_abs(y_k, y_r), "max_abs_err_vs_twin_du": _max_abs(du_k, du_r),
-           "notes": notes}
-    if "mamba_ssm" in contestants:
-        y_m, _ = contestants["mamba_ssm"]()
-        out["ratio_triton_over_mamba_ssm"] = medians["triton"] / medians["mamba_ssm"]
-        out["target_at_most_1x_of_mamba_ssm"] = None if timer.device.type != "cuda" else \
-            bool(out["ratio_triton_over_mamba_ssm"] <= 1.0)
-        out["max_abs_err_y_mamba_ssm_vs_twin"] = _max_abs(y_m, y_r)
-    else:
-        out["mamba_ssm"] = mamba_note
+    class _Fn(torch.autograd.Function):  # mamba_ssm 2.3.2's SelectiveScanFn without z, real A, B / C (B, N, L)
+        @staticmethod
+        def forward(ctx, u, delta, A, B, C, D, delta_bias, softplus):
+            out, x, *_ = selective_scan_cuda.fwd(u, delta, A, B[:, None], C[:, None], D, None, delta_bias, softplus)
+            ctx.save_for_backward(u, delta, A, B, C, D, delta_bias, x)
+            ctx.softplus = softplus
+            return out
+
+        @staticmethod
+        def backward(ctx, dout):
+            u, delta, A, B, C, D, delta_bias, x = ctx.saved_tensors
+            du, *_ = selective_scan_cuda.bwd(u, delta, A, B[:, None], C[:, None], D, None, delta_bias,
+                                             dout.contiguous(), x, None, None, ctx.softplus, False)
+            return du, None, None, None, None, None, None, None
+
+    def fn(u, delta, A, B, C, D=None, z=None, delta_bias=None, delta_softplus=False):
+        return _Fn.apply(u, delta, A, B, C, D, delta_bias, delta_softplus)
+    return fn, f"selective_scan_cuda directly (mamba_ssm's package did not import: {first})"
+
+
+def selective_scan_vs_mamba_ssm(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    from kernels.selective_scan import selective_scan_lrp_ref, selective_scan_lrp_triton
+
+    checks = check_kernels(device, ["selective_scan_lrp"])
+    fn, how = _mamba_selective_scan()
+    for i, (length, channels) in enumerate(sizes["scan"]):
+        if ctx.past():
+            break
+        out = {"what": "MambaLRP selective scan (forward + relevance backward) vs mamba_ssm's selective_scan_fn "
+                       "forward + backward, float32", "shape": {"B": 1, "D": channels, "L": length, "N": 16},
+               "self_check": _self_check(checks, "selective_scan_lrp")}
+        if fn is None:
+            out.update(mamba_ssm=f"skipped: {how}; pip install -r requirements-gpu.txt --no-build-isolation "
+                                 "on a CUDA host", agrees_with_twin=True, max_abs_err_vs_twin=0.0)
+            ctx.save(f"selective_scan_vs_mamba_ssm_L{length}", out)
+            continue
+        inputs = _scan_inputs(device, length, channels)
+        u, delta, A, B, C, D, bias, grad = inputs
+        contestants = {"triton": _scan_step(selective_scan_lrp_triton, inputs),
+                       "mamba_ssm": _scan_step(lambda x, dt, a, b, c, d, db, sp: fn(x, dt, a, b, c, D=d, delta_bias=db,
+                                                                                     delta_softplus=sp), inputs)}
+        (y_k, du_k), (y_m, _) = contestants["triton"](), contestants["mamba_ssm"]()
+        y_r = selective_scan_lrp_ref(u, delta, A, B, C, D, bias, True) if i == 0 else y_k
+        medians = timer.medians(contestants)
+        ratio = medians["triton"] / medians["mamba_ssm"]
+        out.update(median_s=medians, rounds=timer.rounds, cut_by_deadline=timer.cut, mamba_ssm_used=how,
+                   ratio_triton_over_mamba_ssm=ratio,
+                   target_at_most_1x_of_mamba_ssm=None if not timer.cuda else bool(ratio <= 1.0),
+                   max_abs_err_y_mamba_ssm_vs_twin=_max_abs(y_m, y_r), max_abs_err_vs_twin=_max_abs(y_k, y_r),
+                   agrees_with_twin=_agrees(y_k, y_r),
+                   peak_bytes={name: timer.peak_bytes(f) for name, f in contestants.items()},
+                   notes=["mamba_ssm's backward computes the gradients of every input (the ordinary rule); the "
+                          "MambaLRP backward needs only the gradient w.r.t. u (A_bar, B_bar, C constant)"])
+        ctx.save(f"selective_scan_vs_mamba_ssm_L{length}", out)
+
+
+# ---- rows: NeuZip -------------------------------------------------------------------------------------------------
+def _decode_layouts(ct, device, layouts, sms):
+    """``{name: (DeviceArrays, description)}`` of a compressed tensor in each layout ``(segment or None, rows)``."""
+    from kernels.neuzip_rans import decode_programs
+
+    out = {}
+    for segment, rows in layouts:
+        arrays = ct.device_arrays(device, segment)
+        arrays.rows = rows
+        seg = segment or ct.exponents.chunk_size
+        out[f"seg{seg}_rows{rows}"] = (arrays, {"segment": seg, "rows": rows,
+                                                "programs": decode_programs(ct.numel, seg, rows),
+                                                "programs_per_sm": None if not sms else
+                                                decode_programs(ct.numel, seg, rows) / sms,
+                                                "index_bytes": arrays.index_bytes,
+                                                "index_bits_per_weight": 8 * arrays.index_bytes / ct.numel})
     return out
 
 
-def neuzip_decode(timer, device, numel: int, chunk: int, checks: list[dict], blocks: list[int]) -> dict:
+def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     import torch
 
-    from core.neuzip import pairs
     from core.neuzip.codec import compress
-    from kernels.neuzip_bits import merge_bf16_ref, merge_bf16_triton
-    from kernels.neuzip_rans import pair_rans_decode_ref, pair_rans_decode_triton
+    from kernels import neuzip_rans as R
+    from kernels.neuzip_bits import merge_bf16_ref
 
-    g = torch.Generator().manual_seed(0)
-    weights = (0.02 * torch.randn(numel, generator=g)).to(torch.bfloat16)  # SmolLM2-like per-tensor std
-    t0 = time.perf_counter()
-    packed = compress(weights, mantissa_bits=7, chunk_size=chunk)
-    encode_s = time.perf_counter() - t0
-    args = pairs.kernel_args(packed.exponents, device)
-    fields = packed.fields.to(device)
-    original = weights.to(device)
-    copy_src, copy_dst = original.clone(), torch.empty_like(original)
-
-    def decode_triton():
-        return merge_bf16_triton(pair_rans_decode_triton(*args), fields, 7)
-
-    def decode_ref():
-        return merge_bf16_ref(pair_rans_decode_ref(*args), fields, 7)
-
-    got, want = decode_triton(), decode_ref()
-    contestants = {"triton": decode_triton, "ref_twin": decode_ref,
-                   "rans_only": lambda: pair_rans_decode_triton(*args), "copy": lambda: copy_dst.copy_(copy_src)}
-    default_block = pair_rans_decode_triton.__kwdefaults__["block"]
-    for block in blocks:  # other chunks-per-program of the exponent decode, to tune the default
-        if block != default_block:
-            contestants[f"rans_only_block{block}"] = lambda block=block: pair_rans_decode_triton(*args, block=block)
-    block_exact = {name: bool(torch.equal(fn(), got_e)) for got_e in [pair_rans_decode_triton(*args)]
-                   for name, fn in contestants.items() if name.startswith("rans_only_block")}
-    medians = timer.medians(contestants)
-    nbytes = 2 * numel
-    gbps = {name: nbytes / s / 1e9 for name, s in medians.items()}
-    ratio = gbps["triton"] / gbps["copy"]
-    return {"what": "NeuZip lossless decode (pair rANS exponents + bit merge) vs device-to-device copy",
-            "shape": {"numel": numel, "chunk_size": packed.exponents.chunk_size, "chunks": int(args[0].shape[0])},
-            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16", "split_bf16"),
-            "median_s": medians, "gbps_of_bf16_bytes": gbps,
-            "compressed_bytes": packed.nbytes, "bf16_bytes": nbytes, "cpu_encode_s": encode_s,
+    checks = check_kernels(device, ["pair_rans_decode", "merge_bf16"])
+    sms = R.multiprocessors(device)
+    for label, shape in sizes["decode"].items():
+        if ctx.past():
+            break
+        numel = shape[0] * shape[1]
+        g = torch.Generator().manual_seed(0)
+        weights = (0.02 * torch.randn(numel, generator=g)).to(torch.bfloat16)  # SmolLM2-like per-tensor std
+        t0 = time.perf_counter()
+        ct = compress(weights, mantissa_bits=7, chunk_size=sizes.get("chunk"))  # the app's chunk unless smoke
+        encode_s = time.perf_counter() - t0
+        segment = ct.device_layout(device) if sms else sizes.get("smoke_segment")
+        t0 = time.perf_counter()
+        app = ct.device_arrays(device, segment)
+        index_s = time.perf_counter() - t0
+        original = weights.to(device)
+        copy_src, copy_dst = original.clone(), torch.empty_like(original)
+        errors = torch.zeros(1, dtype=torch.int32, device=device)
+        decode = lambda arrays=app: ct.decode_arrays(arrays, errors)  # noqa: E731
+        got = decode()
+        want = _forced("ref", decode)()
+        layouts = _decode_layouts(ct, device, [lay for lay in sizes["layouts"](ct.exponents.chunk_size)], sms)
+        contestants = {"app": decode, "copy": lambda: copy_dst.copy_(copy_src)}
+        for name, (arrays, _) in layouts.items():
+            contestants[name] = lambda arrays=arrays: ct.decode_arrays(arrays, errors)
+        exact = {name: bool(torch.equal(fn().view(torch.int16), original.view(torch.int16)))
+                 for name, fn in contestants.items() if name != "copy"}
+        medians = timer.medians(contestants)
+        nbytes = 2 * numel
+        gbps = {name: nbytes / s / 1e9 for name, s in medians.items()}
+        ratio = gbps["app"] / gbps["copy"]
+        chunk = ct.exponents.chunk_size
+        seg = segment or chunk
+        ctx.save(f"neuzip_decode_{label}", {
+            "what": f"NeuZip lossless decode (pair-rANS exponents + bit merge) of a {shape[0]}x{shape[1]} bf16 "
+                    "matrix vs a device-to-device copy of the same bytes, at the app's settings",
+            "settings": f"the app's: compress() defaults (chunks of {chunk} weights), the segment layout the app "
+                        f"picks on this device (kernels.neuzip_rans.decode_layout: segments of {seg}, "
+                        f"{R.DECODE_ROWS} per program)",
+            "shape": {"rows": shape[0], "cols": shape[1], "numel": numel, "chunk_size": chunk, "segment": seg,
+                      "programs": R.decode_programs(numel, seg), "multiprocessors": sms},
+            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"),
+            "median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut, "gbps_of_bf16_bytes": gbps,
+            "compressed_bytes": ct.nbytes, "resident_bytes": app.nbytes, "index_bytes": app.index_bytes,
+            "bf16_bytes": nbytes, "cpu_encode_s": encode_s, "cpu_index_s": index_s,
             "ratio_decode_over_copy_bandwidth": ratio,
-            "target_at_least_0_25": None if timer.device.type != "cuda" else bool(ratio >= 0.25),
+            "target_at_least_0_25": None if not timer.cuda else bool(ratio >= 0.25),
+            "layouts": {name: {**desc, "median_s": medians[name], "gbps": gbps[name], "bit_exact": exact[name]}
+                        for name, (_, desc) in layouts.items()},
             "max_abs_err_vs_twin": _max_abs(got.view(torch.int16), want.view(torch.int16)),
             "agrees_with_twin": bool(torch.equal(got.view(torch.int16), want.view(torch.int16))),
-            "bit_exact_vs_original": bool(torch.equal(got.view(torch.int16), original.view(torch.int16))),
-            "peak_bytes": {"triton": timer.peak_bytes(decode_triton)},
-            "rans_block": default_block, "other_blocks_bit_exact": block_exact,
-            "notes": ["GB/s counts the decoded bf16 bytes (2 per weight); rans_only is the exponent decode alone",
-                      "rans_only_block<b>: the exponent decode with b chunks per program instead of the default"]}
+            "bit_exact_vs_original": all(exact.values()), "device_flag_clean": int(errors.item()) == 0,
+            "peak_bytes": {"app": timer.peak_bytes(decode)},
+            "notes": ["GB/s counts the decoded bf16 bytes (2 per weight)",
+                      "layouts: seg<S>_rows<R> decodes in segments of S weights, R segments per program; the index "
+                      "(8 states and 2 offsets per segment) is resident device memory beside the compressed bytes"]})
 
 
-_LLAMA_PAIRS: dict = {}
-
-
-def _llama_pair(timer, device, config: dict, chunk: int) -> dict:
+def _llama_pair(timer: Timer, device, config: dict, chunk) -> dict:
     """A random-weight Llama of ``config`` twice on ``device``: bf16, and with every linear layer but the tied
-    embedding / head NeuZip-compressed (lossless); built once and shared by the forward and generation rows."""
-    key = (json.dumps(config, sort_keys=True), chunk, str(device))
-    if key in _LLAMA_PAIRS:
-        return _LLAMA_PAIRS[key]
+    embedding / head NeuZip-compressed as the app does it (lossless, ``compress``'s defaults unless ``chunk``),
+    laid out for the device by ``.to(device)``; a third copy shares the compressed weights in the chunk layout."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -339,21 +523,29 @@ def _llama_pair(timer, device, config: dict, chunk: int) -> dict:
         torch.manual_seed(0)
         return LlamaForCausalLM(LlamaConfig(**config)).to(torch.bfloat16).eval()
 
-    dense, packed = build(), build()
+    dense, packed, chunked = build(), build(), build()
     linears = {name: m for name, m in packed.named_modules()
                if isinstance(m, torch.nn.Linear) and "lm_head" not in name}
     linear_bf16_bytes = sum(m.weight.numel() * 2 for m in linears.values())
     t0 = time.perf_counter()
-    apply_compressed(packed, {name: compress(m.weight.detach(), 7, chunk_size=chunk) for name, m in linears.items()})
+    tensors = {name: compress(m.weight.detach(), 7, chunk_size=chunk) for name, m in linears.items()}
     encode_s = time.perf_counter() - t0
+    apply_compressed(packed, tensors)
+    apply_compressed(chunked, tensors)
     held = {}
     for name, model in (("bf16", dense), ("compressed", packed)):
+        t0 = time.perf_counter()
         held[name] = timer.allocated_by(lambda model=model: model.to(device))
-    pair = {"dense": dense, "packed": packed, "linears": len(linears), "linear_bf16_bytes": linear_bf16_bytes,
-            "encode_s": encode_s, "held": held,
-            "compressed_modules": [m for m in packed.modules() if isinstance(m, CompressedLinear)]}
-    _LLAMA_PAIRS[key] = pair
-    return pair
+        held[f"{name}_load_s"] = time.perf_counter() - t0  # compressed: includes the segment index pass
+    chunked.to(device)
+    layers = [m for m in chunked.modules() if isinstance(m, CompressedLinear)]
+    for m in layers:
+        m.lay_out(None)
+    packed_layers = [m for m in packed.modules() if isinstance(m, CompressedLinear)]
+    return {"dense": dense, "packed": packed, "chunked": chunked, "linears": len(linears),
+            "linear_bf16_bytes": linear_bf16_bytes, "encode_s": encode_s, "held": held,
+            "compressed_modules": packed_layers,
+            "segments": sorted({m.segment or m.weight_compressed.exponents.chunk_size for m in packed_layers})}
 
 
 def _decode_path(pair: dict) -> str:
@@ -363,16 +555,22 @@ def _decode_path(pair: dict) -> str:
     return "triton" if use_triton(probe.states, kernel="pair_rans_decode") else "reference (PyTorch/numba)"
 
 
-def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks: list[dict], label: str) -> dict:
+def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    """The compressed forward, then batch-1 generation, on one model pair."""
     import torch
 
+    checks = check_kernels(device, ["pair_rans_decode", "merge_bf16", "pair_rans_gemv"])
+    config, label, chunk = sizes["llama"], sizes["llama_label"], sizes.get("chunk")
     pair = _llama_pair(timer, device, config, chunk)
-    dense, packed = pair["dense"], pair["packed"]
-    linear_bf16_bytes, encode_s, held = pair["linear_bf16_bytes"], pair["encode_s"], pair["held"]
+    dense, packed, chunked = pair["dense"], pair["packed"], pair["chunked"]
+    settings = ("the app's: compress() defaults (chunks of 2**17 weights), laid out for the device by "
+                ".to(device)" if chunk is None else f"smoke: chunks of {chunk} weights")
     resident = sum(t.numel() * t.element_size() for m in pair["compressed_modules"]
                    for _, t in m.arrays().items() if t is not None)
+    index = sum(m.arrays().index_bytes for m in pair["compressed_modules"])
     on_device = {str(t.device) for m in pair["compressed_modules"] for _, t in m.arrays().items() if t is not None}
-    ids = torch.randint(0, config["vocab_size"], (1, tokens), generator=torch.Generator().manual_seed(1)).to(device)
+    ids = torch.randint(0, config["vocab_size"], (1, sizes["tokens"]),
+                        generator=torch.Generator().manual_seed(1)).to(device)
 
     def forward(model):
         def step():
@@ -380,37 +578,33 @@ def neuzip_forward(timer, device, config: dict, tokens: int, chunk: int, checks:
                 return model(ids).logits
         return step
 
-    got, want = forward(packed)(), forward(dense)()
-    medians = timer.medians({"compressed": forward(packed), "bf16": forward(dense)})
-    decode_path = _decode_path(pair)
-    return {"what": f"{label}: forward of {tokens} tokens, linear layers NeuZip-compressed (lossless) vs bf16",
-            "model": label, "shape": {"tokens": tokens, "compressed_linears": pair["linears"], "chunk_size": chunk},
-            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"),
-            "decode_path": decode_path, "median_s": medians,
-            "ratio_compressed_over_bf16": medians["compressed"] / medians["bf16"],
-            "target_at_most_1_3x": None if timer.device.type != "cuda" else
-            bool(medians["compressed"] / medians["bf16"] <= 1.3),
-            "max_abs_err_vs_twin": _max_abs(got, want), "agrees_with_twin": _agrees(got, want), "cpu_encode_s": encode_s,
-            "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
-            "device_bytes_after_load": held, "compressed_arrays_on": sorted(on_device),
-            "linear_weights_bytes": {"bf16": linear_bf16_bytes, "compressed_resident": resident,
-                                     "ratio": resident / linear_bf16_bytes},
-            "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
-            "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",
-                      "the compressed arrays are buffers of each CompressedLinear: model.to(device) put them on the "
-                      "device; each forward decodes from them (decode table built there) into one shared buffer",
-                      "device_bytes_after_load: torch.cuda.memory_allocated added by model.to(device) (None off CUDA)",
-                      "on the CPU the compressed layers decode with the numba path (dispatch never sends CPU "
-                      "tensors to Triton)"]}
-
-
-def neuzip_generate(timer, device, config: dict, prompt: int, new_tokens: int, chunk: int, checks: list[dict],
-                    label: str) -> dict:
-    """Batch-1 greedy generation with a KV cache: every new token runs each linear layer on one row, so the
-    compressed model decodes every weight once per token (the bandwidth-bound case a fused decode + GEMV targets)."""
-    import torch
-
-    pair = _llama_pair(timer, device, config, chunk)
+    got, want, got_chunked = forward(packed)(), forward(dense)(), forward(chunked)()
+    medians = timer.medians({"compressed": forward(packed), "bf16": forward(dense),
+                             "compressed_chunk_layout": forward(chunked)})
+    ratio = medians["compressed"] / medians["bf16"]
+    ctx.save("neuzip_forward", {
+        "what": f"{label}: forward of {sizes['tokens']} tokens, linear layers NeuZip-compressed (lossless) vs bf16",
+        "settings": settings, "model": label,
+        "shape": {"tokens": sizes["tokens"], "compressed_linears": pair["linears"], "segments": pair["segments"]},
+        "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"), "decode_path": _decode_path(pair),
+        "median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut,
+        "ratio_compressed_over_bf16": ratio, "target_at_most_1_3x": None if not timer.cuda else bool(ratio <= 1.3),
+        "ratio_chunk_layout_over_bf16": medians["compressed_chunk_layout"] / medians["bf16"],
+        "max_abs_err_vs_twin": _max_abs(got, want), "agrees_with_twin": _agrees(got, want),
+        "chunk_layout_same_logits": bool(torch.equal(got_chunked, got)), "cpu_encode_s": pair["encode_s"],
+        "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
+        "device_bytes_after_load": pair["held"], "compressed_arrays_on": sorted(on_device),
+        "linear_weights_bytes": {"bf16": pair["linear_bf16_bytes"], "compressed_resident": resident,
+                                 "of_which_segment_index": index, "ratio": resident / pair["linear_bf16_bytes"]},
+        "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
+        "host_syncs_per_forward": timer.host_syncs(forward(packed)) if timer.cuda else None,
+        "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",
+                  "compressed_chunk_layout: the same compressed weights decoded chunk by chunk (no segment index: "
+                  "a 1536x576 matrix is 7 chunks), to show what the layout buys",
+                  "host_syncs_per_forward: expected 1 (the corruption flag, read once after the forward)"]})
+    if ctx.past():
+        return
+    prompt, new_tokens = sizes["prompt"], sizes["new_tokens"]
     ids = torch.randint(0, config["vocab_size"], (1, prompt), generator=torch.Generator().manual_seed(2)).to(device)
 
     def generate(model):
@@ -425,61 +619,74 @@ def neuzip_generate(timer, device, config: dict, prompt: int, new_tokens: int, c
                 return torch.cat(tokens, 1)
         return step
 
-    def fused(step):  # the fused decode + GEMV is opt-in until measured (its KernelCheck has auto=False)
-        def run():
-            before = os.environ.get("LAYERWISE_KERNELS")
-            os.environ["LAYERWISE_KERNELS"] = "triton"
-            try:
-                return step()
-            finally:
-                os.environ.pop("LAYERWISE_KERNELS") if before is None else os.environ.update(LAYERWISE_KERNELS=before)
-        return run
-
-    contestants = {"compressed": generate(pair["packed"]), "bf16": generate(pair["dense"]),
-                   "compressed_fused_gemv": fused(generate(pair["packed"]))}
+    contestants = {"compressed": generate(packed), "bf16": generate(dense),
+                   "compressed_fused_gemv": _forced("triton", generate(packed))}
     got, want, got_fused = (contestants[name]() for name in ("compressed", "bf16", "compressed_fused_gemv"))
-    rounds = max(3, timer.repeats // 4)
-    medians = timer.medians(contestants, repeats={name: rounds for name in contestants})
+    timer.repeats = max(3, timer.repeats // 4)
+    medians = timer.medians(contestants)
     tokens_per_s = {name: new_tokens / s for name, s in medians.items()}
     best = max(v for k, v in tokens_per_s.items() if k != "bf16")
-    ratio = tokens_per_s["compressed"] / tokens_per_s["bf16"]
-    return {"what": f"{label}: batch-1 greedy generation, {new_tokens} new tokens after a {prompt}-token prompt "
-                    "(KV cache), linear layers NeuZip-compressed (lossless) vs bf16",
-            "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens, "chunk_size": chunk},
-            "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16", "pair_rans_gemv"),
-            "decode_path": _decode_path(pair), "median_s": medians, "tokens_per_s": tokens_per_s,
-            "ratio_compressed_over_bf16_tokens_per_s": ratio,
-            "ratio_best_compressed_over_bf16_tokens_per_s": best / tokens_per_s["bf16"],
-            "target_at_least_0_8": None if timer.device.type != "cuda" else bool(best / tokens_per_s["bf16"] >= 0.8),
-            "same_tokens": bool(torch.equal(got, want)),
-            "fused_same_tokens": bool(torch.equal(got_fused, want)),
-            "max_abs_err_vs_twin": float((got != want).sum().item()), "agrees_with_twin": bool(torch.equal(got, want)),
-            "peak_bytes": {"compressed": timer.peak_bytes(generate(pair["packed"])),
-                           "bf16": timer.peak_bytes(generate(pair["dense"]))},
-            "notes": ["the prompt's forward is inside each timed call; tokens_per_s counts the new tokens",
-                      "max_abs_err_vs_twin counts generated tokens that differ from the bf16 model's (lossless: 0)",
-                      "compressed: as dispatched (each weight decoded into a shared buffer, then multiplied); "
-                      "compressed_fused_gemv: with LAYERWISE_KERNELS=triton, each generated token's one-row calls "
-                      "multiply straight from the compressed arrays (fused exponent decode + GEMV, opt-in until "
-                      "this row shows it wins); off CUDA no kernel is eligible, so it runs the decode path"]}
+
+    def one_token(model):
+        with torch.inference_mode():
+            cache = model(ids, use_cache=True).past_key_values
+        token = ids[:, -1:]
+        def step():
+            with torch.inference_mode():
+                return model(token, past_key_values=cache, use_cache=True).logits
+        return step
+
+    ctx.save("neuzip_generate", {
+        "what": f"{label}: batch-1 greedy generation, {new_tokens} new tokens after a {prompt}-token prompt "
+                "(KV cache), linear layers NeuZip-compressed (lossless) vs bf16",
+        "settings": settings, "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens},
+        "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16", "pair_rans_gemv"),
+        "decode_path": _decode_path(pair), "median_s": medians, "rounds": timer.rounds,
+        "cut_by_deadline": timer.cut, "tokens_per_s": tokens_per_s,
+        "ratio_compressed_over_bf16_tokens_per_s": tokens_per_s["compressed"] / tokens_per_s["bf16"],
+        "ratio_fused_gemv_over_bf16_tokens_per_s": tokens_per_s["compressed_fused_gemv"] / tokens_per_s["bf16"],
+        "ratio_best_compressed_over_bf16_tokens_per_s": best / tokens_per_s["bf16"],
+        "target_at_least_0_8": None if not timer.cuda else bool(best / tokens_per_s["bf16"] >= 0.8),
+        "same_tokens": bool(torch.equal(got, want)), "fused_same_tokens": bool(torch.equal(got_fused, want)),
+        "max_abs_err_vs_twin": float((got != want).sum().item()), "agrees_with_twin": bool(torch.equal(got, want)),
+        "host_syncs_per_token": {"compressed": timer.host_syncs(one_token(packed)),
+                                 "fused_gemv": timer.host_syncs(_forced("triton", one_token(packed))),
+                                 "bf16": timer.host_syncs(one_token(dense))} if timer.cuda else None,
+        "peak_bytes": {"compressed": timer.peak_bytes(generate(packed)), "bf16": timer.peak_bytes(generate(dense))},
+        "notes": ["the prompt's forward is inside each timed call; tokens_per_s counts the new tokens",
+                  "max_abs_err_vs_twin counts generated tokens that differ from the bf16 model's (lossless: 0)",
+                  "compressed: as dispatched (each weight decoded into a shared buffer, then multiplied); "
+                  "compressed_fused_gemv: with LAYERWISE_KERNELS=triton, each generated token's one-row calls "
+                  "multiply straight from the compressed arrays (fused exponent decode + GEMV, opt-in until "
+                  "this row shows it wins: kernels.neuzip_rans register_check auto=False)"]})
 
 
-def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[dict], label: str,
-                compare_cpu_at: int | None, profile_at: int | None = None) -> dict:
+# ---- rows: MambaLRP explain ---------------------------------------------------------------------------------------
+def lrp_explain(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     import torch
     from transformers import MambaConfig, MambaForCausalLM
 
     from core.lrp import explain
+    from core.lrp.adapters import adapter_for
+    from core.lrp.methods import kept_activation_bytes, recompute_mixers
 
+    checks = check_kernels(device, ["selective_scan_lrp", "add_rmsnorm"])
+    config = sizes["mamba"]
     torch.manual_seed(0)
     model = MambaForCausalLM(MambaConfig(**config)).eval()
-    cpu_model = None
-    if compare_cpu_at:
-        import copy
-        cpu_model = copy.deepcopy(model)
+    cpu_at = sizes["mamba_cpu_at"]
+    cpu_state = {k: v.clone() for k, v in model.state_dict().items()} if cpu_at else None
     model = model.to(device)
+    try:
+        import mamba_ssm  # noqa: F401
+        fast = "mamba_ssm imports: transformers' forward may use its fused kernels (needs causal_conv1d too)"
+    except Exception as exc:
+        fast = f"mamba_ssm not importable ({type(exc).__name__}): the forward is transformers' PyTorch path"
     rows = {}
-    for length in lengths:
+    for length in sizes["mamba_lengths"]:
+        if ctx.past():
+            rows[f"L{length}"] = {"skipped": "past the row's share of the budget"}
+            break
         ids = torch.randint(0, config["vocab_size"], (1, length), generator=torch.Generator().manual_seed(length))
         ids = ids.to(device)
 
@@ -490,44 +697,61 @@ def lrp_explain(timer, device, config: dict, lengths: list[int], checks: list[di
         def lrp(ids=ids):
             return explain(model, input_ids=ids)
 
-        e = lrp()
-        medians = timer.medians({"explain": lrp, "forward": forward}, repeats={"explain": max(3, timer.repeats // 4)})
-        row = {"median_s": medians, "ratio_explain_over_forward": medians["explain"] / medians["forward"],
-               "target_at_most_3x": None if timer.device.type != "cuda" else
-               bool(medians["explain"] / medians["forward"] <= 3),
+        t0 = time.perf_counter()
+        e = lrp()  # the first explanation: the kernels' checks, the tile autotune, compiles
+        first_s = time.perf_counter() - t0
+        embeds = model.get_input_embeddings()(ids)
+        adapter = adapter_for(model)
+        timer.repeats = sizes["lrp_repeats"]
+        medians = timer.medians({"explain": lrp, "forward": forward})
+        ratio = medians["explain"] / medians["forward"]
+        row = {"median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut, "first_call_s": first_s,
+               "ratio_explain_over_forward": ratio, "target_at_most_3x": None if not timer.cuda else bool(ratio <= 3),
+               "recomputed_mixers": recompute_mixers(adapter, embeds),
+               "kept_activation_bytes": kept_activation_bytes(adapter, embeds),
                "peak_bytes": {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)},
                "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit}
-        if length == profile_at:
+        if length == sizes["mamba_profile_at"] and not ctx.past():
             row["profile_explain"] = timer.profile(lrp)
             row["profile_forward"] = timer.profile(forward)
-        if cpu_model is not None and length == compare_cpu_at:
-            ref = explain(cpu_model, input_ids=ids.cpu())
-            top = lambda r: set(r.abs().topk(min(10, r.numel())).indices.tolist())  # noqa: E731
-            row["vs_cpu"] = {"max_abs_diff": _max_abs(e.relevance, ref.relevance),
-                             "relevance_scale": float(ref.relevance.abs().max()),
-                             "same_top10_tokens": top(e.relevance) == top(ref.relevance),
-                             "cpu_conservation_abs": abs(float(ref.relevance.sum()) - ref.logit)}
+            row["host_syncs_explain"] = timer.host_syncs(lrp) if timer.cuda else None
         rows[f"L{length}"] = row
-    try:
-        import mamba_ssm  # noqa: F401
-        fast = "mamba_ssm imports: transformers' forward uses its fused kernels"
-    except Exception as exc:
-        fast = f"mamba_ssm not importable ({type(exc).__name__}): the forward is transformers' PyTorch path"
-    return {"what": f"MambaLRP explain (default rules, kernels as dispatched) vs a no-grad forward, {label}",
-            "model": label, "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
-            "lengths": rows, "notes": [fast, "explain includes its forward, the relevance backward and the "
-                                             "activation recompute above 64 MB of kept activations",
-                                             "profile_explain / profile_forward (at one length): the torch profiler's "
-                                             "top ops by self time, kernel launches and host syncs of one call"]}
+        ctx.save("lrp_explain", _explain_result(rows, checks, sizes, fast))
+    if cpu_at and f"L{cpu_at}" in rows and "median_s" in rows[f"L{cpu_at}"] and not ctx.past():
+        cpu_model = MambaForCausalLM(MambaConfig(**config)).eval()
+        cpu_model.load_state_dict(cpu_state)
+        ids = torch.randint(0, config["vocab_size"], (1, cpu_at), generator=torch.Generator().manual_seed(cpu_at))
+        got, ref = explain(model, input_ids=ids.to(device)), explain(cpu_model, input_ids=ids)
+        top = lambda r: set(r.abs().topk(min(10, r.numel())).indices.tolist())  # noqa: E731
+        rows[f"L{cpu_at}"]["vs_cpu"] = {"max_abs_diff": _max_abs(got.relevance, ref.relevance),
+                                         "relevance_scale": float(ref.relevance.abs().max()),
+                                         "same_top10_tokens": top(got.relevance) == top(ref.relevance),
+                                         "cpu_conservation_abs": abs(float(ref.relevance.sum()) - ref.logit)}
+        ctx.save("lrp_explain", _explain_result(rows, checks, sizes, fast))
 
 
-def topk(timer, device, shapes: dict, checks: list[dict]) -> dict:
+def _explain_result(rows: dict, checks: list[dict], sizes: dict, fast: str) -> dict:
+    from kernels._scan_triton import tuning_results
+
+    return {"what": f"MambaLRP explain (default mode: kernels as dispatched after their self-check, the scan tile "
+                    f"autotuned, recompute decided by the device) vs a no-grad forward, {sizes['mamba_label']}",
+            "model": sizes["mamba_label"], "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
+            "lengths": rows, "scan_tiles_chosen": {str(k): v for k, v in tuning_results().items()},
+            "notes": [fast, "explain includes its forward, the relevance backward and, where the kept activations "
+                            "would not fit, the activation recompute (recomputed_mixers)",
+                      "profile_explain / profile_forward (at one length): the torch profiler's top ops by self "
+                      "time, kernel launches and host syncs of one call; host_syncs_explain: HostSyncs by line"]}
+
+
+# ---- rows: MathNeuro top-K, fused add + RMSNorm -------------------------------------------------------------------
+def topk(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     import torch
 
     from kernels.topk_mask import topk_mask_ref, topk_mask_triton
 
+    checks = check_kernels(device, ["topk_mask"])
     rows = {}
-    for name, shape in shapes.items():
+    for name, shape in sizes["topk"].items():
         scores = torch.randn(*shape, generator=torch.Generator().manual_seed(0)).to(device)
         k = int(scores.numel() * TOPK_PROPORTION)
 
@@ -544,18 +768,21 @@ def topk(timer, device, shapes: dict, checks: list[dict]) -> dict:
                       "max_abs_err_vs_twin": float((got != want).sum().item()), "agrees_with_twin": _agrees(got, want),
                       "entries_differing_from_torch_topk": int((got != base).sum().item()),
                       "peak_bytes": {"triton": timer.peak_bytes(kernel), "torch_topk": timer.peak_bytes(torch_topk)}}
-    return {"what": f"MathNeuro top-K mask (proportion {TOPK_PROPORTION}) per matrix vs torch.topk + scatter",
-            "self_check": _self_check(checks, "topk_mask"), "matrices": rows,
-            "max_abs_err_vs_twin": max(r["max_abs_err_vs_twin"] for r in rows.values()),
-            "agrees_with_twin": all(r["agrees_with_twin"] for r in rows.values()),
-            "notes": ["max_abs_err_vs_twin counts mask entries that differ from topk_mask_ref (bit-identical: 0)"]}
+    ctx.save("topk_mask", {"what": f"MathNeuro top-K mask (proportion {TOPK_PROPORTION}) per matrix vs torch.topk "
+                                   "+ scatter", "self_check": _self_check(checks, "topk_mask"), "matrices": rows,
+                           "max_abs_err_vs_twin": max(r["max_abs_err_vs_twin"] for r in rows.values()),
+                           "agrees_with_twin": all(r["agrees_with_twin"] for r in rows.values()),
+                           "notes": ["max_abs_err_vs_twin counts mask entries that differ from topk_mask_ref "
+                                     "(bit-identical: 0)"]})
 
 
-def rmsnorm(timer, device, rows: int, width: int, checks: list[dict]) -> dict:
+def rmsnorm(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     import torch
 
     from kernels.rmsnorm import add_rmsnorm_ref, add_rmsnorm_triton
 
+    checks = check_kernels(device, ["add_rmsnorm"])
+    rows, width = sizes["norm"]
     g = torch.Generator().manual_seed(0)
     x, residual = torch.randn(rows, width, generator=g), torch.randn(rows, width, generator=g)
     weight = 1 + 0.1 * torch.randn(width, generator=g)
@@ -564,112 +791,344 @@ def rmsnorm(timer, device, rows: int, width: int, checks: list[dict]) -> dict:
     unfused = lambda: add_rmsnorm_ref(x, residual, weight, 1e-5)  # noqa: E731
     (y_k, s_k), (y_r, s_r) = fused(), unfused()
     medians = timer.medians({"triton": fused, "unfused_torch": unfused})
-    return {"what": "fused residual add + RMSNorm forward vs the unfused torch ops (its twin), bfloat16",
-            "shape": {"rows": rows, "width": width}, "self_check": _self_check(checks, "add_rmsnorm"),
-            "median_s": medians, "ratio_triton_over_unfused": medians["triton"] / medians["unfused_torch"],
-            "max_abs_err_vs_twin": max(_max_abs(y_k, y_r), _max_abs(s_k, s_r)),
-            "agrees_with_twin": _agrees((y_k, s_k), (y_r, s_r)),
-            "peak_bytes": {"triton": timer.peak_bytes(fused), "unfused_torch": timer.peak_bytes(unfused)}}
+    ctx.save("add_rmsnorm", {
+        "what": "fused residual add + RMSNorm forward vs the unfused torch ops (its twin), bfloat16",
+        "shape": {"rows": rows, "width": width}, "self_check": _self_check(checks, "add_rmsnorm"),
+        "median_s": medians, "ratio_triton_over_unfused": medians["triton"] / medians["unfused_torch"],
+        "max_abs_err_vs_twin": max(_max_abs(y_k, y_r), _max_abs(s_k, s_r)),
+        "agrees_with_twin": _agrees((y_k, s_k), (y_r, s_r)),
+        "peak_bytes": {"triton": timer.peak_bytes(fused), "unfused_torch": timer.peak_bytes(unfused)}})
 
 
-# ---- main -------------------------------------------------------------------------------------------------------
+def _selftest_hang(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    """Not a measurement: saves one part, then never returns (tests/bench/test_gpu.py kills it by its limit)."""
+    if ctx.path is None:
+        raise RuntimeError("_selftest_hang runs only in its own process (--isolate)")
+    ctx.save("_selftest_hang", {"what": "a row that hangs after its first part", "first_part": 1.0})
+    while True:
+        time.sleep(1)
+
+
+# ---- the plan ----------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Row:
+    """One row of the plan: ``fn(ctx, timer, device, sizes)`` saves one or more comparisons; ``weight``: its share
+    of the budget; ``needs_mamba``: waits for ``--mamba-ready``."""
+
+    name: str
+    fn: Callable
+    weight: float
+    needs_mamba: bool = False
+    hidden: bool = False  # only with --only
+
+
+ROWS = (  # by value: what the first GPU run must answer first
+    Row("neuzip_decode", neuzip_decode, 1.5),
+    Row("lrp_explain", lrp_explain, 3.0),
+    Row("neuzip_model", neuzip_model, 2.5),
+    Row("selective_scan", selective_scan, 1.5),
+    Row("topk_mask", topk, 0.5),
+    Row("add_rmsnorm", rmsnorm, 0.4),
+    Row("selective_scan_vs_mamba_ssm", selective_scan_vs_mamba_ssm, 1.0, needs_mamba=True),
+    Row("_selftest_hang", _selftest_hang, 0.2, hidden=True),
+)
+
+
 def _sizes(smoke: bool) -> dict:
     if smoke:
-        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "rans_blocks": [4], "decode": 4096, "chunk": 256,
-                "llama": SMOKE_LLAMA,
-                "tokens": 8, "prompt": 4, "new_tokens": 3,
+        return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "stages": [2, 1], "slow_repeats": 2,
+                "decode": {"tiny_64x96": (64, 96)}, "chunk": 1024, "smoke_segment": 256,
+                "layouts": lambda chunk: [(None, 4), (256, 4), (64, 2), (32, 1)],
+                "llama": SMOKE_LLAMA, "tokens": 8, "prompt": 4, "new_tokens": 3,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
                 "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8, "mamba_profile_at": 16,
-                "mamba_label": "tiny Mamba (2 layers, hidden 16)",
+                "lrp_repeats": 2, "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
-    return {"scan": [(2048, 1536), (8192, 1536)], "tiles": [(4, 32), (16, 16), (8, 64), (2, 128), (4, 64)],
-            "decode": 1536 * 576 * 16, "chunk": 1024, "rans_blocks": [8, 16, 64, 128], "prompt": 16, "new_tokens": 64,
-            "llama": SMOLLM2_135M, "tokens": 512, "llama_label": "SmolLM2-135M config, random weights",
+    from kernels._scan_triton import TILES
+
+    return {"scan": [(2048, 1536), (8192, 1536)], "tiles": list(TILES), "stages": [2, 1, 3], "slow_repeats": 2,
+            "decode": {"1536x576": (1536, 576), "24576x576": (24576, 576)}, "chunk": None,
+            "layouts": lambda chunk: [(None, 4), (2048, 1), (1024, 2), (1024, 4), (512, 2), (256, 4), (256, 8)],
+            "llama": SMOLLM2_135M, "tokens": 512, "prompt": 16, "new_tokens": 64,
+            "llama_label": "SmolLM2-135M config, random weights",
             "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512, "mamba_profile_at": 2048,
-            "mamba_label": "mamba-130m config, random weights",
+            "lrp_repeats": 5, "mamba_label": "mamba-130m config, random weights",
             "topk": {"mlp_1536x576": (1536, 576), "embed_49152x576": (49152, 576)}, "norm": (4096, 576)}
 
 
+def _device(args):
+    import torch
+
+    return torch.device("cpu") if args.smoke else torch.device(args.device)
+
+
+def run_row(row: Row, args, deadline: float, path: Path | None) -> dict:
+    """Run ``row`` here until ``deadline``; its comparisons (the finished ones if it raises)."""
+    device = _device(args)
+    ctx = RowContext(deadline, path)
+    timer = Timer(device, args.repeats, args.warmup, ctx)
+    try:
+        row.fn(ctx, timer, device, _sizes(args.smoke))
+    except Exception as exc:  # one broken row must not hide the others; the exit code says so
+        import traceback
+
+        ctx.save(f"{row.name}_error", {"error": f"{type(exc).__name__}: {exc}",
+                                       "traceback": traceback.format_exc()[-3000:]})
+    return ctx.results
+
+
+def _child_args(args) -> list[str]:
+    out = ["--device", args.device, "--repeats", str(args.repeats), "--warmup", str(args.warmup)]
+    return out + (["--smoke"] if args.smoke else [])
+
+
+_RUNNING: dict = {}  # the row process running now (stopped with this one: see main's SIGTERM handler)
+
+
+def run_isolated(row: Row, args, limit: float) -> dict:
+    """``row`` in its own process, killed (with its process group) at ``limit`` seconds; what it saved."""
+    with tempfile.TemporaryDirectory(prefix="gpu-bench-") as tmp:
+        path = Path(tmp) / "row.json"
+        deadline = time.time() + max(1.0, limit - GRACE_S)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--row", row.name, "--row-out", str(path),
+               "--deadline", f"{deadline:.3f}", *_child_args(args)]
+        child = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, start_new_session=True)
+        _RUNNING["child"] = child
+        killed = False
+        try:
+            code = child.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            killed = True
+            os.killpg(child.pid, signal.SIGKILL)
+            code = child.wait()
+        finally:
+            _RUNNING.pop("child", None)
+        results = json.loads(path.read_text()) if path.exists() else {}
+    if killed:
+        results = results or {row.name: {}}
+        for result in results.values():
+            result.update(killed=True, limit_s=round(limit, 1))
+    elif code != 0 and not any("error" in r for r in results.values()):
+        results[f"{row.name}_error"] = {"error": f"the row's process exited with code {code}"}
+    return results
+
+
+def _wait_for(marker: str | None, until: float) -> bool:
+    """Whether ``marker`` exists, waiting for it until ``until`` (``time.time()``); True without a marker."""
+    if not marker:
+        return True
+    while not Path(marker).exists():
+        if time.time() >= until:
+            return False
+        time.sleep(2)
+    return True
+
+
+# ---- the five targets -------------------------------------------------------------------------------------------
+def _fmt(x, digits=3):
+    return "-" if x is None else (f"{x:.{digits}g}" if isinstance(x, float) else str(x))
+
+
+def targets(comparisons: dict) -> list[dict]:
+    """The five targets of issue 34 from the comparisons, each beside its peer (``measured`` None: not measured)."""
+    def get(name, *keys):
+        value = comparisons.get(name)
+        for k in keys:
+            if not isinstance(value, dict):
+                return None
+            value = value.get(k)
+        return value
+
+    mib = lambda b: None if b is None else b / 2**20  # noqa: E731
+    out = []
+    for key in sorted(k for k in comparisons if k.startswith("selective_scan_vs_mamba_ssm_L")):
+        r = comparisons[key]
+        out.append({"target": f"scan fwd+bwd vs mamba_ssm, L = {key.rsplit('L', 1)[1]}", "goal": "<= 1.0x",
+                    "measured": get(key, "median_s", "triton"), "peer": get(key, "median_s", "mamba_ssm"),
+                    "unit": "s", "ratio": r.get("ratio_triton_over_mamba_ssm"),
+                    "met": r.get("target_at_most_1x_of_mamba_ssm"),
+                    "note": "mamba_ssm does not import" if "mamba_ssm" in r else
+                    "its selective_scan_cuda alone" if "directly" in r.get("mamba_ssm_used", "") else ""})
+    if not any(k.startswith("selective_scan_vs_mamba_ssm_L") for k in comparisons):
+        out.append({"target": "scan fwd+bwd vs mamba_ssm", "goal": "<= 1.0x", "measured": None, "peer": None,
+                    "unit": "s", "ratio": None, "met": None, "note": "not measured"})
+    for length, row in (get("lrp_explain", "lengths") or {}).items():
+        if "median_s" not in row:
+            out.append({"target": f"explain / forward, {length[1:]} tokens", "goal": "<= 3x", "measured": None,
+                        "peer": None, "unit": "s", "ratio": None, "met": None, "note": row.get("skipped", "")})
+            continue
+        peak = row.get("peak_bytes") or {}
+        out.append({"target": f"explain / forward, {length[1:]} tokens", "goal": "<= 3x",
+                    "measured": row["median_s"]["explain"], "peer": row["median_s"]["forward"], "unit": "s",
+                    "ratio": row["ratio_explain_over_forward"], "met": row["target_at_most_3x"],
+                    "note": f"peak {_fmt(mib(peak.get('explain')))} / {_fmt(mib(peak.get('forward')))} MiB, "
+                            f"recompute {'on' if row.get('recomputed_mixers') else 'off'}"})
+    if not get("lrp_explain", "lengths"):
+        out.append({"target": "explain / forward, 512 / 2048 / 8192 tokens", "goal": "<= 3x", "measured": None,
+                    "peer": None, "unit": "s", "ratio": None, "met": None, "note": ""})
+    for key in sorted(k for k in comparisons if k.startswith("neuzip_decode_")):
+        r = comparisons[key]
+        out.append({"target": f"NeuZip decode GB/s vs device copy, {key.split('_', 2)[2]}", "goal": ">= 0.25x",
+                    "measured": get(key, "gbps_of_bf16_bytes", "app"), "peer": get(key, "gbps_of_bf16_bytes", "copy"),
+                    "unit": "GB/s", "ratio": r.get("ratio_decode_over_copy_bandwidth"),
+                    "met": r.get("target_at_least_0_25"), "note": f"{get(key, 'shape', 'programs')} programs"})
+    if not any(k.startswith("neuzip_decode_") for k in comparisons):
+        out.append({"target": "NeuZip decode GB/s vs device copy", "goal": ">= 0.25x", "measured": None,
+                    "peer": None, "unit": "GB/s", "ratio": None, "met": None, "note": ""})
+    r = comparisons.get("neuzip_forward", {})
+    tokens = (r.get("shape") or {}).get("tokens", 512)
+    out.append({"target": f"compressed forward vs bf16, {tokens} tokens", "goal": "<= 1.3x",
+                "measured": get("neuzip_forward", "median_s", "compressed"), "peer": get("neuzip_forward", "median_s",
+                                                                                         "bf16"),
+                "unit": "s", "ratio": r.get("ratio_compressed_over_bf16"), "met": r.get("target_at_most_1_3x"),
+                "note": f"chunk layout {_fmt(r.get('ratio_chunk_layout_over_bf16'))}x" if r else ""})
+    r = comparisons.get("neuzip_generate", {})
+    tps = r.get("tokens_per_s") or {}
+    best = max((v for k, v in tps.items() if k != "bf16"), default=None)
+    out.append({"target": "batch-1 tokens/s, compressed (best) vs bf16", "goal": ">= 0.8x", "measured": best,
+                "peer": tps.get("bf16"), "unit": "tokens/s", "ratio": r.get("ratio_best_compressed_over_bf16_tokens_per_s"),
+                "met": r.get("target_at_least_0_8"),
+                "note": f"decode {_fmt(tps.get('compressed'))}, fused GEMV {_fmt(tps.get('compressed_fused_gemv'))}"
+                if tps else ""})
+    return out
+
+
+def target_table(rows: list[dict], device: str) -> str:
+    lines = [f"The five targets on {device} (bench/gpu.py):", "",
+             "| target | measured | peer | unit | ratio | goal | met | note |", "|---|---|---|---|---|---|---|---|"]
+    for t in rows:
+        met = "not measured" if t["measured"] is None else {True: "yes", False: "NO", None: "-"}[t["met"]]
+        lines.append(f"| {t['target']} | {_fmt(t['measured'])} | {_fmt(t['peer'])} | {t['unit']} | "
+                     f"{_fmt(t['ratio'])} | {t['goal']} | {met} | {t['note']} |")
+    return "\n".join(lines)
+
+
+# ---- main -------------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="cuda", help="a CUDA device (default cuda)")
     ap.add_argument("--smoke", action="store_true",
                     help="tiny shapes on the CPU under TRITON_INTERPRET=1 (proves the script runs; timings meaningless)")
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET, help="seconds for all rows (default 480)")
+    ap.add_argument("--out", default=None, help="write the JSON report here after every row")
+    ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
+                    help="each row in its own process, killed at its share (default: on CUDA yes, --smoke no)")
+    ap.add_argument("--mamba-ready", default=os.environ.get("LAYERWISE_MAMBA_READY"),
+                    help="a file whose existence says mamba_ssm is built: the rows needing it wait for it while the "
+                         "budget allows")
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per comparison (default 20; smoke 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; smoke 1)")
-    ap.add_argument("--only", default="", help="comma-separated name prefixes of the comparisons to run "
-                    "(selective_scan, neuzip_decode, neuzip_forward, neuzip_generate, lrp_explain, topk_mask, "
-                    "add_rmsnorm); default all")
-    ap.add_argument("--slow-repeats", type=int, default=3, help="rounds for the slow selective-scan twin")
+    ap.add_argument("--only", default="", help="comma-separated rows to run, in that order (" +
+                    ", ".join(r.name for r in ROWS if not r.hidden) + "); default all, by value")
+    ap.add_argument("--row", help=argparse.SUPPRESS)
+    ap.add_argument("--row-out", help=argparse.SUPPRESS)
+    ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.smoke:
         os.environ["TRITON_INTERPRET"] = "1"  # before anything imports triton
+    args.repeats = args.repeats or (2 if args.smoke else 20)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 3)
+    by_name = {r.name: r for r in ROWS}
+    if args.row:  # a child: one row, then exit
+        import torch
+
+        torch.set_num_threads(1 if args.smoke else torch.get_num_threads())
+        deadline = args.deadline if args.deadline is not None else time.time() + args.budget
+        run_row(by_name[args.row], args, deadline, Path(args.row_out) if args.row_out else None)
+        return 0
     import torch
 
-    if args.smoke:
-        device = torch.device("cpu")
-    else:
-        device = torch.device(args.device)
-        if device.type != "cuda" or not torch.cuda.is_available():
-            print(f"bench/gpu.py: no CUDA device ({args.device!r}, torch {torch.__version__}, cuda available: "
-                  f"{torch.cuda.is_available()}); run it on a GPU host with CUDA torch 2.13.0, or pass --smoke "
-                  "for the CPU interpreter run", file=sys.stderr)
-            return 2
+    if not args.smoke and (torch.device(args.device).type != "cuda" or not torch.cuda.is_available()):
+        print(f"bench/gpu.py: no CUDA device ({args.device!r}, torch {torch.__version__}, cuda available: "
+              f"{torch.cuda.is_available()}); run it on a GPU host with CUDA torch, or pass --smoke for the CPU "
+              "interpreter run", file=sys.stderr)
+        return 2
+    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in only if n not in by_name]
+    if unknown:
+        print(f"bench/gpu.py: unknown row(s) {', '.join(unknown)}; rows: "
+              f"{', '.join(r.name for r in ROWS if not r.hidden)}", file=sys.stderr)
+        return 2
+    plan = [by_name[n] for n in dict.fromkeys(only)] if only else [r for r in ROWS if not r.hidden]
+    isolate = (not args.smoke) if args.isolate is None else args.isolate
     torch.set_num_threads(1 if args.smoke else torch.get_num_threads())
-    repeats = args.repeats or (2 if args.smoke else 20)
-    warmup = args.warmup if args.warmup is not None else (1 if args.smoke else 3)
-    timer = Timer(device, repeats, warmup)
-    sizes = _sizes(args.smoke)
-
-    from kernels.dispatch import check_all
-
-    _log("dispatch self-check")
-    checks = check_all(device)
-    plan = [(f"selective_scan_L{length}",
-             lambda length=length, d=d: selective_scan(timer, device, length, d, checks,
-                                                       min(args.slow_repeats, repeats), sizes["tiles"]))
-            for length, d in sizes["scan"]]
-    plan += [("neuzip_decode", lambda: neuzip_decode(timer, device, sizes["decode"], sizes["chunk"], checks,
-                                                     sizes["rans_blocks"])),
-             ("neuzip_forward", lambda: neuzip_forward(timer, device, sizes["llama"], sizes["tokens"], sizes["chunk"],
-                                                       checks, sizes["llama_label"])),
-             ("neuzip_generate", lambda: neuzip_generate(timer, device, sizes["llama"], sizes["prompt"],
-                                                         sizes["new_tokens"], sizes["chunk"], checks,
-                                                         sizes["llama_label"])),
-             ("lrp_explain", lambda: lrp_explain(timer, device, sizes["mamba"], sizes["mamba_lengths"], checks,
-                                                 sizes["mamba_label"], sizes["mamba_cpu_at"],
-                                                 sizes["mamba_profile_at"])),
-             ("topk_mask", lambda: topk(timer, device, sizes["topk"], checks)),
-             ("add_rmsnorm", lambda: rmsnorm(timer, device, *sizes["norm"], checks))]
-    only = tuple(p.strip() for p in args.only.split(",") if p.strip())
-    plan = [(name, fn) for name, fn in plan if not only or name.startswith(only)]
-    comparisons, failed = {}, []
-    for name, fn in plan:
-        _log(name)
-        t0 = time.perf_counter()
-        try:
-            comparisons[name] = fn()
-        except Exception as exc:  # one broken comparison must not hide the others; the exit code says so
-            comparisons[name] = {"error": f"{type(exc).__name__}: {exc}"}
-            failed.append(name)
-        comparisons[name]["wall_s"] = round(time.perf_counter() - t0, 2)
+    device_name = "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(torch.device(args.device))
     report = {
-        "benchmark": "bench/gpu.py",
-        "mode": "smoke" if args.smoke else "gpu",
-        "timings_meaningful": not args.smoke,
+        "benchmark": "bench/gpu.py", "mode": "smoke" if args.smoke else "gpu", "timings_meaningful": not args.smoke,
         "timing_note": ("SMOKE RUN: CPU, TRITON_INTERPRET=1, tiny shapes; the timings and ratios are meaningless, "
                         "only the errors against the twins and the self-check mean something") if args.smoke else
-                       f"medians of {repeats} interleaved rounds after {warmup} warm-up calls, CUDA events",
-        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
-        "torch": torch.__version__, "cuda": torch.version.cuda,
-        "triton": __import__("triton").__version__,
-        "python": platform.python_version(),
-        "self_check": checks,
-        "comparisons": comparisons,
-        "failed": failed,
+                       f"medians of up to {args.repeats} interleaved rounds after {args.warmup} warm-up calls, CUDA "
+                       "events; a row past its share of the budget stops early (rounds, cut_by_deadline, killed)",
+        "device": device_name, "torch": torch.__version__, "cuda": torch.version.cuda,
+        "triton": __import__("triton").__version__, "python": platform.python_version(),
+        "budget_s": args.budget, "isolated_rows": isolate, "plan": [r.name for r in plan],
+        "rows": {}, "comparisons": {}, "failed": [], "self_check": [],
     }
+
+    def write():
+        if args.out:
+            from core.files import atomic_write
+
+            atomic_write(args.out, json.dumps(report, indent=1, default=str))
+
+    def stop(signum, frame):  # e.g. the session's timeout: take the row process along, keep what is written
+        child = _RUNNING.get("child")
+        if child is not None and child.poll() is None:
+            os.killpg(child.pid, signal.SIGKILL)
+        report["stopped_by_signal"] = signum
+        write()
+        sys.exit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    t_start = time.time()
+    write()
+    for i, row in enumerate(plan):
+        left = args.budget - (time.time() - t_start)
+        if row.needs_mamba and args.mamba_ready and not Path(args.mamba_ready).exists():
+            _log(f"{row.name}: waiting for {args.mamba_ready} (mamba_ssm build)")
+            ready = _wait_for(args.mamba_ready, t_start + args.budget - MIN_ROW_S)
+            left = args.budget - (time.time() - t_start)
+            if not ready:
+                report["rows"][row.name] = {"skipped": "mamba_ssm's build did not finish within the budget"}
+                write()
+                continue
+        if left < MIN_ROW_S and not args.smoke:
+            report["rows"][row.name] = {"skipped": f"{left:.0f} s of the budget left (a row needs {MIN_ROW_S})"}
+            write()
+            continue
+        limit = left * row.weight / sum(r.weight for r in plan[i:])
+        _log(f"{row.name} (share {limit:.0f} s of {left:.0f} s left)")
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        t0 = time.time()
+        if isolate:
+            results = run_isolated(row, args, limit)
+        else:
+            results = run_row(row, args, time.time() + max(1.0, limit - GRACE_S), None)
+        wall = round(time.time() - t0, 1)
+        report["rows"][row.name] = {"wall_s": wall, "limit_s": round(limit, 1), "comparisons": sorted(results),
+                                    "killed": any(r.get("killed") for r in results.values()),
+                                    "load_average_before": load,
+                                    "mamba_build_unfinished": bool(args.mamba_ready) and not Path(args.mamba_ready).exists()}
+        for name, result in results.items():
+            report["comparisons"][name] = result
+            if "error" in result:
+                report["failed"].append(name)
+            for check in (result.get("self_check") or {}).get("rows", {}).items():
+                kernel, dtype = check[0].split("/")
+                entry = {"kernel": kernel, "dtype": dtype, "ok": check[1] == "ok", "reason": "" if check[1] == "ok"
+                         else check[1]}
+                if entry not in report["self_check"]:
+                    report["self_check"].append(entry)
+        if report["rows"][row.name]["killed"]:
+            report["failed"].append(row.name)
+        write()
+    report["wall_s"] = round(time.time() - t_start, 1)
+    report["targets"] = targets(report["comparisons"])
+    write()
     print(json.dumps(report, indent=1, default=str))
-    return 1 if failed else 0
+    sys.stdout.flush()
+    print(target_table(report["targets"], device_name), file=sys.stderr, flush=True)
+    return 1 if report["failed"] else 0
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 
 The GPU timings cannot be checked here; what can: every comparison is present with finite numbers, every
 kernel agrees with its twin on the smoke shapes (within the self-check's tolerance, bit-exact where the kernel
-is), every self-check passed, and a host without CUDA gets exit code 2 and one line naming the fix.
+is), every self-check passed, a row killed by its share of the budget leaves its saved parts and the rows after
+it in the JSON, the five targets come last, and a host without CUDA gets exit code 2 and one line naming the fix.
 """
 import json
 import math
@@ -18,13 +19,13 @@ from tests.bench.smoke import numbers, run_smoke
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "bench" / "gpu.py"
-COMPARISONS = ("selective_scan_L16", "selective_scan_L32", "neuzip_decode", "neuzip_forward", "neuzip_generate",
-               "topk_mask", "add_rmsnorm")
+COMPARISONS = ("selective_scan_L16", "selective_scan_L32", "neuzip_decode_tiny_64x96", "neuzip_forward",
+               "neuzip_generate", "topk_mask", "add_rmsnorm")
 # What a CUDA image with only the compute stack (torch, triton, transformers, numba) lacks: bench/gpu.py must not
 # need any of it (core imports plotly only where a figure is built, gradio only in ui/).
 APP_STACK = ("plotly", "gradio", "pandas", "sklearn", "captum", "mlxtend", "reasoning_gym", "constriction",
              "zstandard", "datasets", "dill", "bitsandbytes", "gguf", "matplotlib")
-EXACT = ("neuzip_decode", "neuzip_forward", "neuzip_generate", "topk_mask")  # bit-exact kernels (lossless codec, masks)
+EXACT = ("neuzip_decode_tiny_64x96", "neuzip_forward", "neuzip_generate", "topk_mask")  # bit-exact (lossless, masks)
 
 
 def _run(tmp_path, *args, timeout=180):
@@ -36,7 +37,7 @@ def _run(tmp_path, *args, timeout=180):
 
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    return run_smoke(tmp_path_factory.mktemp("gpu_bench"), "gpu.py", timeout=180, unset=("TRITON_INTERPRET",))
+    return run_smoke(tmp_path_factory.mktemp("gpu_bench"), "gpu.py", timeout=600, unset=("TRITON_INTERPRET",))
 
 
 @pytest.mark.slow
@@ -63,18 +64,23 @@ def test_smoke_kernels_agree_with_their_twins_and_pass_the_self_check(smoke):
         assert row["self_check"]["ok"] is True and row["self_check"]["rows"], name
         if name in EXACT:
             assert row["max_abs_err_vs_twin"] == 0.0, name
-    scan = smoke["comparisons"]["selective_scan_L32"]
-    assert scan["max_abs_err_vs_twin"] < 1e-4
-    assert "mamba_ssm" in scan["median_s"] or scan["mamba_ssm"].startswith("skipped: mamba_ssm is not importable")
-    # the other tiles of the scan kernel (timed to tune the default) compute the same
-    assert scan["other_tiles"] and all(t["max_abs_err_vs_twin"] < 1e-4 for t in scan["other_tiles"].values())
+    scan = smoke["comparisons"]["selective_scan_L16"]
+    assert scan["max_abs_err_vs_twin"] < 1e-4 and "ref_twin" in scan["median_s"]
+    # the tiles and pipelining depths of the scan kernel (timed to tune it) compute the same
+    assert {(t["block_d"], t["chunk"], t["stages"]) for t in scan["tiles"].values()} == {(2, 4, 2), (2, 4, 1)}
+    assert all(t["max_abs_err_vs_twin"] < 1e-4 for t in scan["tiles"].values())
+    mamba = smoke["comparisons"]["selective_scan_vs_mamba_ssm_L32"]
+    assert "mamba_ssm" in mamba.get("median_s", {}) or mamba["mamba_ssm"].startswith("skipped: mamba_ssm is not")
     generate = smoke["comparisons"]["neuzip_generate"]
     assert generate["same_tokens"] is True and generate["target_at_least_0_8"] is None  # no verdict off CUDA
     assert generate["fused_same_tokens"] is True and "compressed_fused_gemv" in generate["tokens_per_s"]
     assert all(v > 0 for v in generate["tokens_per_s"].values())
-    assert smoke["comparisons"]["neuzip_decode"]["bit_exact_vs_original"] is True
-    blocks = smoke["comparisons"]["neuzip_decode"]["other_blocks_bit_exact"]
-    assert blocks and all(blocks.values())
+    decode = smoke["comparisons"]["neuzip_decode_tiny_64x96"]
+    assert decode["bit_exact_vs_original"] is True and decode["device_flag_clean"] is True
+    layouts = decode["layouts"]  # every segment layout decodes the same bits, its index costing what it says
+    assert {(v["segment"], v["rows"]) for v in layouts.values()} == {(1024, 4), (256, 4), (64, 2), (32, 1)}
+    assert all(v["bit_exact"] for v in layouts.values())
+    assert all(v["index_bytes"] == 80 * -(-64 * 96 // v["segment"]) + 16 for v in layouts.values())
     assert smoke["comparisons"]["topk_mask"]["matrices"]["tiny_matrix"]["k"] > 0
     assert all(row["ok"] for row in smoke["self_check"])
 
@@ -95,6 +101,7 @@ def test_smoke_explains_end_to_end_and_agrees_with_the_cpu(smoke):
     assert cpu["max_abs_diff"] <= 1e-4 * cpu["relevance_scale"] and cpu["same_top10_tokens"] is True
     forward = smoke["comparisons"]["neuzip_forward"]
     assert forward["compressed_arrays_on"] == ["cpu"] and 0 < forward["linear_weights_bytes"]["ratio"] < 1
+    assert forward["chunk_layout_same_logits"] is True
 
 
 @pytest.mark.slow
@@ -102,7 +109,7 @@ def test_the_compute_paths_need_only_the_compute_stack(tmp_path):
     """bench/gpu.py's explain and NeuZip rows run with every package of the app stack made unimportable, as on a
     CUDA image with only torch, triton, transformers and numba."""
     code = (f"import runpy, sys\nfor m in {APP_STACK!r}: sys.modules[m] = None\n"
-            f"sys.argv = [{str(SCRIPT)!r}, '--smoke', '--only', 'lrp_explain,neuzip']\n"
+            f"sys.argv = [{str(SCRIPT)!r}, '--smoke', '--only', 'lrp_explain,neuzip_decode,neuzip_model']\n"
             "runpy.run_path(sys.argv[0], run_name='__main__')\n")
     env = dict(os.environ, TMPDIR=str(tmp_path))
     env.pop("TRITON_INTERPRET", None)
@@ -110,8 +117,8 @@ def test_the_compute_paths_need_only_the_compute_stack(tmp_path):
                           timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert report["failed"] == [] and set(report["comparisons"]) == {"lrp_explain", "neuzip_decode", "neuzip_forward",
-                                                                  "neuzip_generate"}
+    assert report["failed"] == [] and set(report["comparisons"]) == {"lrp_explain", "neuzip_decode_tiny_64x96",
+                                                                  "neuzip_forward", "neuzip_generate"}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
@@ -139,14 +146,43 @@ def test_mamba_ssm_branch_with_a_stand_in_module(tmp_path):
         "    return selective_scan_ref(u, delta, A, B, C, D, delta_bias, delta_softplus)\n")
     env = dict(os.environ, TMPDIR=str(tmp_path), PYTHONPATH=os.pathsep.join([str(tmp_path / "stand_in"), str(REPO)]))
     env.pop("TRITON_INTERPRET", None)
-    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--only", "selective_scan"], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=180)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--only", "selective_scan_vs_mamba_ssm"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert set(report["comparisons"]) == {"selective_scan_L16", "selective_scan_L32"}
+    assert set(report["comparisons"]) == {"selective_scan_vs_mamba_ssm_L16", "selective_scan_vs_mamba_ssm_L32"}
     for row in report["comparisons"].values():
-        assert set(row["median_s"]) == {"triton", "ref_twin", "mamba_ssm", *row["other_tiles"]}
+        assert set(row["median_s"]) == {"triton", "mamba_ssm"}
         assert math.isfinite(row["ratio_triton_over_mamba_ssm"]) and row["ratio_triton_over_mamba_ssm"] > 0
         assert row["max_abs_err_y_mamba_ssm_vs_twin"] < 1e-5  # the stand-in computes the same forward
         assert row["target_at_most_1x_of_mamba_ssm"] is None  # no verdict off CUDA
         assert "mamba_ssm" not in row  # no skip note when the module imports
+    scan_targets = [t for t in report["targets"] if t["target"].startswith("scan fwd+bwd vs mamba_ssm")]
+    assert len(scan_targets) == 2 and all(t["measured"] > 0 and t["peer"] > 0 for t in scan_targets)
+
+
+@pytest.mark.slow
+def test_a_row_killed_by_its_limit_leaves_its_parts_and_the_rows_after_it(tmp_path):
+    """Each row in its own process (--isolate), killed at its share of the budget: a row that hangs after saving one
+    part is killed, the JSON keeps that part (marked killed), the next row still runs and is written, the exit code
+    says something failed, and the table of the five targets is the last thing printed."""
+    out = tmp_path / "gpu.json"
+    env = dict(os.environ, TMPDIR=str(tmp_path))
+    env.pop("TRITON_INTERPRET", None)
+    done = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--isolate", "--budget", "45", "--only",
+                           "_selftest_hang,topk_mask", "--out", str(out)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert report == json.loads(done.stdout)
+    hung = report["comparisons"]["_selftest_hang"]
+    assert hung["killed"] is True and hung["first_part"] == 1.0 and hung["limit_s"] < 20
+    assert report["rows"]["_selftest_hang"]["killed"] is True and "_selftest_hang" in report["failed"]
+    assert report["rows"]["_selftest_hang"]["wall_s"] < 25  # killed at its share, not at the end of the budget
+    topk = report["comparisons"]["topk_mask"]
+    assert "error" not in topk and topk["agrees_with_twin"] is True and not report["rows"]["topk_mask"]["killed"]
+    assert [t["met"] for t in report["targets"]] and all(t["measured"] is None for t in report["targets"])
+    tail = done.stderr.strip().splitlines()
+    table_at = next(i for i, line in enumerate(tail) if line.startswith("The five targets"))
+    assert all(line.startswith("|") or not line.strip() for line in tail[table_at + 1:])
+    assert "not measured" in tail[-1]
