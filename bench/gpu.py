@@ -595,7 +595,7 @@ def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
         "device_bytes_after_load": pair["held"], "compressed_arrays_on": sorted(on_device),
         "linear_weights_bytes": {"bf16": pair["linear_bf16_bytes"], "compressed_resident": resident,
-                                 "of_which_segment_index": index, "ratio": resident / pair["linear_bf16_bytes"]},
+                                 "of_which_states_and_offsets": index, "ratio": resident / pair["linear_bf16_bytes"]},
         "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
         "host_syncs_per_forward": timer.host_syncs(forward(packed)) if timer.cuda else None,
         "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",

@@ -258,6 +258,61 @@ def test_the_device_path_decodes_each_layer_from_its_own_arrays_bit_for_bit(k, b
             assert torch.equal(got.view(torch.int16), want[n].view(torch.int16)), n
 
 
+def test_a_layer_is_laid_out_for_the_device_it_lands_on(monkeypatch):
+    """Moving a compressed model to a CUDA device (the meta device stands in, with an H100's 132 multiprocessors)
+    re-indexes each layer's stream in the segments decode_layout picks for it; on the CPU a layer laid out in any
+    segments decodes the same bits from its own arrays, and laid out in chunks again shares the stored memory."""
+    import core.neuzip.codec as codec
+    from kernels.neuzip_rans import decode_layout
+
+    model = compress_model(tiny())
+    layer = model.blocks[0]["up"]
+    ct = layer.weight_compressed
+    want = ct.decompress()
+    for segment in (32, 512):
+        layer.lay_out(segment)
+        assert layer.segment == segment and layer.nz_states.shape == (-(-ct.numel // segment), 8)
+        got = ct.decode_arrays(layer.arrays()).view(ct.shape)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    layer.lay_out(None)
+    assert layer.segment is None and layer.nz_states.data_ptr() == ct.exponents.states.ctypes.data
+    monkeypatch.setattr(codec, "multiprocessors", lambda device: 132 if torch.device(device).type == "meta" else None)
+    model.to("meta")
+    for m in model.modules():
+        if isinstance(m, CompressedLinear):
+            n = m.weight_compressed.numel
+            assert m.segment == decode_layout(n, m.weight_compressed.exponents.chunk_size, 132) < n
+            assert m.nz_states.device.type == "meta" and m.nz_states.shape == (-(-n // m.segment), 8)
+
+
+def test_the_decode_tables_are_built_once_not_per_decode(monkeypatch):
+    """The two decode tables are buffers of the layer: a decode on the kernel path reads them and builds nothing."""
+    from core.neuzip.pairs.table import PairTable
+
+    model = compress_model(tiny())
+    layer = model.blocks[1]["down"]
+    assert layer.nz_slot_pair.dtype == torch.uint8 and layer.nz_slot_pair.numel() == 2**15
+    assert layer.nz_pair_info.dtype == torch.int64 and layer.nz_pair_info.numel() <= 256
+    monkeypatch.setattr(PairTable, "cpu_tables", lambda self: pytest.fail("built a decode table in a decode"))
+    got = layer.weight_compressed.decode_arrays(layer.arrays())
+    assert got.numel() == layer.in_features * layer.out_features
+
+
+def test_a_flag_set_by_a_device_decode_is_raised_once_after_the_forward():
+    """The decodes on a device flag a corrupt stream without waiting; the model reads the flag after its forward
+    (one host sync), raises, and clears it."""
+    model = compress_model(tiny())
+    flag = model._neuzip_buffer.errors(torch.device("cpu"))
+    with torch.no_grad():
+        model(IDS)  # a clean flag: nothing raised
+        flag.fill_(1)
+        with pytest.raises(ValueError, match="corrupt"):
+            model(IDS)
+        model(IDS)  # cleared by the check
+    decompress_model(model)
+    assert not hasattr(model, "_neuzip_watch") and not model._forward_hooks
+
+
 def test_memory_report_counts_the_resident_arrays_once():
     model = compress_model(tiny())
     report = memory_report(model)

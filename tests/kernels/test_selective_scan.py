@@ -310,3 +310,46 @@ def test_training_scan_takes_the_reference_signature():
                                rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(selective_scan_train(u, delta, A, B, C), selective_scan_ref(u, delta, A, B, C),
                                rtol=1e-5, atol=1e-5)
+
+
+def test_the_tile_is_tuned_once_per_device_and_shape_class(monkeypatch):
+    """On CUDA the launch asks for the fastest tile of TILES, timed once per device, batch, channels, N and length
+    class (the next power of two, up to 4096); shorter than a chunk, on the CPU or under the interpreter it keeps
+    scan_config's default; LAYERWISE_SCAN_TILE forces one (a bad value is one clear error)."""
+    from types import SimpleNamespace
+
+    import kernels._scan_triton as S
+
+    timed = []
+    monkeypatch.setattr(S, "_tuned", {})
+    monkeypatch.setattr(S, "_time_tiles", lambda device, *key: timed.append(key) or (4, 32))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    monkeypatch.delenv(S.TILE_ENV, raising=False)
+    on_gpu = lambda length: SimpleNamespace(shape=(1, 1536, length), is_cuda=True, device="cuda:0")  # noqa: E731
+    assert S.tuned_tile(on_gpu(3000), 16) == (4, 32)
+    assert S.tuned_tile(on_gpu(4096), 16) == S.tuned_tile(on_gpu(8192), 16) == (4, 32)
+    assert S.tuned_tile(on_gpu(512), 16) == (4, 32)
+    assert timed == [(1, 1536, 16, 4096), (1, 1536, 16, 512)]
+    assert S.tuned_tile(on_gpu(16), 16) is None and S.tuned_tile(torch.zeros(1, 8, 64), 16) is None
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert S.tuned_tile(SimpleNamespace(shape=(1, 64, 64), is_cuda=True, device="cuda:0"), 16) is None
+    monkeypatch.setenv(S.TILE_ENV, "16x16")
+    assert S.tuned_tile(torch.zeros(1, 8, 64), 16) == (16, 16)
+    monkeypatch.setenv(S.TILE_ENV, "big")
+    with pytest.raises(ValueError, match="4x32"):
+        S.tuned_tile(torch.zeros(1, 8, 64), 16)
+    assert all(d & (d - 1) == 0 and c & (c - 1) == 0 for d, c in S.TILES)
+
+
+@needs_interpreter
+@pytest.mark.parametrize("stages", [1, 3])
+def test_every_pipelining_depth_computes_the_same(stages):
+    """The software pipelining changes when a chunk's loads are issued, not what is computed."""
+    u, delta, A, B, C, D, bias = _inputs(1, 6, 37, 16)
+    x = u.clone().requires_grad_(True)
+    y = selective_scan_lrp_triton(x, delta, A, B, C, D, bias, True, block_d=4, chunk=8, stages=stages)
+    (du,) = torch.autograd.grad(y.sum(), x)
+    x2 = u.clone().requires_grad_(True)
+    y2 = selective_scan_lrp_triton(x2, delta, A, B, C, D, bias, True, block_d=4, chunk=8)
+    (du2,) = torch.autograd.grad(y2.sum(), x2)
+    assert torch.equal(y, y2) and torch.equal(du, du2)
