@@ -10,7 +10,7 @@ the compiler made of them: registers, spills, shared memory, barriers, global lo
 Triton's ahead-of-time path (``GPUTarget("cuda", 90, 32)``), its bundled ``ptxas`` and ``cuobjdump``: no device, no
 device time. Run it under the device's Triton too (3.6 on the lent H100s: put its wheel, unzipped, first on
 PYTHONPATH) to know the kernels compile there. Registers above 255 per thread, or any spill (``STACK`` > 0,
-``LDL``/``STL`` in the SASS), rule a tile out: :data:`kernels._scan_triton.TILES` lists only tiles that compile
+``LDL``/``STL`` in the SASS), rule a tile out: :data:`kernels.selective_scan.TILES` lists only tiles that compile
 without spills on sm_90 (``bench/gpu.py`` times them; the dispatcher picks the fastest per device).
 The kernels' argument types come from their parameter names (``*_ptr`` pointers, the rest integers), so a new
 argument needs a line here only when its type is not the default.
@@ -90,12 +90,12 @@ def compile_one(jit, signature: dict, constants: dict, label: str, num_warps: in
 
 def scan(tiles: list[tuple[int, int]], stages: list[int | None], sass_dir=None) -> list[dict]:
     """The MambaLRP scan, forward and relevance backward, float32 inputs, N = 16, per (BLOCK_D, CHUNK) tile and
-    pipelining depth (None: the kernel's own :data:`kernels._scan_triton.STAGES`)."""
-    from kernels._scan_triton import STAGES, WARPS, _kernel
+    pipelining depth (None: the kernel's own :data:`kernels.selective_scan.STAGES`)."""
+    from kernels.selective_scan import STAGES, WARPS, scan_kernel
 
     from triton.runtime.jit import JITFunction
 
-    jit = _kernel()
+    jit = scan_kernel()
     while not isinstance(jit, JITFunction):  # heuristics / autotune wrappers around the JITFunction
         jit = jit.fn
     sig = _signature(jit, {})
@@ -140,7 +140,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("which", nargs="?", choices=("all", "scan", "rans"), default="all")
     ap.add_argument("values", nargs="?", default="",
-                    help="scan: BLOCK_DxCHUNK tiles (default: kernels._scan_triton.TILES); rans: blocks (default: "
+                    help="scan: BLOCK_DxCHUNK tiles (default: kernels.selective_scan.TILES); rans: blocks (default: "
                          "kernels.neuzip_rans.DECODE_ROWS)")
     ap.add_argument("--stages", default="", help="scan: pipelining depths to compile (default: the kernel's)")
     ap.add_argument("--json", action="store_true", help="one JSON object per kernel instead of the table")
@@ -152,7 +152,7 @@ def main(argv=None) -> int:
         print(f"bench/aot_sm90.py: triton does not import ({exc}); pip install -r requirements.txt", file=sys.stderr)
         return 2
     os.environ.setdefault("TRITON_DEFAULT_FP_FUSION", "1")  # Triton 3.9 warns when unset; 3.6 fuses by default
-    from kernels._scan_triton import TILES
+    from kernels.selective_scan import TILES
     from kernels.neuzip_rans import DECODE_ROWS
 
     rows = []

@@ -28,14 +28,14 @@ records the self-check of its kernels on that device and the max abs error again
 - ``lrp_explain``: MambaLRP ``explain`` (default mode: the kernels' self-checks, the tile autotune, recompute as
   decided for the device) on a random-weight mamba-130m-config model at 512 / 2048 / 8192 tokens against the same
   model's no-grad forward, peak memory of each, whether it recomputed, its host syncs (counted by
-  :class:`kernels.syncs.HostSyncs`), the profiler's top ops at 2048, and at 512 the GPU relevance against the CPU's;
+  :class:`core.syncs.HostSyncs`), the profiler's top ops at 2048, and at 512 the GPU relevance against the CPU's;
 - ``neuzip_forward`` / ``neuzip_generate`` (one row, one model pair): a random-weight SmolLM2-135M-config model with
   every linear layer but the tied embedding / head compressed as the app does it (``compress``'s defaults, moved
   with ``.to(device)``) against the same model in bf16: a 512-token forward (device memory after loading, forward
   peak, host-to-device copies and host syncs per forward, and the chunk layout as a peer), then batch-1 greedy
   generation (64 new tokens, KV cache) as dispatched and with the fused decode + GEMV opted in, tokens/s;
 - ``selective_scan``: the MambaLRP scan (forward + relevance backward), mamba-130m shapes (B = 1, D = 1536,
-  N = 16), L = 2048 and 8192: the tile the autotune chose, every tile of :data:`kernels._scan_triton.TILES` and the
+  N = 16), L = 2048 and 8192: the tile the autotune chose, every tile of :data:`kernels.selective_scan.TILES` and the
   pipelining depths, against its ``*_ref`` twin (L = 2048);
 - ``topk_mask``, ``add_rmsnorm``: the MathNeuro top-K mask against ``torch.topk``, the fused add + RMSNorm against
   the unfused ops (both measured on an H100 before; kept last but one);
@@ -176,9 +176,9 @@ class Timer:
         return sum(e.count for e in prof.key_averages() if "HtoD" in e.key)
 
     def host_syncs(self, fn) -> dict:
-        """The host syncs one call of ``fn`` makes, by op and line (:class:`kernels.syncs.HostSyncs`; off CUDA the
+        """The host syncs one call of ``fn`` makes, by op and line (:class:`core.syncs.HostSyncs`; off CUDA the
         ops on CPU tensors wait for nothing and are not counted)."""
-        from kernels.syncs import HostSyncs
+        from core.syncs import HostSyncs
 
         fn()
         with HostSyncs() as syncs:
@@ -300,7 +300,7 @@ def _scan_step(fn, inputs):
 def selective_scan(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     """Each length: the tile the autotune chose, every tile of TILES and the pipelining depths, the twin at the
     first length only (it materialises (B, D, L, N) tensors and records L autograd steps)."""
-    from kernels import _scan_triton as S
+    from kernels import selective_scan as S
     from kernels.selective_scan import selective_scan_lrp_ref, selective_scan_lrp_triton
 
     checks = check_kernels(device, ["selective_scan_lrp"])
@@ -731,7 +731,7 @@ def lrp_explain(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
 
 
 def _explain_result(rows: dict, checks: list[dict], sizes: dict, fast: str) -> dict:
-    from kernels._scan_triton import tuning_results
+    from kernels.selective_scan import tuning_results
 
     return {"what": f"MambaLRP explain (default mode: kernels as dispatched after their self-check, the scan tile "
                     f"autotuned, recompute decided by the device) vs a no-grad forward, {sizes['mamba_label']}",
@@ -844,7 +844,7 @@ def _sizes(smoke: bool) -> dict:
                 "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8, "mamba_profile_at": 16,
                 "lrp_repeats": 2, "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
-    from kernels._scan_triton import TILES
+    from kernels.selective_scan import TILES
 
     return {"scan": [(2048, 1536), (8192, 1536)], "tiles": list(TILES), "stages": [2, 1, 3], "slow_repeats": 2,
             "decode": {"1536x576": (1536, 576), "24576x576": (24576, 576)}, "chunk": None,

@@ -123,6 +123,12 @@ def _kernel():
     return _selective_scan_lrp_kernel
 
 
+def scan_kernel():
+    """The scan's Triton kernel (a ``triton.heuristics`` wrapper around the ``JITFunction``): for
+    ``bench/aot_sm90.py``, which compiles it for sm_90 without a GPU."""
+    return _kernel()
+
+
 CHUNK = 32  # steps per chunk (the parallel scan's length)
 TILE_ELEMENTS = 4096  # BLOCK_D x BLOCK_N x CHUNK: the (D, N, chunk) tiles a program holds in registers
 # ---- the constants to tune from a GPU run (bench/gpu.py selective_scan times each tile and depth) ----------------

@@ -39,11 +39,20 @@ import torch
 
 from kernels._scan_chunked import selective_scan_chunked, selective_scan_lrp_chunked
 from kernels._scan_ref import selective_scan_lrp_ref, selective_scan_ref
-from kernels._scan_triton import scan_config, selective_scan_lrp_triton
+from kernels._scan_triton import (AUTOTUNE, STAGES, TILE_ENV, TILES, WARPS, scan_config, scan_kernel,
+                                  selective_scan_lrp_triton, tuned_tile, tuning_results)
 from kernels.dispatch import KernelCheck, register_check, use_triton
 
 __all__ = [
+    "AUTOTUNE",
+    "STAGES",
+    "TILE_ENV",
+    "TILES",
+    "WARPS",
     "scan_config",
+    "scan_kernel",
+    "tuned_tile",
+    "tuning_results",
     "selective_scan",
     "selective_scan_chunked",
     "selective_scan_lrp",
