@@ -867,6 +867,9 @@ def run_row(row: Row, args, deadline: float, path: Path | None) -> dict:
     device = _device(args)
     ctx = RowContext(deadline, path)
     timer = Timer(device, args.repeats, args.warmup, ctx)
+    save = ctx.save
+    name = "cpu (smoke)" if args.smoke else __import__("torch").cuda.get_device_name(device)
+    ctx.save = lambda key, result: save(key, {**result, "device_name": name})
     try:
         row.fn(ctx, timer, device, _sizes(args.smoke))
     except Exception as exc:  # one broken row must not hide the others; the exit code says so
@@ -951,7 +954,7 @@ def targets(comparisons: dict) -> list[dict]:
                     "its selective_scan_cuda alone" if "directly" in r.get("mamba_ssm_used", "") else ""})
     if not any(k.startswith("selective_scan_vs_mamba_ssm_L") for k in comparisons):
         out.append({"target": "scan fwd+bwd vs mamba_ssm", "goal": "<= 1.0x", "measured": None, "peer": None,
-                    "unit": "s", "ratio": None, "met": None, "note": "not measured"})
+                    "unit": "s", "ratio": None, "met": None, "note": ""})
     for length, row in (get("lrp_explain", "lengths") or {}).items():
         if "median_s" not in row:
             out.append({"target": f"explain / forward, {length[1:]} tokens", "goal": "<= 3x", "measured": None,
@@ -1052,7 +1055,9 @@ def main(argv=None) -> int:
     plan = [by_name[n] for n in dict.fromkeys(only)] if only else [r for r in ROWS if not r.hidden]
     isolate = (not args.smoke) if args.isolate is None else args.isolate
     torch.set_num_threads(1 if args.smoke else torch.get_num_threads())
-    device_name = "cpu (smoke)" if args.smoke else torch.cuda.get_device_name(torch.device(args.device))
+    # the device's name comes from the rows: with isolated rows this process never creates a CUDA context (a GPU in
+    # exclusive-process mode takes one process at a time)
+    device_name = "cpu (smoke)" if args.smoke else None if isolate else torch.cuda.get_device_name(args.device)
     report = {
         "benchmark": "bench/gpu.py", "mode": "smoke" if args.smoke else "gpu", "timings_meaningful": not args.smoke,
         "timing_note": ("SMOKE RUN: CPU, TRITON_INTERPRET=1, tiny shapes; the timings and ratios are meaningless, "
@@ -1111,6 +1116,8 @@ def main(argv=None) -> int:
                                     "mamba_build_unfinished": bool(args.mamba_ready) and not Path(args.mamba_ready).exists()}
         for name, result in results.items():
             report["comparisons"][name] = result
+            if report["device"] is None and result.get("device_name"):
+                report["device"] = device_name = result["device_name"]
             if "error" in result:
                 report["failed"].append(name)
             for check in (result.get("self_check") or {}).get("rows", {}).items():
@@ -1127,7 +1134,7 @@ def main(argv=None) -> int:
     write()
     print(json.dumps(report, indent=1, default=str))
     sys.stdout.flush()
-    print(target_table(report["targets"], device_name), file=sys.stderr, flush=True)
+    print(target_table(report["targets"], report["device"] or args.device), file=sys.stderr, flush=True)
     return 1 if report["failed"] else 0
 
 

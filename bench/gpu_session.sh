@@ -100,23 +100,25 @@ print('build script and sdist usable:', len(b.SCAN), 'sources')"
     BUILD_STATE="dry run: $(tail -n 1 "$OUT/build.log"); not built ($([ "$SMOKE" = 1 ] && echo smoke || echo 'no nvcc'))"
   else
     JOBS=$(( $(nproc) > 8 ? $(nproc) - 4 : $(nproc) ))
+    # the architecture from nvidia-smi: the build creates no CUDA context beside the benchmark's
+    ARCH=$(timeout 10 nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+    export LAYERWISE_CUDA_ARCH=${ARCH:-90}
     say "building selective_scan_cuda in the background ($JOBS jobs)"
     set -m  # its own process group: stopped as a whole at the end
     (
       export MAX_JOBS=$JOBS
       nice -n 19 python - "$BUILD" "$SRC" "$EXT" <<'PY' && touch "$READY"
 import importlib.util, os, sys, time
-import torch
 spec = importlib.util.spec_from_file_location("build_cuda_ext", sys.argv[1])
 b = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(b)
-major, minor = torch.cuda.get_device_capability()
-arch = f"{major}{minor}"
-os.environ["TORCH_CUDA_ARCH_LIST"] = f"{major}.{minor}"
+arch = os.environ["LAYERWISE_CUDA_ARCH"]
+os.environ["TORCH_CUDA_ARCH_LIST"] = f"{arch[:-1]}.{arch[-1]}"
 src, site = sys.argv[2], sys.argv[3]
 b.build("selective_scan_cuda", os.path.join(src, "csrc", "selective_scan"), b.SCAN, os.path.join(src, "mamba_ssm"),
         site, arch)
 sys.path.insert(0, site)
+import torch  # noqa: F401  (the extension links against it)
 import selective_scan_cuda  # noqa: F401  (the marker is written only when it imports)
 print("selective_scan_cuda imports", flush=True)
 PY
@@ -189,7 +191,7 @@ try:
                  f"{sum(v['wall_s'] for v in done.values()):.0f} s; killed: "
                  f"{[k for k, v in done.items() if v['killed']] or 'none'}; failed: {report['failed'] or 'none'}; "
                  f"skipped: {[k for k, v in report['rows'].items() if 'skipped' in v] or 'none'}")
-    lines += ["", target_table(report.get("targets") or targets(report["comparisons"]), report["device"])]
+    lines += ["", target_table(report.get("targets") or targets(report["comparisons"]), report["device"] or "the GPU")]
 except Exception as exc:
     lines.append(f"bench/gpu.py: no report (exit {bench_exit}; {type(exc).__name__}: {exc})")
 lines.append(f"files in {out}: {', '.join(sorted(os.listdir(out)))}")

@@ -316,8 +316,9 @@ def _launch(args: tuple, out: torch.Tensor, block: int, segment: int | None, err
     esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
     gemv = fields is not None
     _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
-        states.contiguous(), offsets.contiguous(), w.contiguous(), slot_pair.contiguous(), pair_info.contiguous(),
-        esc.contiguous(), escape_offsets.contiguous(), out, flag, int(marker), n, num, segment, chunk_size // segment,
+        states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
+        slot_pair.contiguous(), pair_info.contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
+        out, flag, int(marker), n, num, segment, chunk_size // segment,
         words.numel(), escapes.numel(), _max_rounds(n, segment), fields.contiguous() if gemv else out,
         vec.contiguous() if gemv else out, in_features, rows_per_segment, PRECISION=precision, LANES_=LANES,
         BLOCK=block, GEMV=gemv, num_warps=_warps(block))
