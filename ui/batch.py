@@ -15,11 +15,10 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+import core.batch as batch
+import core.files as core_files
 import core.lrp as lrp
-from core import batch
 from core.errors import BadInputError, Cancelled
-from core import files as core_files
-from core.lrp.batch import MAX_TOP_K, TOP_K
 from core.runner import digest
 from ui.errors import user_errors
 from ui.stopping import job, stop
@@ -108,7 +107,7 @@ def build() -> None:
                 with gr.Row():
                     model = gr.Dropdown(list(lrp.TEXT_MODELS), value=lrp.TEXT_MODELS[0], allow_custom_value=True,
                                         label="Text model", elem_id="lrp-batch-model")
-                    top_k = finite_number(TOP_K, precision=0, minimum=1, maximum=MAX_TOP_K,
+                    top_k = finite_number(lrp.BATCH_TOP_K, precision=0, minimum=1, maximum=lrp.BATCH_MAX_TOP_K,
                                           label="Most relevant tokens listed", elem_id="lrp-batch-top-k")
                 methods = gr.CheckboxGroup(lrp.method_choices(), value=["mambalrp"], label="Methods",
                                            elem_id="lrp-batch-methods")

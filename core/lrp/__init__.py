@@ -14,7 +14,8 @@ The service (each action returns a ``core.results.Result``; :mod:`core.lrp.servi
     text_result, image_result, evaluation_result, long_range_result, key_token_result, analysis_result,
     committed_result, example_result, target_choices, train_result, precompute_examples, precompute_evaluation,
     default_requests, bias_audit_result (identity terms swapped, core.lrp.bias), precompute_bias
-    python -m core lrp batch: any of it over a file of texts (core.lrp.batch, core.batch)
+    python -m core lrp batch: any of it over a file of texts (core.lrp.batch, core.batch); BATCH_TOP_K, BATCH_MAX_TOP_K
+    (the most relevant tokens a batch row lists: default, most)
 
 The choices and defaults the tab and the CLI offer (:mod:`core.lrp.requests`, :mod:`core.lrp.views`)::
 
@@ -22,6 +23,7 @@ The choices and defaults the tab and the CLI offer (:mod:`core.lrp.requests`, :m
     MAX_GAMMA, MAX_TOKENS, MAX_TEXT_CHARS, EVAL_N, EVAL_STEPS, MAX_EVAL_SAMPLES, MAX_FLIP_STEPS, method_choices,
     MEASURED_COST, cost_note, EXAMPLE_VIEWS (the views a speaker shows: core.examples)
 """
+from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.context import lrp_rules
 from core.lrp.methods import METHODS, Method, explain
 from core.lrp.models import MambaSequenceClassifier, VisionMamba, VisionMambaConfig
@@ -42,6 +44,7 @@ __all__ = [
     "text_result", "image_result", "evaluation_result", "long_range_result", "key_token_result", "analysis_result",
     "committed_result", "example_result", "target_choices", "train_result", "precompute_examples",
     "precompute_evaluation", "default_requests", "bias_audit_result", "precompute_bias",
+    "BATCH_TOP_K", "BATCH_MAX_TOP_K",
     "TEXT_MODELS", "IMAGE_MODELS", "EVAL_MODELS", "DEFAULT_METHODS", "TEXT_EXAMPLES", "TOP", "RULE_SWITCHES", "TOGGLES",
     "GAMMA_LAYERS", "MAX_GAMMA", "MAX_TOKENS", "MAX_TEXT_CHARS", "EVAL_N", "EVAL_STEPS", "MAX_EVAL_SAMPLES",
     "MAX_FLIP_STEPS", "method_choices", "MEASURED_COST", "cost_note", "EXAMPLE_VIEWS",

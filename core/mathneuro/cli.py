@@ -13,9 +13,8 @@ import json
 import sys
 
 import core.mathneuro as mn
-from core.batch import register as register_batch
+from core.batch import kind as batch_kind, register as register_batch
 from core.cli import ProgressBar, emit, set_threads
-from core.mathneuro.batch import KIND as BATCH
 from core.zoo import add_placement_args
 
 DEFAULTS = mn.DEFAULTS
@@ -253,4 +252,4 @@ COMMANDS = {
 def register(groups) -> None:
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         groups.command("mathneuro", name, help_text, add_arguments)(run)
-    register_batch(groups, BATCH)  # python -m core mathneuro batch: the analysis over a file of inputs
+    register_batch(groups, batch_kind("mathneuro"))  # python -m core mathneuro batch: the analysis over a file

@@ -18,10 +18,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import core.neuzip as nz
-from core.batch import register as register_batch
+from core.batch import kind as batch_kind, register as register_batch
 from core.cli import ProgressBar, emit, table
 from core.errors import BadInputError
-from core.neuzip.batch import KIND as BATCH
 from core.zoo import add_placement_args
 
 __all__ = ["register"]
@@ -210,4 +209,4 @@ def register(groups) -> None:
         _decompress_args)(run_decompress)
     cmd("precompute", "measure the tab's first view afresh and write it as the example store (minutes)",
         _precompute_args)(run_precompute)
-    register_batch(groups, BATCH)  # python -m core neuzip batch: the analysis over a file of inputs
+    register_batch(groups, batch_kind("neuzip"))  # python -m core neuzip batch: the analysis over a file of inputs
