@@ -84,7 +84,7 @@ def main(argv=None) -> None:
                 allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]},
                 prevent_thread_lock=True, mcp_server=args.mcp)
     if args.mcp:  # the MCP server lists the agent tools (ui.tools), not the page's own endpoints
-        from ui.tools import only_tools
+        from ui.tool_endpoints import only_tools
 
         tools = only_tools(demo)
         print(f"MCP tools ({len(tools)}): {', '.join(tools)}; streamable HTTP at "

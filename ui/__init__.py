@@ -12,7 +12,7 @@ import importlib
 import gradio as gr
 
 from core.examples import PAPERS
-from ui import tools
+from ui import tool_endpoints
 from ui.gpu import on_gpu
 from ui.header import build_header
 from ui.links import connect_links, publish
@@ -44,7 +44,7 @@ def build_app() -> gr.Blocks:
                     with gr.Column(elem_classes="lw-lab", elem_id=f"lab-{tab}") as labs[tab]:
                         module.build(ctx)
         connect_links(demo, tabs, notice, titles, stages, labs)
-        tools.build()  # the analyses for agents: JSON endpoints, MCP tools with --mcp (ui.tools)
+        tool_endpoints.build()  # the analyses for agents: JSON endpoints, MCP tools with --mcp (ui.tools)
     on_gpu(demo)  # on a GPU Space the heavy handlers get the GPU (with the spaces package loaded; else nothing)
     return demo
 

@@ -3,67 +3,28 @@
 
 Each tool is a handler here, named as its tool (gradio names an MCP tool after its function), with a docstring that
 says what it does and, under ``Args:``, each input's meaning, range and default (gradio turns it into the tool's
-description and input schema). The inputs are hidden components of the page, so each keeps the app's own checks
-(a number out of range gets the app's message) and the choices of a dropdown or checkbox group are the schema's enum.
-Every tool answers with one JSON text (:func:`answer`): the status paragraph, where the result came from, its tables
-(rows of numbers and names), the columns of its long-format table and links to its files (the figures as HTML, the
-tables as CSV and Parquet). Heavy tools report progress (MCP progress notifications: ``step k of 100``) and can be
-stopped like the tab's work.
+description and input schema). The inputs are hidden components of the page (:mod:`ui.tool_endpoints`), so each
+keeps the app's own checks (a number out of range gets the app's message) and the choices of a dropdown or checkbox
+group are the schema's enum. Every tool answers with one JSON text (:func:`ui.answers.answer`): the status paragraph,
+where the result came from, its tables (rows of numbers and names), the columns of its long-format table and links to
+its files (the figures as HTML, the tables as CSV and Parquet). Heavy tools report progress (MCP progress
+notifications: ``step k of 100``) and can be stopped like the tab's work.
 
-With MCP on, the MCP server lists only these tools (:func:`only_tools`): the tabs' own endpoints return page updates
-(HTML, charts, dropdown choices) that an agent cannot use; ``gradio_client`` still reaches all of them.
+With MCP on, the MCP server lists only these tools (:func:`ui.tool_endpoints.only_tools`): the tabs' own endpoints
+return page updates (HTML, charts, dropdown choices) that an agent cannot use; ``gradio_client`` still reaches all.
 """
 from __future__ import annotations
 
 import json
-from urllib.parse import parse_qsl, quote
+from urllib.parse import parse_qsl
 
 import gradio as gr
 
 import core.examples as ex
 import core.lrp as lrp
 from core.errors import BadInputError
-from core.progress import cancellable
-from core.results import LONG_COLUMNS, Result
+from ui.answers import answer, progress_steps
 from ui.errors import user_errors
-from ui.stopping import stop_flag
-from ui.widgets import finite_number
-
-MAX_TABLE_ROWS = 500  # rows of one table in an answer (the files hold every row)
-
-
-def _root(request: gr.Request | None) -> str:
-    """The app's address as the caller sees it (behind a proxy too), or "" (links are then relative)."""
-    headers = dict(getattr(request, "headers", None) or {})
-    host = (headers.get("x-forwarded-host") or headers.get("host") or "").split(",")[0].strip()
-    if not host:
-        return ""
-    scheme = (headers.get("x-forwarded-proto") or "http").split(",")[0].strip()
-    return f"{scheme}://{host}"
-
-
-def answer(res: Result, request: gr.Request | None = None, **extra) -> str:
-    """A result as the JSON text every tool answers with: ``status`` (Markdown), ``source`` (precomputed / cache /
-    computed), ``extra`` fields, ``tables`` (name -> rows, at most :data:`MAX_TABLE_ROWS` each; ``truncated`` names
-    the longer ones), ``long_table`` (the columns of :meth:`Result.frame`, in the files as ``*-long.csv`` /
-    ``.parquet``) and ``files`` (name, url)."""
-    root = _root(request)
-    files = [{"name": f.rsplit("/", 1)[-1], "url": f"{root}/gradio_api/file={quote(f)}"} for f in res.files()]
-    frame_columns = list(res.frame().columns) if res.tables else list(LONG_COLUMNS)
-    payload = {"status": res.status, "source": res.source, **extra,
-               "tables": {name: rows[:MAX_TABLE_ROWS] for name, rows in res.tables.items()},
-               "truncated": {name: len(rows) for name, rows in res.tables.items() if len(rows) > MAX_TABLE_ROWS},
-               "figures": list(res.figures), "long_table": {"columns": frame_columns}, "files": files}
-    return json.dumps(payload, default=str)
-
-
-def _steps(request: gr.Request | None, progress):
-    """The ``progress(fraction, message)`` a tool hands to ``core``: gradio's progress in steps of 100 (an MCP client
-    reads "step k of 100"), stopped by this session's Stop."""
-    flag = stop_flag(request)
-    flag.clear()
-    return cancellable(lambda fraction, message: progress((int(round(100 * fraction)), 100), desc=message),
-                       flag.is_set)
 
 
 # ---- the tools -------------------------------------------------------------------------------------------------
@@ -106,7 +67,7 @@ def layerwise_view(tab: str, example: str, inputs: str = "", request: gr.Request
         raise BadInputError(f"no tab {tab!r}.", fix=f"use one of {', '.join(ex.PAPERS)}.")
     values = dict(parse_qsl(inputs or "", keep_blank_values=True))
     view = ex.view(tab, example, values)
-    res = ex.show(view, None if view.precomputed else _steps(request, progress))
+    res = ex.show(view, None if view.precomputed else progress_steps(request, progress))
     return answer(res, request, link=view.query(), figure=view.example.figure)
 
 
@@ -148,7 +109,8 @@ def lrp_faithfulness(model: str, n: float = 20, steps: float = 10, methods: list
         JSON: status, source, tables.methods (per method: delta_af and its standard error, MoRF / LeRF areas,
         conservation errors, time), files.
     """
-    res = lrp.evaluation_result(model, n, steps, methods or list(lrp.DEFAULT_METHODS), _steps(request, progress))
+    res = lrp.evaluation_result(model, n, steps, methods or list(lrp.DEFAULT_METHODS),
+                                progress_steps(request, progress))
     return answer(res, request)
 
 
@@ -165,7 +127,7 @@ def lrp_bias_audit(model: str = "mamba-sentiment", request: gr.Request = None, p
         JSON: status, source, tables.terms (per term: relevance and logit shift, mean / std / min / max over the
         templates), tables.pairs (female - male gaps), tables.sentences, files.
     """
-    return answer(lrp.bias_audit_result(model, progress=_steps(request, progress)), request)
+    return answer(lrp.bias_audit_result(model, progress=progress_steps(request, progress)), request)
 
 
 @user_errors
@@ -188,7 +150,8 @@ def mathneuro_pruning_effect(model: str = "mathneuro-tiny", math: str = "arithme
     """
     import core.mathneuro as mn
 
-    res = mn.effect_result(model, math, [nonmath], n, proportion, eval_n=eval_n, progress=_steps(request, progress))
+    res = mn.effect_result(model, math, [nonmath], n, proportion, eval_n=eval_n,
+                           progress=progress_steps(request, progress))
     return answer(res, request)
 
 
@@ -209,7 +172,7 @@ def neuzip_memory_perplexity(model: str = "smollm2-135m", words: float = 2000, r
     """
     import core.neuzip as nz
 
-    return answer(nz.tradeoff_result(model, words=int(words), progress=_steps(request, progress)), request)
+    return answer(nz.tradeoff_result(model, words=int(words), progress=progress_steps(request, progress)), request)
 
 
 @user_errors
@@ -225,70 +188,10 @@ def list_models(request: gr.Request = None) -> str:
     return json.dumps({"models": [c.to_dict() for c in list_cards()]}, default=str)
 
 
-def _methods(default):
-    return gr.CheckboxGroup([name for _, name in lrp.method_choices()], value=list(default), label="methods")
-
 
 HANDLERS = (layerwise_views, layerwise_view, lrp_relevance, lrp_faithfulness, lrp_bias_audit,
             mathneuro_pruning_effect, neuzip_memory_perplexity, list_models)  # the tools, as an agent sees them
 TOOL_NAMES = tuple(h.__name__ for h in HANDLERS)
 
 
-def _inputs() -> dict:
-    """Each tool's input components (built inside the hidden column), by its handler."""
-    from core.mathneuro.requests import DEFAULTS
-    from core.mathneuro.tasks import MATH_DATASETS, NONMATH_DATASETS
-    from core.neuzip.requests import DEFAULT_WORDS, MAX_WORDS, MIN_WORDS
-
-    model = dict(allow_custom_value=True, label="model")
-    return {
-        layerwise_views: [],
-        layerwise_view: [gr.Dropdown(list(ex.PAPERS), value="lrp", label="tab"),
-                         gr.Textbox("sentiment-1", label="example"), gr.Textbox("", label="inputs")],
-        lrp_relevance: [gr.Dropdown(list(lrp.TEXT_MODELS), value=lrp.TEXT_MODELS[0], **model),
-                        gr.Textbox(lrp.TEXT_EXAMPLES["mamba-sentiment"][0], label="text"), _methods(["mambalrp"]),
-                        finite_number(-1, precision=0, minimum=-1, label="target")],
-        lrp_faithfulness: [gr.Dropdown(list(lrp.EVAL_MODELS), value=lrp.EVAL_MODELS[0], **model),
-                           finite_number(20, precision=0, minimum=1, maximum=lrp.MAX_EVAL_SAMPLES, label="n"),
-                           finite_number(10, precision=0, minimum=1, maximum=lrp.MAX_FLIP_STEPS, label="steps"),
-                           _methods(lrp.DEFAULT_METHODS)],
-        lrp_bias_audit: [gr.Dropdown(["mamba-sentiment"], value="mamba-sentiment", **model)],
-        mathneuro_pruning_effect: [
-            gr.Dropdown([DEFAULTS["model"], "smollm2-135m"], value=DEFAULTS["model"], **model),
-            gr.Dropdown(list(MATH_DATASETS), value=DEFAULTS["math"], label="math"),
-            gr.Dropdown(list(NONMATH_DATASETS), value=DEFAULTS["nonmath"][0], label="nonmath"),
-            finite_number(DEFAULTS["n"], precision=0, minimum=1, maximum=1000, label="n"),
-            finite_number(DEFAULTS["proportion"], minimum=0.0001, maximum=1, label="proportion"),
-            finite_number(DEFAULTS["eval_n"], precision=0, minimum=1, maximum=1000, label="eval_n")],
-        neuzip_memory_perplexity: [
-            gr.Dropdown(["smollm2-135m", "mathneuro-tiny"], value="smollm2-135m", **model),
-            finite_number(DEFAULT_WORDS, precision=0, minimum=MIN_WORDS, maximum=MAX_WORDS, label="words")],
-        list_models: [],
-    }
-
-
-def build() -> None:
-    """The tools' endpoints (api_name = the tool's name), on hidden components: in the app's API, not on the page."""
-    with gr.Column(visible=False, elem_id="lw-tools"):
-        out = gr.Textbox(label="answer (JSON)")
-        inputs = _inputs()
-        for handler in HANDLERS:
-            button = gr.Button(handler.__name__)
-            button.click(handler, inputs[handler], out, api_name=handler.__name__, show_progress="hidden")
-
-
-def only_tools(demo: gr.Blocks) -> list[str]:
-    """Let the app's MCP server (after ``launch(mcp_server=True)``) list and call only the tools of this module;
-    returns their MCP names. Without an MCP server, nothing happens."""
-    server = getattr(demo, "mcp_server_obj", None)
-    if server is None:
-        return []
-    mine = {name: endpoint for name, endpoint in server.tool_to_endpoint.items()
-            if endpoint.lstrip("/") in TOOL_NAMES}
-    if sorted(mine.values()) != sorted(f"/{n}" for n in TOOL_NAMES):  # an api_name taken by a page endpoint
-        raise RuntimeError(f"the MCP tools' endpoints are {sorted(mine.values())}, not {TOOL_NAMES}")
-    server.tool_to_endpoint = mine
-    return list(mine)
-
-
-__all__ = ["build", "only_tools", "answer", "TOOL_NAMES", *TOOL_NAMES]
+__all__ = ["HANDLERS", "TOOL_NAMES", *TOOL_NAMES]

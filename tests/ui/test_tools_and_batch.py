@@ -12,15 +12,15 @@ import pytest
 
 from core.results import Result
 from core.zoo import registered_names
+from ui import answers, tool_endpoints, tools
 from ui import batch as tab_batch
-from ui import tools
 
 
 def test_an_answer_is_one_json_text_with_tables_long_columns_and_links(tmp_path, monkeypatch):
     res = Result("**done**", {"a": 1}, tables={"t": [{"k": "x", "v": 1.5}] * 3}, key="k-answer", stem="demo")
-    monkeypatch.setattr(tools, "MAX_TABLE_ROWS", 2)
+    monkeypatch.setattr(answers, "MAX_TABLE_ROWS", 2)
     request = SimpleNamespace(headers={"host": "example.org:7860", "x-forwarded-proto": "https"})
-    answer = json.loads(tools.answer(res, request, extra_field=3))
+    answer = json.loads(answers.answer(res, request, extra_field=3))
     assert answer["status"] == "**done**" and answer["source"] == "computed" and answer["extra_field"] == 3
     assert answer["tables"] == {"t": [{"k": "x", "v": 1.5}] * 2} and answer["truncated"] == {"t": 3}
     assert answer["long_table"]["columns"] == ["table", "record", "k", "measure", "value"]
@@ -33,12 +33,12 @@ def test_only_the_tools_are_left_to_the_mcp_server():
     endpoints = {name: f"/{name}" for name in tools.TOOL_NAMES} | {"explain_text": "/lrp_explain_text",
                                                                    "stop": "/lrp_stop"}
     demo = SimpleNamespace(mcp_server_obj=SimpleNamespace(tool_to_endpoint=dict(endpoints)))
-    assert tools.only_tools(demo) == list(tools.TOOL_NAMES)
+    assert tool_endpoints.only_tools(demo) == list(tools.TOOL_NAMES)
     assert set(demo.mcp_server_obj.tool_to_endpoint.values()) == {f"/{n}" for n in tools.TOOL_NAMES}
     taken = SimpleNamespace(mcp_server_obj=SimpleNamespace(tool_to_endpoint={"effect": "/mathneuro_effect"}))
     with pytest.raises(RuntimeError, match="not"):  # a tool whose api_name a page endpoint took is a bug, said loudly
-        tools.only_tools(taken)
-    assert tools.only_tools(SimpleNamespace()) == []
+        tool_endpoints.only_tools(taken)
+    assert tool_endpoints.only_tools(SimpleNamespace()) == []
 
 
 def test_the_tools_have_descriptions_and_one_line_per_input():
