@@ -9,6 +9,7 @@ import core.neuzip as nz
 from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
+from ui import neuzip_training
 from ui.stopping import job, stop
 from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
 
@@ -160,3 +161,4 @@ def build(ctx: AppContext) -> None:
     b_stop.click(stop, outputs=status, api_name="neuzip_stop", cancels=[ev_w, ev_r, ev_t])
     log_x.change(redraw_tradeoff, inputs=[log_x, state], outputs=tradeoff_plot, api_name="neuzip_tradeoff_axis")
     b_files.click(download_files, inputs=[state, log_x], outputs=files, api_name="neuzip_downloads")
+    neuzip_training.build()

@@ -15,10 +15,14 @@ Public API (what the tab, the CLI and a notebook use)
   :func:`decompress_model` (back to plain layers, for evaluations with many forwards)
 - the registries: :data:`CODECS` (the codecs :func:`codec_comparison` sets side by side) and
   :data:`TRADEOFF_METHODS` (the weight formats of the memory / perplexity trade-off: :class:`Method`, :class:`Style`)
+- training with compressed weights (:mod:`core.neuzip.training`): :data:`TRAINING_MODES` (the registry: vanilla,
+  vanilla-adamw, lomo, lomo+neuzip, qlora-int8/nf4/fp4), :func:`train_modes` (one model in each mode, measured),
+  :class:`TrainSettings`, :class:`MemoryTracker` (peak live tensor bytes by category), :data:`PAPER_TABLE1`
 - the service (each returns a ``core.results.Result``; the views are registered in :mod:`core.neuzip.views`):
   :func:`weights_result`, :func:`histograms_result`, :func:`table_result`, :func:`tradeoff_result`,
   :func:`throughput_result`, :func:`device_memory_result`, :func:`compress_result`, :func:`decompress_result`,
-  :func:`shown_result`, :func:`example_parts`, :func:`precompute_examples`, :func:`linear_weights`
+  :func:`shown_result`, :func:`example_parts`, :func:`precompute_examples`, :func:`linear_weights`,
+  :func:`training_result`, :func:`training_example_result`
 - the choices and defaults of the inputs (:mod:`core.neuzip.requests`): ``K_CHOICES``, ``BLOCK_SIZES``,
   ``NO_BLOCK``, ``DEFAULT_BLOCK``, ``MIN_WORDS``, ``MAX_WORDS``, ``DEFAULT_WORDS``, ``DEFAULT_WINDOW``,
   ``THROUGHPUT_NUMEL``; the committed example: ``EXAMPLE_MODEL``, ``EXAMPLE_PARTS``, ``EXAMPLE_VIEWS``
@@ -36,7 +40,10 @@ from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, 
 from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, compress_result, decompress_result,
                                  device_memory_result, example_parts, histograms_result, linear_weights,
                                  precompute_examples, shown_result, table_result, throughput_result, tradeoff_result,
-                                 weights_result)
+                                 training_example_result, training_result, weights_result)
+from core.neuzip.memtrack import MemoryTracker
+from core.neuzip.training import MODES as TRAINING_MODES
+from core.neuzip.training import PAPER_TABLE1, TrainSettings, train_modes
 from core.neuzip.examples import EXAMPLE_VIEWS  # the views a speaker shows (core.examples)
 
 __all__ = [
@@ -46,7 +53,8 @@ __all__ = [
     "CODECS", "codec_comparison", "TRADEOFF_METHODS", "Method", "Style",
     "weights_result", "histograms_result", "table_result", "tradeoff_result", "throughput_result",
     "device_memory_result", "compress_result", "decompress_result", "shown_result", "example_parts",
-    "precompute_examples", "linear_weights",
+    "precompute_examples", "linear_weights", "training_result", "training_example_result",
+    "TRAINING_MODES", "train_modes", "TrainSettings", "MemoryTracker", "PAPER_TABLE1",
     "K_CHOICES", "BLOCK_SIZES", "NO_BLOCK", "DEFAULT_BLOCK", "MIN_WORDS", "MAX_WORDS", "DEFAULT_WORDS",
     "DEFAULT_WINDOW", "THROUGHPUT_NUMEL", "EXAMPLE_MODEL", "EXAMPLE_PARTS", "EXAMPLE_VIEWS",
 ]

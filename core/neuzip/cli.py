@@ -7,6 +7,8 @@
     python -m core neuzip compress   --model smollm2-135m --k 7 --out weights.neuzip.safetensors
     python -m core neuzip decompress weights.neuzip.safetensors [--model smollm2-135m] [--out plain.safetensors]
     python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
+    python -m core neuzip train --model tiny-llama --mode vanilla lomo lomo+neuzip --steps 8 --json  # memory, speed
+    python -m core neuzip train-example                          # the committed training runs (about an hour)
 
 ``--out`` writes data as ``.json`` / ``.csv`` or the figure as a self-contained ``.html`` (plotly.js
 included, works offline). Every parameter is checked by the service's request (the same rules as the tab) before a
@@ -192,6 +194,66 @@ def run_precompute(args):
     emit(args, {"written": str(path)}, f"wrote {path}")
 
 
+def _train_args(p):
+    from core.neuzip.training import MODES, RANDOM_MODELS
+
+    p.add_argument("--model", default="tiny-llama",
+                   help="a registered causal LM (smollm2-135m), a local folder, a Mix-LN run (mixln:pre-ln) or a Llama "
+                        "configuration with random weights: " + ", ".join(RANDOM_MODELS))
+    p.add_argument("--mode", nargs="+", default=["vanilla", "lomo", "lomo+neuzip"], metavar="MODE",
+                   help="training modes, or all: " + ", ".join(MODES))
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--batch", type=int, default=1, help="sequences a step")
+    p.add_argument("--seq", type=int, default=64, help="tokens a sequence")
+    p.add_argument("--lr", type=float, default=None, help="learning rate of every mode (default: each mode's own)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--layers", type=int, default=None, help="keep only this many decoder layers (e.g. a few "
+                                                           "8B-shaped layers: --model llama3-8b --layers 4)")
+    p.add_argument("--device", default="cpu", help="cpu or cuda")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="stop each mode after its share of this many seconds (its steps so far count)")
+    p.add_argument("--compress-threads", type=int, default=0, choices=(0, 1),
+                   help="lomo+neuzip: 1 compresses each updated weight in a background thread")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    _out_arg(p)
+
+
+def run_train(args):
+    from core.cli import set_threads
+
+    _check_out(args.out, (".json", ".csv", ".html"))
+    set_threads(args.threads, zero_is_default=True)
+    modes = list(nz.TRAINING_MODES) if args.mode == ["all"] else args.mode
+    bar = ProgressBar()
+    res = nz.training_result(args.model, modes, args.steps, args.batch, args.seq, args.seed, args.lr, args.device,
+                             args.layers, args.budget, args.compress_threads, progress=bar)
+    bar.close()
+    run = res.data
+    data = {**run, "final_loss": {m["mode"]: m["final_loss"] for m in run["modes"]},
+            "peak_bytes": {m["mode"]: m["peak_bytes"] for m in run["modes"]}}
+    if len(run["modes"]) == 1:  # one mode: its figures at the top level
+        data.update(run["modes"][0])
+    emit(args, data, res.status.replace("**", "").replace("`", "") + "\n" + table(
+        [{k: ("" if v is None else v) for k, v in r.items()} for r in res.tables["training"]]), res)
+
+
+def _train_example_args(p):
+    p.add_argument("--out", metavar="FILE", help="the example file (default assets/neuzip/training.json)")
+    p.add_argument("--only", nargs="+", metavar="MODEL", help="train only these runs and keep the others")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+
+
+def run_train_example(args):
+    from core.cli import set_threads
+    from core.neuzip.service import precompute_training_example
+
+    set_threads(args.threads, zero_is_default=True)
+    bar = ProgressBar()
+    path = precompute_training_example(args.out, args.only, progress=bar)
+    bar.close()
+    emit(args, {"written": str(path)}, f"wrote {path}")
+
+
 def register(groups) -> None:
     """Add the ``neuzip`` commands to the CLI registry (see :mod:`core.cli`)."""
     cmd = lambda name, help, add: groups.command("neuzip", name, help, add)  # noqa: E731
@@ -209,4 +271,8 @@ def register(groups) -> None:
         _decompress_args)(run_decompress)
     cmd("precompute", "measure the tab's first view afresh and write it as the example store (minutes)",
         _precompute_args)(run_precompute)
+    cmd("train", "train a model in each mode (vanilla, LOMO, LOMO + NeuZip, QLoRA): loss, peak memory by kind, "
+        "speed", _train_args)(run_train)
+    cmd("train-example", "train the committed training runs at real size (about an hour on one core)",
+        _train_example_args)(run_train_example)
     register_batch(groups, batch_kind("neuzip"))  # python -m core neuzip batch: the analysis over a file of inputs

@@ -228,3 +228,59 @@ class TradeoffRequest:
                 "baselines": self.baselines,
                 "dataset": self.dataset or ("online" if is_online() else "wikipedia-paragraphs"),
                 "version": CACHE_VERSION}
+
+
+# ---- training with compressed weights (core.neuzip.training) -------------------------------------------------------
+MAX_TRAIN_STEPS = 5000
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """Train ``ref`` in each of ``modes`` (:data:`core.neuzip.training.MODES`) for ``steps`` steps of ``batch`` x
+    ``seq`` tokens; ``lr`` (None: each mode's default) applies to every mode chosen."""
+
+    ref: str
+    modes: tuple[str, ...]
+    steps: int = 8
+    batch: int = 1
+    seq: int = 64
+    seed: int = 0
+    lr: float | None = None
+    device: str = "cpu"
+    layers: int | None = None
+    budget_s: float | None = None
+    compress_threads: int = 0
+
+    @classmethod
+    def parse(cls, ref, modes, steps=8, batch=1, seq=64, seed=0, lr=None, device="cpu", layers=None, budget_s=None,
+              compress_threads=0) -> "TrainingRequest":
+        from core.neuzip.training import check_modes
+
+        ref = parse_model(ref)
+        modes = check_modes(modes)
+        steps = check_number(steps, "steps", 1, MAX_TRAIN_STEPS, whole=True)
+        batch = check_number(batch, "batch", 1, 256, whole=True)
+        seq = check_number(seq, "sequence length", 8, 8192, whole=True)
+        seed = check_number(seed, "seed", 0, 2**31 - 1, whole=True)
+        lr = None if lr in (None, "") else check_number(lr, "learning rate", 1e-12, 10.0)
+        device = str(device or "cpu").strip()
+        if device != "cpu":
+            from core.neuzip.memory import require_cuda
+
+            device = str(require_cuda(device))
+        layers = None if layers in (None, "", 0) else check_number(layers, "layers", 1, 1024, whole=True)
+        budget_s = None if budget_s in (None, "", 0) else check_number(budget_s, "budget (s)", 1, 86400)
+        compress_threads = check_number(compress_threads, "compress threads", 0, 1, whole=True)
+        return cls(ref, modes, steps, batch, seq, seed, lr, device, layers, budget_s, compress_threads)
+
+    def settings(self):
+        from core.neuzip.training import TrainSettings
+
+        return TrainSettings(steps=self.steps, batch=self.batch, seq=self.seq, seed=self.seed,
+                             lr={m: self.lr for m in self.modes} if self.lr is not None else {}, device=self.device,
+                             layers=self.layers, budget_s=self.budget_s, compress_threads=self.compress_threads)
+
+    def params(self) -> dict:
+        return {"modes": list(self.modes), "steps": self.steps, "batch": self.batch, "seq": self.seq,
+                "seed": self.seed, "lr": self.lr, "device": self.device, "layers": self.layers,
+                "compress_threads": self.compress_threads, "version": CACHE_VERSION}

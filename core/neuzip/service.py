@@ -4,6 +4,8 @@
     weights_result(ref, k, block_size)        bit-field histograms + the per-layer compression table
     histograms_result(ref), table_result(...) each of the two alone (the CLI's commands)
     tradeoff_result(ref, ...)                 memory / word-level perplexity points, Pareto front marked
+    training_result(ref, modes, ...)          train in each mode (vanilla, LOMO, LOMO + NeuZip, QLoRA): memory, speed
+    training_example_result(model)            the committed training runs (``assets/neuzip/training.json``)
     throughput_result(ref, k, block_size)     bits/weight and 1-thread MB/s of NeuZip, ZipNN, zstd, a memory copy
     device_memory_result(ref, k, ...)         on a GPU host: the model on the device in bf16 and compressed
     compress_result(...), decompress_result(...)   a model's linear weights as a NeuZip checkpoint and back
@@ -166,6 +168,69 @@ def device_memory_result(ref: str, k: int = 7, block_size: int | None = None, to
     """On a GPU host: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's peak
     (:func:`core.neuzip.memory.device_memory`, measured now, never cached)."""
     return analysis_result("device-memory", ref=ref, k=k, block_size=block_size, tokens=tokens, device=device)
+
+
+def training_result(ref: str, modes=("vanilla", "lomo", "lomo+neuzip"), steps: int = 8, batch: int = 1, seq: int = 64,
+                    seed: int = 0, lr: float | None = None, device: str = "cpu", layers: int | None = None,
+                    budget_s: float | None = None, compress_threads: int = 0, progress=None) -> Result:
+    """Train ``ref`` in each of ``modes`` from the same weights on the same batches and measure each: losses, peak
+    memory split into weights / gradients / optimizer / activations, peak RSS, iterations per second
+    (:func:`core.neuzip.training.train_modes`; measured now, never cached)."""
+    return analysis_result("training", ref=ref, modes=modes, steps=steps, batch=batch, seq=seq, seed=seed, lr=lr,
+                           device=device, layers=layers, budget_s=budget_s, compress_threads=compress_threads,
+                           progress=progress)
+
+
+def training_example_result(model: str = "smollm2-135m") -> Result:
+    """The committed training comparison of ``model`` (``assets/neuzip/training.json``: the runs at real size)."""
+    from core.neuzip.training_views import EXAMPLE_FILE, example_runs
+
+    runs = example_runs()
+    if model not in runs:
+        raise BadInputError(f"no precomputed training run of {model!r} in {EXAMPLE_FILE.name}.",
+                            fix="pick one of " + (", ".join(runs) or "none: run python -m core neuzip train-example"))
+    run = runs[model]
+    return view("training", Found(run, "precomputed", result_key(run["model"], "neuzip/training", run["settings"])))
+
+
+# the committed training runs: (model, modes, settings); the 1 B run leaves out AdamW (two more bf16 copies of 1.24 B
+# weights, 5 GB, on a shared 23 GB machine) and trains only a few steps (memory and speed, not a curve)
+TRAINING_EXAMPLES = (
+    ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
+     {"steps": 200, "batch": 2, "seq": 128}),
+    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
+     {"steps": 4, "batch": 2, "seq": 128}),
+)
+TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"
+
+
+def precompute_training_example(path=None, only=None, progress=None) -> Path:
+    """Train every run of :data:`TRAINING_EXAMPLES` (``only``: these models; the other runs are kept from the file at
+    ``path``) and write them as the committed example (``assets/neuzip/training.json``): about an hour on one core."""
+    import json
+
+    from core.files import atomic_write
+    from core.neuzip.training import train_modes
+    from core.neuzip.training_views import EXAMPLE_FILE, EXAMPLE_FORMAT, example_runs
+    from core.neuzip.requests import TrainingRequest
+
+    path = Path(path or EXAMPLE_FILE)
+    names = [m for m, _, _ in TRAINING_EXAMPLES]
+    only = tuple(names if only is None else only)
+    unknown = [m for m in only if m not in names]
+    if unknown or not only:
+        raise BadInputError(f"no training example of {', '.join(unknown) or 'nothing'}.", fix="pick from " + ", ".join(names))
+    kept = example_runs(path)
+    runs = []
+    for i, (model, modes, kw) in enumerate(TRAINING_EXAMPLES):
+        if model in only:
+            request = TrainingRequest.parse(model, modes, **kw)
+            runs.append(train_modes(model, modes, request.settings(),
+                                    progress=scaled(progress, i / len(TRAINING_EXAMPLES), (i + 1) / len(TRAINING_EXAMPLES))))
+        elif model in kept:
+            runs.append({k: v for k, v in kept[model].items() if k != "command"})
+    doc = {"format": EXAMPLE_FORMAT, "command": TRAINING_EXAMPLE_COMMAND, "runs": runs}
+    return atomic_write(path, json.dumps(doc, separators=(",", ":"), default=float))
 
 
 def compress_result(ref: str, k: int = 7, block_size: int | None = None, out=None, progress=None) -> Result:
@@ -353,6 +418,13 @@ def _compress(request, progress=None, **_) -> dict:
     return {"model": request.ref, "file": str(path), "tensors": len(tensors), "weights": numel,
             "mantissa_bits": request.k, "block_size": request.block_size, "stored_bytes": stored,
             "file_bytes": os.path.getsize(path), "bits_per_weight": 8.0 * stored / numel, "bf16_bytes": 2 * numel}
+
+
+@_computes("training")
+def _training(request, progress=None, **_) -> dict:
+    from core.neuzip.training import train_modes
+
+    return train_modes(request.ref, request.modes, request.settings(), progress=progress)
 
 
 @_computes("decompress")

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from core.neuzip.figures import histogram_figure, table_figure, throughput_figure, tradeoff_figure
+from core.neuzip import training_views as training
 from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
-                                  TableRequest, ThroughputRequest, TradeoffRequest, WeightsRequest)
+                                  TableRequest, ThroughputRequest, TradeoffRequest, TrainingRequest, WeightsRequest)
 from core.results import Result, source_text
 from core.runner import Found, digest
 
@@ -220,6 +221,10 @@ ANALYSES: dict[str, Analysis] = {
                            cached=False, page=True),
     "device-memory": Analysis(DeviceMemoryRequest, _device_memory_status, "neuzip-device-memory",
                               tables=lambda r: {"device-memory": device_memory_rows(r)}, cached=False),
+    "training": Analysis(TrainingRequest, training.training_status, "neuzip-training",
+                         tables=lambda r: {"training": training.training_rows(r), "paper": training.paper_rows()},
+                         figures=lambda r, **_: {"memory": training.memory_figure(r), "loss": training.loss_figure(r)},
+                         cached=False),
     "compress": Analysis(CompressRequest, _compress_status, "neuzip-compress"),
     "decompress": Analysis(DecompressRequest, _decompress_status, "neuzip-decompress"),
 }

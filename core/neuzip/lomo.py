@@ -1,0 +1,256 @@
+"""LOMO (Lv et al., 2023), alone and over NeuZip-compressed weights (Hao et al., 2024, Sec. 3.3).
+
+LOMO fuses the optimizer step into the backward: as soon as autograd has produced a parameter's gradient, the SGD
+update is applied to that parameter and the gradient is freed, so at most the gradients in flight exist, never the
+full set. The update is LOMO's: weight and gradient in float32, ``w - lr * g``, rounded once to the weight's dtype
+(:func:`fused_sgd_`, done in slices so the float32 copies stay small). LOMO's optional two-pass gradient-norm
+clipping (one backward to measure the norm, one to update) is not done here; neither is loss scaling (bf16 needs
+none). The learning rate is constant.
+
+- :func:`attach_lomo` puts the update on every trainable parameter (``register_post_accumulate_grad_hook``: after the
+  gradient, summed over every use of the parameter, is in ``.grad``).
+- :func:`zip_linears` is LOMO + NeuZip: each linear layer's weight is kept entropy-coded (the project's lossless codec,
+  :func:`core.neuzip.codec.compress`); :class:`ZipLinear` decompresses it into a shared buffer just before its
+  forward, and again in its backward (the input is saved, the weight is not), computes the input and weight
+  gradients exactly as autograd does for ``F.linear``, applies the fused update to the decompressed weight, and
+  compresses it again. Neither a full-precision copy of the weights nor a full gradient is ever held. With lossless
+  compression the training is the same as LOMO's, bit for bit (tested).
+"""
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import contextlib
+import hashlib
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from core.neuzip.codec import CompressedTensor, compress
+from core.neuzip.modules import SKIP, linear_layers
+
+__all__ = ["fused_sgd_", "attach_lomo", "ZipLinear", "ZipState", "zip_linears", "weights_digest", "UPDATE_SLICE"]
+
+UPDATE_SLICE = 1 << 18  # weights updated per float32 slice (2 MB of temporaries)
+
+
+@torch.no_grad()
+def fused_sgd_(weight: torch.Tensor, grad: torch.Tensor, lr: float, tracker=None) -> None:
+    """LOMO's update in place: ``weight <- round(float32(weight) - lr * float32(grad))``, one slice at a time (the
+    float32 slices count as ``optimizer`` memory for ``tracker``)."""
+    w, g = weight.view(-1), grad.reshape(-1)
+    with tracker.category("optimizer") if tracker is not None else contextlib.nullcontext():
+        for start in range(0, w.numel(), UPDATE_SLICE):
+            part = w[start:start + UPDATE_SLICE].float()
+            part.add_(g[start:start + UPDATE_SLICE].float(), alpha=-lr)
+            w[start:start + UPDATE_SLICE].copy_(part)
+
+
+def attach_lomo(params, lr: float, tracker=None) -> list:
+    """Apply :func:`fused_sgd_` to each of ``params`` as soon as its gradient is accumulated, then free the gradient.
+    ``tracker`` (a :class:`core.neuzip.memtrack.MemoryTracker`, or a callable returning one or None) sees the gradient
+    as ``gradients``. Returns the hook handles."""
+    current = tracker if callable(tracker) else (lambda: tracker)
+
+    def hook(p: torch.Tensor) -> None:
+        t = current()
+        if t is not None:
+            t.mark_gradient(p.grad)
+        fused_sgd_(p, p.grad, lr, t)
+        p.grad = None
+
+    unique = {id(p): p for p in params if p.requires_grad}
+    return [p.register_post_accumulate_grad_hook(hook) for p in unique.values()]
+
+
+class ZipState:
+    """What the compressed layers of one model share: the learning rate, the decode buffer (bf16, the size of the
+    largest weight; CPU only), the memory tracker of the run (None when not measuring) and, with ``threads = 1``, a
+    background thread that compresses each updated weight while the backward goes on (a copy of the weight waits
+    for it: at most ``threads`` copies at a time; the numba encoder releases the GIL). With ``threads = 0`` the
+    backward compresses each weight itself."""
+
+    def __init__(self, lr: float, threads: int = 0):
+        self.lr = float(lr)
+        self.buffer: torch.Tensor | None = None
+        self.tracker = None
+        self.threads = int(threads)
+        self._pool = None
+        self._pending: collections.deque = collections.deque()
+
+    def decode_buffer(self, numel: int) -> torch.Tensor:
+        if self.buffer is None or self.buffer.numel() < numel:
+            self.buffer = torch.empty(numel, dtype=torch.bfloat16)
+        return self.buffer[:numel]
+
+    def submit(self, layer: "ZipLinear", weight: torch.Tensor) -> None:
+        """Compress ``weight`` (the layer's updated weight) as the layer's new weight: now, or in the background."""
+        if not self.threads:
+            layer.adopt(_compress(weight))
+            return
+        while len(self._pending) >= self.threads:
+            self._finish()
+        with self.tracker.category("weights") if self.tracker is not None else contextlib.nullcontext():
+            copy = weight.clone()
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="neuzip-compress")
+        layer.pending = True
+        self._pending.append((layer, self._pool.submit(_compress, copy)))
+
+    def _finish(self) -> None:
+        layer, future = self._pending.popleft()
+        layer.adopt(future.result())
+        layer.pending = False
+
+    def wait(self, layer: "ZipLinear | None" = None) -> None:
+        """Finish the background compressions (up to ``layer``'s; all when None)."""
+        while self._pending and (layer is None or layer.pending):
+            self._finish()
+
+    def close(self) -> None:
+        self.wait()
+        if self._pool is not None:
+            self._pool.shutdown()
+            self._pool = None
+
+
+def _compress(weight: torch.Tensor) -> CompressedTensor:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        return compress(weight.to(torch.bfloat16))
+
+
+class _ZipLinearFn(torch.autograd.Function):
+    """``F.linear(x, W, b)`` with ``W`` decompressed in the forward and again in the backward, where it is updated."""
+
+    @staticmethod
+    def forward(ctx, x, anchor, bias, layer):
+        w = layer.decoded()
+        ctx.layer = layer
+        ctx.save_for_backward(x, bias)
+        return F.linear(x, w, bias)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, bias = ctx.saved_tensors
+        layer = ctx.layer
+        w = layer.decoded()
+        g2 = grad.reshape(-1, grad.shape[-1])
+        grad_x = g2.mm(w).view(x.shape) if ctx.needs_input_grad[0] else None  # autograd's mm backward, operand for
+        grad_w = g2.t().mm(x.reshape(-1, x.shape[-1]))                        # operand, so the bits are the same
+        grad_b = g2.sum(0) if bias is not None and ctx.needs_input_grad[2] else None
+        tracker = layer.state.tracker
+        if tracker is not None:
+            tracker.mark_gradient(grad_w)
+        fused_sgd_(w, grad_w, layer.state.lr, tracker)
+        del grad_w
+        layer.state.submit(layer, w)
+        return grad_x, None, grad_b, None
+
+
+class ZipLinear(nn.Module):
+    """A linear layer trained with LOMO whose weight is stored NeuZip-compressed (lossless, ``k = 7``).
+
+    Parameters
+    ----------
+    weight : (out_features, in_features) bf16 tensor (compressed here; the tensor is not kept)
+    bias : (out_features,) or None: an ordinary parameter (LOMO-updated by :func:`attach_lomo`)
+    state : the :class:`ZipState` the model's compressed layers share
+    """
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, state: ZipState):
+        super().__init__()
+        self.out_features, self.in_features = weight.shape
+        self.state = state
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone())
+        self.anchor = nn.Parameter(torch.empty(0, dtype=torch.bfloat16, device=weight.device))  # backward runs even
+        self.compressed: CompressedTensor | None = None                                           # when x needs none
+        self.arrays = None
+        self.pending = False  # a background compression of this layer's weight is under way
+        self.store(weight.detach())
+
+    @property
+    def device(self) -> torch.device:
+        return self.anchor.device
+
+    def store(self, weight: torch.Tensor) -> None:
+        """Compress ``weight`` (bf16, this layer's shape) and keep it as this layer's weight."""
+        with self.state.tracker.category("weights") if self.state.tracker else contextlib.nullcontext():
+            ct = _compress(weight)
+        self.adopt(ct)
+
+    def adopt(self, ct: CompressedTensor) -> None:
+        """Keep ``ct`` as this layer's weight (on a GPU, its arrays are copied there)."""
+        tracker = self.state.tracker
+        old = self.numpy_bytes()
+        with tracker.category("weights") if tracker else contextlib.nullcontext():
+            arrays = None if self.device.type == "cpu" else ct.device_arrays(self.device)
+        self.compressed, self.arrays = ct, arrays
+        if tracker is not None and arrays is None:
+            tracker.account(self.numpy_bytes() - old)
+
+    def numpy_bytes(self) -> int:
+        """The stored bytes of the compressed weight kept in NumPy arrays (the exponent stream, its tables and the
+        metadata; the sign/mantissa fields are a torch tensor): what a host-side tracker must be told about."""
+        ct = self.compressed
+        if ct is None or self.arrays is not None:
+            return 0
+        return ct.nbytes - ct.fields.numel() - (0 if ct.scales is None else ct.scales.numel())
+
+    def decoded(self) -> torch.Tensor:
+        """The weight, decompressed: ``(out, in) bf16``, in the shared buffer on the CPU (valid until the next
+        layer decodes), a fresh tensor on a GPU."""
+        if self.pending:
+            self.state.wait(self)
+        ct = self.compressed
+        if self.arrays is None:
+            return ct.decompress(out=self.state.decode_buffer(ct.numel)).view(ct.shape)
+        return ct.decode_arrays(self.arrays).view(ct.shape)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dtype != torch.bfloat16:
+            x = x.to(torch.bfloat16)
+        return _ZipLinearFn.apply(x, self.anchor, self.bias, self)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bits_per_weight={self.compressed.bits_per_weight:.2f}")
+
+
+def zip_linears(model: nn.Module, lr: float, skip: tuple[str, ...] = SKIP, tracker=None,
+                threads: int = 0) -> ZipState:
+    """Swap the model's linear layers (except those named with a ``skip`` substring: embeddings, LM head) for
+    :class:`ZipLinear`, in place; returns their shared :class:`ZipState` (``tracker``: the run's memory tracker;
+    ``threads``: background compression, see :class:`ZipState`)."""
+    state = ZipState(lr, threads)
+    state.tracker = tracker
+    for name, linear in linear_layers(model, skip):
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, ZipLinear(linear.weight.detach(), linear.bias, state))
+        linear.weight = None  # the bf16 weight is gone once compressed
+    if next(model.parameters()).device.type == "cpu":
+        largest = max(m.compressed.numel for m in model.modules() if isinstance(m, ZipLinear))
+        state.decode_buffer(largest)
+    return state
+
+
+@torch.no_grad()
+def weights_digest(model: nn.Module) -> str:
+    """sha256 over every trainable weight's bits, by name, compressed layers decompressed (``<layer>.weight``): equal
+    for two models exactly when their weights are, whether stored compressed or not."""
+    named = {}
+    for name, m in model.named_modules():
+        if isinstance(m, ZipLinear):
+            named[f"{name}.weight"] = m.decoded().clone()
+    for name, p in model.named_parameters(remove_duplicate=True):
+        if p.numel() and not name.endswith(".anchor"):
+            named[name] = p.detach()
+    h = hashlib.sha256()
+    for name in sorted(named):
+        t = named[name].contiguous().cpu()
+        h.update(name.encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.dtype != torch.bool else t.numpy().tobytes())
+    return h.hexdigest()[:24]

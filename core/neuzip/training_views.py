@@ -1,0 +1,142 @@
+"""How a training comparison (:func:`core.neuzip.training.train_modes`) is shown: its table (one row per mode, against
+vanilla), the paper's Table 1 beside it, its status text, and two figures: the peak memory of each mode as stacked
+bars (weights / gradients / optimizer state / activations, iterations per second above each bar) and the loss
+curves of the modes overlaid. Labels and colours come from the mode registry (:data:`core.neuzip.training.MODES`).
+
+The committed example (``assets/neuzip/training.json``, remade by ``python -m core neuzip train-example``) holds
+the runs at real size: :func:`example_runs`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from core.figures import go, style
+from core.neuzip.memtrack import CATEGORIES
+from core.neuzip.training import MODES, PAPER_SOURCE, PAPER_TABLE1
+from core.paths import ASSETS_DIR
+
+__all__ = ["EXAMPLE_FILE", "EXAMPLE_FORMAT", "example_runs", "training_rows", "paper_rows", "training_status",
+           "memory_figure", "loss_figure", "CATEGORY_COLOURS", "ratios"]
+
+EXAMPLE_FILE = ASSETS_DIR / "neuzip" / "training.json"
+EXAMPLE_FORMAT = "layerwise-neuzip-training/1"
+CATEGORY_COLOURS = {"weights": "#0072B2", "gradients": "#D55E00", "optimizer": "#CC79A7", "activations": "#009E73"}
+MIB = 2 ** 20
+
+
+def example_runs(path: str | Path | None = None) -> dict[str, dict]:
+    """``{model: run}`` of the committed example (empty when the file is missing or of another format)."""
+    try:
+        doc = json.loads(Path(path or EXAMPLE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    if doc.get("format") != EXAMPLE_FORMAT:
+        return {}
+    return {run["model"]: {**run, "command": doc.get("command", "")} for run in doc.get("runs", [])}
+
+
+def ratios(run: dict) -> dict[str, dict]:
+    """Per mode: its peak memory and its speed over vanilla's (None without a vanilla row in the run)."""
+    by = {m["mode"]: m for m in run["modes"]}
+    base = by.get("vanilla")
+    out = {}
+    for name, m in by.items():
+        mem = m["peak_bytes"] / base["peak_bytes"] if base else None
+        speed = m["it_per_s"] / base["it_per_s"] if base and base.get("it_per_s") and m.get("it_per_s") else None
+        out[name] = {"memory_vs_vanilla": mem, "speed_vs_vanilla": speed}
+    return out
+
+
+def _r(v, d=3):
+    return None if v is None else round(v, d)
+
+
+def training_rows(run: dict) -> list[dict]:
+    """One row per mode (memory in MiB), then one per mode that was skipped, with the reason."""
+    rel = ratios(run)
+    rows = []
+    for m in run["modes"]:
+        split = m["peak_split"]
+        rows.append({"mode": m["label"], "steps": m["steps"], "final_loss": _r(m["final_loss"], 4),
+                     "peak_MiB": _r(m["peak_bytes"] / MIB, 1),
+                     **{f"{c}_MiB": _r(split[c] / MIB, 1) for c in CATEGORIES},
+                     "memory_vs_vanilla": _r(rel[m["mode"]]["memory_vs_vanilla"]),
+                     "it_per_s": _r(m["it_per_s"], 4), "speed_vs_vanilla": _r(rel[m["mode"]]["speed_vs_vanilla"]),
+                     "peak_RSS_MiB": _r((m.get("peak_rss_bytes") or 0) / MIB, 0), "note": ""})
+    for name, why in run.get("skipped", {}).items():
+        rows.append({"mode": MODES[name].label, "steps": 0, "note": f"skipped: {why}"})
+    return rows
+
+
+def paper_rows() -> list[dict]:
+    """The paper's Table 1 as quoted (memory in GiB; None: not quoted)."""
+    return [{"model": r["model"], "mode": MODES[r["mode"]].label, "peak_GiB": r["memory_GiB"], "it_per_s": r["it_per_s"],
+             "loss": r["loss"], "note": r.get("note", "")} for r in PAPER_TABLE1]
+
+
+def _mib(b) -> str:
+    return f"{b / MIB:,.1f} MiB"
+
+
+def training_status(run: dict, source: str) -> str:
+    """What was trained, how, and the headline: LOMO + NeuZip's memory and speed against vanilla, and whether its
+    training was bit for bit LOMO's."""
+    s = run["settings"]
+    src = "Precomputed example" if source == "precomputed" else "Measured now"
+    head = (f"{src}: `{run['model']}` ({run['parameters'] / 1e6:,.1f} M parameters, {run['decoder_layers']} decoder "
+            f"layers) trained {s['steps']} steps of {s['batch']} x {s['seq']} tokens in each mode, same weights and "
+            f"batches, on {run['device']} with {run['threads']} torch thread(s); every decoder layer checkpointed, the "
+            f"loss {s['loss_chunk']} tokens at a time, constant learning rates, no clipping. Memory: peak of live "
+            f"tensor bytes (allocator-level, the first {s['track_steps']} steps); speed: median step time of the "
+            "steps after those.")
+    rel, by = ratios(run), {m["mode"]: m for m in run["modes"]}
+    parts = []
+    if "lomo+neuzip" in by and rel["lomo+neuzip"]["memory_vs_vanilla"] is not None:
+        nz, r = by["lomo+neuzip"], rel["lomo+neuzip"]
+        speed = "" if r["speed_vs_vanilla"] is None else f", **{r['speed_vs_vanilla']:.2f}x** its speed"
+        parts.append(f"LOMO + NeuZip peaks at **{_mib(nz['peak_bytes'])}**, **{r['memory_vs_vanilla']:.2f}x** "
+                     f"vanilla's {_mib(by['vanilla']['peak_bytes'])}{speed}.")
+    for pair, same in run.get("identical", {}).items():
+        a, b = pair.split(" vs ")
+        word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
+        parts.append(f"{MODES[a].label} against {MODES[b].label}: losses and final weights {word}.")
+    if run.get("skipped"):
+        parts.append("Skipped: " + "; ".join(f"{MODES[k].label} ({v})" for k, v in run["skipped"].items()) + ".")
+    load = run.get("load_average_start")
+    tail = f" Load average at the start {load[0]:.1f}." if load else ""
+    return head + " " + " ".join(parts) + tail
+
+
+def memory_figure(run: dict):
+    """Stacked bars: each mode's peak split into weights, gradients, optimizer state and activations (MiB), with its
+    iterations per second above the bar."""
+    fig = go.Figure()
+    labels = [m["label"] for m in run["modes"]]
+    for c in CATEGORIES:
+        fig.add_trace(go.Bar(x=labels, y=[m["peak_split"][c] / MIB for m in run["modes"]], name=c,
+                             marker_color=CATEGORY_COLOURS[c]))
+    tops = [m["peak_bytes"] / MIB for m in run["modes"]]
+    fig.add_trace(go.Scatter(x=labels, y=tops, mode="text", showlegend=False, textposition="top center",
+                             text=[f"{t:,.0f} MiB<br>{m['it_per_s']:.3g} it/s" if m.get("it_per_s") else f"{t:,.0f} MiB"
+                                   for t, m in zip(tops, run["modes"])]))
+    fig.update_layout(barmode="stack", bargap=0.3)
+    fig.update_yaxes(range=[0, 1.22 * max(tops or [1])])
+    return style(fig, f"Peak memory while training {run['model']} ({run['device']})", "training mode",
+                 "peak live tensor memory (MiB)")
+
+
+def loss_figure(run: dict):
+    """The training loss of every mode by step (LOMO + NeuZip dashed over LOMO: the curves coincide)."""
+    fig = go.Figure()
+    for m in run["modes"]:
+        mode = MODES[m["mode"]]
+        fig.add_trace(go.Scatter(x=list(range(1, len(m["losses"]) + 1)), y=m["losses"], name=mode.label,
+                                 mode="lines", line={"color": mode.colour, "width": 2,
+                                                     "dash": "dash" if mode.same_training_as else "solid"}))
+    s = run["settings"]
+    return style(fig, f"Training loss of {run['model']} ({s['batch']} x {s['seq']} tokens a step)", "step",
+                 "training loss (nats per token)")
+
+
+PAPER_NOTE = PAPER_SOURCE

@@ -1,0 +1,193 @@
+"""Training with compressed weights (core.neuzip.training, lomo, memtrack): LOMO + NeuZip trains bit for bit as LOMO,
+the fused update is LOMO's, the compressed layer's backward is autograd's, the memory tracker gives known answers on
+hand-made cases, and the committed example renders."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from core.errors import BadInputError
+from core.neuzip import training
+from core.neuzip.lomo import ZipLinear, ZipState, fused_sgd_, weights_digest, zip_linears
+from core.neuzip.memtrack import MemoryTracker
+
+TINY = "tiny-llama"  # 2 layers of width 64, vocabulary 4,096: 1.2 MB of weights (transformers' Llama)
+MIXLN = "mixln:pre-ln"  # the project's own Mix-LN run (12 layers of width 64): no transformers import, quick
+
+
+def _batches(steps=3, batch=2, seq=16, seed=0):
+    return torch.randint(0, 4096, (steps, batch, seq), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("threads", [0, pytest.param(1, marks=pytest.mark.slow)])
+def test_lomo_and_lomo_neuzip_train_bit_identically(threads):
+    """Lossless means the same training: the losses of every step and the final weights, bit for bit (the background
+    compression thread changes nothing either)."""
+    settings = training.TrainSettings(steps=3, batch=2, seq=16, track_steps=0, compress_threads=threads)
+    run = training.train_modes(MIXLN, ["lomo", "lomo+neuzip"], settings, batches=_batches())
+    lomo, nz = run["modes"]
+    assert lomo["losses"] == nz["losses"] and len(nz["losses"]) == 3
+    assert lomo["weights_digest"] == nz["weights_digest"]
+    assert run["identical"] == {"lomo+neuzip vs lomo": {"losses": True, "weights": True}}
+    assert nz["losses"][-1] != nz["losses"][0]  # it trained
+
+
+def test_fused_update_is_lomos_fp32_update_rounded_once():
+    """LOMO's update (its fuse_update: float32 copies of the weight and the gradient, ``add_(g, alpha=-lr)``, copied
+    back), done here in slices: the same bits as on the whole tensor at once."""
+    torch.manual_seed(0)
+    w = torch.randn(700, 600).bfloat16()
+    g = torch.randn(700, 600).bfloat16() * 0.01
+    want = w.float().add_(g.float(), alpha=-0.3).bfloat16()
+    fused_sgd_(w, g, 0.3)  # in slices of UPDATE_SLICE weights
+    assert torch.equal(w.view(torch.int16), want.view(torch.int16))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+def test_compressed_layer_backward_is_autograds_and_updates_in_place(bias):
+    """ZipLinear's forward, input gradient and weight update equal nn.Linear + autograd + the same update, bit for
+    bit, and its stored weight is the updated one."""
+    torch.manual_seed(1)
+    lin = torch.nn.Linear(48, 80, bias=bias).bfloat16()
+    x = torch.randn(3, 5, 48, dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(3, 5, 80, dtype=torch.bfloat16)
+    z = ZipLinear(lin.weight.detach(), lin.bias, ZipState(lr=0.1))
+    x2 = x.detach().clone().requires_grad_(True)
+    y_ref = lin(x)
+    y_ref.backward(g)
+    want = lin.weight.detach().clone()
+    fused_sgd_(want, lin.weight.grad, 0.1)
+    y = z(x2)
+    y.backward(g)
+    assert torch.equal(y, y_ref) and torch.equal(x2.grad, x.grad)
+    assert torch.equal(z.decoded(), want)
+    if bias:
+        assert torch.equal(z.bias.grad, lin.bias.grad)
+
+
+def test_zip_linears_keeps_embeddings_and_head_and_compresses_the_rest():
+    model = training.build_model(TINY)
+    n_linear = sum(1 for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in n)
+    digest = weights_digest(model)
+    zip_linears(model, lr=0.1)
+    assert sum(isinstance(m, ZipLinear) for m in model.modules()) == n_linear
+    assert isinstance(model.lm_head, torch.nn.Linear)
+    assert weights_digest(model) == digest  # lossless: the same weights, read back from the compressed layers
+
+
+def test_fused_loss_matches_autograd_cross_entropy_in_float64():
+    torch.manual_seed(0)
+    h = torch.randn(37, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(50, dtype=torch.float64, requires_grad=True)
+    t = torch.randint(0, 50, (37,))
+    got = training._LinearCrossEntropy.apply(h, w, b, t, 8) / 37
+    got.backward()
+    grads = [p.grad.clone() for p in (h, w, b)]
+    for p in (h, w, b):
+        p.grad = None
+    want = F.cross_entropy(F.linear(h, w, b), t)
+    want.backward()
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    for a, p in zip(grads, (h, w, b)):
+        assert torch.allclose(a, p.grad, rtol=1e-10, atol=1e-12)
+
+
+def test_tracker_on_a_hand_made_case():
+    """Known answer: 4,000 bytes at rest, then 8,000 of activations, 2,000 of optimizer state and 1,000 of gradient
+    alive together; a later 400-byte block comes after the first is freed, so the peak is 15,000 bytes."""
+    tracker = MemoryTracker()
+    with tracker:
+        w = torch.empty(1000)
+        tracker.begin()
+        a = torch.empty(2000)
+        with tracker.category("optimizer"):
+            s = torch.empty(500)
+        g = torch.empty(250)
+        tracker.mark_gradient(g)
+        del a
+        b = torch.empty(100)
+        tracker.account(600)  # 600 bytes outside the allocator, counted as weights from now on
+        tracker.end()
+    assert tracker.at_rest["weights"] == 4000
+    assert tracker.peak_bytes == 15000
+    assert tracker.peak_split == {"weights": 4000, "gradients": 1000, "optimizer": 2000, "activations": 8000}
+    del w, s, g, b
+
+
+def test_tracker_sees_vanilla_hold_every_gradient_and_lomo_one_at_a_time():
+    """A stack of bias-free linear layers with a tiny input: vanilla SGD's peak holds every gradient (as many bytes as
+    the weights); LOMO's holds the largest layer's alone, plus LOMO's float32 update slices (two float32 copies of
+    the largest weight, smaller than UPDATE_SLICE)."""
+    sizes = [(256, 64), (32, 256), (16, 32)]  # (out, in); the first layer, whose gradient comes last, the largest
+
+    def measure(lomo: bool):
+        torch.manual_seed(0)
+        tracker = MemoryTracker()
+        with tracker:
+            layers = torch.nn.Sequential(*[torch.nn.Linear(i, o, bias=False) for o, i in sizes]).bfloat16()
+            params = list(layers.parameters())
+            opt = None
+            if lomo:
+                training.attach_lomo(params, 0.1, tracker)
+            else:
+                opt = torch.optim.SGD(params, lr=0.1)
+                for p in params:
+                    p.register_post_accumulate_grad_hook(lambda p: tracker.mark_gradient(p.grad))
+            tracker.begin()
+            loss = layers(torch.randn(1, 64, dtype=torch.bfloat16)).float().sum()
+            training.tag_parameter_gradients(loss, tracker, params)
+            loss.backward()
+            if opt:
+                with tracker.category("optimizer"):
+                    opt.step()
+            tracker.end()
+        return tracker, sum(2 * o * i for o, i in sizes), max(2 * o * i for o, i in sizes)
+
+    vanilla, total, largest = measure(False)
+    assert vanilla.at_rest["weights"] == total and vanilla.peak_split["weights"] == total
+    assert vanilla.peak_split["gradients"] == total
+    lomo, total, largest = measure(True)
+    assert lomo.peak_split["weights"] == total
+    assert lomo.peak_split["gradients"] == largest
+    assert lomo.peak_split["optimizer"] == 2 * 2 * largest  # the float32 weight and gradient of the largest layer
+
+
+def test_requests_are_checked_before_anything_loads():
+    from core.neuzip.requests import TrainingRequest
+
+    with pytest.raises(BadInputError, match="unknown training mode"):
+        TrainingRequest.parse(TINY, ["lomo", "adam"])
+    with pytest.raises(BadInputError, match="steps"):
+        TrainingRequest.parse(TINY, ["lomo"], steps=0)
+    with pytest.raises(BadInputError, match="learning rate"):
+        TrainingRequest.parse(TINY, ["lomo"], lr=float("nan"))
+    r = TrainingRequest.parse(TINY, ["lomo", "lomo"], steps="3", lr="0.01")
+    assert r.modes == ("lomo",) and r.steps == 3 and r.settings().lr == {"lomo": 0.01}
+
+
+def test_the_mode_registry_carries_label_colour_and_defaults():
+    assert {"vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"} <= \
+        set(training.MODES)
+    for name, m in training.MODES.items():
+        assert m.name == name and m.label and m.colour.startswith("#") and m.defaults["lr"] > 0
+    assert training.MODES["lomo+neuzip"].same_training_as == "lomo"
+
+
+def test_the_committed_example_renders_with_the_paper_table():
+    from core.neuzip import training_example_result
+    from core.neuzip.training_views import example_runs
+
+    runs = example_runs()
+    assert {"smollm2-135m", "llama-1b"} <= set(runs)
+    for model, run in runs.items():
+        res = training_example_result(model)
+        assert res.source == "precomputed" and {"memory", "loss"} <= set(res.figures)
+        assert res.figures["memory"].layout.title.text and len(res.figures["loss"].data) == len(run["modes"])
+        assert any(r["mode"] == "LOMO + NeuZip" for r in res.tables["training"])
+        assert any(r["peak_GiB"] == 15.25 for r in res.tables["paper"])
+        by = {m["mode"]: m for m in run["modes"]}
+        assert by["lomo"]["losses"] == by["lomo+neuzip"]["losses"]  # recorded bit for bit
+        for m in run["modes"]:
+            assert m["peak_bytes"] == sum(m["peak_split"].values())
+    with pytest.raises(BadInputError):
+        training_example_result("no-such-run")
