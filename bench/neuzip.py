@@ -5,6 +5,8 @@
     python bench/neuzip.py --tradeoff --words 2000           # also the memory / perplexity table (minutes)
     python bench/neuzip.py --online --model HF_ID            # also any real bf16 checkpoint (downloads it)
     python bench/neuzip.py --example assets/neuzip/examples.json      # also rewrite the tab's example store
+    python bench/neuzip.py --parts training                  # training modes: memory and speed against vanilla
+    python bench/neuzip.py --parts training --device cuda --train-model llama3-8b --layers 4 --budget 300  # a GPU
 
 - ``codecs``: for each weight set, lossless bits per weight (every stored byte) against the order-0
   exponent entropy bound, and compress / decompress MB/s on ONE thread, side by side in one run, of
@@ -17,11 +19,19 @@
 - ``forward``: the forward time over ``--tokens`` tokens of SmolLM2-135M compressed (lossless and
   lossy) over the bf16 model's, torch on one thread; with ``decode_ahead = 2`` a second thread
   decodes the next layers (on the machine's other core) while torch computes;
-- ``tradeoff`` (with ``--tradeoff``): the memory / perplexity table of the NeuZip tab.
+- ``tradeoff`` (with ``--tradeoff``): the memory / perplexity table of the NeuZip tab;
+- ``training``: ``--train-model`` (SmolLM2-135M) trained ``--train-steps`` steps of ``--train-batch`` x
+  ``--train-seq`` tokens in each of ``--train-modes`` (:func:`core.neuzip.train_modes`: same weights, same batches),
+  one mode after the other in this process: the peak of live tensor memory split into weights / gradients /
+  optimizer / activations (the first 2 steps, allocator-level), the peak RSS, iterations per second (median of the
+  later steps), and each mode's memory and speed over vanilla's, printed beside the targets (LOMO + NeuZip at most
+  0.55x vanilla's peak memory on SmolLM2-135M, at least 0.5x its speed on the CPU). ``--device cuda`` runs it on a
+  GPU (``torch.cuda.max_memory_allocated`` is reported too); ``--budget`` caps the seconds of the whole part.
 
 ``--smoke`` runs every part (codecs, forward, tradeoff and the example, written to a temporary folder and
 removed) on the project's mathneuro-tiny instead of SmolLM2-135M: 4 tensors a weight set, one round, 16 tokens,
-100 words, k = 7 and 0 without the baselines, under ``core.runner.recomputing()`` (the user's results cache is
+100 words, k = 7 and 0 without the baselines, the training part on tiny-llama (3 steps of 16 tokens, vanilla, LOMO
+and LOMO + NeuZip), under ``core.runner.recomputing()`` (the user's results cache is
 neither read nor written). It checks the script end to end in seconds; its timings are meaningless.
 """
 from __future__ import annotations
@@ -44,6 +54,9 @@ sys.path.insert(0, str(REPO))
 SMOKE_MODEL = "mathneuro-tiny"  # --smoke: a causal LM of the project's own (3.6 MB), in place of SmolLM2-135M
 SMOKE_TENSORS = 4  # --smoke: tensors of each weight set
 SMOKE_TRADEOFF = {"ks": (7, 0), "baselines": False}  # --smoke: two NeuZip points
+SMOKE_TRAINING = {"model": "tiny-llama", "modes": "vanilla,lomo,lomo+neuzip", "steps": 3, "batch": 1, "seq": 16}
+PARTS = ("codecs", "forward", "tradeoff", "training")
+TRAINING_TARGETS = {"memory_vs_vanilla": ("<=", 0.55), "speed_vs_vanilla": (">=", 0.5)}  # LOMO + NeuZip, issue 32
 
 
 def _log(msg: str) -> None:
@@ -112,10 +125,35 @@ def main(argv=None) -> dict:
     ap.add_argument("--example", type=Path, help="also write the tab's precomputed example JSON here")
     ap.add_argument("--smoke", action="store_true", help="every part on a tiny model, in seconds (CI); timings "
                                                          "meaningless")
+    ap.add_argument("--parts", default=None, help="comma-separated parts to run: " + ", ".join(PARTS) + " (default: "
+                    "codecs, forward and training; tradeoff with --tradeoff)")
+    ap.add_argument("--train-model", default="smollm2-135m")
+    ap.add_argument("--train-modes", default="vanilla,vanilla-adamw,lomo,lomo+neuzip,qlora-int8,qlora-nf4,qlora-fp4")
+    ap.add_argument("--train-steps", type=int, default=6, help="steps a mode: 2 measure memory, the rest speed")
+    ap.add_argument("--train-batch", type=int, default=2)
+    ap.add_argument("--train-seq", type=int, default=128)
+    ap.add_argument("--layers", type=int, default=None, help="training: keep this many decoder layers")
+    ap.add_argument("--device", default="cpu", help="training: cpu or cuda")
+    ap.add_argument("--budget", type=float, default=None, help="training: seconds for the whole part (each mode its "
+                                                               "share; the steps done count)")
+    ap.add_argument("--compress-threads", type=int, default=0, choices=(0, 1),
+                    help="training: LOMO + NeuZip compresses in a background thread (1)")
     args = ap.parse_args(argv)
+    parts = set(PARTS if args.parts is None and args.smoke else
+                (args.parts.split(",") if args.parts else ("codecs", "forward", "training")))
+    if args.tradeoff:
+        parts.add("tradeoff")
+    if args.skip_forward:
+        parts.discard("forward")
+    unknown = parts - set(PARTS)
+    if unknown:
+        raise SystemExit(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
+    args.parts = parts
     if args.smoke:
         args.model, args.repeats, args.tokens, args.forward_repeats, args.words, args.tradeoff = \
             SMOKE_MODEL, 1, 16, 1, 100, True
+        args.train_model, args.train_modes, args.train_steps, args.train_batch, args.train_seq = \
+            (SMOKE_TRAINING[k] for k in ("model", "modes", "steps", "batch", "seq"))
     if args.online:
         os.environ["LAYERWISE_ONLINE"] = "1"
     from core.runner import recomputing
@@ -142,6 +180,13 @@ def measure(args) -> dict:
                    timing_note=f"smoke run: {base}, one round, {args.tokens} tokens, {args.words} words; the timings "
                                "and ratios are meaningless")
     seconds = {}
+    if "training" in args.parts:
+        t3 = time.perf_counter()
+        out["training"] = training_rows(args)
+        seconds["training"] = round(time.perf_counter() - t3, 1)
+    if not args.parts & {"codecs", "forward", "tradeoff"} and not args.example:
+        out["seconds"] = seconds
+        return out
     t0 = time.perf_counter()
     smol = load_model(base).model
     smol_weights = linear_weights(smol)
@@ -165,7 +210,7 @@ def measure(args) -> dict:
     if args.model != base:
         sets[args.model] = (f"{args.model}'s linear weights", linear_weights(load_model(args.model).model))
     out["codecs"] = {}
-    for name, (what, tensors) in sets.items():
+    for name, (what, tensors) in (sets.items() if "codecs" in args.parts else ()):
         if args.smoke:
             tensors = dict(list(tensors.items())[:SMOKE_TENSORS])
         _log(f"codecs on {name} ({len(tensors)} tensors)")
@@ -174,7 +219,7 @@ def measure(args) -> dict:
                                **_summary(r)}
     seconds["codecs"] = round(time.perf_counter() - t0, 1)
 
-    if not args.skip_forward:
+    if "forward" in args.parts:
         t1 = time.perf_counter()
         _log(f"forward ratios over {args.tokens} tokens")
         ids = torch.randint(0, smol.config.vocab_size, (1, args.tokens), generator=torch.Generator().manual_seed(0))
@@ -189,7 +234,7 @@ def measure(args) -> dict:
                                     "max_abs_logit_diff": round(r["max_abs_logit_diff"], 4)} for r in fr["rows"]]}
         seconds["forward"] = round(time.perf_counter() - t1, 1)
 
-    if args.tradeoff:
+    if "tradeoff" in args.parts:
         from core.neuzip import tradeoff_result
 
         t2 = time.perf_counter()
@@ -216,6 +261,50 @@ def measure(args) -> dict:
                 written = json.loads(write(Path(tmp) / "examples.json").read_text())
             out["example"] = {"written_and_removed": True, "keys": sorted(written)}
     return out
+
+
+def training_rows(args) -> dict:
+    """Train ``--train-model`` in each mode and set each mode's peak memory and speed against vanilla's, beside the
+    targets."""
+    import torch
+
+    from core.neuzip import TrainSettings, train_modes
+    from core.neuzip.training_views import ratios
+
+    if args.device == "cpu":
+        torch.set_num_threads(1)  # the modes are timed on one thread (LOMO + NeuZip's --compress-threads 1 adds one)
+    modes = args.train_modes.split(",")
+    settings = TrainSettings(steps=args.train_steps, batch=args.train_batch, seq=args.train_seq, device=args.device,
+                             layers=args.layers, budget_s=args.budget, compress_threads=args.compress_threads)
+    _log(f"training {args.train_model} in {len(modes)} modes, {args.train_steps} steps each")
+    run = train_modes(args.train_model, modes, settings,
+                      progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if m.endswith("1/" + str(args.train_steps))
+                      or "step" not in m else None)
+    rel = ratios(run)
+    mib = 2 ** 20
+    rows = []
+    for m in run["modes"]:
+        row = {"mode": m["mode"], "steps": m["steps"], "final_loss": round(m["final_loss"], 4),
+               "peak_MiB": round(m["peak_bytes"] / mib, 1),
+               "split_MiB": {k: round(v / mib, 1) for k, v in m["peak_split"].items()},
+               "peak_rss_MiB": round((m["peak_rss_bytes"] or 0) / mib), "it_per_s": round(m["it_per_s"], 4),
+               "step_seconds": [round(x, 3) for x in m["step_seconds"]],
+               **{k: (None if v is None else round(v, 3)) for k, v in rel[m["mode"]].items()}}
+        if "cuda_max_allocated_bytes" in m:
+            row["cuda_max_allocated_MiB"] = round(m["cuda_max_allocated_bytes"] / mib, 1)
+        rows.append(row)
+    targets = {}
+    nz = rel.get("lomo+neuzip", {})
+    for key, (op, bound) in TRAINING_TARGETS.items():
+        value = nz.get(key)
+        met = None if value is None else (value <= bound if op == "<=" else value >= bound)
+        targets[f"lomo+neuzip {key} {op} {bound}"] = {"value": None if value is None else round(value, 3), "met": met}
+    return {"model": args.train_model, "parameters": run["parameters"], "device": run["device"],
+            "threads": run["threads"], "settings": run["settings"], "rows": rows, "targets": targets,
+            "identical": run["identical"], "skipped": run["skipped"], "load_average_start": run["load_average_start"],
+            "load_average_end": run["load_average_end"], "machine": run["machine"],
+            "note": "memory: peak of live tensor bytes over the first 2 steps (PyTorch's allocator, profiled); speed: "
+                    "median step time of the later steps, the modes one after the other in one process"}
 
 
 if __name__ == "__main__":

@@ -75,12 +75,12 @@ class TrainingMode:
         return "lomo" if self.name == "lomo+neuzip" else None
 
 
-SGD_LR = 0.05  # vanilla / LOMO / LOMO + NeuZip: one SGD rate, so their curves can be compared step for step
+SGD_LR = 0.01  # vanilla / LOMO / LOMO + NeuZip: one SGD rate, so their curves can be compared step for step
 _LORA = {"lr": 1e-3, "rank": 8, "alpha": 16.0}
 MODES: dict[str, TrainingMode] = {m.name: m for m in (
     TrainingMode("vanilla", "Vanilla (SGD)", "#000000", "bf16", "sgd", {"lr": SGD_LR},
                  "bf16 weights and gradients, torch.optim.SGD after the backward"),
-    TrainingMode("vanilla-adamw", "Vanilla AdamW", "#999999", "bf16", "adamw", {"lr": 1e-4},
+    TrainingMode("vanilla-adamw", "Vanilla AdamW", "#999999", "bf16", "adamw", {"lr": 3e-4},
                  "bf16 weights and gradients, AdamW (two bf16 states per weight); reference"),
     TrainingMode("lomo", "LOMO", "#E69F00", "bf16", "lomo", {"lr": SGD_LR},
                  "bf16 weights; each gradient applied (fp32 update) in the backward and freed"),
