@@ -25,7 +25,8 @@
   one mode after the other in this process: the peak of live tensor memory split into weights / gradients /
   optimizer / activations (the first 2 steps, allocator-level), the peak RSS, iterations per second (median of the
   later steps), and each mode's memory and speed over vanilla's, printed beside the targets (LOMO + NeuZip at most
-  0.55x vanilla's peak memory on SmolLM2-135M, at least 0.5x its speed on the CPU). ``--device cuda`` runs it on a
+  0.55x vanilla's peak memory on SmolLM2-135M, at least 0.5x its speed on the CPU, by CPU time and by the wall
+  clock: on a shared machine the CPU time is the one that measures the mode). ``--device cuda`` runs it on a
   GPU (``torch.cuda.max_memory_allocated`` is reported too); ``--budget`` caps the seconds of the whole part.
 
 ``--smoke`` runs every part (codecs, forward, tradeoff and the example, written to a temporary folder and
@@ -56,7 +57,8 @@ SMOKE_TENSORS = 4  # --smoke: tensors of each weight set
 SMOKE_TRADEOFF = {"ks": (7, 0), "baselines": False}  # --smoke: two NeuZip points
 SMOKE_TRAINING = {"model": "tiny-llama", "modes": "vanilla,lomo,lomo+neuzip", "steps": 3, "batch": 1, "seq": 16}
 PARTS = ("codecs", "forward", "tradeoff", "training")
-TRAINING_TARGETS = {"memory_vs_vanilla": ("<=", 0.55), "speed_vs_vanilla": (">=", 0.5)}  # LOMO + NeuZip, issue 32
+TRAINING_TARGETS = {"memory_vs_vanilla": ("<=", 0.55), "cpu_speed_vs_vanilla": (">=", 0.5),
+                    "speed_vs_vanilla": (">=", 0.5)}  # LOMO + NeuZip, issue 32 (speed by CPU time and by the wall)
 
 
 def _log(msg: str) -> None:
@@ -288,7 +290,9 @@ def training_rows(args) -> dict:
                "peak_MiB": round(m["peak_bytes"] / mib, 1),
                "split_MiB": {k: round(v / mib, 1) for k, v in m["peak_split"].items()},
                "peak_rss_MiB": round((m["peak_rss_bytes"] or 0) / mib), "it_per_s": round(m["it_per_s"], 4),
+               "it_per_cpu_s": None if not m.get("it_per_cpu_s") else round(m["it_per_cpu_s"], 4),
                "step_seconds": [round(x, 3) for x in m["step_seconds"]],
+               "step_cpu_seconds": [round(x, 3) for x in m["step_cpu_seconds"]],
                **{k: (None if v is None else round(v, 3)) for k, v in rel[m["mode"]].items()}}
         if "cuda_max_allocated_bytes" in m:
             row["cuda_max_allocated_MiB"] = round(m["cuda_max_allocated_bytes"] / mib, 1)
@@ -304,7 +308,8 @@ def training_rows(args) -> dict:
             "identical": run["identical"], "skipped": run["skipped"], "load_average_start": run["load_average_start"],
             "load_average_end": run["load_average_end"], "machine": run["machine"],
             "note": "memory: peak of live tensor bytes over the first 2 steps (PyTorch's allocator, profiled); speed: "
-                    "median step time of the later steps, the modes one after the other in one process"}
+                    "median step time of the later steps, by CPU time (time.process_time) and by the wall clock, "
+                    "the modes one after the other in one process"}
 
 
 if __name__ == "__main__":

@@ -86,14 +86,14 @@ class ZipState:
         return self.buffer[:numel]
 
     def submit(self, layer: "ZipLinear", weight: torch.Tensor) -> None:
-        """Compress ``weight`` (the layer's updated weight) as the layer's new weight: now, or in the background."""
-        if not self.threads:
-            layer.adopt(_compress(weight))
+        """Compress ``weight`` (the layer's updated weight) as the layer's new weight: now, or in the background
+        (never while a memory tracker measures: the tracked steps compress in the backward's thread)."""
+        if not self.threads or self.tracker is not None:
+            layer.store(weight)
             return
         while len(self._pending) >= self.threads:
             self._finish()
-        with self.tracker.category("weights") if self.tracker is not None else contextlib.nullcontext():
-            copy = weight.clone()
+        copy = weight.clone()
         if self._pool is None:
             self._pool = concurrent.futures.ThreadPoolExecutor(self.threads, thread_name_prefix="neuzip-compress")
         layer.pending = True

@@ -13,7 +13,9 @@
 :func:`train_modes` trains one model in each mode from the same weights on the same batches and measures, per mode:
 the loss of every step, the peak of live tensor bytes split into weights / gradients / optimizer state / activations
 (:class:`core.neuzip.memtrack.MemoryTracker`, over the first ``track_steps`` steps), the process's peak RSS, and
-iterations per second (the median step time of the steps after those, run without the tracker). Every mode uses the
+iterations per second (the median step time of the steps after those, run without the tracker), both by the wall
+clock and by the CPU time the process spent (``time.process_time``: what a step costs whatever else the machine runs;
+on a shared machine the wall clock measures the load as much as the mode). Every mode uses the
 same recipe: bf16 weights, every decoder layer checkpointed (its forward recomputed in the backward), the
 cross-entropy computed ``loss_chunk`` tokens at a time (the logits of one slice exist at once), a constant learning
 rate, no gradient clipping.
@@ -36,8 +38,6 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -179,7 +179,9 @@ class _Source:
         if ref in RANDOM_MODELS:
             self.label = f"{ref} (Llama configuration, random weights)"
         elif ref.startswith("mixln:"):
-            folder = Path(__file__).resolve().parents[2] / "assets" / "mixln" / ref.split(":", 1)[1]
+            from core.paths import ASSETS_DIR
+
+            folder = ASSETS_DIR / "mixln" / ref.split(":", 1)[1]
             if not (folder / "config.json").is_file():
                 raise BadInputError(f"no Mix-LN run {ref!r}.", fix="use mixln:pre-ln, mixln:post-ln, mixln:mix-ln-0.25, ...")
             self.folder, self.label = folder, f"{ref} (this project's Mix-LN run)"
@@ -406,7 +408,7 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
     device = torch.device(settings.device)
     cuda = device.type == "cuda"
     steps, track = len(batches), min(settings.track_steps, len(batches))
-    losses, seconds, current = [], [], {}
+    losses, seconds, cpu, current = [], [], [], {}
     tracker = MemoryTracker(device) if track else None
     started = time.perf_counter()
     if tracker is not None:
@@ -416,11 +418,12 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
     def run(step: int, measuring: MemoryTracker | None) -> bool:
         report(progress, step / steps, f"{mode.label}: step {step + 1}/{steps}")
         ids = batches[step].to(device)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         value = _step(model, ids, opt, params, settings, measuring, state)
         if cuda:
             torch.cuda.synchronize(device)
         seconds.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         losses.append(value)
         return math.isfinite(value)
 
@@ -453,12 +456,13 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
             break
         if not run(step, None):
             break
-    timed = seconds[track:] or seconds
+    timed, timed_cpu = seconds[track:] or seconds, cpu[track:] or cpu
     result = {
         "mode": mode.name, "label": mode.label, "lr": mode_lr(mode.name, settings), "steps": len(losses),
         "losses": losses, "final_loss": losses[-1] if losses else None, "step_seconds": seconds,
-        "timed_steps": len(timed), "timed_with_tracker": bool(track) and not seconds[track:],
+        "step_cpu_seconds": cpu, "timed_steps": len(timed), "timed_with_tracker": bool(track) and not seconds[track:],
         "it_per_s": 1.0 / statistics.median(timed) if timed else None,
+        "it_per_cpu_s": 1.0 / statistics.median(timed_cpu) if timed_cpu and statistics.median(timed_cpu) else None,
         "peak_bytes": tracker.peak_bytes if tracker else None, "peak_split": tracker.peak_split if tracker else None,
         "weights_bytes": tracker.at_rest["weights"] if tracker else None,
         "trainable_parameters": sum(p.numel() for p in params), "rss_start_bytes": rss_start,

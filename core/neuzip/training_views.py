@@ -37,15 +37,15 @@ def example_runs(path: str | Path | None = None) -> dict[str, dict]:
 
 
 def ratios(run: dict) -> dict[str, dict]:
-    """Per mode: its peak memory and its speed over vanilla's (None without a vanilla row in the run)."""
+    """Per mode: its peak memory and its speed over vanilla's, by the wall clock and by CPU time (None without a
+    vanilla row in the run, or without memory measured)."""
     by = {m["mode"]: m for m in run["modes"]}
     base = by.get("vanilla")
-    out = {}
-    for name, m in by.items():
-        mem = m["peak_bytes"] / base["peak_bytes"] if base else None
-        speed = m["it_per_s"] / base["it_per_s"] if base and base.get("it_per_s") and m.get("it_per_s") else None
-        out[name] = {"memory_vs_vanilla": mem, "speed_vs_vanilla": speed}
-    return out
+
+    def over(m, key):
+        return m[key] / base[key] if base and base.get(key) and m.get(key) else None
+    return {name: {"memory_vs_vanilla": over(m, "peak_bytes"), "speed_vs_vanilla": over(m, "it_per_s"),
+                   "cpu_speed_vs_vanilla": over(m, "it_per_cpu_s")} for name, m in by.items()}
 
 
 def _r(v, d=3):
@@ -63,6 +63,8 @@ def training_rows(run: dict) -> list[dict]:
                      **{f"{c}_MiB": _r(split[c] / MIB, 1) for c in CATEGORIES},
                      "memory_vs_vanilla": _r(rel[m["mode"]]["memory_vs_vanilla"]),
                      "it_per_s": _r(m["it_per_s"], 4), "speed_vs_vanilla": _r(rel[m["mode"]]["speed_vs_vanilla"]),
+                     "it_per_cpu_s": _r(m.get("it_per_cpu_s"), 4),
+                     "cpu_speed_vs_vanilla": _r(rel[m["mode"]]["cpu_speed_vs_vanilla"]),
                      "peak_RSS_MiB": _r((m.get("peak_rss_bytes") or 0) / MIB, 0), "note": ""})
     for name, why in run.get("skipped", {}).items():
         rows.append({"mode": MODES[name].label, "steps": 0, "note": f"skipped: {why}"})
@@ -89,14 +91,17 @@ def training_status(run: dict, source: str) -> str:
             f"batches, on {run['device']} with {run['threads']} torch thread(s); every decoder layer checkpointed, the "
             f"loss {s['loss_chunk']} tokens at a time, constant learning rates, no clipping. Memory: peak of live "
             f"tensor bytes (allocator-level, the first {s['track_steps']} steps); speed: median step time of the "
-            "steps after those.")
+            "steps after those, by CPU time (what a step costs on a free core) and by the wall clock (which on a "
+            "shared machine also measures the load).")
     rel, by = ratios(run), {m["mode"]: m for m in run["modes"]}
     parts = []
     if "lomo+neuzip" in by and rel["lomo+neuzip"]["memory_vs_vanilla"] is not None:
         nz, r = by["lomo+neuzip"], rel["lomo+neuzip"]
-        speed = "" if r["speed_vs_vanilla"] is None else f", **{r['speed_vs_vanilla']:.2f}x** its speed"
+        speed = "" if r["cpu_speed_vs_vanilla"] is None else \
+            f", **{r['cpu_speed_vs_vanilla']:.2f}x** its speed by CPU time"
+        wall = "" if r["speed_vs_vanilla"] is None else f" ({r['speed_vs_vanilla']:.2f}x by the wall clock)"
         parts.append(f"LOMO + NeuZip peaks at **{_mib(nz['peak_bytes'])}**, **{r['memory_vs_vanilla']:.2f}x** "
-                     f"vanilla's {_mib(by['vanilla']['peak_bytes'])}{speed}.")
+                     f"vanilla's {_mib(by['vanilla']['peak_bytes'])}{speed}{wall}.")
     for pair, same in run.get("identical", {}).items():
         a, b = pair.split(" vs ")
         word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
@@ -110,7 +115,7 @@ def training_status(run: dict, source: str) -> str:
 
 def memory_figure(run: dict):
     """Stacked bars: each mode's peak split into weights, gradients, optimizer state and activations (MiB), with its
-    iterations per second above the bar."""
+    iterations per second (by CPU time) above the bar."""
     fig = go.Figure()
     labels = [m["label"] for m in run["modes"]]
     for c in CATEGORIES:
@@ -118,12 +123,16 @@ def memory_figure(run: dict):
                              marker_color=CATEGORY_COLOURS[c]))
     tops = [m["peak_bytes"] / MIB for m in run["modes"]]
     fig.add_trace(go.Scatter(x=labels, y=tops, mode="text", showlegend=False, textposition="top center",
-                             text=[f"{t:,.0f} MiB<br>{m['it_per_s']:.3g} it/s" if m.get("it_per_s") else f"{t:,.0f} MiB"
-                                   for t, m in zip(tops, run["modes"])]))
+                             text=[f"{t:,.0f} MiB<br>{_speed(m)}" for t, m in zip(tops, run["modes"])]))
     fig.update_layout(barmode="stack", bargap=0.3)
     fig.update_yaxes(range=[0, 1.22 * max(tops or [1])])
     return style(fig, f"Peak memory while training {run['model']} ({run['device']})", "training mode",
                  "peak live tensor memory (MiB)")
+
+
+def _speed(m: dict) -> str:
+    v = m.get("it_per_cpu_s") or m.get("it_per_s")
+    return "" if not v else f"{v:.3g} it/s" + (" (CPU)" if m.get("it_per_cpu_s") else "")
 
 
 def loss_figure(run: dict):

@@ -10,6 +10,7 @@ from core.neuzip import training
 from core.neuzip.lomo import ZipLinear, ZipState, fused_sgd_, weights_digest, zip_linears
 from core.neuzip.memtrack import MemoryTracker
 
+pytestmark = pytest.mark.usefixtures("single_thread")
 TINY = "tiny-llama"  # 2 layers of width 64, vocabulary 4,096: 1.2 MB of weights (transformers' Llama)
 MIXLN = "mixln:pre-ln"  # the project's own Mix-LN run (12 layers of width 64): no transformers import, quick
 
@@ -65,7 +66,7 @@ def test_compressed_layer_backward_is_autograds_and_updates_in_place(bias):
 
 
 def test_zip_linears_keeps_embeddings_and_head_and_compresses_the_rest():
-    model = training.build_model(TINY)
+    model = training.build_model(MIXLN)
     n_linear = sum(1 for n, m in model.named_modules() if isinstance(m, torch.nn.Linear) and "lm_head" not in n)
     digest = weights_digest(model)
     zip_linears(model, lr=0.1)
