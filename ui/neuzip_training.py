@@ -8,8 +8,6 @@ import gradio as gr
 
 import core.neuzip as nz
 from core.errors import LayerwiseError
-from core.neuzip.service import TRAINING_EXAMPLES
-from core.neuzip.training import RANDOM_MODELS
 from ui.errors import user_errors
 from ui.stopping import job, stop
 from ui.widgets import finite_number, frame, number
@@ -25,7 +23,7 @@ TABLE_COLUMNS = {"final_loss": "final loss", "peak_MiB": "peak MiB", "weights_Mi
                  "memory / vanilla", "it_per_s": "it/s (wall)", "speed_vs_vanilla": "speed / vanilla (wall)",
                  "it_per_cpu_s": "it/s (CPU time)", "cpu_speed_vs_vanilla": "speed / vanilla (CPU time)",
                  "peak_RSS_MiB": "peak RSS MiB"}
-LIVE_MODELS = ["tiny-llama", "mathneuro-tiny", "smollm2-135m", "mixln:pre-ln", *[m for m in RANDOM_MODELS
+LIVE_MODELS = ["tiny-llama", "mathneuro-tiny", "smollm2-135m", "mixln:pre-ln", *[m for m in nz.RANDOM_MODELS
                                                                                if m != "tiny-llama"]]
 LIVE_DEFAULT = ["vanilla", "vanilla-adamw", "lomo", "lomo+neuzip"]
 MAX_LIVE_STEPS = 200
@@ -55,7 +53,7 @@ def train_live(model, modes, steps, batch, seq, request: gr.Request = None, prog
 
 def build() -> None:
     """The section, below the tab's other parts."""
-    first = TRAINING_EXAMPLES[0][0]
+    first = nz.TRAINING_EXAMPLES[0][0]
     try:
         shown = _outputs(nz.training_example_result(first))
     except LayerwiseError as err:
@@ -63,7 +61,7 @@ def build() -> None:
     gr.Markdown("### Training with compressed weights")
     gr.Markdown(INTRO, elem_classes="lw-explain")
     with gr.Row():
-        example = gr.Dropdown([m for m, _, _ in TRAINING_EXAMPLES], value=first, label="precomputed run",
+        example = gr.Dropdown([m for m, _, _ in nz.TRAINING_EXAMPLES], value=first, label="precomputed run",
                               info="committed runs at real size", elem_id="neuzip-training-example")
         model = gr.Dropdown(LIVE_MODELS, value="tiny-llama", allow_custom_value=True, label="model (live run)",
                             info="a registered or local causal LM, mixln:<run>, or a random-weight Llama config")

@@ -17,7 +17,9 @@ Public API (what the tab, the CLI and a notebook use)
   :data:`TRADEOFF_METHODS` (the weight formats of the memory / perplexity trade-off: :class:`Method`, :class:`Style`)
 - training with compressed weights (:mod:`core.neuzip.training`): :data:`TRAINING_MODES` (the registry: vanilla,
   vanilla-adamw, lomo, lomo+neuzip, qlora-int8/nf4/fp4), :func:`train_modes` (one model in each mode, measured),
-  :class:`TrainSettings`, :class:`MemoryTracker` (peak live tensor bytes by category), :data:`PAPER_TABLE1`
+  :class:`TrainSettings`, :class:`MemoryTracker` (peak live tensor bytes by category), :data:`PAPER_TABLE1`,
+  :data:`RANDOM_MODELS` (Llama configurations trained from random weights), :data:`TRAINING_EXAMPLES` and
+  :func:`precompute_training_example` (the committed runs, ``assets/neuzip/training.json``)
 - the service (each returns a ``core.results.Result``; the views are registered in :mod:`core.neuzip.views`):
   :func:`weights_result`, :func:`histograms_result`, :func:`table_result`, :func:`tradeoff_result`,
   :func:`throughput_result`, :func:`device_memory_result`, :func:`compress_result`, :func:`decompress_result`,
@@ -41,9 +43,10 @@ from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, compress_result, 
                                  device_memory_result, example_parts, histograms_result, linear_weights,
                                  precompute_examples, shown_result, table_result, throughput_result, tradeoff_result,
                                  training_example_result, training_result, weights_result)
+from core.neuzip.service import TRAINING_EXAMPLES, precompute_training_example
 from core.neuzip.memtrack import MemoryTracker
 from core.neuzip.training import MODES as TRAINING_MODES
-from core.neuzip.training import PAPER_TABLE1, TrainSettings, train_modes
+from core.neuzip.training import PAPER_TABLE1, RANDOM_MODELS, TrainSettings, train_modes
 from core.neuzip.examples import EXAMPLE_VIEWS  # the views a speaker shows (core.examples)
 
 __all__ = [
@@ -54,7 +57,8 @@ __all__ = [
     "weights_result", "histograms_result", "table_result", "tradeoff_result", "throughput_result",
     "device_memory_result", "compress_result", "decompress_result", "shown_result", "example_parts",
     "precompute_examples", "linear_weights", "training_result", "training_example_result",
-    "TRAINING_MODES", "train_modes", "TrainSettings", "MemoryTracker", "PAPER_TABLE1",
+    "TRAINING_MODES", "train_modes", "TrainSettings", "MemoryTracker", "PAPER_TABLE1", "RANDOM_MODELS",
+    "TRAINING_EXAMPLES", "precompute_training_example",
     "K_CHOICES", "BLOCK_SIZES", "NO_BLOCK", "DEFAULT_BLOCK", "MIN_WORDS", "MAX_WORDS", "DEFAULT_WORDS",
     "DEFAULT_WINDOW", "THROUGHPUT_NUMEL", "EXAMPLE_MODEL", "EXAMPLE_PARTS", "EXAMPLE_VIEWS",
 ]

@@ -195,13 +195,11 @@ def run_precompute(args):
 
 
 def _train_args(p):
-    from core.neuzip.training import MODES, RANDOM_MODELS
-
     p.add_argument("--model", default="tiny-llama",
                    help="a registered causal LM (smollm2-135m), a local folder, a Mix-LN run (mixln:pre-ln) or a Llama "
-                        "configuration with random weights: " + ", ".join(RANDOM_MODELS))
+                        "configuration with random weights: " + ", ".join(nz.RANDOM_MODELS))
     p.add_argument("--mode", nargs="+", default=["vanilla", "lomo", "lomo+neuzip"], metavar="MODE",
-                   help="training modes, or all: " + ", ".join(MODES))
+                   help="training modes, or all: " + ", ".join(nz.TRAINING_MODES))
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--batch", type=int, default=1, help="sequences a step")
     p.add_argument("--seq", type=int, default=64, help="tokens a sequence")
@@ -245,11 +243,10 @@ def _train_example_args(p):
 
 def run_train_example(args):
     from core.cli import set_threads
-    from core.neuzip.service import precompute_training_example
 
     set_threads(args.threads, zero_is_default=True)
     bar = ProgressBar()
-    path = precompute_training_example(args.out, args.only, progress=bar)
+    path = nz.precompute_training_example(args.out, args.only, progress=bar)
     bar.close()
     emit(args, {"written": str(path)}, f"wrote {path}")
 

@@ -22,7 +22,6 @@ import collections
 import concurrent.futures
 import contextlib
 import hashlib
-import warnings
 
 import torch
 import torch.nn.functional as F
@@ -117,9 +116,10 @@ class ZipState:
 
 
 def _compress(weight: torch.Tensor) -> CompressedTensor:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        return compress(weight.to(torch.bfloat16))
+    """Lossless NeuZip of a bf16 weight (no conversion, so no warning: safe in the background thread too)."""
+    if weight.dtype != torch.bfloat16:
+        raise ValueError(f"ZipLinear keeps bf16 weights, got {weight.dtype}")
+    return compress(weight)
 
 
 class _ZipLinearFn(torch.autograd.Function):
@@ -169,7 +169,7 @@ class ZipLinear(nn.Module):
         self.compressed: CompressedTensor | None = None                                           # when x needs none
         self.arrays = None
         self.pending = False  # a background compression of this layer's weight is under way
-        self.store(weight.detach())
+        self.store(weight.detach().to(torch.bfloat16))
 
     @property
     def device(self) -> torch.device:

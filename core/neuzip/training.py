@@ -192,7 +192,8 @@ class _Source:
             self.tokenizer = self.loaded.tokenizer
             self.label = ref
 
-    def build(self, layers: int | None = None) -> nn.Module:
+    def build(self, layers: int | None = None, meta: bool = False) -> nn.Module:
+        """A fresh bf16 copy; ``meta``: on the meta device (its shapes only; random configurations)."""
         torch.manual_seed(self.seed)
         if self.ref in RANDOM_MODELS:
             from transformers import LlamaConfig, LlamaForCausalLM
@@ -206,7 +207,8 @@ class _Source:
             default = torch.get_default_dtype()
             torch.set_default_dtype(torch.bfloat16)  # initialised in bf16: no float32 copy of a 1-8 B model
             try:
-                model = LlamaForCausalLM(config)
+                with torch.device("meta") if meta else contextlib.nullcontext():
+                    model = LlamaForCausalLM(config)
             finally:
                 torch.set_default_dtype(default)
         elif self.ref.startswith("mixln:"):
@@ -498,7 +500,7 @@ def train_modes(ref: str, modes=tuple(MODES), settings: TrainSettings = TrainSet
     started = time.time()
     report(progress, 0.0, f"loading {ref}")
     source = _Source(ref, settings.seed)
-    probe = source.build(settings.layers)
+    probe = source.build(settings.layers, meta=True)  # the shapes (a random configuration is not initialised)
     vocab, n_params = source.vocab(probe), sum(p.numel() for p in {id(p): p for p in probe.parameters()}.values())
     from core.neuzip.modules import linear_layers
 
