@@ -47,8 +47,8 @@ def train_live(model, modes, steps, batch, seq, request: gr.Request = None, prog
     if steps > MAX_LIVE_STEPS:
         raise LayerwiseError(f"{steps} steps is more than the tab runs live ({MAX_LIVE_STEPS}).",
                              fix="use python -m core neuzip train for longer runs")
-    return _outputs(nz.training_result(model, modes or [], steps, number(batch, "batch"), number(seq, "sequence length"),
-                                       progress=job(request, progress)))
+    return _outputs(nz.training_result(model, modes or [], steps, number(batch, "batch"),
+                                       number(seq, "sequence length"), progress=job(request, progress)))
 
 
 def build() -> None:
@@ -77,8 +77,8 @@ def build() -> None:
     with gr.Row():
         memory = gr.Plot(shown[1], label="Peak memory by mode", elem_id="neuzip-training-memory")
         loss = gr.Plot(shown[2], label="Loss curves", elem_id="neuzip-training-loss")
-    table = gr.Dataframe(shown[3], interactive=False, label="Measured (memory in MiB; ratios against vanilla, same run)",
-                         elem_id="neuzip-training-table")
+    table = gr.Dataframe(shown[3], interactive=False, elem_id="neuzip-training-table",
+                         label="Measured (memory in MiB; ratios against vanilla, same run)")
     paper = gr.Dataframe(shown[4], interactive=False, elem_id="neuzip-training-paper",
                          label="The paper's Table 1 (pre-training, one GPU; memory in GiB), as issue 32 quotes it")
     outputs = [status, memory, loss, table, paper]

@@ -186,7 +186,7 @@ class ZipLinear(nn.Module):
         tracker = self.state.tracker
         old = self.numpy_bytes()
         with tracker.category("weights") if tracker else contextlib.nullcontext():
-            arrays = None if self.device.type == "cpu" else ct.device_arrays(self.device)
+            arrays = None if self.device.type == "cpu" else ct.device_arrays(self.device, ct.device_layout(self.device))
         self.compressed, self.arrays = ct, arrays
         if tracker is not None and arrays is None:
             tracker.account(self.numpy_bytes() - old)

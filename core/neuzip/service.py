@@ -219,14 +219,15 @@ def precompute_training_example(path=None, only=None, progress=None) -> Path:
     only = tuple(names if only is None else only)
     unknown = [m for m in only if m not in names]
     if unknown or not only:
-        raise BadInputError(f"no training example of {', '.join(unknown) or 'nothing'}.", fix="pick from " + ", ".join(names))
+        raise BadInputError(f"no training example of {', '.join(unknown) or 'nothing'}.",
+                            fix="pick from " + ", ".join(names))
     kept = example_runs(path)
     runs = []
     for i, (model, modes, kw) in enumerate(TRAINING_EXAMPLES):
         if model in only:
             request = TrainingRequest.parse(model, modes, **kw)
-            runs.append(train_modes(model, modes, request.settings(),
-                                    progress=scaled(progress, i / len(TRAINING_EXAMPLES), (i + 1) / len(TRAINING_EXAMPLES))))
+            share = scaled(progress, i / len(TRAINING_EXAMPLES), (i + 1) / len(TRAINING_EXAMPLES))
+            runs.append(train_modes(model, modes, request.settings(), progress=share))
         elif model in kept:
             runs.append({k: v for k, v in kept[model].items() if k != "command"})
     for run in runs:  # timings to the 0.1 ms (the losses stay exact: they show LOMO + NeuZip is LOMO bit for bit)

@@ -106,8 +106,8 @@ PAPER_TABLE1 = (
     {"model": "Llama-2 13B", "mode": "lomo", "memory_GiB": 26.26, "it_per_s": None, "loss": None},
     {"model": "Llama-2 13B", "mode": "lomo+neuzip", "memory_GiB": 18.58, "it_per_s": None, "loss": None},
 )
-PAPER_SOURCE = ("Hao, Cao & Mou (2024), NeuZip, Table 1, as quoted in issue 32 (GPT-Neo-XL 2.7B: only vanilla's memory, "
-                "which is weights plus gradients; Llama-2 13B: memory only)")
+PAPER_SOURCE = ("Hao, Cao & Mou (2024), NeuZip, Table 1, as quoted in issue 32 (GPT-Neo-XL 2.7B: only vanilla's "
+                "memory, which is weights plus gradients; Llama-2 13B: memory only)")
 
 # Llama configurations trained from random weights (transformers' LlamaConfig keywords)
 _LLAMA3 = dict(vocab_size=128256, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
@@ -183,7 +183,8 @@ class _Source:
 
             folder = ASSETS_DIR / "mixln" / ref.split(":", 1)[1]
             if not (folder / "config.json").is_file():
-                raise BadInputError(f"no Mix-LN run {ref!r}.", fix="use mixln:pre-ln, mixln:post-ln, mixln:mix-ln-0.25, ...")
+                raise BadInputError(f"no Mix-LN run {ref!r}.",
+                                    fix="use mixln:pre-ln, mixln:post-ln, mixln:mix-ln-0.25, ...")
             self.folder, self.label = folder, f"{ref} (this project's Mix-LN run)"
         else:
             from core.zoo import load_model

@@ -73,8 +73,8 @@ def training_rows(run: dict) -> list[dict]:
 
 def paper_rows() -> list[dict]:
     """The paper's Table 1 as quoted (memory in GiB; None: not quoted)."""
-    return [{"model": r["model"], "mode": MODES[r["mode"]].label, "peak_GiB": r["memory_GiB"], "it_per_s": r["it_per_s"],
-             "loss": r["loss"], "note": r.get("note", "")} for r in PAPER_TABLE1]
+    return [{"model": r["model"], "mode": MODES[r["mode"]].label, "peak_GiB": r["memory_GiB"],
+             "it_per_s": r["it_per_s"], "loss": r["loss"], "note": r.get("note", "")} for r in PAPER_TABLE1]
 
 
 def _mib(b) -> str:
