@@ -192,3 +192,31 @@ def test_the_committed_example_renders_with_the_paper_table():
             assert m["peak_bytes"] == sum(m["peak_split"].values())
     with pytest.raises(BadInputError):
         training_example_result("no-such-run")
+
+
+def test_qlora_modes_are_skipped_with_the_reason_where_bitsandbytes_does_not_run(monkeypatch):
+    from core.neuzip import qlora
+
+    monkeypatch.setattr(qlora, "bnb_status", lambda device="cpu": "bitsandbytes does not import (a test says so)")
+    settings = training.TrainSettings(steps=1, batch=1, seq=16, track_steps=0)
+    run = training.train_modes(MIXLN, ["lomo", "qlora-nf4", "qlora-int8"], settings, batches=_batches(1, 1, 16))
+    assert [m["mode"] for m in run["modes"]] == ["lomo"]
+    assert run["skipped"] == {"qlora-nf4": "bitsandbytes does not import (a test says so)",
+                              "qlora-int8": "bitsandbytes does not import (a test says so)"}
+
+
+@pytest.mark.slow
+def test_qlora_trains_only_its_adapters_over_frozen_quantized_weights():
+    from core.neuzip import qlora
+
+    if qlora.bnb_status():
+        pytest.skip(qlora.bnb_status())
+    model = training.build_model(MIXLN)
+    adapters = qlora.quantize_linears(model, "nf4", rank=4, alpha=8.0)
+    frozen = {n: p.detach().clone() for n, p in model.named_parameters() if not p.requires_grad}
+    assert {id(p) for p in adapters} == {id(p) for p in model.parameters() if p.requires_grad}
+    opt = torch.optim.AdamW(adapters, lr=1e-2)
+    training.lm_loss(model, _batches(1, 2, 16)[0], 0).backward()
+    opt.step()
+    assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if not p.requires_grad)
+    assert any(float(m.lora_B.abs().max()) > 0 for m in model.modules() if isinstance(m, qlora.LoRALinear))
