@@ -117,7 +117,7 @@ def emit(args: argparse.Namespace, data, text: str, result=None) -> None:
 def _register_builtin(reg: CommandGroups) -> None:
     reg.group("data", "datasets: prepare, list, show")
     reg.group("models", "models: list, prepare, card")
-    reg.group("cache", "the results cache: info, clear")
+    reg.group("cache", "the results cache: info, clear; seal the committed examples")
     reg.group("kernels", "the Triton kernels: check each against its PyTorch twin on this machine")
 
     def prepare_args(p):
@@ -217,6 +217,23 @@ def _register_builtin(reg: CommandGroups) -> None:
         result = ResultsCache().clear(args.analysis, fingerprint)
         _emit(args, result, lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)"
               + (f"; kept {r['kept']}" if "kept" in r else ""))
+
+    def seal_args(p):
+        p.add_argument("--check", action="store_true", help="only check (exit 1 if an entry is unsealed or breaks its "
+                       "analysis' schema)")
+
+    @reg.command("cache", "seal", "write the checksum of every committed example entry (assets/), computing nothing",
+                 seal_args)
+    def cache_seal(args):
+        from core.paths import REPO_ROOT
+        from core.runner import ExampleStore, committed_stores
+        rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check)}
+                for p in committed_stores()]
+        _emit(args, rows, lambda r: "\n".join(
+            f"{x['store']}: {x['entries']} entries, {x['unsealed']} " + ("unsealed" if args.check else "sealed now")
+            + "".join(f"\n  schema: {s}" for s in x["schema_problems"]) for x in r))
+        if any(x["schema_problems"] for x in rows) or (args.check and any(x["unsealed"] for x in rows)):
+            sys.exit(1)
 
     def kcheck_args(p):
         p.add_argument("--device", default=None, help="cuda, cuda:1, or cpu (cpu needs TRITON_INTERPRET=1); "
