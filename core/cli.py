@@ -329,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
         configure(online=True)
     group = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(build_registry(group)).parse_args(argv)
+    out = getattr(args, "out", None)
     try:
+        if out is not None:  # written or refused in one line, before any work (issue 38)
+            from core.files import check_out
+            check_out(out)
         if any(getattr(args, a, None) is not None for a in ("device_map", "max_memory", "offload_folder")):
             from core.zoo.placement import make_placement, placed  # --device-map: every model loads spread
             with placed(make_placement(args.device_map, args.max_memory, args.offload_folder)):
@@ -344,8 +348,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message, not a traceback
-        err = storage_error(exc)
+    except OSError as exc:  # --out that cannot be written, a read-only or full LAYERWISE_HOME: a message
+        from core.files import out_error
+        err = out_error(exc, out) or storage_error(exc)
         if err is None:
             raise
         if getattr(args, "json", False):
