@@ -240,7 +240,8 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
         entry, hit = make(), False
         check_entry(entry, entry_check, analysis, schema)
     else:
-        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check, schema)
+        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check,
+                                                    schema=schema)
     found = Found(entry if tensors else entry.data, "cache" if hit else "computed", key)
     if _recompute["record"] is not None and not tensors:
         _recompute["record"][key] = {"model": model or fingerprint, "fingerprint": fingerprint, "analysis": analysis,
