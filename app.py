@@ -33,6 +33,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
     p.add_argument("--mcp", action="store_true", default=os.environ.get("LAYERWISE_MCP") == "1",
                    help="also serve the analyses as MCP tools at /gradio_api/mcp/ (off by default; LAYERWISE_MCP=1)")
+    p.add_argument("--cheap-lane", type=int, default=8, metavar="N",
+                   help="cheap events (no progress bar: a dataset page, a text's targets) share one lane of N at once, "
+                        "apart from the heavy ones (default 8; 0: each handler its own group of --concurrency)")
     p.add_argument("--public", action="store_true",
                    help="public mode: models only from the registry and the hub allow-list, no path on the server "
                         "accepted anywhere (default on a Hugging Face Space; LAYERWISE_PUBLIC=0 turns it off there)")
@@ -71,6 +74,7 @@ def main(argv=None) -> None:
     from core.paths import write_problem
     from core.files import files_dir
     from ui import CSS, build_app, head, projector_theme
+    from ui.lanes import assign_lanes
     from ui.limits import launch_kwargs, middleware, read_long_request_lines
 
     problem = write_problem()
@@ -87,6 +91,7 @@ def main(argv=None) -> None:
 
         threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()
+    assign_lanes(demo, args.cheap_lane)
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     mode = ("online" if args.online else "offline") + (", public: listed models only, no server path" if public else "")
     print(f"Layerwise on http://{args.host}:{args.port} ({mode})", flush=True)
