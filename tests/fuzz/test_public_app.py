@@ -5,6 +5,8 @@ loads in local mode, a missing path, traversal strings and absolute paths.
 
 Per endpoint and input, the outcome may not depend on what the path names: every kind gets the same answer (the same
 refusal, word for word once the echoed input is set aside), and a model or run reference gets the app's one message.
+Events of one kind (the same inputs and outputs: a stage's inputs all run the stage's handler) get every path on
+their first endpoint and two on the others.
 Nothing under the planted folder is opened or read meanwhile (inotify watches it). A deep link naming a folder, a
 100 MB upload, Gradio's file route and long links get their one answer too.
 """
@@ -107,15 +109,19 @@ def without(text: str, value: str) -> str:
     return text
 
 
-def endpoints(url: str) -> list[tuple[str, list[dict]]]:
-    """(api name, input components with their current values) of every named event, from the page config."""
+def endpoints(url: str) -> list[tuple[str, list[dict], bool]]:
+    """(api name, input components with their current values, whether it is the first of its kind) of every named
+    event, from the page config. Events with the same inputs and outputs (a stage's inputs, which all run the stage's
+    one handler; one button and its text box's Enter) are of one kind."""
     config = json.loads(urllib.request.urlopen(f"{url.rstrip('/')}/config", timeout=60).read())
     components = {c["id"]: c for c in config["components"]}
-    out = []
+    out, kinds = [], set()
     for dep in config["dependencies"]:
         if isinstance(dep.get("api_name"), str) and dep.get("api_visibility") in ("public", "undocumented") \
                 and dep.get("backend_fn"):
-            out.append((dep["api_name"], [components[i] for i in dep["inputs"]]))
+            kind = (tuple(dep["inputs"]), tuple(dep["outputs"]))
+            out.append((dep["api_name"], [components[i] for i in dep["inputs"]], kind not in kinds))
+            kinds.add(kind)
     return out
 
 
@@ -132,7 +138,7 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
     watch = Inotify([planted, planted / "folder", planted / "model"])
     watch.events()
     outcomes, driven, inputs_driven = {}, set(), 0
-    for api, inputs in endpoints(server.url):
+    for api, inputs, first in endpoints(server.url):
         defaults = [c["props"].get("value") for c in inputs]
         for i, component in enumerate(inputs):
             if component["type"] not in PATH_INPUTS:
@@ -140,7 +146,8 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
             inputs_driven += 1
             driven.add(api)
             seen = {}
-            for n, (kind, path) in enumerate(paths.items()):
+            tried = paths if first else dict(list(paths.items())[2:4])  # another event of a kind: two paths
+            for n, (kind, path) in enumerate(tried.items()):
                 data = list(defaults)
                 data[i] = value_for(component, path)
                 event, answer = call(server.url, api, data)
