@@ -75,7 +75,8 @@ def main(argv=None) -> None:
     from core.files import files_dir
     from ui import CSS, build_app, head, projector_theme
     from ui.lanes import assign_lanes
-    from ui.limits import launch_kwargs, middleware, read_long_request_lines
+    from ui.limits import launch_kwargs, middleware
+    from ui.links import read_long_request_lines
 
     problem = write_problem()
     if problem:  # a read-only or full LAYERWISE_HOME: serve what can be served, say what cannot

@@ -8,8 +8,8 @@
   (:func:`launch_kwargs`) is a second fence. A handler that takes files checks them with :func:`check_uploads` (the
   same limits, per event: several uploads may be named in one call).
 - **Links**: a query string over :data:`core.examples.LINK_MAX_CHARS` characters is cut by
-  :class:`LinkLengthLimit` (the page is redirected to the part kept, and the notice says what was ignored), never
-  an HTTP 500; :data:`MAX_URL_BYTES` is how long a request line the server reads at all.
+  :class:`ui.links.LinkLengthLimit` (the page is redirected to the part kept, and the notice says what was ignored),
+  never an HTTP 500; :data:`ui.links.MAX_URL_BYTES` is how long a request line the server reads at all.
 
 Every refusal is one JSON line ``{"error": ...}`` with status 413 (414 for an address), in the app's words.
 """
@@ -28,7 +28,6 @@ DRAIN_BYTES = 256 * 1024**2  # an oversized body up to this is read and dropped,
 DEFAULT_UPLOAD_MB = 10
 DEFAULT_UPLOAD_FILES = 16
 MULTIPART_SLACK = 64 * 1024  # multipart headers and boundaries around the files of one upload request
-MAX_URL_BYTES = 4 * 1024**2  # the longest request line (and headers) the HTTP server reads; longer: its own 400
 
 
 UPLOAD_FIX = "upload fewer or smaller files."
@@ -86,7 +85,8 @@ def launch_kwargs() -> dict:
     return {"max_file_size": upload_limits().max_bytes}
 
 
-async def _answer(send, status: int, message: str, headers=()) -> None:
+async def answer(send, status: int, message: str, headers=()) -> None:
+    """Send one JSON answer ``{"error": message}`` with ``status`` (the guards' refusals)."""
     body = json.dumps({"error": message}).encode()
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
@@ -136,7 +136,7 @@ class RequestSizeLimit:
         if length is not None and length.isdigit() and int(length) > cap:
             if int(length) <= DRAIN_BYTES:  # read it in chunks and drop them (nothing is kept), then answer
                 await _drain(receive)
-            return await _answer(send, 413, refusal(f"{int(length):,}"))
+            return await answer(send, 413, refusal(f"{int(length):,}"))
         boundary = _boundary(headers) if upload else None
         seen, parts, tail, refused = 0, 0, b"", None
 
@@ -175,36 +175,7 @@ class RequestSizeLimit:
             if refused is None:
                 raise
         if refused is not None and upload:
-            await _answer(send, 413, refused)
-
-
-class LinkLengthLimit:
-    """ASGI middleware: an address whose query string is over :data:`core.examples.LINK_MAX_CHARS` characters. The
-    page (``GET /``) is redirected to the part of the link kept (:func:`core.examples.shorten_query`; the notice on
-    the page says what was used and what ignored); any other address gets 414 and one message."""
-
-    def __init__(self, app):
-        self.app = app
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        from core.examples import LINK_MAX_CHARS, shorten_query
-
-        query = scope.get("query_string", b"")
-        path = scope.get("path", "")
-        if len(query) <= LINK_MAX_CHARS and len(path) <= LINK_MAX_CHARS:
-            return await self.app(scope, receive, send)
-        page = path in ("", "/") and scope.get("method") in ("GET", "HEAD")
-        if page and len(path) <= LINK_MAX_CHARS:
-            kept = shorten_query(query.decode("latin-1"))
-            location = (scope.get("root_path", "") + "/?" + kept).encode("latin-1")
-            await send({"type": "http.response.start", "status": 303,
-                        "headers": [(b"location", location), (b"content-length", b"0"), (b"cache-control", b"no-store")]})
-            return await send({"type": "http.response.body", "body": b""})
-        return await _answer(send, 414, f"The address is {len(path) + len(query):,} characters long; this app takes "
-                                        f"at most {LINK_MAX_CHARS:,} in its path and {LINK_MAX_CHARS:,} in its query. "
-                                        "Fix: shorten the link.")
+            await answer(send, 413, refused)
 
 
 def middleware(served=()) -> list:
@@ -213,15 +184,8 @@ def middleware(served=()) -> list:
     from starlette.middleware import Middleware
 
     from core.settings import is_public
+    from ui.links import LinkLengthLimit
     from ui.public import ServerPathGuard
 
     guards = [Middleware(LinkLengthLimit), Middleware(RequestSizeLimit)]
     return guards + ([Middleware(ServerPathGuard, served=list(served))] if is_public() else [])
-
-
-def read_long_request_lines(demo) -> None:
-    """Let the HTTP server read request lines up to :data:`MAX_URL_BYTES` (h11's default is 16 KiB: a longer link got
-    a bare 400 before the app could cut it). Call once the app is launched; new connections use it."""
-    config = getattr(getattr(demo, "server", None), "config", None)
-    if config is not None:
-        config.h11_max_incomplete_event_size = MAX_URL_BYTES

@@ -6,23 +6,11 @@ import json
 import pytest
 
 from tests import conftest
-from tests.e2e.test_browser import CHROMIUM, FLAGS, need_chromium
+from tests.e2e.test_talk import browser  # noqa: F401  (the talk tests' browser: Chromium, one context)
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 WAIT_MS = 90_000
-
-
-@pytest.fixture(scope="module")
-def browser(app_url):
-    need_chromium()
-    from playwright.sync_api import expect, sync_playwright
-
-    expect.set_options(timeout=WAIT_MS)
-    with sync_playwright() as p:
-        b = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        yield b.new_context(viewport={"width": 1280, "height": 900})
-        b.close()
 
 
 @pytest.mark.parametrize("size", [64 * 1024, 1024**2])

@@ -11,7 +11,8 @@ from urllib.parse import parse_qsl
 import pytest
 
 import core.examples as ex
-from ui.limits import LinkLengthLimit, RequestSizeLimit, UploadLimits, check_uploads, upload_limits
+from ui.limits import RequestSizeLimit, UploadLimits, check_uploads, upload_limits
+from ui.links import LinkLengthLimit
 from ui.public import REFUSED_PATH, ServerPathGuard
 
 TABS = {"models_data": "Models & data", "lrp": "MambaLRP", "mathneuro": "MathNeuro", "mixln": "Mix-LN",
