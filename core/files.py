@@ -202,5 +202,3 @@ def evict_files(keep: Path, max_bytes: int = FILES_MAX_BYTES) -> None:
 __all__ = ["atomic_write", "write_output", "write_parquet", "check_out", "out_error", "files_dir", "evict_files",
            "FILES_MAX_BYTES"]
 
-
-__all__ = ["atomic_write", "write_output", "check_out", "out_error", "files_dir", "evict_files", "FILES_MAX_BYTES"]
