@@ -135,18 +135,20 @@ class ExampleStore:
 
 
 def committed_stores() -> list[Path]:
-    """Every example store committed with the project: each paper's ``examples.json`` and each Mix-LN run's
-    ``diagnostics.json`` in the store format."""
+    """Every example store committed with the project: each JSON file under ``assets/`` in the store format (each
+    paper's ``examples.json``, the bias audit, each Mix-LN run's ``diagnostics.json``), found by its first bytes."""
     from core.paths import ASSETS_DIR
 
-    stores = [ASSETS_DIR / paper / "examples.json" for paper in ("lrp", "mathneuro", "neuzip")]
-    for path in sorted((ASSETS_DIR / "mixln").rglob("diagnostics.json")):
+    head = f'{{"format":"{ExampleStore.FORMAT}"'.encode()
+    stores = []
+    for path in sorted(ASSETS_DIR.rglob("*.json")):
         try:
-            if json.loads(path.read_text()).get("format") == ExampleStore.FORMAT:
-                stores.append(path)
-        except (OSError, ValueError):
+            with open(path, "rb") as fh:
+                if fh.read(len(head)) == head:
+                    stores.append(path)
+        except OSError:
             continue
-    return [p for p in stores if p.is_file()]
+    return stores
 
 
 _cache_lock = threading.Lock()

@@ -50,4 +50,14 @@ SCHEMAS = {
                                      "top1_moves_more_share_of_misses": Num},
                                     optional={"median_abs_margin_change_top1_in_misses": Num}))}))},
         optional={"hit_rate_std": DictOf(Num), "n_seeds": Opt(Int)}),
+    "lrp-bias": Rec(
+        {"model": Opt(Str), "method": Opt(Str), "target_name": Opt(Str), "templates": Opt(Int), "terms_n": Opt(Int),
+         "texts": Opt(Int), "template_logit_min": Num, "template_logit_max": Num,
+         "terms": ListOf(Rec({"term": Opt(Str), "group": Opt(Str), "shift_mean": Num, "shift_std": Opt(Num),
+                              "relevance_mean": Opt(Num), "relevance_std": Opt(Num)}), 1),
+         "pairs": ListOf(Rec({"swap": Str, "n": Opt(Int), "pairs": Opt(Int), "logit_gap_mean": Num,
+                              "logit_gap_std": Num, "relevance_gap_mean": Num, "relevance_gap_std": Num,
+                              "templates_female_higher": Opt(Int)})),
+         "rows": ListOf(Rec({"term": Opt(Str), "group": Opt(Str), "template": Opt(Int), "logit": Opt(Num),
+                             "probability": Opt(Num), "relevance": Opt(Num)}), 1)}),
 }

@@ -62,7 +62,7 @@ def reads(show, data) -> set[str]:
 
 def cases() -> list[tuple[str, dict, object]]:
     """(stored analysis, committed data, the view the service builds from it) for every committed example."""
-    from core.lrp import committed
+    from core.lrp import bias, committed
     from core.lrp.service import EXAMPLES as LRP
     from core.lrp.views import view as lrp_view
     from core.mathneuro import views as mathneuro_views
@@ -73,7 +73,7 @@ def cases() -> list[tuple[str, dict, object]]:
     from core.paths import ASSETS_DIR
 
     out = []
-    for e in LRP.entries() + committed.evaluation_store().entries():
+    for e in LRP.entries() + committed.evaluation_store().entries() + bias.STORE.entries():
         out.append((e["analysis"], e["data"], lambda d, n=e["analysis"]: lrp_view(n, Found(d, "cache", None))))
     for e in MATHNEURO.entries():
         name = e["analysis"].removeprefix("mathneuro-")
@@ -118,7 +118,7 @@ def test_every_committed_entry_fits_its_schema_and_is_sealed():
         assert report["schema_problems"] == [], report["schema_problems"][:3]
         seen |= {e["analysis"] for e in json.loads(path.read_text())["entries"]}
     assert not seen - set(registry()), f"no schema for {seen - set(registry())}"
-    assert len(committed_stores()) >= 4
+    assert len(committed_stores()) >= 5
 
 
 def test_every_cached_analysis_has_a_schema():
@@ -126,8 +126,9 @@ def test_every_cached_analysis_has_a_schema():
     from core.mixln.views import ANALYSES as MIXLN
     from core.neuzip.views import ANALYSES as NEUZIP
 
-    stored = {"lrp/text", "lrp/image", "lrp-evaluation", "lrp-long-range", "lrp-key-token"}
-    stored |= {f"mathneuro-{n}" for n in MATHNEURO} | {a.cached_as for a in MIXLN.values() if a.cached_as}
+    from core.lrp.views import ANALYSES as LRP
+
+    stored = set(LRP) | {f"mathneuro-{n}" for n in MATHNEURO} | {a.cached_as for a in MIXLN.values() if a.cached_as}
     stored |= {a.store for a in NEUZIP.values() if a.store and a.cached}
     missing = sorted(n for n in stored if schema_for(n) is None)
     assert not missing, missing
