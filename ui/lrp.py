@@ -5,7 +5,6 @@ from __future__ import annotations
 import gradio as gr
 
 import core.lrp as lrp
-from core.settings import is_public
 from core.zoo import hub_choices
 from ui import batch
 from ui.errors import user_errors
@@ -154,8 +153,8 @@ def build(ctx: AppContext) -> None:
     gr.Markdown(INTRO, elem_id="lrp-intro", elem_classes="lw-explain")
     rules = _rules_block()
     with gr.Accordion("Text: token relevance", open=True):
-        label = "Text model" + ("" if is_public() else " (or a local Mamba folder)")
-        text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")), label, "text")
+        text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
+                                                      "Text model (or a local Mamba folder)", "text")
         text = gr.Textbox(text_ex.data["text"] if text_ex else lrp.TEXT_EXAMPLES["mamba-sentiment"][0], lines=2,
                           label=f"Text (cut to {lrp.MAX_TOKENS} tokens)", info=lrp.cost_note(), elem_id="lrp-text")
         gr.Examples([[t, m] for m, ts in lrp.TEXT_EXAMPLES.items() for t in ts], [text, text_model],
