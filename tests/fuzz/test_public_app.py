@@ -165,8 +165,9 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
     for (api, label), message in refusals.items():
         assert "Traceback" not in message and str(planted) not in message, (api, label, message)
     assert len(driven) >= 30 and len(ours) >= 10
-    for key in [("model_card", "Model"), ("mixln_model_angular", "Model"), ("lrp_targets", "Text model")]:
-        assert PUBLIC_REFUSAL in refusals[key], (key, refusals.get(key))
+    for api in ("model_card", "mixln_model_angular", "lrp_targets", "neuzip_tradeoff"):  # the model inputs
+        said = [m for (a, label), m in refusals.items() if a == api and "model" in str(label).lower()]
+        assert said and all(PUBLIC_REFUSAL in m for m in said), (api, said)
     events = watch.events()
     watch.close()
     assert events == [], events[:5]
