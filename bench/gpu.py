@@ -611,7 +611,7 @@ def neuzip_forward(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
                              "compressed_unfused": _unfused(forward(packed))})
     ratio = medians["compressed"] / medians["bf16"]
     linears = pair["linears"]
-    ctx.save("neuzip_forward", {
+    result = {
         "what": f"{label}: forward of {sizes['tokens']} tokens, linear layers NeuZip-compressed (lossless) vs bf16",
         "settings": _settings(chunk), "model": label,
         "shape": {"tokens": sizes["tokens"], "compressed_linears": linears, "segments": pair["segments"]},
@@ -623,19 +623,35 @@ def neuzip_forward(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         "overhead_per_linear_unfused_s": (medians["compressed_unfused"] - medians["bf16"]) / linears,
         "max_abs_err_vs_twin": _max_abs(got, want), "agrees_with_twin": _agrees(got, want),
         "unfused_same_logits": bool(torch.equal(got_unfused, got)), "cpu_encode_s": pair["encode_s"],
-        "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
         "device_bytes_after_load": pair["held"], "compressed_arrays_on": sorted(on_device),
         "linear_weights_bytes": {"bf16": pair["linear_bf16_bytes"], "compressed_resident": resident,
                                  "of_which_states_and_offsets": index, "ratio": resident / pair["linear_bf16_bytes"]},
-        "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
-        "host_syncs_per_forward": timer.host_syncs(forward(packed)) if timer.cuda else None,
-        "profile": {"compressed": timer.profile(forward(packed), top=8), "bf16": timer.profile(forward(dense), top=8)},
         "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",
                   "compressed_unfused: the same weights decoded as before the first GPU run (exponent decode, bit "
                   "merge, copy into the buffer: 3 kernels a linear instead of 1)",
                   "overhead_per_linear_s: (compressed - bf16) / compressed linears; profile: one forward under the "
                   "torch profiler, its device time (total_ms) and kernel launches beside the timed wall",
-                  "host_syncs_per_forward: expected 1 (the corruption flag, read once after the forward)"]})
+                  "host_syncs_per_forward: expected 1 (the corruption flag, read once after the forward)"]}
+    _extras(ctx, "neuzip_forward", result, {  # the timed part saved first, the rest while the share allows
+        "peak_bytes": lambda: {"compressed": timer.peak_bytes(forward(packed)),
+                               "bf16": timer.peak_bytes(forward(dense))},
+        "host_to_device_copies_per_forward": lambda: timer.host_to_device_copies(forward(packed)),
+        "host_syncs_per_forward": lambda: timer.host_syncs(forward(packed)) if timer.cuda else None,
+        "profile": lambda: {"compressed": timer.profile(forward(packed), top=8),
+                            "bf16": timer.profile(forward(dense), top=8)}})
+
+
+def _extras(ctx: RowContext, name: str, result: dict, parts: dict) -> None:
+    """Save ``result`` (a row's timed part), then add each of ``parts`` (``{key: thunk}``: profiles, peaks, sync
+    counts) to it and save it again, until the row's deadline passes (the keys left out: ``not_measured``)."""
+    ctx.save(name, result)
+    for key, part in parts.items():
+        if ctx.past():
+            result.setdefault("not_measured", []).append(key)
+            continue
+        result[key] = part()
+        ctx.save(name, result)
+    ctx.save(name, result)
 
 
 def neuzip_generate(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
@@ -680,7 +696,7 @@ def neuzip_generate(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
                 return model(token, past_key_values=cache, use_cache=True).logits
         return step
 
-    ctx.save("neuzip_generate", {
+    result = {
         "what": f"{label}: batch-1 greedy generation, {new_tokens} new tokens after a {prompt}-token prompt "
                 "(KV cache), linear layers NeuZip-compressed (lossless) vs bf16",
         "settings": _settings(chunk), "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens},
@@ -694,20 +710,22 @@ def neuzip_generate(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         "target_at_least_0_8": None if not timer.cuda else bool(best / tokens_per_s["bf16"] >= 0.8),
         "same_tokens": bool(torch.equal(got, want)), "fused_same_tokens": bool(torch.equal(got_fused, want)),
         "max_abs_err_vs_twin": float((got != want).sum().item()), "agrees_with_twin": bool(torch.equal(got, want)),
-        "host_syncs_per_token": {"compressed": timer.host_syncs(one_token(packed)),
-                                 "fused_gemv": timer.host_syncs(_forced("triton", one_token(packed))),
-                                 "bf16": timer.host_syncs(one_token(dense))} if timer.cuda else None,
-        "profile_token": {"compressed": timer.profile(one_token(packed), top=6),
-                          "fused_gemv": timer.profile(_forced("triton", one_token(packed)), top=6),
-                          "bf16": timer.profile(one_token(dense), top=6)},
-        "peak_bytes": {"compressed": timer.peak_bytes(generate(packed)), "bf16": timer.peak_bytes(generate(dense))},
         "notes": ["the prompt's forward is inside each timed call; tokens_per_s counts the new tokens",
                   "max_abs_err_vs_twin counts generated tokens that differ from the bf16 model's (lossless: 0)",
                   "compressed: as dispatched (each weight decoded and merged by one kernel into the shared buffer, "
                   "then multiplied); compressed_fused_gemv: with LAYERWISE_KERNELS=triton, each generated token's "
                   "one-row calls multiply straight from the compressed arrays (fused exponent decode + GEMV, opt-in "
                   "until this row shows it wins: kernels.neuzip_rans register_check auto=False)",
-                  "profile_token: one generated token under the torch profiler (device time, kernel launches)"]})
+                  "profile_token: one generated token under the torch profiler (device time, kernel launches)"]}
+    _extras(ctx, "neuzip_generate", result, {  # the timed part saved first, the rest while the share allows
+        "host_syncs_per_token": lambda: {"compressed": timer.host_syncs(one_token(packed)),
+                                         "fused_gemv": timer.host_syncs(_forced("triton", one_token(packed))),
+                                         "bf16": timer.host_syncs(one_token(dense))} if timer.cuda else None,
+        "profile_token": lambda: {"compressed": timer.profile(one_token(packed), top=6),
+                                  "fused_gemv": timer.profile(_forced("triton", one_token(packed)), top=6),
+                                  "bf16": timer.profile(one_token(dense), top=6)},
+        "peak_bytes": lambda: {"compressed": timer.peak_bytes(generate(packed)),
+                               "bf16": timer.peak_bytes(generate(dense))}})
 
 
 # ---- rows: MambaLRP explain ---------------------------------------------------------------------------------------
@@ -765,35 +783,46 @@ def lrp_explain(ctx: RowContext, timer: Timer, device, sizes: dict, index: int =
     t0 = time.perf_counter()
     e = lrp()  # the first explanation: the kernels' checks, the tile autotune, compiles
     first_s = time.perf_counter() - t0
-    mine, theirs = forward(), forward_transformers()
+    mine = forward()
+    timer.sync()
+    t0 = time.perf_counter()
+    theirs = forward_transformers()
+    timer.sync()
+    once = time.perf_counter() - t0  # transformers' reference path takes seconds: this call is its one round
     embeds = model.get_input_embeddings()(ids)
     adapter = adapter_for(model)
     timer.repeats, timer.warmup = sizes["lrp_repeats"], min(timer.warmup, 1)
-    slow = {} if hf["fast"] else {"forward_transformers": 1}  # the reference path: one round, no warm-up
-    medians = timer.medians({"explain": lrp, "forward": forward, "forward_transformers": forward_transformers},
-                            repeats=slow, warmups={k: 0 for k in slow})
+    contestants = {"explain": lrp, "forward": forward}
+    if hf["fast"]:
+        contestants["forward_transformers"] = forward_transformers
+    medians = timer.medians(contestants)
+    rounds = dict(timer.rounds)
+    if not hf["fast"]:
+        medians["forward_transformers"], rounds["forward_transformers"] = once, 1
     ratio = medians["explain"] / medians["forward"]
     row = {"what": f"MambaLRP explain of {length} tokens (default mode: kernels as dispatched after their "
                    "self-check, the scan tile autotuned, recompute decided by the device) vs the no-grad forward "
                    f"through the same Triton scan, {sizes['mamba_label']}",
            "model": sizes["mamba_label"], "length": length,
            "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
-           "median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut, "first_call_s": first_s,
+           "median_s": medians, "rounds": rounds, "cut_by_deadline": timer.cut, "first_call_s": first_s,
            "ratio_explain_over_forward": ratio, "target_at_most_3x": None if not timer.cuda else bool(ratio <= 3),
            "ratio_explain_over_forward_transformers": medians["explain"] / medians["forward_transformers"],
            "forward_transformers_path": hf,
            "forward_max_abs_diff_vs_transformers": _max_abs(mine, theirs),
            "recomputed_mixers": recompute_mixers(adapter, embeds),
            "kept_activation_bytes": kept_activation_bytes(adapter, embeds),
-           "peak_bytes": {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)},
            "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit,
            "notes": ["forward (the ratio's peer): explain's forward without its backward, i.e. the project's mixers "
                      "with the MambaLRP rules under torch.no_grad, the same Triton scan kernel (forward only)",
                      f"forward_transformers: transformers' MambaForCausalLM forward as installed: {hf['path']}"
-                     + ("" if hf["fast"] else "; timed once (1 round, no warm-up)"),
+                     + ("" if hf["fast"] else "; timed once (one call, host clock after a device sync)"),
                      "explain includes its forward, the relevance backward and, where the kept activations would "
                      "not fit, the activation recompute (recomputed_mixers)"]}
     ctx.save(f"lrp_explain_L{length}", _explain_result(row))
+    if not ctx.past():
+        row["peak_bytes"] = {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)}
+        ctx.save(f"lrp_explain_L{length}", _explain_result(row))
     if length == sizes["mamba_profile_at"] and not ctx.past():
         row["profile_explain"] = timer.profile(lrp)
         row["profile_forward"] = timer.profile(forward)

@@ -135,6 +135,29 @@ def test_the_compute_paths_need_only_the_compute_stack(tmp_path):
         "neuzip_generate"}  # --only's group names: lrp_explain (every length), neuzip_model (forward, generation)
 
 
+def test_a_rows_extras_stop_at_its_deadline_and_keep_the_timed_part(tmp_path, monkeypatch):
+    """A row saves its timed part first, then each extra (profiles, peaks, sync counts) while its share allows: an
+    extra past the deadline is listed as not measured, and what was saved stays in the row's JSON."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    gpu = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_gpu", gpu)  # its dataclasses look their module up
+    spec.loader.exec_module(gpu)
+    ctx = gpu.RowContext(time.time() + 60, tmp_path / "row.json")
+    result = {"median_s": {"compressed": 1.0}}
+
+    def first():
+        assert json.loads((tmp_path / "row.json").read_text())["neuzip_forward"] == result  # saved before
+        ctx.deadline = 0.0  # this part takes the rest of the share
+        return 1.5
+
+    gpu._extras(ctx, "neuzip_forward", result, {"peak_bytes": first, "profile": lambda: pytest.fail("past it")})
+    saved = json.loads((tmp_path / "row.json").read_text())["neuzip_forward"]
+    assert saved == {"median_s": {"compressed": 1.0}, "peak_bytes": 1.5, "not_measured": ["profile"]}
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")
 def test_without_cuda_and_without_smoke_exits_2_naming_the_fix(tmp_path):
     done = _run(tmp_path, timeout=60)
