@@ -7,7 +7,8 @@ Public API (tabs, the CLI and notebooks use only this)::
     METHODS, Method            the one registry of methods: name -> Method(label, fn, description, conservative,
                                colour, options, fast_options); every view lists methods from it
     LRPRules                   which rules are on (ablation), LRPRules.from_toggles(...); lrp_rules(model, rules)
-    MambaSequenceClassifier, VisionMamba, VisionMambaConfig
+    MambaSequenceClassifier, SequenceClassifier (any other backbone: Mamba-2, the hybrids), VisionMamba,
+    VisionMambaConfig
 
 The service (each action returns a ``core.results.Result``; :mod:`core.lrp.service`)::
 
@@ -26,7 +27,7 @@ The choices and defaults the tab and the CLI offer (:mod:`core.lrp.requests`, :m
 from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.context import lrp_rules
 from core.lrp.methods import METHODS, Method, explain
-from core.lrp.models import MambaSequenceClassifier, VisionMamba, VisionMambaConfig
+from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionMamba, VisionMambaConfig
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, MAX_EVAL_SAMPLES,
                                MAX_FLIP_STEPS, MAX_TEXT_CHARS, MAX_TOKENS, RULE_SWITCHES, TEXT_EXAMPLES, TEXT_MODELS,
                                TOGGLES, TOP, method_choices)
@@ -39,7 +40,8 @@ from core.lrp.views import MEASURED_COST, cost_note
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402  (after the service it shows)
 
 __all__ = [
-    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "MambaSequenceClassifier", "VisionMamba",
+    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "MambaSequenceClassifier", "SequenceClassifier",
+    "VisionMamba",
     "VisionMambaConfig",
     "text_result", "image_result", "evaluation_result", "long_range_result", "key_token_result", "analysis_result",
     "committed_result", "example_result", "target_choices", "train_result", "precompute_examples",

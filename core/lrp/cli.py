@@ -34,12 +34,15 @@ def _threads(n: int) -> None:
 
 # ---- train ------------------------------------------------------------------------------------------------------
 def _train_args(p) -> None:
-    p.add_argument("recipe", choices=["sentiment", "lm", "vision"], help="which model to train")
+    from core.lrp.recipes import RECIPES
+
+    p.add_argument("recipe", choices=list(RECIPES), help="which model to train")
     p.add_argument("--out", default=None, help="output folder (default: assets/models/<model name>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run with a tiny model")
     p.add_argument("--init-from", default=None,
-                   help="sentiment only: a mamba-lm folder whose tokenizer and backbone initialise the classifier")
+                   help="sentiment (Mamba-1) only: a mamba-lm folder whose tokenizer and backbone initialise the "
+                        "classifier")
     p.add_argument("--epochs", type=int, default=None, help="sentiment / vision: override the recipe's epochs")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
 

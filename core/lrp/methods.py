@@ -118,9 +118,17 @@ def _reject_unknown(method: str, options: dict) -> None:
 
 def kept_activation_bytes(adapter: ModelAdapter, embeds: torch.Tensor) -> int:
     """What keeping every mixer's activations for the backward pass takes for ``embeds: (B, L, H)`` (an estimate:
-    :data:`KEPT_BYTES_PER_CHANNEL` per token and scan channel, measured on the CPU)."""
-    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
-    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL
+    :data:`KEPT_BYTES_PER_CHANNEL` per token and scan channel, measured on the CPU; an attention layer: q, k, v, its
+    output and the ``(heads, L, L)`` probabilities in float32)."""
+    batch, length = embeds.shape[:2]
+    kept = 0
+    for m in mixers(adapter.model):
+        if hasattr(m, "conv1d"):  # an SSM mixer: its scan channels
+            kept += batch * length * m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) * KEPT_BYTES_PER_CHANNEL
+        else:
+            heads = m.q_proj.out_features // max(1, getattr(m, "head_dim", m.q_proj.out_features))
+            kept += batch * length * (4 * m.q_proj.out_features + 2 * heads * length) * 4
+    return kept
 
 
 def activation_budget(device: torch.device) -> int:

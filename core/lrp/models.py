@@ -1,7 +1,8 @@
 """The project's own Mamba models that MambaLRP explains besides transformers' causal LMs.
 
 * :class:`MambaSequenceClassifier` -- a transformers ``MambaModel`` backbone with a linear head on the
-  last token (the pooled representation of a causal model).
+  last token (the pooled representation of a causal model); :class:`SequenceClassifier` the same on any other
+  backbone MambaLRP explains (Mamba-2, the hybrids).
 * :class:`VisionMamba` -- patch embedding, a class token in the middle of the sequence and
   bidirectional Mamba blocks (:class:`BiMambaMixer`: a forward and a flipped branch sharing in_proj
   and out_proj), like Vim (Zhu et al. 2024).
@@ -105,6 +106,58 @@ class MambaSequenceClassifier(nn.Module):
         cfg, state = _read(folder, cls.kind)
         with constructing():
             model = cls(MambaConfig.from_dict(cfg["mamba"]), cfg["num_labels"], cfg["head_bias"])
+            model.load_state_dict(state)
+        return model.eval()
+
+
+class SequenceClassifier(nn.Module):
+    """A transformers backbone of any family MambaLRP explains besides Mamba-1 (Mamba-2, Falcon-Mamba, the hybrids:
+    ``AutoModel.from_config``) + a linear head on the last token's final hidden state.
+
+    Parameters
+    ----------
+    config : the backbone's config (``Mamba2Config``, ``GraniteMoeHybridConfig``, ...).
+    num_labels : number of classes.
+    head_bias : whether the head has a bias (a bias absorbs part of the relevance).
+    """
+
+    kind = "ssm-classifier"
+
+    def __init__(self, config, num_labels: int = 2, head_bias: bool = True):
+        super().__init__()
+        from transformers import AutoModel
+
+        self.config = config
+        self.num_labels = num_labels
+        self.backbone = AutoModel.from_config(config)
+        self.head = nn.Linear(config.hidden_size, num_labels, bias=head_bias)
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.backbone.get_input_embeddings()
+
+    def forward(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
+                ) -> torch.Tensor:
+        """``input_ids: (B, L)`` or ``inputs_embeds: (B, L, H)`` -> logits ``(B, num_labels)``."""
+        out = self.backbone(input_ids=input_ids, inputs_embeds=inputs_embeds, use_cache=False)
+        last = out.last_hidden_state[:, -1]
+        return self.head(last.to(self.head.weight.dtype))
+
+    def save_pretrained(self, folder) -> Path:
+        cfg = {"kind": self.kind, "num_labels": self.num_labels, "head_bias": self.head.bias is not None,
+               "backbone": self.config.to_dict()}
+        return _save(folder, cfg, self)
+
+    @classmethod
+    def from_pretrained(cls, folder) -> "SequenceClassifier":
+        from transformers import AutoConfig
+
+        from core.zoo.construction import constructing
+
+        cfg, state = _read(folder, cls.kind)
+        backbone = dict(cfg["backbone"])
+        with constructing():
+            config = AutoConfig.for_model(backbone.pop("model_type"), **backbone)
+            model = cls(config, cfg["num_labels"], cfg["head_bias"])
             model.load_state_dict(state)
         return model.eval()
 
