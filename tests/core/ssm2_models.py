@@ -39,7 +39,8 @@ def _silence():
     logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
-def tiny_config(family: str, conv_bias: bool = False, groups: int = 1, fp32_residual: bool = False):
+def tiny_config(family: str, conv_bias: bool = False, groups: int = 1, fp32_residual: bool = False,
+                vocab: int = TINY_VOCAB):
     """A few-channel config of ``family`` (``mamba2``, ``falcon-mamba``, ``bamba``, ``granite``, ``granite-moe``,
     ``nemotron-h``, ``falcon-h1``); bias-free unless ``conv_bias``; ``groups`` Mamba-2 groups (B, C shared by
     ``heads / groups`` heads). ``fp32_residual``: Mamba-2's and Falcon-Mamba's ``residual_in_fp32`` (their default;
@@ -47,7 +48,7 @@ def tiny_config(family: str, conv_bias: bool = False, groups: int = 1, fp32_resi
     import transformers as T
 
     _silence()
-    ids = {"vocab_size": TINY_VOCAB, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
+    ids = {"vocab_size": vocab, "pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2}
     if family == "mamba2":
         return T.Mamba2Config(hidden_size=16, num_hidden_layers=2, state_size=4, expand=2, head_dim=8, num_heads=4,
                               n_groups=groups, conv_kernel=3, use_conv_bias=conv_bias, use_bias=False, chunk_size=5,
@@ -111,75 +112,52 @@ def build(config, seed: int = 0, dtype=torch.float64):
     return model.to(dtype).eval()
 
 
-REAL = {
-    "mamba2-130m": lambda: _real_mamba2(),
-    "falcon-mamba-7b": lambda: _real_falcon_mamba(),
-    "granite-4.0-h-tiny": lambda: _real_granite(),
-    "falcon-h1-0.5b": lambda: _real_falcon_h1(),
-    "bamba-9b": lambda: _real_bamba(),
-}
-
-
-def _real_mamba2():
-    import transformers as T
-    return T.Mamba2Config(hidden_size=768, num_hidden_layers=24, state_size=128, expand=2, head_dim=64, num_heads=24,
-                          n_groups=1, conv_kernel=4, use_conv_bias=True, use_bias=False, chunk_size=256,
-                          vocab_size=50288, tie_word_embeddings=True)
-
-
-def _real_falcon_mamba():
-    import transformers as T
-    return T.FalconMambaConfig(hidden_size=4096, intermediate_size=8192, num_hidden_layers=64, state_size=16,
-                               time_step_rank=256, conv_kernel=4, use_conv_bias=True, use_bias=False,
-                               mixer_rms_eps=1e-6, vocab_size=65024, tie_word_embeddings=False)
-
-
-def _real_granite():
-    import transformers as T
-    types = ["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]
-    return T.GraniteMoeHybridConfig(
-        hidden_size=1536, num_hidden_layers=40, layer_types=types, num_attention_heads=12, num_key_value_heads=4,
-        intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64, num_experts_per_tok=6,
-        mamba_n_heads=48, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_expand=2, mamba_d_conv=4,
-        mamba_conv_bias=True, mamba_proj_bias=False, mamba_chunk_size=256, attention_multiplier=0.0078125,
-        embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=6.0, position_embedding_type="nope",
-        vocab_size=100352, tie_word_embeddings=True)
-
-
-def _real_falcon_h1():
-    import transformers as T
-    return T.FalconH1Config(
+REAL = {  # name -> (transformers config class, its published values)
+    "mamba2-130m": ("Mamba2Config", dict(
+        hidden_size=768, num_hidden_layers=24, state_size=128, expand=2, head_dim=64, num_heads=24, n_groups=1,
+        conv_kernel=4, use_conv_bias=True, use_bias=False, chunk_size=256, vocab_size=50288, tie_word_embeddings=True)),
+    "falcon-mamba-7b": ("FalconMambaConfig", dict(
+        hidden_size=4096, intermediate_size=8192, num_hidden_layers=64, state_size=16, time_step_rank=256,
+        conv_kernel=4, use_conv_bias=True, use_bias=False, mixer_rms_eps=1e-6, vocab_size=65024,
+        tie_word_embeddings=False)),
+    "granite-4.0-h-tiny": ("GraniteMoeHybridConfig", dict(
+        hidden_size=1536, num_hidden_layers=40,
+        layer_types=["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)], num_attention_heads=12,
+        num_key_value_heads=4, intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64,
+        num_experts_per_tok=6, mamba_n_heads=48, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1,
+        mamba_expand=2, mamba_d_conv=4, mamba_conv_bias=True, mamba_proj_bias=False, mamba_chunk_size=256,
+        attention_multiplier=0.0078125, embedding_multiplier=12.0, residual_multiplier=0.22, logits_scaling=6.0,
+        position_embedding_type="nope", vocab_size=100352, tie_word_embeddings=True)),
+    "falcon-h1-0.5b": ("FalconH1Config", dict(
         hidden_size=1024, num_hidden_layers=36, num_attention_heads=8, num_key_value_heads=2, head_dim=64,
         intermediate_size=2048, mamba_d_ssm=1536, mamba_n_heads=24, mamba_d_head=64, mamba_d_state=128,
         mamba_n_groups=1, mamba_d_conv=4, mamba_conv_bias=True, mamba_proj_bias=False, mamba_rms_norm=False,
         mamba_norm_before_gate=False, mamba_chunk_size=128, attention_in_multiplier=1.0,
         attention_out_multiplier=0.9375, key_multiplier=0.390625, embedding_multiplier=5.656854249492381,
-        lm_head_multiplier=0.0390625, mlp_multipliers=[0.8838834764831844, 0.5859375], vocab_size=32784)
-
-
-def _real_bamba():
-    import transformers as T
-    return T.BambaConfig(
+        lm_head_multiplier=0.0390625, mlp_multipliers=[0.8838834764831844, 0.5859375], vocab_size=32784)),
+    "bamba-9b": ("BambaConfig", dict(
         hidden_size=4096, num_hidden_layers=32, attn_layer_indices=[9, 18, 27], num_attention_heads=32,
         num_key_value_heads=8, partial_rotary_factor=0.5, intermediate_size=14336, mamba_n_heads=128,
         mamba_d_head=64, mamba_d_state=128, mamba_expand=2, mamba_n_groups=1, mamba_d_conv=4, mamba_conv_bias=True,
-        mamba_proj_bias=False, mamba_chunk_size=256, vocab_size=128256)
+        mamba_proj_bias=False, mamba_chunk_size=256, vocab_size=128256)),
+}
+HYBRID_REAL = ("granite-4.0-h-tiny", "bamba-9b")  # interleaved: cut to one Mamba-2 layer then one attention layer
 
 
 def real(name: str, layers: int | None = None, vocab: int | None = None):
-    """The config of ``name`` (a key of :data:`REAL`) cut to ``layers`` layers (keeping one attention layer in a
-    hybrid: the first layer of each kind) and ``vocab`` tokens."""
-    cfg = REAL[name]()
+    """The config of ``name`` (a key of :data:`REAL`) cut to ``layers`` layers (an interleaved hybrid keeps a Mamba-2
+    layer then an attention layer) and ``vocab`` tokens; every layer's shapes as published."""
+    import transformers as T
+
+    _silence()
+    cls, values = REAL[name]
+    values = dict(values)
     if vocab is not None:
-        cfg.vocab_size = vocab
+        values["vocab_size"] = vocab
     if layers is not None:
-        if hasattr(cfg, "layer_types") and name.startswith("granite"):
-            cfg.layer_types = ["mamba", "attention", "mamba", "attention"][:layers]
-            cfg.num_hidden_layers = layers
-        elif name.startswith("bamba"):
-            cfg.num_hidden_layers = layers
-            cfg.attn_layer_indices = [1] if layers > 1 else []
-            cfg.layers_block_type = None
-        else:
-            cfg.num_hidden_layers = layers
-    return cfg
+        values["num_hidden_layers"] = layers
+        if "layer_types" in values:
+            values["layer_types"] = (["mamba", "attention"] * layers)[:layers]
+        if "attn_layer_indices" in values:
+            values["attn_layer_indices"] = [1] if layers > 1 else []
+    return getattr(T, cls)(**values)
