@@ -53,7 +53,7 @@ class RuleContext:
     """What a block's forward needs from the explanation: ``rules`` (None: the original computation), ``record`` (a
     list of :class:`core.lrp.mixer.ScanRecord`, or None), ``ledger`` / ``trace`` (:mod:`core.lrp.trace`, or None),
     ``layer`` (the module's layer index), ``name`` (its path in the model), ``attention`` (a list that collects
-    each attention layer's head-mean probabilities for the rollout methods, or None)."""
+    ``(layer, probabilities (B, h, L, S))`` of each attention layer for the rollout methods, or None)."""
 
     rules: Any
     record: list | None = None
@@ -138,7 +138,7 @@ def attention_function(module, query, key, value, attention_mask, scaling: float
     if ctx.ledger is not None:
         ctx.ledger.softmax(scores, probs)
     if ctx.attention is not None:
-        ctx.attention.append((ctx.layer, probs.detach()[0].float().mean(0)))
+        ctx.attention.append((ctx.layer, probs))
     out = torch.matmul(R.share(probs, 0.5) if uniform else probs, value)
     return out.transpose(1, 2).contiguous(), probs
 

@@ -7,7 +7,7 @@
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
-    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
+    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token,...] [--out assets/lrp/evaluation]
     python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
     python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
     python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
@@ -135,13 +135,16 @@ def _key_token_args(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ig-steps", type=int, default=None)
     p.add_argument("--smoothgrad-samples", type=int, default=None)
+    p.add_argument("--family", default="mamba", help="the classifier's backbone: mamba (the paper's), mamba2 or hybrid")
     p.add_argument("--out", default=None, help="a folder (writes key-token.json, .csv, .html) or one FILE")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=2)
 
 
 def _precompute_args(p) -> None:
-    p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
+    from core.lrp.committed import EVALUATION_ITEMS
+
+    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(EVALUATION_ITEMS)}")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
@@ -201,7 +204,7 @@ def run_long_range(args) -> dict:
 def run_key_token(args) -> dict:
     options = _method_options(args)
     res = lrp.key_token_result(args.n, args.methods, args.k, ProgressBar(), seed=args.seed, options=options,
-                               cache=not args.no_cache)
+                               cache=not args.no_cache, family=args.family)
     return _report(args, res, ["hit_rate", "hit_rate_std"])
 
 

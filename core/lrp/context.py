@@ -147,7 +147,8 @@ def lrp_rules(model: nn.Module, rules: R.LRPRules | None, record: list | None = 
         :class:`LayerProgress`); an exception it raises stops the pass.
     trace : a :class:`core.lrp.trace.Trace` that notes every block's input and output and what biases and softmaxes
         absorb (every linear layer's bias too, through a forward hook), or None.
-    attention : a list that collects ``(layer, (L, L) head-mean softmax)`` of every attention layer, or None.
+    attention : a list that collects ``(layer, softmax probabilities (B, h, L, S))`` of every attention layer (in
+        the graph), or None.
 
     The model is switched to eval mode inside the block; on exit the instance ``forward`` attributes
     are removed and the training and ``requires_grad`` flags restored, even if the block raised.

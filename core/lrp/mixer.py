@@ -220,7 +220,7 @@ def mamba2_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R
     y = ssd_scan(x.reshape(batch, length, heads, head_dim), dt, A, B, C, mixer.D, mixer.chunk_size,
                  constants=rules is not None and rules.ssm)
     if record is not None:
-        _record_heads(record, layer, x, dt, A, B, C, mixer.D, y, heads, groups, state)
+        y = _record_heads(record, layer, x, dt, A, B, C, mixer.D, y, heads, groups, state)
     y = y.reshape(batch, length, inner)
     norm = getattr(mixer, "norm", None) if getattr(mixer, "mamba_rms_norm", True) else None
     if norm is not None:
@@ -235,14 +235,19 @@ def mamba2_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R
 
 def _record_heads(record, layer, x, dt, A, B, C, D, y, heads, groups, state):
     """One :class:`ScanRecord` per group: its heads as the channels (all channels of a head share one hidden
-    attention), ``u`` and ``y`` over the group's channels (``(b, P * heads_per_group, L)``)."""
+    attention), ``u`` and ``y`` over the group's channels (``(b, P * heads_per_group, L)``). Returns ``y`` rebuilt from
+    the records' ``y`` (so the gradient reaches them)."""
     per = heads // groups
     batch, length = x.shape[:2]
     xs = x.reshape(batch, length, heads, -1)
+    parts = []
     for g in range(groups):
         hs = slice(g * per, (g + 1) * per)
+        y_g = y[:, :, hs].reshape(batch, length, -1).transpose(1, 2)
+        parts.append(y_g.transpose(1, 2).reshape(batch, length, per, -1))
         record.append(ScanRecord(
             layer=layer, u=xs[:, :, hs].reshape(batch, length, -1).transpose(1, 2),
             delta=dt[:, :, hs].detach().float().transpose(1, 2), A=A[hs].detach()[:, None].expand(per, state).float(),
             B=B[:, :, g].detach().float().transpose(1, 2), C=C[:, :, g].detach().float().transpose(1, 2),
-            D=D[hs].detach().float(), y=y[:, :, hs].reshape(batch, length, -1).transpose(1, 2)))
+            D=D[hs].detach().float(), y=y_g))
+    return torch.cat(parts, dim=2)

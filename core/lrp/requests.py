@@ -22,7 +22,7 @@ import numpy as np
 
 from core.errors import BadInputError
 from core.lrp import inputs
-from core.lrp.key_token import KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
+from core.lrp.key_token import KEY_TOKEN_FAMILIES, KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
 from core.lrp.methods import METHODS, method_names
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
@@ -278,7 +278,8 @@ class LongRangeRequest(DatasetRequest):
 @dataclass(frozen=True)
 class KeyTokenRequest:
     """The ground truth over ``seeds`` seeds (``seed``, ``seed + 1``, ...): per seed a classifier trained on the
-    key-token task and ``n`` fresh sequences; a hit: the planted key among a method's top-``k`` tokens."""
+    key-token task and ``n`` fresh sequences; a hit: the planted key among a method's top-``k`` tokens. ``family``:
+    the classifier's backbone (``mamba``, the paper's; ``mamba2``; ``hybrid``)."""
 
     n: int
     methods: list[str]
@@ -287,20 +288,31 @@ class KeyTokenRequest:
     seeds: int
     options: dict
     cache: bool = True
+    family: str = "mamba"
     notice = ""
 
     @classmethod
-    def parse(cls, n, methods, k, *, seed=0, seeds=KEY_TOKEN_SEEDS, options=None, cache=True) -> "KeyTokenRequest":
+    def parse(cls, n, methods, k, *, seed=0, seeds=KEY_TOKEN_SEEDS, options=None, cache=True,
+              family="mamba") -> "KeyTokenRequest":
         n = whole(n, "n", "Use e.g. -n 100.")
         k = whole(k, "k", "Use e.g. --k 1.")
         seeds = whole(seeds, "seeds", "use e.g. 5 seeds (the committed result).", high=50)
+        if family not in KEY_TOKEN_FAMILIES:
+            raise BadInputError(f"Unknown family {family!r}.", fix=f"Use one of: {', '.join(KEY_TOKEN_FAMILIES)}.")
         names = method_names(methods, empty_means_all=methods is None)
-        return cls(n, names, k, seed, seeds, _method_options(names, options), bool(cache))
+        return cls(n, names, k, seed, seeds, _method_options(names, options), bool(cache), family)
+
+    @property
+    def model_name(self) -> str:
+        """What the result is filed under: ``key-token`` (Mamba-1), ``key-token-mamba2``, ``key-token-hybrid``."""
+        return "key-token" if self.family == "mamba" else f"key-token-{self.family}"
 
     def key(self):
-        return "key-token", f"key-token-{self.seed}", {
-            "n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,
-            "model": KEY_TOKEN_MODEL, "version": KEY_TOKEN_VERSION, "seeds": self.seeds}
+        params = {"n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,
+                  "model": KEY_TOKEN_MODEL, "version": KEY_TOKEN_VERSION, "seeds": self.seeds}
+        if self.family != "mamba":
+            params["family"] = self.family
+        return self.model_name, f"{self.model_name}-{self.seed}", params
 
 
 # ---- training ---------------------------------------------------------------------------------------------------
