@@ -46,6 +46,12 @@ from core.lrp import rules as R
 from core.lrp.mixer import bimamba_mixer_forward, mamba2_mixer_forward, mamba_mixer_forward
 
 ATTENTION_IMPLEMENTATION = "layerwise_lrp"  # the name the attention function is registered under in transformers
+KINDS = {  # what a block is, as views name and colour it
+    "ssm": ("SSM layers", "#0072B2"),
+    "attention": ("attention layers", "#D55E00"),
+    "mlp": ("MLPs / experts", "#009E73"),
+    "norm": ("norms", "#64748b"),
+}
 
 
 @dataclass

@@ -1,12 +1,13 @@
 """``python -m core lrp ...``: MambaLRP from the command line, on :mod:`core.lrp`'s service (the tab's functions).
 
-    python -m core lrp train {sentiment,lm,vision} [--out assets/models/NAME] [--seed 0] [--quick]
+    python -m core lrp train {sentiment,lm,vision,sentiment-mamba2,sentiment-hybrid} [--out assets/models/NAME] [--quick]
     python -m core lrp explain --model NAME --text "..." [--method mambalrp,random] [--target N] [--out F.html] [--json]
+    python -m core lrp flow [--model hybrid-sentiment] --text "..." [--target N] [--out F.html] [--json]
     python -m core lrp precompute-examples
     python -m core lrp faithfulness --model NAME [--split test] [-n 100] [--methods a,b] [--steps 10] [--out DIR]
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
-    python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
+    python -m core lrp key-token [-n 100] [--k 1] [--family mamba|mamba2|hybrid] [--out DIR]
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token,...] [--out assets/lrp/evaluation]
     python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
     python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
@@ -80,6 +81,27 @@ def run_explain(args) -> dict:
     for m in r["methods"].values():
         lines.append(f"{m['label']}: logit {m['logit']:.4f}, sum of relevances {m['total']:.4f}")
         lines += [f"  {t!r:>18}  {v:+.4f}" for t, v in zip(r["tokens"], m["relevance"])]
+    emit(args, result, "\n".join(lines), res)
+    return result
+
+
+def _flow_args(p) -> None:
+    p.add_argument("--model", default=lrp.FLOW_MODELS[0], help=f"a text model (default {lrp.FLOW_MODELS[0]}) or a folder")
+    p.add_argument("--text", required=True, help="the input text")
+    p.add_argument("--target", type=int, default=None, help="class index or next-token id; default the top prediction")
+    p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html, or a folder")
+
+
+def run_flow(args) -> dict:
+    """Where the MambaLRP relevance of one text passes: per layer (SSM, attention, MLP) and token, and by kind."""
+    res = lrp.flow_result(args.model, args.text, args.target)
+    r = res.data
+    result = {"model": args.model, "target": r["target"], "target_name": r["target_name"], "logit": r["logit"],
+              "total": r["total"], "absorbed": r["absorbed"], "residual": r["residual"], "tokens": r["tokens"],
+              "shares": res.views["shares"], "blocks": r["blocks"]}
+    lines = [res.status] + [f"  L{row['layer']:<3} {row['kind']:<17} in {row['relevance in']:+.4f}  out "
+                            f"{row['relevance out']:+.4f}  share {100 * row['share of |relevance|']:.1f}%"
+                            for row in res.tables["blocks"]]
     emit(args, result, "\n".join(lines), res)
     return result
 
@@ -264,9 +286,12 @@ def run_precompute_evaluation(args) -> dict:
 
 def register(groups) -> None:
     """Add the ``lrp`` commands to the CLI registry (``core.cli.CommandGroups``)."""
-    groups.command("lrp", "train", "train an embedded MambaLRP model (sentiment, lm, vision) and write its card",
+    groups.command("lrp", "train", "train an embedded MambaLRP model (sentiment, lm, vision, sentiment-mamba2, "
+                   "sentiment-hybrid) and write its card",
                    _train_args)(run_train)
     groups.command("lrp", "explain", "per-token relevances of a text model's prediction", _explain_args)(run_explain)
+    groups.command("lrp", "flow", "where a text's relevance passes: per layer (SSM, attention, MLP) and token",
+                   _flow_args)(run_flow)
     groups.command("lrp", "faithfulness", "MoRF/LeRF flip curves and Delta A^F per method over a dataset split",
                    _faithfulness_args)(run_faithfulness)
     groups.command("lrp", "conservation", "sum of relevances vs the explained logit per method over a split",

@@ -3,6 +3,7 @@ request with every value checked (or one :class:`BadInputError` naming the fix),
 tab offers live here too.
 
     TextRequest, ImageRequest              an explanation of one text / one image, per method
+    FlowRequest                            where one text's MambaLRP relevance passes: layer by layer, by kind
     EvaluationRequest, LongRangeRequest    faithfulness + conservation / long range over a dataset split
     KeyTokenRequest                        the key-token ground truth over seeds
     TrainRequest                           training an embedded model with its recipe
@@ -28,9 +29,10 @@ from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
 
 # ---- the choices and defaults of the tab and the CLI ------------------------------------------------------------
-TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
+TEXT_MODELS = ("mamba-sentiment", "mamba-lm", "mamba2-sentiment", "hybrid-sentiment")
 IMAGE_MODELS = ("vision-mamba-mnist",)
-EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist")
+EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist", "mamba2-sentiment", "hybrid-sentiment")
+FLOW_MODELS = ("hybrid-sentiment", "mamba2-sentiment", "mamba-sentiment")  # the layer-type view (a hybrid first)
 DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
 MAX_TOKENS, MAX_TEXT_CHARS = inputs.MAX_TOKENS, inputs.MAX_TEXT_CHARS
 TOP = -1  # the target choice "top prediction" (as None)
@@ -43,7 +45,14 @@ TEXT_EXAMPLES = {
                         "It is not a bad film, but the ending is a complete mess."],
     "mamba-lm": ["He was born in the city of", "The function returns a list of",
                  "the acting is good but the story is"],
+    "mamba2-sentiment": ["A gorgeous, witty and seductive movie.",
+                         "It is not a bad film, but the ending is a complete mess."],
+    "hybrid-sentiment": ["A gorgeous, witty and seductive movie.",
+                         "It is not a bad film, but the ending is a complete mess."],
 }
+FLOW_EXAMPLES = {"hybrid-sentiment": ["It is not a bad film, but the ending is a complete mess.",
+                                      "A gorgeous, witty and seductive movie."]}
+FLOW_VERSION = 1  # of a layer-flow result's key
 IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
 EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
 MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
@@ -183,6 +192,32 @@ class ImageRequest:
         return self.model, _fingerprint(self.model), {
             **self.source, "methods": self.methods, "target": self.target, "rules": self.rules,
             "options": {m: METHODS[m].options for m in self.methods if m != "mambalrp"}}
+
+
+@dataclass(frozen=True)
+class FlowRequest:
+    """Where the MambaLRP relevance of one text passes: each block's (SSM mixer, attention layer, MLP) relevance at its
+    input and output per token, and what biases and softmaxes absorb (:func:`core.lrp.flow.relevance_flow`)."""
+
+    model: str
+    text: str
+    target: int | None
+    cut: str = ""
+    notice = ""
+
+    @classmethod
+    def parse(cls, model, text, target=None) -> "FlowRequest":
+        model, target = _model(model), _target(target)
+        if not isinstance(text, str) or not text.strip():
+            raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+        cut = ""
+        if len(text) > MAX_TEXT_CHARS:
+            text, cut = inputs.cut_text(inputs.load(model), text)
+        return cls(model, text, target, cut)
+
+    def key(self):
+        return self.model, _fingerprint(self.model), {"text": self.text, "target": self.target,
+                                                      "max_tokens": MAX_TOKENS, "version": FLOW_VERSION}
 
 
 # ---- over a dataset split -------------------------------------------------------------------------------------------
