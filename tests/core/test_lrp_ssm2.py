@@ -3,6 +3,7 @@ models in float64: the SSD scan against its recurrence and transformers' scan, t
 conservation measured with what biases and softmaxes absorb, agreement with the hand-written linearisation of
 tests/core/lrp_reference.py, and the model left as it was."""
 import copy
+import json
 
 import pytest
 import torch
@@ -288,3 +289,78 @@ def test_each_family_loads_from_the_hub_and_is_explained(hub_stand_in, tmp_path)
     assert explained.returncode == 0, explained.stderr[-2000:]
     out = json.loads(explained.stdout)
     assert abs(out["total"] - out["logit"]) <= 1e-4 * abs(out["logit"])  # bias-free Mamba-2: nothing absorbed
+
+
+# ---- the rollout methods, the key-token families, the recipes, the layer-type view ---------------------------------
+def test_a_hybrid_rollout_takes_its_attention_layers_in_layer_order(models, monkeypatch):
+    import core.lrp.methods as methods
+
+    seen = {}
+    real_rollout = methods.rollout
+
+    def spy(mats):
+        seen["n"] = len(mats)
+        return real_rollout(mats)
+
+    monkeypatch.setattr(methods, "rollout", spy)
+    model = models["bamba"][0]  # mamba, attention, mamba
+    for name in ("attention_rollout", "mamba_attr"):
+        e = explain(model, input_ids=_ids(), method=name)
+        assert seen["n"] == 3 and torch.isfinite(e.relevance).all()
+    row = explain(model, input_ids=_ids(), method="attention_rollout").relevance
+    assert float(row.sum()) == pytest.approx(1.0, abs=1e-5)  # a row of the rolled-out (row-stochastic) matrix
+
+
+def test_key_token_requests_name_their_family_and_refuse_others():
+    from core.lrp.requests import KeyTokenRequest
+
+    paper = KeyTokenRequest.parse(10, None, 1)
+    assert paper.key()[0] == "key-token" and "family" not in paper.key()[2]  # the committed Mamba-1 key unchanged
+    hybrid = KeyTokenRequest.parse(10, None, 1, family="hybrid")
+    assert hybrid.key()[:2] == ("key-token-hybrid", "key-token-hybrid-0") and hybrid.key()[2]["family"] == "hybrid"
+    with pytest.raises(BadInputError, match="family"):
+        KeyTokenRequest.parse(10, None, 1, family="zamba")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("recipe", ["sentiment-mamba2", "sentiment-hybrid"])
+def test_quick_family_recipes_train_save_and_conserve(tmp_path, recipe):
+    from core.lrp import recipes
+    from core.zoo import load_model
+
+    cfg = recipes.recipe_for(recipe, seed=1, quick=True)
+    metrics = recipes.train_sentiment(cfg, tmp_path / "m", recipe_command="x")
+    assert 0 <= metrics["accuracy"] <= 1
+    loaded = load_model(str(tmp_path / "m"))
+    assert type(loaded.model).__name__ == "SequenceClassifier"
+    flow = relevance_flow(loaded.model.double(), input_ids=loaded.tokenizer("a fine film", return_tensors="pt")[
+        "input_ids"])
+    assert abs(flow.residual) <= 1e-10 * abs(flow.logit)
+    kinds = {b["kind"] for b in flow.blocks}
+    assert kinds == ({"ssm"} if recipe.endswith("mamba2") else {"ssm", "attention", "mlp"})
+
+
+def test_the_layer_view_of_an_embedded_model(tmp_path):
+    import core.lrp as lrp
+    from core.cli import main
+
+    res = lrp.flow_result("mamba2-sentiment", "A dull, lifeless film.")
+    assert "layer-flow" in res.figures and [r["kind"] for r in res.tables["blocks"]] == ["SSM layers"] * 2
+    assert sum(res.views["shares"].values()) == pytest.approx(1.0)
+    assert abs(res.data["residual"]) <= 1e-5 * abs(res.data["logit"])  # float32 model
+    assert "no attention layers" in res.status
+    out = tmp_path / "flow.json"
+    assert main(["lrp", "flow", "--model", "mamba2-sentiment", "--text", "A dull, lifeless film.", "--out",
+                 str(out)]) == 0
+    assert json.loads(out.read_text())["blocks"]
+    assert main(["lrp", "flow", "--model", "mamba2-sentiment", "--text", "  "]) == 2
+
+
+def test_the_new_views_are_registered_with_deep_links():
+    from core import examples
+
+    names = [e.name for e in examples.examples("lrp")]
+    assert {"mamba2-1", "hybrid-1", "flow-1", "flow-2"} <= set(names)
+    opened = examples.resolve({"tab": "lrp", "example": "flow-1", "model": "mamba2-sentiment"})
+    assert opened.view.values["model"] == "mamba2-sentiment" and not opened.notice
+    assert examples.default_view("lrp", "flow-1").query().startswith("?tab=lrp&example=flow-1&model=hybrid-sentiment")
