@@ -27,10 +27,15 @@
   of ``explain`` and the ratio ``explain`` / no-grad forward (target <= 2). :func:`ssm2_cost` runs one case in this
   process on any device (``device="cuda"``: CUDA-synchronised times and ``torch.cuda.max_memory_allocated``), for
   a GPU row (``python bench/lrp.py --parts ssm2_size --device cuda``).
+- ``ssm2_conservation``: conservation at the published layer shapes (``--conservation-cases name:layers``, 1-2
+  layers per checkpoint, vocabulary 1024, 32 random tokens, each in a fresh process): in float64 the token
+  relevances, what the biases and softmaxes absorbed and the residual ``logit - (sum + absorbed)``
+  (:func:`core.lrp.flow.relevance_flow`); the largest difference of float32 ``explain`` from float64, relative to
+  the largest relevance; peak RSS.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
 
-Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,ssm2_size,evaluation] [--repeats 5] [--ig-steps 50]
+Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,ssm2_size,ssm2_conservation,evaluation] [--repeats 5]
 [--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``;
 ``python bench/lrp.py --smoke``: every part at tiny sizes (one round, 2 IG steps, a 2-layer random Mamba, scans of
 16 steps), in seconds, so the script is checked end to end (CI); its timings are meaningless.
@@ -221,6 +226,42 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
     return out
 
 
+_CONSERVATION_CHILD = r"""
+import json, resource, sys
+import torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads({threads})
+from core.lrp import explain
+from core.lrp.flow import relevance_flow
+from tests.core.ssm2_models import build, real
+
+model = build(real({name!r}, {layers}, 1024), dtype=torch.float64)
+ids = torch.randint(3, 1024, (1, {length}), generator=torch.Generator().manual_seed(0))
+flow = relevance_flow(model, input_ids=ids)
+e32 = explain(model.float(), input_ids=ids)
+scale = float(flow.relevance.abs().max())
+print(json.dumps({{"layers": {layers}, "tokens": {length}, "parameters": sum(p.numel() for p in model.parameters()),
+                  "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
+                  "residual_over_logit": abs(flow.residual) / abs(flow.logit),
+                  "absorbed_over_logit": {{k: v / flow.logit for k, v in flow.absorbed.items()}},
+                  "float32_vs_float64_max_over_max_relevance": float((e32.sequence_relevance.double()
+                                                                      - flow.relevance).abs().max()) / scale,
+                  "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}}))
+"""
+
+
+def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int) -> dict:
+    """Conservation of one published config at real width, in a fresh interpreter (see the module docstring)."""
+    code = _CONSERVATION_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, threads=threads)
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
               vocab: int | None = None) -> dict:
     """:func:`ssm2_cost` in a fresh interpreter (so each case's peak memory is its own)."""
@@ -244,7 +285,8 @@ SMOKE = {"repeats": 1, "ig_steps": 2, "ig_repeats": 1, "lm_tokens": 8, "threads"
          "scan_channels": 8, "scan_state": 4, "interp_channels": 4, "full_autograd": True, "timeout": 300,
          "real_cases": "tiny:16", "real_repeats": 1, "real_repeats_long": 1, "reference_config": "tiny",
          "reference_tokens": 16, "reference_repeats": 1, "real_timeout": 300,
-         "ssm2_cases": "mamba2-130m:1:16,falcon-h1-0.5b:1:16", "ssm2_vocab": 512}
+         "ssm2_cases": "mamba2-130m:1:16,falcon-h1-0.5b:1:16", "ssm2_vocab": 512,
+         "conservation_cases": "mamba2-130m:1,falcon-h1-0.5b:1", "conservation_tokens": 8}
 
 
 def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
@@ -363,7 +405,7 @@ def evaluation_tables() -> dict:
     return out
 
 
-PARTS = ("time", "scan_memory", "real_size", "ssm2_size", "evaluation")
+PARTS = ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation")
 
 
 def main() -> None:
@@ -396,6 +438,10 @@ def main() -> None:
                     help="name:layers:tokens of the Mamba-2 / hybrid configs (tests/core/ssm2_models.REAL)")
     ap.add_argument("--ssm2-vocab", type=int, default=None, help="override the configs' vocabulary (smoke runs)")
     ap.add_argument("--device", default="cpu", help="ssm2_size: cpu or cuda (a GPU row)")
+    ap.add_argument("--conservation-cases",
+                    default="mamba2-130m:2,falcon-mamba-7b:1,granite-4.0-h-tiny:2,falcon-h1-0.5b:1,bamba-9b:2",
+                    help="name:layers at real width (tests/core/ssm2_models.REAL), float64")
+    ap.add_argument("--conservation-tokens", type=int, default=32)
     ap.add_argument("--smoke", action="store_true",
                     help="every part at tiny sizes, in seconds (CI); the timings are meaningless")
     args = ap.parse_args()
@@ -469,6 +515,14 @@ def main() -> None:
             print(f"... {key}: {json.dumps(ssm2[key])}", file=sys.stderr, flush=True)
         report["ssm2_size"] = {"targets": {"mambalrp_over_forward": 2.0},
                                "forward": "no-grad, transformers' own forward, last-position logits", **ssm2}
+
+    if "ssm2_conservation" in parts:
+        cons = {}
+        for case in [c for c in args.conservation_cases.split(",") if c]:
+            name, layers = case.split(":")
+            cons[name] = ssm2_conservation(name, int(layers), args.conservation_tokens, args.threads, args.real_timeout)
+            print(f"... {name}: {json.dumps(cons[name])}", file=sys.stderr, flush=True)
+        report["ssm2_conservation"] = {"targets": {"residual_over_logit_float64": 1e-4}, **cons}
 
     if "evaluation" in parts:
         report["evaluation"] = evaluation_tables()

@@ -12,7 +12,7 @@ MODELS = ("vision-mamba-mnist", "mamba-sentiment", "mamba-lm")
 
 def test_smoke_runs_every_part(tmp_path):
     report = run_smoke(tmp_path, "lrp.py")
-    assert_finite(report, ("time", "scan_memory", "real_size", "ssm2_size", "evaluation"))
+    assert_finite(report, ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation"))
     assert set(report["time"]) == set(MODELS)
     for name, row in report["time"].items():
         assert row["plain_forward_backward_ms"] > 0 and row["mambalrp_ms"] > 0 and row["integrated_gradients_ms"] > 0
@@ -35,4 +35,6 @@ def test_smoke_runs_every_part(tmp_path):
     keys = ["mamba2-130m-random_1_layers_16_tokens_cpu", "falcon-h1-0.5b-random_1_layers_16_tokens_cpu"]
     assert all("error" not in ssm2[k] for k in keys), {k: ssm2[k] for k in keys}
     assert ssm2[keys[0]]["absorbed"] != 0 and ssm2[keys[1]]["mambalrp_over_forward"] > 0  # conv bias; softmax
+    cons = report["ssm2_conservation"]
+    assert all(cons[n]["residual_over_logit"] < 1e-6 for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
     assert report["evaluation"]
