@@ -250,23 +250,8 @@ print(json.dumps({{"layers": {layers}, "tokens": {length}, "parameters": sum(p.n
 """
 
 
-def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int) -> dict:
-    """Conservation of one published config at real width, in a fresh interpreter (see the module docstring)."""
-    code = _CONSERVATION_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, threads=threads)
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
-    return json.loads(out.stdout.strip().splitlines()[-1])
-
-
-def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
-              vocab: int | None = None) -> dict:
-    """:func:`ssm2_cost` in a fresh interpreter (so each case's peak memory is its own)."""
-    code = _SSM2_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, repeats=repeats,
-                              threads=threads, device=device, vocab=vocab)
+def _child(code: str, timeout: int) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line (JSON) with ``subprocess_s``, or ``{"error"}``."""
     t0 = time.perf_counter()
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
@@ -277,6 +262,19 @@ def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, t
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["subprocess_s"] = round(time.perf_counter() - t0, 1)
     return result
+
+
+def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int) -> dict:
+    """Conservation of one published config at real width, in a fresh interpreter (see the module docstring)."""
+    return _child(_CONSERVATION_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length,
+                                             threads=threads), timeout)
+
+
+def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
+              vocab: int | None = None) -> dict:
+    """:func:`ssm2_cost` in a fresh interpreter (so each case's peak memory is its own)."""
+    return _child(_SSM2_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, repeats=repeats,
+                                     threads=threads, device=device, vocab=vocab), timeout)
 
 
 REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024),  # published Mamba sizes: layers, d_model (d_state 16)
@@ -294,15 +292,9 @@ def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, 
     layers, hidden = REAL_CONFIGS[name]
     code = _PEAK_RSS_PROBE + _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden,
                                                 length=length, repeats=repeats, reference=reference)
-    t0 = time.perf_counter()
-    try:
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout} s"}
-    if out.returncode != 0:
-        return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
-    result = json.loads(out.stdout.strip().splitlines()[-1])
-    result["subprocess_s"] = round(time.perf_counter() - t0, 1)
+    result = _child(code, timeout)
+    if "error" in result:
+        return result
     return {"config": {"layers": layers, "d_model": hidden, "d_inner": 2 * hidden, "d_state": 16, "vocab": 50280,
                        "tokens": length, "path": "reference scan (previous)" if reference else "chunked scan"},
             **result}

@@ -33,7 +33,7 @@ class Family:
 
     label: str
     structure: str
-    embedding_multiplier: str = ""
+    embedding_multiplier: str = ""  # an attribute of the base model (FalconH1Model.embedding_multiplier), or ""
 
 
 FAMILIES: dict[str, Family] = {  # the causal-LM class names (transformers) MambaLRP explains
@@ -43,7 +43,7 @@ FAMILIES: dict[str, Family] = {  # the causal-LM class names (transformers) Mamb
     "BambaForCausalLM": Family("Bamba", "interleaved"),
     "GraniteMoeHybridForCausalLM": Family("Granite 4.0-H", "interleaved"),
     "NemotronHForCausalLM": Family("Nemotron-H", "interleaved"),
-    "FalconH1ForCausalLM": Family("Falcon-H1", "parallel", "model.embedding_multiplier"),
+    "FalconH1ForCausalLM": Family("Falcon-H1", "parallel", "embedding_multiplier"),
 }
 
 
@@ -83,13 +83,11 @@ class ModelAdapter:
             return (self.embeddings()(ids) * self._embedding_multiplier()).detach()
 
     def _embedding_multiplier(self) -> float:
-        family = family_of(self.model) if self.kind == "lm" else None
+        family = family_of(self.model) if self.kind in ("lm", "classifier") else None
         if family is None or not family.embedding_multiplier:
             return 1.0
-        value = self.model
-        for attr in family.embedding_multiplier.split("."):
-            value = getattr(value, attr)
-        return float(value)
+        base = self.model.backbone if isinstance(self.model, SequenceClassifier) else self.model.base_model
+        return float(getattr(base, family.embedding_multiplier))
 
     def embeddings(self) -> nn.Embedding:
         if isinstance(self.model, _hf_mamba()[1]):

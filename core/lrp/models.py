@@ -17,17 +17,12 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from core.errors import ModelLoadError
 from core.lrp.mixer import bimamba_mixer_forward
 from core.files import atomic_write
-
-if TYPE_CHECKING:  # transformers is imported when a model is built (the app starts without it)
-    from transformers import MambaConfig
 
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 
@@ -59,60 +54,12 @@ def _read(folder, kind: str) -> tuple[dict, dict]:
 
 
 # -------------------------------------------------------------------------------------------------
-# Sequence classifier on a Mamba backbone
+# Sequence classifiers: a backbone + a linear head on the last token
 # -------------------------------------------------------------------------------------------------
-class MambaSequenceClassifier(nn.Module):
-    """``MambaModel`` backbone + linear head on the last token's final hidden state.
-
-    Parameters
-    ----------
-    config : the backbone's ``MambaConfig``.
-    num_labels : number of classes.
-    head_bias : whether the head has a bias (a bias absorbs part of the relevance).
-    """
-
-    kind = "mamba-classifier"
-
-    def __init__(self, config: MambaConfig, num_labels: int = 2, head_bias: bool = True):
-        super().__init__()
-        self.config = config
-        self.num_labels = num_labels
-        from transformers import MambaModel
-
-        self.backbone = MambaModel(config)
-        self.head = nn.Linear(config.hidden_size, num_labels, bias=head_bias)
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.backbone.embeddings
-
-    def forward(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
-                ) -> torch.Tensor:
-        """``input_ids: (B, L)`` or ``inputs_embeds: (B, L, H)`` -> logits ``(B, num_labels)``."""
-        out = self.backbone(input_ids=input_ids, inputs_embeds=inputs_embeds, use_cache=False)
-        last = out.last_hidden_state[:, -1]
-        return self.head(last.to(self.head.weight.dtype))
-
-    def save_pretrained(self, folder) -> Path:
-        cfg = {"kind": self.kind, "num_labels": self.num_labels, "head_bias": self.head.bias is not None,
-               "mamba": self.config.to_dict()}
-        return _save(folder, cfg, self)
-
-    @classmethod
-    def from_pretrained(cls, folder) -> "MambaSequenceClassifier":
-        from transformers import MambaConfig
-
-        from core.zoo.construction import constructing
-
-        cfg, state = _read(folder, cls.kind)
-        with constructing():
-            model = cls(MambaConfig.from_dict(cfg["mamba"]), cfg["num_labels"], cfg["head_bias"])
-            model.load_state_dict(state)
-        return model.eval()
-
-
 class SequenceClassifier(nn.Module):
-    """A transformers backbone of any family MambaLRP explains besides Mamba-1 (Mamba-2, Falcon-Mamba, the hybrids:
-    ``AutoModel.from_config``) + a linear head on the last token's final hidden state.
+    """A transformers backbone of any family MambaLRP explains (Mamba-2, Falcon-Mamba, the hybrids:
+    ``AutoModel.from_config``) + a linear head on the last token's final hidden state (the pooled representation of a
+    causal model).
 
     Parameters
     ----------
@@ -122,15 +69,27 @@ class SequenceClassifier(nn.Module):
     """
 
     kind = "ssm-classifier"
+    config_key = "backbone"  # where config.json keeps the backbone's config
 
     def __init__(self, config, num_labels: int = 2, head_bias: bool = True):
         super().__init__()
-        from transformers import AutoModel
-
         self.config = config
         self.num_labels = num_labels
-        self.backbone = AutoModel.from_config(config)
+        self.backbone = self._backbone(config)
         self.head = nn.Linear(config.hidden_size, num_labels, bias=head_bias)
+
+    @staticmethod
+    def _backbone(config) -> nn.Module:
+        from transformers import AutoModel
+
+        return AutoModel.from_config(config)
+
+    @staticmethod
+    def _config(values: dict):
+        from transformers import AutoConfig
+
+        values = dict(values)
+        return AutoConfig.for_model(values.pop("model_type"), **values)
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.backbone.get_input_embeddings()
@@ -144,22 +103,38 @@ class SequenceClassifier(nn.Module):
 
     def save_pretrained(self, folder) -> Path:
         cfg = {"kind": self.kind, "num_labels": self.num_labels, "head_bias": self.head.bias is not None,
-               "backbone": self.config.to_dict()}
+               self.config_key: self.config.to_dict()}
         return _save(folder, cfg, self)
 
     @classmethod
     def from_pretrained(cls, folder) -> "SequenceClassifier":
-        from transformers import AutoConfig
-
         from core.zoo.construction import constructing
 
         cfg, state = _read(folder, cls.kind)
-        backbone = dict(cfg["backbone"])
         with constructing():
-            config = AutoConfig.for_model(backbone.pop("model_type"), **backbone)
-            model = cls(config, cfg["num_labels"], cfg["head_bias"])
+            model = cls(cls._config(cfg[cls.config_key]), cfg["num_labels"], cfg["head_bias"])
             model.load_state_dict(state)
         return model.eval()
+
+
+class MambaSequenceClassifier(SequenceClassifier):
+    """:class:`SequenceClassifier` on a transformers ``MambaModel`` (the papers' Mamba-1), ``config: MambaConfig``;
+    saved with its own ``kind`` and the backbone's config under ``mamba``."""
+
+    kind = "mamba-classifier"
+    config_key = "mamba"
+
+    @staticmethod
+    def _backbone(config) -> nn.Module:
+        from transformers import MambaModel
+
+        return MambaModel(config)
+
+    @staticmethod
+    def _config(values: dict):
+        from transformers import MambaConfig
+
+        return MambaConfig.from_dict(values)
 
 
 # -------------------------------------------------------------------------------------------------

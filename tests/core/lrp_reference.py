@@ -206,18 +206,12 @@ def _rope(model_body, h):
 def hidden_states(model, e):
     """The last hidden state (after the final norm), ``e: (L, H)`` input embeddings as the model receives them."""
     name = type(model).__name__
-    if name == "Mamba2ForCausalLM":
-        body = model.backbone
+    ssm_only = {"Mamba2ForCausalLM": mamba2_mixer, "FalconMambaForCausalLM": falcon_mamba_mixer}
+    if name in ssm_only:
         h = e
-        for layer in body.layers:
-            h = h + mamba2_mixer(layer.mixer, _norm(layer.norm, h))
-        return _norm(body.norm_f, h)
-    if name == "FalconMambaForCausalLM":
-        body = model.backbone
-        h = e
-        for layer in body.layers:
-            h = h + falcon_mamba_mixer(layer.mixer, _norm(layer.norm, h))
-        return _norm(body.norm_f, h)
+        for layer in model.backbone.layers:
+            h = h + ssm_only[name](layer.mixer, _norm(layer.norm, h))
+        return _norm(model.backbone.norm_f, h)
     body = model.model
     rope = _rope(body, e)
     if name == "BambaForCausalLM":
