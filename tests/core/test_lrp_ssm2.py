@@ -364,3 +364,15 @@ def test_the_new_views_are_registered_with_deep_links():
     opened = examples.resolve({"tab": "lrp", "example": "flow-1", "model": "mamba2-sentiment"})
     assert opened.view.values["model"] == "mamba2-sentiment" and not opened.notice
     assert examples.default_view("lrp", "flow-1").query().startswith("?tab=lrp&example=flow-1&model=hybrid-sentiment")
+
+
+@pytest.mark.parametrize("family", ["granite-moe", "falcon-h1"])
+def test_recomputing_each_mixer_in_the_backward_changes_nothing(models, family, monkeypatch):
+    import core.lrp.methods as methods
+
+    model = models[family][1]
+    kept = explain(model, input_ids=_ids(12))
+    monkeypatch.setattr(methods, "RECOMPUTE_ABOVE_BYTES", -1)  # every mixer (SSM and attention) recomputed
+    assert methods.recompute_mixers(adapter_for(model), adapter_for(model).embed(_ids(12)))
+    again = explain(model, input_ids=_ids(12))
+    torch.testing.assert_close(again.sequence_relevance, kept.sequence_relevance, rtol=1e-12, atol=1e-12)
