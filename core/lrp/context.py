@@ -96,10 +96,20 @@ def _hidden_states(args, kwargs):
     return None, args, kwargs
 
 
+def _input_key(kwargs) -> str:
+    return next(k for k in ("hidden_states", "x", "layer_input") if k in kwargs)
+
+
 def _block_call(module, *args, block, ctx, recompute=False, progress=None, index=0, **kwargs):
     """A registered block's forward with the rules (:mod:`core.lrp.blocks`), traced and reported when asked."""
     hidden, rest, rest_kwargs = _hidden_states(args, kwargs)
     forward = functools.partial(block.forward, ctx)
+    if ctx.trace is not None and block.kind != "norm" and isinstance(hidden, torch.Tensor):
+        # the block's own alias of its input: blocks that read one tensor (Granite's experts and shared MLP) then each
+        # see only the gradient through themselves, not the sum over every reader
+        key = None if args else _input_key(kwargs)
+        hidden = hidden.view_as(hidden)
+        args, kwargs = ((hidden, *rest), rest_kwargs) if key is None else ((), {**rest_kwargs, key: hidden})
     if block.mixer and hidden is not None:
         keep = recompute and ctx.record is None and ctx.trace is None and ctx.attention is None
         out = _run_mixer(forward, module, hidden, keep, progress, index, *rest, **rest_kwargs)

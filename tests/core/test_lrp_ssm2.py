@@ -376,3 +376,16 @@ def test_recomputing_each_mixer_in_the_backward_changes_nothing(models, family, 
     assert methods.recompute_mixers(adapter_for(model), adapter_for(model).embed(_ids(12)))
     again = explain(model, input_ids=_ids(12))
     torch.testing.assert_close(again.sequence_relevance, kept.sequence_relevance, rtol=1e-12, atol=1e-12)
+
+
+def test_blocks_that_read_one_input_each_get_their_own_share(models):
+    """Granite's experts and shared MLP read the same normed tensor: each block's input relevance is its own."""
+    flow = relevance_flow(models["granite-moe"][0], input_ids=_ids())
+    for b in flow.blocks:
+        if b["label"].startswith("Shared MLP"):  # no softmax, no bias: what comes out goes in
+            assert sum(b["in"]) == pytest.approx(sum(b["out"]), rel=1e-9, abs=1e-15)
+    moe = [b for b in flow.blocks if b["label"] == "Mixture of experts"]
+    absorbed_by_routers = sum(sum(b["out"]) - sum(b["in"]) for b in moe)
+    attention = [b for b in flow.blocks if b["kind"] == "attention"]
+    absorbed_by_attention = sum(sum(b["out"]) - sum(b["in"]) for b in attention)
+    assert absorbed_by_routers + absorbed_by_attention == pytest.approx(flow.absorbed["softmax"], rel=1e-8)
