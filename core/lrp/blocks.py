@@ -82,6 +82,11 @@ class Block:
     forward: Callable
     rule: str
     mixer: bool = False
+    short: str = ""  # a chart's row name ("Mamba-2", "attention", "experts"); the label when empty
+
+    @property
+    def name(self) -> str:
+        return self.short or self.label
 
 
 # ---- SSM mixers ---------------------------------------------------------------------------------------------------
@@ -222,30 +227,34 @@ def _tf(model: str, *classes: str) -> tuple[str, ...]:
 
 BLOCKS: dict[str, Block] = {
     "mamba": Block("Mamba mixer", "ssm", _tf("mamba", "MambaMixer"), _mamba,
-                   "MambaLRP: SiLU identity, A/B/C/dt constant, half rule on the gate", mixer=True),
+                   "MambaLRP: SiLU identity, A/B/C/dt constant, half rule on the gate", mixer=True, short="Mamba"),
     "falcon-mamba": Block("Falcon-Mamba mixer", "ssm", _tf("falcon_mamba", "FalconMambaMixer"), _mamba,
-                          "MambaLRP; the RMS norms on dt, B, C are on the constant selection path", mixer=True),
+                          "MambaLRP; the RMS norms on dt, B, C are on the constant selection path", mixer=True,
+                          short="Mamba"),
     "bimamba": Block("Bidirectional Mamba mixer", "ssm", ("core.lrp.models.BiMambaMixer",), _bimamba,
-                     "MambaLRP on both scan directions", mixer=True),
+                     "MambaLRP on both scan directions", mixer=True, short="BiMamba"),
     "mamba2": Block("Mamba-2 mixer (SSD)", "ssm",
                     _tf("mamba2", "Mamba2Mixer") + _tf("bamba", "BambaMixer")
                     + _tf("granitemoehybrid", "GraniteMoeHybridMambaLayer") + _tf("nemotron_h", "NemotronHMamba2Mixer")
                     + _tf("zamba2", "Zamba2MambaMixer") + _tf("falcon_h1", "FalconH1Mixer"), _mamba2,
                     "MambaLRP: conv linear, SiLU identity, SSD with A/B/C/dt constant, gated norm = half rule + "
-                    "LN-rule", mixer=True),
+                    "LN-rule", mixer=True, short="Mamba-2"),
     "attention": Block("Attention", "attention",
                        _tf("bamba", "BambaAttention") + _tf("granitemoehybrid", "GraniteMoeHybridAttention")
                        + _tf("falcon_h1", "FalconH1Attention") + _tf("nemotron_h", "NemotronHAttention"), _attention,
-                       "AttnLRP: uniform rule on q.k and softmax x v, softmax as published", mixer=True),
+                       "AttnLRP: uniform rule on q.k and softmax x v, softmax as published", mixer=True,
+                       short="attention"),
     "gated-mlp": Block("Gated MLP", "mlp", _tf("bamba", "BambaMLP"), _gated_mlp,
-                       "AttnLRP: identity rule on the activation, uniform rule on the product"),
+                       "AttnLRP: identity rule on the activation, uniform rule on the product", short="MLP"),
     "falcon-h1-mlp": Block("Gated MLP (Falcon-H1)", "mlp", _tf("falcon_h1", "FalconH1MLP"), _falcon_h1_mlp,
-                           "AttnLRP: identity rule on the activation, uniform rule on the product"),
+                           "AttnLRP: identity rule on the activation, uniform rule on the product", short="MLP"),
     "granite-mlp": Block("Shared MLP (Granite 4.0-H)", "mlp", _tf("granitemoehybrid", "GraniteMoeHybridMLP"),
-                         _granite_mlp, "AttnLRP: identity rule on the activation, uniform rule on the product"),
-    "mlp": Block("MLP", "mlp", _tf("nemotron_h", "NemotronHMLP"), _plain_mlp, "AttnLRP: identity rule on the activation"),
+                         _granite_mlp, "AttnLRP: identity rule on the activation, uniform rule on the product",
+                         short="shared MLP"),
+    "mlp": Block("MLP", "mlp", _tf("nemotron_h", "NemotronHMLP"), _plain_mlp, "AttnLRP: identity rule on the activation",
+                 short="MLP"),
     "moe": Block("Mixture of experts", "mlp", _tf("granitemoehybrid", "GraniteMoeHybridMoE"), _granite_moe,
-                 "AttnLRP: experts as gated MLPs, uniform rule on router weight x expert output"),
+                 "AttnLRP: experts as gated MLPs, uniform rule on router weight x expert output", short="experts"),
     "rms-norm": Block("RMSNorm", "norm",
                       _tf("mamba", "MambaRMSNorm") + _tf("mamba2", "Mamba2RMSNorm")
                       + _tf("falcon_mamba", "FalconMambaRMSNorm") + _tf("bamba", "BambaRMSNorm")

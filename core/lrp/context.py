@@ -116,7 +116,8 @@ def _block_call(module, *args, block, ctx, recompute=False, progress=None, index
     else:
         out = forward(module, *args, **kwargs)
     if ctx.trace is not None and block.kind != "norm":
-        ctx.trace.add(ctx.layer, block.kind, block.label, ctx.name, hidden, out[0] if isinstance(out, tuple) else out)
+        ctx.trace.add(ctx.layer, block.kind, block.label, ctx.name, hidden, out[0] if isinstance(out, tuple) else out,
+                      block.name)
     return out
 
 

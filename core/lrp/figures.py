@@ -252,7 +252,7 @@ def flow_kind_rows(result: dict) -> dict[str, list[float]]:
 
 
 def flow_figure(result: dict) -> go.Figure:
-    """Top: blocks (in depth order, named by layer and kind) x tokens, the relevance each block hands back to each
+    """Top: blocks (in depth order, named by layer and block) x tokens, the relevance each block hands back to each
     token (its input relevance), scaled by the largest |value|. Bottom: per token, that relevance summed over the
     blocks of each kind (SSM layers, attention layers, MLPs): how each token's relevance reached it."""
     from core.lrp.blocks import KINDS
@@ -261,13 +261,13 @@ def flow_figure(result: dict) -> go.Figure:
     x = [f"{i}:{_visible(t)}" for i, t in enumerate(result["tokens"])]
     z = np.asarray([b["in"] for b in blocks], dtype=float)
     s = _scale(z) if z.size else 1.0
-    y = [f"L{b['layer']} {KINDS[b['kind']][0].split()[0]}" for b in blocks]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.62, 0.38], vertical_spacing=0.16,
+    y = [f"L{b['layer']} {b.get('short') or b['label']}" for b in blocks]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.6, 0.4], vertical_spacing=0.1, shared_xaxes=True,
                         subplot_titles=["relevance each layer hands back to each token (its input relevance)",
-                                        "summed over the layers of each kind"])
+                                        "the same, summed over the layers of each kind"])
     fig.add_trace(go.Heatmap(z=(z / s).tolist(), x=x, y=y, customdata=z.tolist(), colorscale=DIVERGING, zmin=-1,
                              zmax=1, zmid=0, colorbar={"title": {"text": "relevance /<br>max |relevance|"},
-                                                       "len": 0.6, "y": 0.72},
+                                                       "len": 0.55, "y": 0.74},
                              hovertemplate="%{y}<br>token %{x}<br>relevance %{customdata:.4g}<extra></extra>"),
                   row=1, col=1)
     for kind, values in flow_kind_rows(result).items():
@@ -275,11 +275,11 @@ def flow_figure(result: dict) -> go.Figure:
         fig.add_trace(go.Bar(x=x, y=values, name=label, marker_color=colour_,
                              hovertemplate=f"{label}<br>token %{{x}}<br>relevance %{{y:.4g}}<extra></extra>"),
                       row=2, col=1)
-    fig.update_layout(barmode="group", legend={"orientation": "h", "y": -0.28})
+    style(fig, f"Where the relevance for {result['target_name']!r} passes ({result['model']}, {result['family']})",
+          height=max(620, 400 + 24 * len(blocks)))
+    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": -0.4,
+                                               "yanchor": "top"}, margin={"b": 150})
     fig.update_yaxes(autorange="reversed", title_text="layer (depth order)", row=1, col=1)
     fig.update_yaxes(title_text="relevance (logit units)", row=2, col=1)
-    fig.update_xaxes(tickangle=-45)
-    fig.update_xaxes(title_text="token (position:text)", row=2, col=1)
-    style(fig, f"Where the relevance for {result['target_name']!r} passes ({result['model']}, {result['family']})",
-          height=max(560, 330 + 26 * len(blocks)))
+    fig.update_xaxes(tickangle=-45, title_text="token (position:text)", row=2, col=1)
     return fig

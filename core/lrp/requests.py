@@ -52,7 +52,7 @@ TEXT_EXAMPLES = {
 }
 FLOW_EXAMPLES = {"hybrid-sentiment": ["It is not a bad film, but the ending is a complete mess.",
                                       "A gorgeous, witty and seductive movie."]}
-FLOW_VERSION = 2  # of a layer-flow result's key (2: each block its own input alias)
+FLOW_VERSION = 3  # of a layer-flow result's key (2: each block its own input alias; 3: its short name)
 IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
 EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
 MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)

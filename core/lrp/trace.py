@@ -65,7 +65,7 @@ def _dot(a: torch.Tensor, g: torch.Tensor | None) -> float:
 class TracedBlock:
     """One block's pass: ``layer`` (decoder layer index, or the block's order when unknown), ``kind`` (``ssm``,
     ``attention``, ``mlp``), ``label`` (the registry entry's), ``name`` (the module's path in the model), its
-    input and output (batch-first ``(B, L, H)`` tensors in the graph)."""
+    input and output (batch-first ``(B, L, H)`` tensors in the graph), ``short`` (a chart's row name)."""
 
     layer: int
     kind: str
@@ -73,6 +73,7 @@ class TracedBlock:
     name: str
     input: torch.Tensor
     output: torch.Tensor
+    short: str = ""
 
 
 @dataclass
@@ -82,22 +83,22 @@ class Trace:
     blocks: list = field(default_factory=list)
     ledger: Ledger = field(default_factory=Ledger)
 
-    def add(self, layer: int, kind: str, label: str, name: str, inp, out) -> None:
+    def add(self, layer: int, kind: str, label: str, name: str, inp, out, short: str = "") -> None:
         if isinstance(inp, torch.Tensor) and isinstance(out, torch.Tensor):
-            self.blocks.append(TracedBlock(layer, kind, label, name, inp, out))
+            self.blocks.append(TracedBlock(layer, kind, label, name, inp, out, short or label))
 
     def tensors(self) -> list[torch.Tensor]:
         """The tensors whose gradients :meth:`read` needs, in its order."""
         return [t for b in self.blocks for t in (b.input, b.output)] + self.ledger.tensors()
 
     def read(self, grads: list) -> tuple[list[dict], dict[str, float]]:
-        """Per block ``{"layer", "kind", "label", "name", "in": (L,), "out": (L,)}`` (relevance per position at its
+        """Per block ``{"layer", "kind", "label", "short", "name", "in": (L,), "out": (L,)}`` (relevance per position at its
         input and output, batch element 0) and what the ledger absorbed."""
         grads = list(grads)
         rows = []
         for i, b in enumerate(self.blocks):
             g_in, g_out = grads[2 * i], grads[2 * i + 1]
-            rows.append({"layer": b.layer, "kind": b.kind, "label": b.label, "name": b.name,
+            rows.append({"layer": b.layer, "kind": b.kind, "label": b.label, "short": b.short, "name": b.name,
                          "in": _per_position(b.input, g_in), "out": _per_position(b.output, g_out)})
         return rows, self.ledger.absorbed(grads[2 * len(self.blocks):])
 
