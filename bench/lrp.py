@@ -155,17 +155,18 @@ _SSM2_CHILD = r"""
 import json, sys
 sys.path.insert(0, {root!r})
 from bench.lrp import ssm2_cost
-print(json.dumps(ssm2_cost({name!r}, {layers}, {length}, {repeats}, {threads}, {device!r}, {vocab})))
+print(json.dumps(ssm2_cost({name!r}, {layers}, {length}, {repeats}, {threads}, {device!r}, {vocab}, {keep})))
 """
 
 
 def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: int = 2, device: str = "cpu",
-              vocab: int | None = None) -> dict:
+              vocab: int | None = None, keep: bool = False) -> dict:
     """One Mamba-2 / hybrid case in this process: a random-weight model of ``name``'s published config
     (``tests.core.ssm2_models.REAL``) cut to ``layers`` layers, ``length`` random token ids; the peak memory of the
     first ``explain(method="mambalrp")`` (RSS on the CPU, ``max_memory_allocated`` on CUDA), then ``repeats`` rounds
     of one no-grad forward (transformers' own forward, last-position logits) and one ``explain``, alternating;
-    medians and the ratio."""
+    medians and the ratio. ``keep``: keep every mixer's activations for the backward instead of recomputing them
+    (``explain`` recomputes them when they would take over 64 MB: one more forward's time for far less memory)."""
     import resource
     import statistics
 
@@ -178,6 +179,10 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
 
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
+    if keep:
+        import core.lrp.methods
+
+        core.lrp.methods.RECOMPUTE_ABOVE_BYTES = float("inf")
     model = build(real(name, layers, vocab), dtype=torch.float32).to(device)
     cfg = model.config
     ids = torch.randint(3, cfg.vocab_size, (1, length), generator=torch.Generator().manual_seed(0)).to(device)
@@ -213,6 +218,7 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
         t0 = time.perf_counter(); explain(model, ids, method="mambalrp"); sync()  # noqa: E702
         t_lrp.append(time.perf_counter() - t0)
     out = {"config": {"name": name, "layers": layers, "tokens": length, "device": device, "dtype": "float32",
+                      "mixers_recomputed": not keep,
                       "parameters": sum(p.numel() for p in model.parameters()),
                       "layer_kinds": sorted(set(getattr(cfg, "layers_block_type", None) or ["mamba"]))},
            "first_explain_s": round(first, 2), **peak, "absorbed": e.absorbed, "logit": e.logit}
@@ -271,10 +277,10 @@ def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout
 
 
 def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
-              vocab: int | None = None) -> dict:
+              vocab: int | None = None, keep: bool = False) -> dict:
     """:func:`ssm2_cost` in a fresh interpreter (so each case's peak memory is its own)."""
     return _child(_SSM2_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, repeats=repeats,
-                                     threads=threads, device=device, vocab=vocab), timeout)
+                                     threads=threads, device=device, vocab=vocab, keep=keep), timeout)
 
 
 REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024),  # published Mamba sizes: layers, d_model (d_state 16)
@@ -430,6 +436,8 @@ def main() -> None:
                     help="name:layers:tokens of the Mamba-2 / hybrid configs (tests/core/ssm2_models.REAL)")
     ap.add_argument("--ssm2-vocab", type=int, default=None, help="override the configs' vocabulary (smoke runs)")
     ap.add_argument("--device", default="cpu", help="ssm2_size: cpu or cuda (a GPU row)")
+    ap.add_argument("--ssm2-keep", action="store_true",
+                    help="ssm2_size: also each case with every mixer's activations kept (no recomputation)")
     ap.add_argument("--conservation-cases",
                     default="mamba2-130m:2,falcon-mamba-7b:1,granite-4.0-h-tiny:2,falcon-h1-0.5b:1,bamba-9b:2",
                     help="name:layers at real width (tests/core/ssm2_models.REAL), float64")
@@ -501,10 +509,11 @@ def main() -> None:
         ssm2 = {}
         for case in [c for c in args.ssm2_cases.split(",") if c]:
             name, layers, length = case.split(":")
-            key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}"
-            ssm2[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads, args.real_timeout,
-                                  args.device, args.ssm2_vocab)
-            print(f"... {key}: {json.dumps(ssm2[key])}", file=sys.stderr, flush=True)
+            for keep in ((False, True) if args.ssm2_keep else (False,)):
+                key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}" + ("_kept" if keep else "")
+                ssm2[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads,
+                                      args.real_timeout, args.device, args.ssm2_vocab, keep)
+                print(f"... {key}: {json.dumps(ssm2[key])}", file=sys.stderr, flush=True)
         report["ssm2_size"] = {"targets": {"mambalrp_over_forward": 2.0},
                                "forward": "no-grad, transformers' own forward, last-position logits", **ssm2}
 

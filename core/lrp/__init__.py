@@ -7,6 +7,9 @@ Public API (tabs, the CLI and notebooks use only this)::
     METHODS, Method            the one registry of methods: name -> Method(label, fn, description, conservative,
                                colour, options, fast_options); every view lists methods from it
     LRPRules                   which rules are on (ablation), LRPRules.from_toggles(...); lrp_rules(model, rules)
+    relevance_flow(model, input_ids=None, target=None, rules=None) -> Flow(.relevance, .blocks, .absorbed, .residual)
+                               one explanation traced block by block (SSM, attention, MLP), with what biases and
+                               softmaxes absorb (core.lrp.blocks.BLOCKS: the one registry of block rules)
     MambaSequenceClassifier, SequenceClassifier (any other backbone: Mamba-2, the hybrids), VisionMamba,
     VisionMambaConfig
 
@@ -26,6 +29,7 @@ The choices and defaults the tab and the CLI offer (:mod:`core.lrp.requests`, :m
 """
 from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.context import lrp_rules
+from core.lrp.flow import Flow, relevance_flow
 from core.lrp.methods import METHODS, Method, explain
 from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionMamba, VisionMambaConfig
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, FLOW_MODELS,
@@ -41,7 +45,7 @@ from core.lrp.views import MEASURED_COST, cost_note
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402  (after the service it shows)
 
 __all__ = [
-    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "MambaSequenceClassifier", "SequenceClassifier",
+    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "relevance_flow", "Flow", "MambaSequenceClassifier", "SequenceClassifier",
     "VisionMamba",
     "VisionMambaConfig",
     "text_result", "image_result", "flow_result", "evaluation_result", "long_range_result", "key_token_result", "analysis_result",
