@@ -279,7 +279,8 @@ def flow_figure(result: dict) -> go.Figure:
           height=max(620, 400 + 24 * len(blocks)))
     fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": -0.4,
                                                "yanchor": "top"}, margin={"b": 150})
-    fig.update_yaxes(autorange="reversed", title_text="layer (depth order)", row=1, col=1)
+    fig.update_yaxes(autorange="reversed", title_text="layer", tickmode="array", tickvals=y, ticktext=y,
+                     tickfont={"size": 11 if len(blocks) > 6 else 13}, row=1, col=1)  # every row named
     fig.update_yaxes(title_text="relevance (logit units)", row=2, col=1)
     fig.update_xaxes(tickangle=-45, title_text="token (position:text)", row=2, col=1)
     return fig
