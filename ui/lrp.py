@@ -6,7 +6,7 @@ import gradio as gr
 
 import core.lrp as lrp
 from core.zoo import hub_choices
-from ui import batch
+from ui import batch, layers
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
@@ -16,18 +16,10 @@ TITLE = "MambaLRP"
 TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
-         "× input of the rewired network) add up to the explained logit. Red tokens or patches speak **for** the "
-         "explained output, blue **against**. Compare MambaLRP with gradient × input, SmoothGrad, Integrated "
-         "Gradients, attention rollout and MambaAttr; check conservation and faithfulness below. Models: the embedded "
-         "**mamba-sentiment**, **mamba-lm** and **vision-mamba-mnist** (trained here, see their cards), "
-         "**mamba2-sentiment** (Mamba-2) and **hybrid-sentiment** (Mamba-2 + attention, as Granite 4.0-H; AttnLRP's "
-         "rules for its attention and experts), or a local folder of Mamba, Mamba-2, Falcon-Mamba, Bamba, Granite "
-         "4.0-H, Nemotron-H or Falcon-H1.")
-FLOW_NOTE = ("A hybrid mixes Mamba-2 layers with attention layers. Each layer hands relevance back to the tokens it "
-             "reads (its **input relevance**): the top chart shows it per layer and token, the bars sum it over the "
-             "layers of each kind, so you see which tokens' evidence travels through the **attention** layers and "
-             "which through the **SSM** layers. Biases and the softmax (AttnLRP's rule) absorb a little; the status "
-             "says how much.")
+         "× input of the rewired network) add up to the explained logit. Red speaks **for** the explained output, "
+         "blue **against**. Compare it with gradient × input, SmoothGrad, Integrated Gradients, attention rollout and "
+         "MambaAttr; check conservation and faithfulness below. Models: the embedded mamba-sentiment, mamba-lm, "
+         "vision-mamba-mnist, mamba2-sentiment and hybrid-sentiment (Mamba-2 + attention: AttnLRP there) or a folder.")
 EVAL_NOTE = ("Flip the most relevant units first (**MoRF**, solid: the logit should drop fast) or the least relevant "
              "first (**LeRF**, dashed: it should stay high), replacing their embeddings with zeros. **ΔA^F = A_LeRF − "
              "A_MoRF**: higher is more faithful. Conservation: on the dashed identity line the relevances add up to "
@@ -71,36 +63,6 @@ def explain_image(model, image, sample, methods, target, silu, ssm, gate, norm, 
     res = lrp.image_result(model, image, sample, methods, target, _rules(silu, ssm, gate, norm, gamma, gamma_layers),
                            job(request, progress))
     return res.status, res.figures["patches"], frame(res.views["summary"]), _targets(res), downloads_update(res)
-
-
-@user_errors
-def explain_flow(model, text, target, request: gr.Request = None, progress=gr.Progress()):
-    """Where one text's relevance passes: per layer and token, and summed by layer kind."""
-    res = lrp.flow_result(model, text, target, job(request, progress))
-    return res.status, res.figures["layer-flow"], frame(res.tables["blocks"]), downloads_update(res)
-
-
-def build_flow() -> list:
-    ex = lrp.example_result("flow")
-    with gr.Accordion("Hybrid: how the relevance passes through attention vs SSM layers", open=True):
-        gr.Markdown(FLOW_NOTE, elem_classes="lw-explain")
-        with gr.Row():
-            model = gr.Dropdown(list(lrp.FLOW_MODELS), value=ex.data["model"] if ex else lrp.FLOW_MODELS[0],
-                                allow_custom_value=True, label="Model (a hybrid shows both kinds)",
-                                elem_id="lrp-flow-model", scale=1)
-            text = gr.Textbox(ex.data["text"] if ex else next(iter(lrp.FLOW_EXAMPLES.values()))[0], lines=1,
-                              label="Text", elem_id="lrp-flow-text", scale=3)
-            target = _target_box(None, "Explain which class / next token", "lrp-flow-target")
-            btn = gr.Button("Trace the layers", variant="primary", elem_id="lrp-flow-btn")
-        status = gr.Markdown(ex.status if ex else "Press Trace.", elem_id="lrp-flow-status")
-        plot = gr.Plot(figure_or(ex, "layer-flow", "Press Trace the layers."), label="Relevance by layer",
-                       elem_id="lrp-flow-plot")
-        table = gr.Dataframe(frame(ex.tables["blocks"]) if ex else None, interactive=False,
-                             label="Per layer: relevance out, in, and its share of what all layers hand back",
-                             elem_id="lrp-flow-table")
-        files = downloads_box(ex, "Downloads: per layer and token (JSON, CSV) and the figure (HTML)",
-                              "lrp-flow-downloads")
-    return [btn.click(explain_flow, [model, text, target], [status, plot, table, files], api_name="lrp_flow")]
 
 
 def eval_outputs(res):
@@ -180,12 +142,7 @@ def build_evaluation() -> list:
                 gr.Dataframe(frame(key_token.views["hits"]), interactive=False, elem_id="lrp-key-token",
                              label="Key-token hit rate over seeds (mean, ± std, min, max)", scale=3)
                 gr.Markdown(key_token.views["last-token"], elem_id="lrp-key-token-last")
-        for family in ("mamba2", "hybrid"):  # the same ground truth on a Mamba-2 and a hybrid classifier
-            other = lrp.committed_result(f"key-token-{family}")
-            if other:
-                gr.Markdown(other.status)
-                gr.Dataframe(frame(other.views["hits"]), interactive=False, elem_id=f"lrp-key-token-{family}",
-                             label=f"Key-token hit rate, {family} classifier, over seeds")
+        layers.key_token_variants()
     outputs = [status, cons_plot, faith_plot, table, files]
     show = model.change(show_committed, model, outputs, api_name="lrp_eval_show")
     return [btn.click(evaluate, [model, n, steps, methods], outputs, api_name="lrp_evaluate"), show]
@@ -237,7 +194,6 @@ def build(ctx: AppContext) -> None:
                               [image_status, image_plot, image_table, image_target, image_files],
                               api_name="lrp_explain_image")]
     targets_btn.click(text_targets, [text_model, text], text_target, api_name="lrp_targets")
-    events += build_flow()
-    events += build_evaluation()
+    events += layers.build(_target_box) + build_evaluation()
     stop_btn.click(stop, None, text_status, cancels=events, api_name="lrp_stop")
     batch.build()

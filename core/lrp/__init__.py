@@ -23,9 +23,10 @@ The service (each action returns a ``core.results.Result``; :mod:`core.lrp.servi
 
 The choices and defaults the tab and the CLI offer (:mod:`core.lrp.requests`, :mod:`core.lrp.views`)::
 
-    TEXT_MODELS, IMAGE_MODELS, EVAL_MODELS, FLOW_MODELS, FLOW_EXAMPLES, DEFAULT_METHODS, TEXT_EXAMPLES, TOP, RULE_SWITCHES, TOGGLES, GAMMA_LAYERS,
-    MAX_GAMMA, MAX_TOKENS, MAX_TEXT_CHARS, EVAL_N, EVAL_STEPS, MAX_EVAL_SAMPLES, MAX_FLIP_STEPS, method_choices,
-    MEASURED_COST, cost_note, EXAMPLE_VIEWS (the views a speaker shows: core.examples)
+    TEXT_MODELS, IMAGE_MODELS, EVAL_MODELS, FLOW_MODELS, FLOW_EXAMPLES, DEFAULT_METHODS, TEXT_EXAMPLES, TOP,
+    RULE_SWITCHES, TOGGLES, GAMMA_LAYERS, MAX_GAMMA, MAX_TOKENS, MAX_TEXT_CHARS, EVAL_N, EVAL_STEPS,
+    MAX_EVAL_SAMPLES, MAX_FLIP_STEPS, method_choices, recipe_names, EVALUATION_ITEMS, MEASURED_COST, cost_note,
+    EXAMPLE_VIEWS (the views a speaker shows: core.examples)
 """
 from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.context import lrp_rules
@@ -35,8 +36,9 @@ from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionM
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, FLOW_MODELS,
                                IMAGE_MODELS, MAX_EVAL_SAMPLES,
                                MAX_FLIP_STEPS, MAX_TEXT_CHARS, MAX_TOKENS, RULE_SWITCHES, TEXT_EXAMPLES, TEXT_MODELS,
-                               TOGGLES, TOP, method_choices)
+                               TOGGLES, TOP, method_choices, recipe_names)
 from core.lrp.rules import GAMMA_LAYERS, MAX_GAMMA, LRPRules
+from core.lrp.committed import EVALUATION_ITEMS
 from core.lrp.service import (analysis_result, bias_audit_result, committed_result, default_requests,
                               evaluation_result, example_result, flow_result, image_result, key_token_result,
                               long_range_result, precompute_bias, precompute_evaluation, precompute_examples,
@@ -45,15 +47,13 @@ from core.lrp.views import MEASURED_COST, cost_note
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402  (after the service it shows)
 
 __all__ = [
-    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "relevance_flow", "Flow", "MambaSequenceClassifier", "SequenceClassifier",
-    "VisionMamba",
-    "VisionMambaConfig",
-    "text_result", "image_result", "flow_result", "evaluation_result", "long_range_result", "key_token_result", "analysis_result",
-    "committed_result", "example_result", "target_choices", "train_result", "precompute_examples",
-    "precompute_evaluation", "default_requests", "bias_audit_result", "precompute_bias",
-    "BATCH_TOP_K", "BATCH_MAX_TOP_K",
-    "TEXT_MODELS", "IMAGE_MODELS", "EVAL_MODELS", "FLOW_MODELS", "FLOW_EXAMPLES", "DEFAULT_METHODS", "TEXT_EXAMPLES",
-    "TOP", "RULE_SWITCHES", "TOGGLES",
-    "GAMMA_LAYERS", "MAX_GAMMA", "MAX_TOKENS", "MAX_TEXT_CHARS", "EVAL_N", "EVAL_STEPS", "MAX_EVAL_SAMPLES",
-    "MAX_FLIP_STEPS", "method_choices", "MEASURED_COST", "cost_note", "EXAMPLE_VIEWS",
+    "explain", "METHODS", "Method", "LRPRules", "lrp_rules", "relevance_flow", "Flow", "MambaSequenceClassifier",
+    "SequenceClassifier", "VisionMamba", "VisionMambaConfig", "text_result", "image_result", "flow_result",
+    "evaluation_result", "long_range_result", "key_token_result", "analysis_result", "committed_result",
+    "example_result", "target_choices", "train_result", "precompute_examples", "precompute_evaluation",
+    "default_requests", "bias_audit_result", "precompute_bias", "BATCH_TOP_K", "BATCH_MAX_TOP_K", "TEXT_MODELS",
+    "IMAGE_MODELS", "EVAL_MODELS", "FLOW_MODELS", "FLOW_EXAMPLES", "DEFAULT_METHODS", "TEXT_EXAMPLES", "TOP",
+    "RULE_SWITCHES", "TOGGLES", "GAMMA_LAYERS", "MAX_GAMMA", "MAX_TOKENS", "MAX_TEXT_CHARS", "EVAL_N", "EVAL_STEPS",
+    "MAX_EVAL_SAMPLES", "MAX_FLIP_STEPS", "method_choices", "recipe_names", "EVALUATION_ITEMS", "MEASURED_COST",
+    "cost_note", "EXAMPLE_VIEWS"
 ]

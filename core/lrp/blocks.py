@@ -118,7 +118,8 @@ def _attention(ctx, module, *args, **kwargs):
     attention implementation (set on the module's private config copy by :mod:`core.lrp.context`)."""
     if kwargs.get("past_key_values") is not None:
         from core.errors import BadInputError
-        raise BadInputError("MambaLRP explains one sequence without a cache.", fix="Call the model with use_cache=False.")
+        raise BadInputError("MambaLRP explains one sequence without a cache.",
+                            fix="Call the model with use_cache=False.")
     return type(module).forward(module, *args, **kwargs)
 
 
@@ -251,8 +252,8 @@ BLOCKS: dict[str, Block] = {
     "granite-mlp": Block("Shared MLP (Granite 4.0-H)", "mlp", _tf("granitemoehybrid", "GraniteMoeHybridMLP"),
                          _granite_mlp, "AttnLRP: identity rule on the activation, uniform rule on the product",
                          short="shared MLP"),
-    "mlp": Block("MLP", "mlp", _tf("nemotron_h", "NemotronHMLP"), _plain_mlp, "AttnLRP: identity rule on the activation",
-                 short="MLP"),
+    "mlp": Block("MLP", "mlp", _tf("nemotron_h", "NemotronHMLP"), _plain_mlp,
+                 "AttnLRP: identity rule on the activation", short="MLP"),
     "moe": Block("Mixture of experts", "mlp", _tf("granitemoehybrid", "GraniteMoeHybridMoE"), _granite_moe,
                  "AttnLRP: experts as gated MLPs, uniform rule on router weight x expert output", short="experts"),
     "rms-norm": Block("RMSNorm", "norm",

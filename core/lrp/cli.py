@@ -1,8 +1,8 @@
 """``python -m core lrp ...``: MambaLRP from the command line, on :mod:`core.lrp`'s service (the tab's functions).
 
-    python -m core lrp train {sentiment,lm,vision,sentiment-mamba2,sentiment-hybrid} [--out assets/models/NAME] [--quick]
+    python -m core lrp train {sentiment,lm,vision,sentiment-mamba2,sentiment-hybrid} [--out DIR] [--quick]
     python -m core lrp explain --model NAME --text "..." [--method mambalrp,random] [--target N] [--out F.html] [--json]
-    python -m core lrp flow [--model hybrid-sentiment] --text "..." [--target N] [--out F.html] [--json]
+    python -m core lrp explain --model hybrid-sentiment --text "..." --layers   # per layer: SSM vs attention
     python -m core lrp precompute-examples
     python -m core lrp faithfulness --model NAME [--split test] [-n 100] [--methods a,b] [--steps 10] [--out DIR]
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
@@ -35,9 +35,7 @@ def _threads(n: int) -> None:
 
 # ---- train ------------------------------------------------------------------------------------------------------
 def _train_args(p) -> None:
-    from core.lrp.recipes import RECIPES
-
-    p.add_argument("recipe", choices=list(RECIPES), help="which model to train")
+    p.add_argument("recipe", choices=lrp.recipe_names(), help="which model to train")
     p.add_argument("--out", default=None, help="output folder (default: assets/models/<model name>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run with a tiny model")
@@ -63,10 +61,16 @@ def _explain_args(p) -> None:
     p.add_argument("--target", type=int, default=None,
                    help=f"class index (classifier) or next-token id (LM); default (or {lrp.TOP}): the top prediction")
     p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap), or a folder")
+    p.add_argument("--layers", action="store_true",
+                   help="instead: where MambaLRP's relevance passes, per layer (SSM, attention, MLP) and token "
+                        "(core.lrp.flow_result; a hybrid shows both kinds)")
 
 
 def run_explain(args) -> dict:
-    """Relevances of one text (``core.lrp.text_result``, the tab's computation), every method in ``--method``."""
+    """Relevances of one text (``core.lrp.text_result``, the tab's computation), every method in ``--method``;
+    with ``--layers`` where MambaLRP's relevance passes, layer by layer (``core.lrp.flow_result``)."""
+    if args.layers:
+        return _explain_layers(args)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     res = lrp.text_result(args.model, args.text, methods, args.target)
     r = res.data
@@ -85,14 +89,7 @@ def run_explain(args) -> dict:
     return result
 
 
-def _flow_args(p) -> None:
-    p.add_argument("--model", default=lrp.FLOW_MODELS[0], help=f"a text model (default {lrp.FLOW_MODELS[0]}) or a folder")
-    p.add_argument("--text", required=True, help="the input text")
-    p.add_argument("--target", type=int, default=None, help="class index or next-token id; default the top prediction")
-    p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html, or a folder")
-
-
-def run_flow(args) -> dict:
+def _explain_layers(args) -> dict:
     """Where the MambaLRP relevance of one text passes: per layer (SSM, attention, MLP) and token, and by kind."""
     res = lrp.flow_result(args.model, args.text, args.target)
     r = res.data
@@ -164,9 +161,7 @@ def _key_token_args(p) -> None:
 
 
 def _precompute_args(p) -> None:
-    from core.lrp.committed import EVALUATION_ITEMS
-
-    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(EVALUATION_ITEMS)}")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(lrp.EVALUATION_ITEMS)}")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
@@ -290,8 +285,6 @@ def register(groups) -> None:
                    "sentiment-hybrid) and write its card",
                    _train_args)(run_train)
     groups.command("lrp", "explain", "per-token relevances of a text model's prediction", _explain_args)(run_explain)
-    groups.command("lrp", "flow", "where a text's relevance passes: per layer (SSM, attention, MLP) and token",
-                   _flow_args)(run_flow)
     groups.command("lrp", "faithfulness", "MoRF/LeRF flip curves and Delta A^F per method over a dataset split",
                    _faithfulness_args)(run_faithfulness)
     groups.command("lrp", "conservation", "sum of relevances vs the explained logit per method over a split",

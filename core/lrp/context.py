@@ -1,13 +1,12 @@
 """A context manager that rewires a Mamba model's gradient paths for the duration of one explanation.
 
-Inside :func:`lrp_rules` each block of :data:`core.lrp.blocks.BLOCKS` (mixers, attention layers, MLPs, norms) gets an
-instance-level ``forward`` that computes the same values with the MambaLRP / AttnLRP rules (an attention layer keeps
-its forward and gets a private config copy naming the rules' attention function), and the parameters stop requiring gradients (relevance
-flows to the inputs only, so autograd keeps no layer inputs for weight gradients); on exit those attributes
-are deleted and every module's ``training`` and every parameter's ``requires_grad`` flag is restored, so the
-model the user passed is exactly as before (no parameter value is touched, nothing is registered,
-``type(module).forward`` is never replaced).
-"""
+Inside :func:`lrp_rules` each block of :data:`core.lrp.blocks.BLOCKS` (mixers, attention layers, MLPs, norms) gets
+an instance-level ``forward`` that computes the same values with the MambaLRP / AttnLRP rules (an attention layer
+keeps its forward and gets a private config copy naming the rules' attention function), and the parameters stop
+requiring gradients (relevance flows to the inputs only, so autograd keeps no layer inputs for weight gradients); on
+exit those attributes are deleted and every module's ``training`` and every parameter's ``requires_grad`` flag is
+restored, so the model the user passed is exactly as before (no parameter value is touched, nothing is registered,
+``type(module).forward`` is never replaced)."""
 from __future__ import annotations
 
 import copy

@@ -1,6 +1,7 @@
 """The MambaLRP views a speaker shows (:mod:`core.examples`): the precomputed text and digit explanations, where a
-hybrid's relevance passes (SSM vs attention layers) and the committed evaluations. A text or digit view may show a subset of the methods (``method=mambalrp,integrated_gradients``)
-at once from the precomputed result; a method it does not hold is computed."""
+hybrid's relevance passes (SSM vs attention layers) and the committed evaluations. A text or digit view may show a
+subset of the methods (``method=mambalrp,integrated_gradients``) at once from the precomputed result; a method it
+does not hold is computed."""
 from __future__ import annotations
 
 from core.examples import Example, Param

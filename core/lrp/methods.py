@@ -124,7 +124,8 @@ def kept_activation_bytes(adapter: ModelAdapter, embeds: torch.Tensor) -> int:
     kept = 0
     for m in mixers(adapter.model):
         if hasattr(m, "conv1d"):  # an SSM mixer: its scan channels
-            kept += batch * length * m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) * KEPT_BYTES_PER_CHANNEL
+            branches = 2 if hasattr(m, "conv1d_b") else 1
+            kept += batch * length * m.conv1d.out_channels * branches * KEPT_BYTES_PER_CHANNEL
         else:
             heads = m.q_proj.out_features // max(1, getattr(m, "head_dim", m.q_proj.out_features))
             kept += batch * length * (4 * m.q_proj.out_features + 2 * heads * length) * 4

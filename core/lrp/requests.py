@@ -58,6 +58,13 @@ EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless as
 MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
 
 
+def recipe_names() -> list[str]:
+    """The recipes ``lrp train`` offers (:data:`core.lrp.recipes.RECIPES`, imported when asked)."""
+    from core.lrp.recipes import RECIPES
+
+    return list(RECIPES)
+
+
 def method_choices() -> list[tuple[str, str]]:
     """``(label, name)`` of every registered method, for checkboxes and the CLI help."""
     return [(m.label, name) for name, m in METHODS.items()]

@@ -41,8 +41,8 @@ class Ledger:
         return [z for z, _ in self.biases] + [t for x, s in self.softmaxes for t in (x, s)]
 
     def absorbed(self, grads: list) -> dict[str, float]:
-        """``{"bias": ..., "softmax": ...}``: what each kind absorbed, from the gradients of :meth:`tensors` (None for an
-        unused tensor counts 0)."""
+        """``{"bias": ..., "softmax": ...}``: what each kind absorbed, from the gradients of :meth:`tensors` (None
+        for an unused tensor counts 0)."""
         grads = list(grads)
         bias = sum(_dot(b.to(z.dtype), g) for (z, b), g in zip(self.biases, grads[:len(self.biases)]))
         rest = grads[len(self.biases):]
@@ -92,8 +92,8 @@ class Trace:
         return [t for b in self.blocks for t in (b.input, b.output)] + self.ledger.tensors()
 
     def read(self, grads: list) -> tuple[list[dict], dict[str, float]]:
-        """Per block ``{"layer", "kind", "label", "short", "name", "in": (L,), "out": (L,)}`` (relevance per position at its
-        input and output, batch element 0) and what the ledger absorbed."""
+        """Per block ``{"layer", "kind", "label", "short", "name", "in": (L,), "out": (L,)}`` (relevance per position
+        at its input and output, batch element 0) and what the ledger absorbed."""
         grads = list(grads)
         rows = []
         for i, b in enumerate(self.blocks):

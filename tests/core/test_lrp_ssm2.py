@@ -350,10 +350,10 @@ def test_the_layer_view_of_an_embedded_model(tmp_path):
     assert abs(res.data["residual"]) <= 1e-5 * abs(res.data["logit"])  # float32 model
     assert "no attention layers" in res.status
     out = tmp_path / "flow.json"
-    assert main(["lrp", "flow", "--model", "mamba2-sentiment", "--text", "A dull, lifeless film.", "--out",
-                 str(out)]) == 0
+    assert main(["lrp", "explain", "--layers", "--model", "mamba2-sentiment", "--text", "A dull, lifeless film.",
+                 "--out", str(out)]) == 0
     assert json.loads(out.read_text())["blocks"]
-    assert main(["lrp", "flow", "--model", "mamba2-sentiment", "--text", "  "]) == 2
+    assert main(["lrp", "explain", "--layers", "--model", "mamba2-sentiment", "--text", "  "]) == 2
 
 
 def test_the_new_views_are_registered_with_deep_links():

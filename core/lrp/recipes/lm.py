@@ -101,7 +101,8 @@ def backbone_config(recipe, vocab_size: int):
         types = ["attention" if i in attention else "mamba" for i in range(recipe.num_layers)]
         head = recipe.hidden_size // recipe.attention_heads
         return GraniteMoeHybridConfig(
-            vocab_size=vocab_size, hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers, layer_types=types,
+            vocab_size=vocab_size, hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
+            layer_types=types,
             num_attention_heads=recipe.attention_heads, num_key_value_heads=recipe.kv_heads,
             attention_multiplier=head ** -0.5, intermediate_size=recipe.expert_size,
             shared_intermediate_size=recipe.mlp_size, num_local_experts=recipe.experts,
