@@ -335,7 +335,8 @@ def test_quick_family_recipes_train_save_and_conserve(tmp_path, recipe):
     assert type(loaded.model).__name__ == "SequenceClassifier"
     flow = relevance_flow(loaded.model.double(), input_ids=loaded.tokenizer("a fine film", return_tensors="pt")[
         "input_ids"])
-    assert abs(flow.residual) <= 1e-10 * abs(flow.logit)
+    # Mamba2Model keeps its residual stream in float32 (residual_in_fp32, on by default): 1e-8 of the logit
+    assert abs(flow.residual) <= (1e-7 if recipe.endswith("mamba2") else 1e-10) * abs(flow.logit)
     kinds = {b["kind"] for b in flow.blocks}
     assert kinds == ({"ssm"} if recipe.endswith("mamba2") else {"ssm", "attention", "mlp"})
 
