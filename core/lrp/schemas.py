@@ -18,6 +18,12 @@ SCHEMAS = {
     "lrp/image": Rec({**_EXPLAINED, "kind": Opt(Str), "label": Opt(Int), "image": ListOf(ListOf(Num, 1), 1),
                       "grid": ListOf(Int, 2),
                       "methods": DictOf(Rec({**_METHOD, "relevance": ListOf(ListOf(Num, 1), 1)}), 1)}),
+    "lrp/flow": Rec(
+        {"model": Opt(Str), "note": Opt(Str), "target": Opt(Int), "target_name": Opt(Str), "family": Str,
+         "structure": Str, "tokens": ListOf(Str, 1), "logit": Num, "total": Num, "residual": Num,
+         "absorbed": Rec({"bias": Num, "softmax": Num}),
+         "blocks": ListOf(Rec({"layer": Int, "kind": Str, "label": Str, "short": Opt(Str), "name": Str,
+                               "in": ListOf(Num, 1), "out": ListOf(Num, 1)}), 1)}),
     "lrp-evaluation": Rec(
         {"model": Opt(Str), "dataset": Opt(Str), "split": Opt(Str), "baseline": Opt(Str), "accuracy": Opt(Num),
          "complete": Opt(Bool), "n_done": Opt(Int), "steps": Opt(Int), "methods": ListOf(Str, 1), "labels": _LABELS,
@@ -49,7 +55,7 @@ SCHEMAS = {
                                      "median_abs_margin_change_key_in_misses": Num,
                                      "top1_moves_more_share_of_misses": Num},
                                     optional={"median_abs_margin_change_top1_in_misses": Num}))}))},
-        optional={"hit_rate_std": DictOf(Num), "n_seeds": Opt(Int)}),
+        optional={"hit_rate_std": DictOf(Num), "n_seeds": Opt(Int), "family": Str}),
     "lrp-bias": Rec(
         {"model": Opt(Str), "method": Opt(Str), "target_name": Opt(Str), "templates": Opt(Int), "terms_n": Opt(Int),
          "texts": Opt(Int), "template_logit_min": Num, "template_logit_max": Num,

@@ -3,6 +3,7 @@
 
     text_result(model, text, methods, target=None, rules=None)     relevance of every token, per method
     image_result(model, image=None, sample=None, methods, ...)     relevance of every patch, per method
+    flow_result(model, text, target=None)                          where the relevance passes: SSM vs attention layers
     evaluation_result(model, n, steps, methods, ...)               faithfulness (Delta A^F) and conservation
     long_range_result(model, ...), key_token_result(...)           where relevance lies; ground truth
     bias_audit_result(model, method, target)                       identity terms swapped (core.lrp.bias)
@@ -25,8 +26,8 @@ import time
 from core.errors import BadInputError, Cancelled
 from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
-from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
-                               TrainRequest, whole)
+from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS, IMAGE_SAMPLES,
+                               TEXT_EXAMPLES, TrainRequest, whole)
 from core.lrp.views import ANALYSES, train_view, view
 from core.paths import ASSETS_DIR
 from core.progress import report
@@ -82,6 +83,11 @@ def image_result(model: str = IMAGE_MODELS[0], image=None, sample: int | None = 
     wins over ``sample`` (an mnist-5k test index)."""
     return analysis_result("lrp/image", progress, model=model, image=image, sample=sample, methods=methods,
                            target=target, rules=rules)
+
+
+def flow_result(model: str, text: str, target=None, progress=None) -> Result:
+    """Where the MambaLRP relevance of ``text`` passes: per layer (SSM mixer, attention, MLP) and token, and by kind."""
+    return analysis_result("lrp/flow", progress, model=model, text=text, target=target)
 
 
 def evaluation_result(model: str, n=EVAL_N, steps=EVAL_STEPS, methods=None, progress=None, **options) -> Result:
@@ -160,23 +166,24 @@ def committed_result(item: str) -> Result | None:
 
 
 def example_result(kind: str) -> Result | None:
-    """The first precomputed example of ``kind`` (``text`` or ``image``), or None."""
+    """The first precomputed example of ``kind`` (``text``, ``image`` or ``flow``), or None."""
     entries = EXAMPLES.entries(f"lrp/{kind}")
     return _stored(entries[0]) if entries else None
 
 
 def default_requests() -> list[tuple[str, dict]]:
-    """The tab's examples: ``(kind, keyword arguments of text_result / image_result)``."""
+    """The tab's examples: ``(kind, keyword arguments of text_result / image_result / flow_result)``."""
     calls = [("text", {"model": ref, "text": text, "methods": list(DEFAULT_METHODS)})
              for ref, texts in TEXT_EXAMPLES.items() for text in texts]
-    return calls + [("image", {"model": IMAGE_MODELS[0], "sample": s, "methods": list(DEFAULT_METHODS)})
-                    for s in IMAGE_SAMPLES]
+    calls += [("image", {"model": IMAGE_MODELS[0], "sample": s, "methods": list(DEFAULT_METHODS)})
+              for s in IMAGE_SAMPLES]
+    return calls + [("flow", {"model": ref, "text": text}) for ref, texts in FLOW_EXAMPLES.items() for text in texts]
 
 
 def precompute_examples(path=None, log=print):
     """Compute :func:`default_requests` afresh (:func:`core.runner.precompute`) into the example store."""
-    calls = [lambda kind=kind, kwargs=kwargs: (text_result if kind == "text" else image_result)(**kwargs)
-             for kind, kwargs in default_requests()]
+    actions = {"text": text_result, "image": image_result, "flow": flow_result}
+    calls = [lambda kind=kind, kwargs=kwargs: actions[kind](**kwargs) for kind, kwargs in default_requests()]
     return precompute(calls, path if path is not None else EXAMPLES.path, log=log)
 
 

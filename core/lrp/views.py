@@ -13,10 +13,11 @@ from typing import Any, Callable
 
 from core.lrp import bias, figures, inputs
 from core.lrp.evaluation import evaluate
-from core.lrp.explanations import explain_image, explain_text
+from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
-from core.lrp.requests import EvaluationRequest, ImageRequest, KeyTokenRequest, LongRangeRequest, TextRequest
+from core.lrp.requests import (EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest, LongRangeRequest,
+                               TextRequest)
 from core.results import Result, source_text
 from core.runner import Found
 
@@ -122,6 +123,40 @@ def _explanation_views(result: dict) -> dict:
     """The heatmap as HTML (texts), the per-method summary and the targets the result offers."""
     return {"html": figures.token_html(result) if result["kind"] == "text" else "", "summary": summary_rows(result),
             "targets": prediction_choices(result), "target": result["target"]}
+
+
+# ---- where the relevance passes (layer by layer, by kind) --------------------------------------------------------
+def flow_rows(result: dict) -> list[dict]:
+    """One row per block: layer, kind, what it is, the relevance at its output and at its input (summed over tokens),
+    the |relevance| it hands back and its share of all blocks' (the CSV file and the table)."""
+    from core.lrp.blocks import KINDS
+
+    total = sum(sum(abs(v) for v in b["in"]) for b in result["blocks"]) or 1.0
+    return [{"layer": b["layer"], "kind": KINDS[b["kind"]][0], "block": b["label"], "module": b["name"],
+             "relevance out": round(sum(b["out"]), 5), "relevance in": round(sum(b["in"]), 5),
+             "|relevance| in": round(sum(abs(v) for v in b["in"]), 5),
+             "share of |relevance|": round(sum(abs(v) for v in b["in"]) / total, 4)} for b in result["blocks"]]
+
+
+def flow_shares(result: dict) -> dict[str, float]:
+    """Per kind, its blocks' share of the |relevance| all blocks hand back to the tokens."""
+    rows = figures.flow_kind_rows({"blocks": [{**b, "in": [abs(v) for v in b["in"]]} for b in result["blocks"]]})
+    total = sum(sum(v) for v in rows.values()) or 1.0
+    return {kind: sum(v) / total for kind, v in rows.items()}
+
+
+def flow_status(result: dict, source: str = "computed") -> str:
+    from core.lrp.blocks import KINDS
+
+    shares = ", ".join(f"{KINDS[k][0]} **{100 * v:.0f}%**" for k, v in flow_shares(result).items())
+    a = result["absorbed"]
+    src = f" ({source_text(source)})" if source != "computed" else ""
+    note = f"\n\n⚠️ {result['note']}" if result.get("note") else ""
+    hybrid = "" if result["structure"] != "ssm" else " This model has no attention layers: only a hybrid splits them."
+    return (f"**{result['model']}** ({result['family']}, {result['structure']}): explaining "
+            f"**{result['target_name']!r}**, logit {result['logit']:.4f}. Of the |relevance| the layers hand back to "
+            f"the tokens: {shares}. Conservation: token relevances {result['total']:.4f} + biases {a['bias']:.2g} + "
+            f"softmaxes {a['softmax']:.2g} = logit (residual {result['residual']:.1e}).{hybrid}{src}{note}")
 
 
 # ---- faithfulness and conservation --------------------------------------------------------------------------------
@@ -255,9 +290,10 @@ def last_token_text(res: dict) -> str:
 
 
 def key_token_status(res: dict, source: str) -> str:
+    backbone = {"mamba2": " Mamba-2", "hybrid": " Mamba-2 + attention"}.get(res.get("family", "mamba"), "")
     return (f"**Ground truth** (`{res['dataset']}`): a key token planted at a random position alone decides the "
             f"label; how often each method ranks it first over {res['n_done']} sequences (chance "
-            f"{100 * res['chance']:.1f}%; the classifier is trained in the evaluation, "
+            f"{100 * res['chance']:.1f}%; the{backbone} classifier is trained in the evaluation, "
             f"{100 * res['model']['accuracy']:.1f}% accurate)."
             + (f" Mean ± std, min and max over {res['n_seeds']} seeds (a classifier and {res['n']} fresh "
                f"sequences per seed)." if "n_seeds" in res else ""))
@@ -273,6 +309,10 @@ ANALYSES: dict[str, Analysis] = {
         ImageRequest, explain_image, stem=lambda res: "lrp-image", status=explanation_status,
         tables=lambda res: {"relevance": relevance_rows(res)},
         figures=lambda res: {"patches": figures.image_figure(res)}, views=_explanation_views),
+    "lrp/flow": Analysis(
+        FlowRequest, explain_flow, stem=lambda res: "lrp-flow", status=flow_status,
+        tables=lambda res: {"blocks": flow_rows(res)}, figures=lambda res: {"layer-flow": figures.flow_figure(res)},
+        views=lambda res: {"shares": flow_shares(res)}),
     "lrp-evaluation": Analysis(
         EvaluationRequest, evaluate, stem=_evaluation_stem, status=evaluation_status,
         tables=lambda res: {"methods": evaluation_rows(res)}, figures=_evaluation_figures,
@@ -282,7 +322,9 @@ ANALYSES: dict[str, Analysis] = {
         LongRangeRequest, evaluate_long_range, stem=lambda res: f"long-range-{_model_stem(res['model'])}",
         status=long_range_status, tables=lambda res: {"methods": long_range_rows(res)}, figures=_long_range_figure),
     "lrp-key-token": Analysis(
-        KeyTokenRequest, evaluate_key_token, stem=lambda res: "key-token", status=key_token_status,
+        KeyTokenRequest, evaluate_key_token,
+        stem=lambda res: "key-token" + (f"-{res['family']}" if res.get("family", "mamba") != "mamba" else ""),
+        status=key_token_status,
         tables=lambda res: {"methods": key_token_method_rows(res)},
         figures=lambda res: {"hit-rate": figures.key_token_figure(res)},
         views=lambda res: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),

@@ -48,6 +48,7 @@ def asset_folders(root: Path | None = None) -> dict[str, Path]:
 # Nothing else is imported from a card: a card is data, and a folder may come from anywhere.
 MODEL_CLASSES = (
     "core.lrp:MambaSequenceClassifier",
+    "core.lrp:SequenceClassifier",
     "core.lrp:VisionMamba",
     "core.mixln:MixLNForCausalLM",
 )
