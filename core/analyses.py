@@ -19,6 +19,7 @@ speaker shows): :mod:`core.examples` resolves links into them, and an analysis m
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
@@ -329,6 +330,31 @@ def answer(analyses: Registry, name: str, request, *, examples: Examples = None,
     return view(entry(analyses, name), found, request, options)
 
 
+def inputs_of(a: Analysis, name: str, pairs: list[str]) -> dict:
+    """The values of ``INPUT=VALUE`` pairs (the command line's ``--set``), parsed by the analysis' :attr:`inputs`
+    over the values of its first example; one clear message for a pair without ``=``, an unknown input, a bad value,
+    or an analysis that cannot be answered from its inputs."""
+    if a.compute is None and not a.parts:
+        raise BadInputError(f"{name} is shown by its own action (it streams or writes files), not answered by name.",
+                            fix="use its paper's command (python -m core <paper> --help).")
+    by_name = {p.name: p for p in a.inputs}
+    values = dict(a.examples[0].defaults) if a.examples else {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        if not eq or not key.strip():
+            raise BadInputError(f"--set {pair!r} is not INPUT=VALUE.", fix="e.g. --set model=mathneuro-tiny")
+        if key.strip() not in by_name:
+            raise BadInputError(f"{name} has no input {key.strip()!r}.",
+                                fix=f"its inputs: {', '.join(by_name) or 'none (run it without --set)'}.")
+        values[key.strip()] = by_name[key.strip()].parse(raw)
+    try:
+        inspect.signature(a.request.parse).bind(**values)
+    except TypeError as err:
+        raise BadInputError(f"{name} needs inputs it does not declare ({err}).",
+                            fix="use its paper's command (python -m core <paper> --help).") from None
+    return values
+
+
 def linked(analyses: Registry, answer_name: Callable[..., Result]) -> tuple[Example, ...]:
     """The examples the analyses of a registry carry, as views a link opens: each shows its analysis through
     ``answer_name(name, progress=None, **values)`` (the paper's ``analysis_result``), its inputs the analysis'."""
@@ -342,4 +368,4 @@ def linked(analyses: Registry, answer_name: Callable[..., Result]) -> tuple[Exam
 
 
 __all__ = ["Analysis", "Shown", "Param", "Example", "Registry", "entry", "request_for", "find", "answer", "view",
-           "linked", "named", "together"]
+           "linked", "named", "together", "inputs_of"]

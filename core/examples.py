@@ -6,7 +6,7 @@ A *view* is a tab, one of its examples and the inputs that define it. Its link i
 
 Each paper lists its examples in ``core/<paper>/examples.py`` (``EXAMPLE_VIEWS``): a name for the link, a title for
 the picker, the figure it draws, and its inputs (:class:`Param`) with the values of the precomputed result as their
-defaults. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
+defaults; an analysis may carry examples of its own (:attr:`core.analyses.Analysis.examples`), listed after them. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
 query into a view (an unknown tab, example or input, or a bad value, becomes one line of notice and the default is
 used instead); :meth:`View.query` writes the link back; :func:`show` draws it (the precomputed values answer at
 once, without loading a model; other values are computed, with ``progress(fraction, message)``, which may stop it).
@@ -16,10 +16,10 @@ from __future__ import annotations
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
-from core.analyses import KINDS, Example, Param  # noqa: F401  (the link types, defined with Analysis)
+from core.analyses import KINDS, Example, Param, linked  # noqa: F401  (the link types, defined with Analysis)
 from core.errors import BadInputError
 from core.results import Result
 
@@ -58,30 +58,27 @@ class View:
         return "; ".join(words)
 
 
-def _lrp():
-    from core.lrp import EXAMPLE_VIEWS
-    return EXAMPLE_VIEWS
+def _package(tab: str):
+    """The paper package of a tab, imported when first asked for (it pulls in torch and transformers): listed here,
+    where it is used, never found by name."""
+    if tab == "lrp":
+        import core.lrp as package
+    elif tab == "mathneuro":
+        import core.mathneuro as package
+    elif tab == "mixln":
+        import core.mixln as package
+    else:
+        import core.neuzip as package
+    return package
 
 
-def _mathneuro():
-    from core.mathneuro import EXAMPLE_VIEWS
-    return EXAMPLE_VIEWS
+def _views(tab: str) -> tuple[Example, ...]:
+    """A tab's examples: its own views (``core/<paper>/examples.py``), then the examples its analyses carry
+    (:attr:`core.analyses.Analysis.examples`, shown through the paper's ``analysis_result``)."""
+    package = _package(tab)
+    return tuple(package.EXAMPLE_VIEWS) + linked(package.ANALYSES, package.analysis_result)
 
 
-def _mixln():
-    from core.mixln import EXAMPLE_VIEWS
-    return EXAMPLE_VIEWS
-
-
-def _neuzip():
-    from core.neuzip import EXAMPLE_VIEWS
-    return EXAMPLE_VIEWS
-
-
-# Each tab's examples, imported when first asked for (a paper package pulls in torch and transformers); listed here,
-# where they are used, and never found by name.
-_EXAMPLE_VIEWS: dict[str, Callable[[], tuple[Example, ...]]] = {"lrp": _lrp, "mathneuro": _mathneuro,
-                                                                "mixln": _mixln, "neuzip": _neuzip}
 _registry: dict[str, tuple[Example, ...]] = {}
 
 
@@ -90,7 +87,7 @@ def examples(tab: str) -> tuple[Example, ...]:
     if tab not in PAPERS:
         raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(PAPERS)}.")
     if tab not in _registry:
-        found = tuple(_EXAMPLE_VIEWS[tab]())
+        found = _views(tab)
         names = [e.name for e in found]
         if len(set(names)) != len(names):
             raise ValueError(f"core.{tab}.EXAMPLE_VIEWS repeats a name: {names}")
