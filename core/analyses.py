@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from core.errors import BadInputError, Cancelled
+from core.figures import fit
 from core.progress import report, scaled
 from core.results import Result, source_text
 from core.runner import ExampleStore, Found, digest, lookup, result_key
@@ -240,7 +241,8 @@ def view(a: Analysis, found: Found, request=None, options: Mapping | None = None
     request's own ``options()`` when it has them): status, JSON data, tables, figures, views and the files."""
     opts = {**(request.options() if callable(getattr(request, "options", None)) else {}), **(options or {})}
     shown, data = Shown(request, found.source, opts), found.data
-    return Result(a.status(data, shown), a.json(data), tables=a.tables(data, shown), figures=a.figures(data, shown),
+    figures = {name: fit(fig) for name, fig in a.figures(data, shown).items()}  # the house layout at talk size
+    return Result(a.status(data, shown), a.json(data), tables=a.tables(data, shown), figures=figures,
                   views=a.views(data, shown), source=found.source, key=found.key,
                   stem=a.stem(data, shown) if callable(a.stem) else a.stem, downloads=a.downloads,
                   main_first=a.main_first)

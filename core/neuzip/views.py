@@ -14,6 +14,7 @@ from typing import Any
 
 from core import analyses
 from core.analyses import Analysis, Shown
+from core.figures import fit
 from core.neuzip import compute
 from core.neuzip.figures import histogram_figure, table_figure, throughput_figure, tradeoff_figure
 from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
@@ -38,7 +39,7 @@ def page(parts: dict[str, dict], **options) -> Result:
     for name, data in parts.items():
         if name not in FIGURE_ONLY:
             tables.update(ANALYSES[name].tables(data, shown))
-        figures.update(ANALYSES[name].figures(data, shown))
+        figures.update({k: fit(f) for k, f in ANALYSES[name].figures(data, shown).items()})
     model = next(iter(parts.values())).get("model", "")
     return Result(f"{', '.join(parts)} of {model}", parts, tables=tables, figures=figures,
                   key="neuzip-" + digest(parts, options), stem="neuzip", main_first=False)
