@@ -19,8 +19,7 @@ from core.lrp.service import (analysis_result, bias_audit_result, committed_resu
                               evaluation_result, example_result, image_result, key_token_result, long_range_result,
                               precompute_bias, precompute_evaluation, precompute_examples, target_choices, text_result,
                               train_result)
-# the choices and defaults the tab and the CLI offer (a batch row lists the BATCH_TOP_K most relevant tokens, at most
-# BATCH_MAX_TOP_K)
+# the choices and defaults the tab and the CLI offer (and a batch row's number of most relevant tokens: default, most)
 from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, MAX_EVAL_SAMPLES,
                                MAX_FLIP_STEPS, MAX_TEXT_CHARS, MAX_TOKENS, RULE_SWITCHES, TEXT_EXAMPLES, TEXT_MODELS,
