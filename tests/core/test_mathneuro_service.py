@@ -24,7 +24,7 @@ def test_default_view_is_answered_by_the_examples_without_loading(fresh_cache):
             continue
         assert res.source == "precomputed" and time.perf_counter() - t0 < 2, analysis
         assert res.status and res.tables[analysis] and res.figures[analysis].layout.title.text
-        assert [f.rsplit(".", 1)[1] for f in res.files()] == ["json", "csv"]
+        assert [f.rsplit(".", 1)[1] for f in res.files()] == ["json", "csv", "csv", "parquet"]  # and the long table
     assert not loading._loaded
 
 
@@ -108,8 +108,8 @@ def test_at_most_two_nonmath_datasets_is_the_services_rule(call):
 
 def test_provenance_is_only_in_found_and_lookup_only_in_one_place():
     """No committed result carries a "source" or "cached" field (where a result came from is ``Found.source``, then
-    ``Result.source``), and one module asks ``core.runner.lookup`` (compute.py, for the statistics; every analysis
-    is answered through ``core.analyses.answer``)."""
+    ``Result.source``), and ``core.runner.lookup`` is asked in known places only: compute.py (the statistics) and
+    batch.py (a batch row's prompt scores); every analysis is answered through ``core.analyses.answer``."""
     from pathlib import Path
 
     from core.mathneuro.service import EXAMPLES
@@ -117,7 +117,7 @@ def test_provenance_is_only_in_found_and_lookup_only_in_one_place():
     assert EXAMPLES.entries() and all(not {"source", "cached"} & set(e["data"]) for e in EXAMPLES.entries())
     package = Path(mn.__file__).parent
     callers = sorted(p.name for p in package.glob("*.py") if "lookup(" in p.read_text())
-    assert callers == ["compute.py"]
+    assert callers == ["batch.py", "compute.py"]
 
 
 @needs_model
