@@ -168,7 +168,8 @@ def test_a_new_analysis_is_one_entry_and_reaches_the_service_the_cli_a_link_and_
     assert all(abs(r["norm"] - float(weights[r["matrix"]].detach().double().norm())) < 1e-9 for r in first.data["rows"])
     assert (first.source, again.source) == ("computed", "cache") and again.data == first.data
     assert first.status == f"{len(weights)} matrices of **mathneuro-tiny** (computed now)."
-    assert sorted(f.rsplit("/", 1)[1] for f in first.files()) == ["weight-norms.csv", "weight-norms.html",
+    assert sorted(f.rsplit("/", 1)[1] for f in first.files()) == ["weight-norms-long.csv", "weight-norms-long.parquet",
+                                                                  "weight-norms.csv", "weight-norms.html",
                                                                   "weight-norms.json"]
 
     # the CLI: listed with its inputs and its link, answered by name (the same data, from the cache)
