@@ -163,7 +163,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         from core.runner import ExampleStore, committed_stores
         rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check)}
                 for p in committed_stores()]
-        _emit(args, rows, lambda r: "\n".join(
+        emit_text(args, rows, lambda r: "\n".join(
             f"{x['store']}: {x['entries']} entries, {x['unsealed']} " + ("unsealed" if args.check else "sealed now")
             + "".join(f"\n  schema: {s}" for s in x["schema_problems"]) for x in r))
         if any(x["schema_problems"] for x in rows) or (args.check and any(x["unsealed"] for x in rows)):
