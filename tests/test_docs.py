@@ -99,7 +99,7 @@ def problems(path: Path) -> list[str]:
                 out.append(f"{where}: an anchor into a file that is not Markdown")
             elif anchor not in anchors(dest, github_slug) or (DOCS in dest.parents and
                                                                anchor not in anchors(dest, mkdocs_slug)):
-                out.append(f"{where}: no heading with that anchor (headings: "
+                out.append(f"{where}: no heading with that anchor as GitHub and mkdocs both write it (GitHub's: "
                            f"{', '.join(sorted(anchors(dest, github_slug)))})")
     return out
 
