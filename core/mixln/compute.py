@@ -23,6 +23,9 @@ ANGULAR_FIELDS = ("subject", "block_sizes", "first_layers", "raw", "scaled", "nu
 REMOVAL_FIELDS = ("subject", "baseline_loss", "baseline_perplexity", "layers", "losses", "loss_increase",
                   "perplexities", "perplexity_increase")
 GRADNORM_FIELDS = ("subject", "layers", "param", "input", "loss")
+# the analyses assembled from one lookup per run or model: entry -> the name each subject's result is stored under (in
+# a run's diagnostics.json and the results cache; core.mixln.schemas checks what is read back)
+STORED = {"removal": "mixln/removal", "model-gradnorms": "mixln/gradnorms"}
 
 
 def colour(run, i: int = 0) -> str:
@@ -111,7 +114,7 @@ def removal(req, progress=None) -> Found:
     results, sources = [], []
     for i, (ref, run) in enumerate(zip(req.refs, req.runs)):
         report(progress, 0.05, f"loading {ref}")
-        found = diagnostic("mixln/removal", REMOVAL_FIELDS, ref, run, req.params,
+        found = diagnostic(STORED["removal"], REMOVAL_FIELDS, ref, run, req.params,
                            lambda subject: analysis.removal_data(subject, req.params, progress))
         r = found.data
         if run is not None:
@@ -125,7 +128,7 @@ def removal(req, progress=None) -> Found:
 
 def model_gradnorms(req, progress=None) -> Found:
     """Per-layer gradient norms of one batch of held-out text for any causal LM at its current weights."""
-    found = diagnostic("mixln/gradnorms", GRADNORM_FIELDS, req.ref, req.run, req.params,
+    found = diagnostic(STORED["model-gradnorms"], GRADNORM_FIELDS, req.ref, req.run, req.params,
                        lambda subject: analysis.gradnorm_data(subject, req.params))
     return Found([found.data], found.source, found.key)
 
