@@ -6,21 +6,20 @@ A *view* is a tab, one of its examples and the inputs that define it. Its link i
 
 Each paper lists its examples in ``core/<paper>/examples.py`` (``EXAMPLE_VIEWS``): a name for the link, a title for
 the picker, the figure it draws, and its inputs (:class:`Param`) with the values of the precomputed result as their
-defaults. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
+defaults; an analysis may carry examples of its own (:attr:`core.analyses.Analysis.examples`), listed after them. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
 query into a view (an unknown tab, example or input, or a bad value, becomes one line of notice and the default is
 used instead); :meth:`View.query` writes the link back; :func:`show` draws it (the precomputed values answer at
 once, without loading a model; other values are computed, with ``progress(fraction, message)``, which may stop it).
 """
 from __future__ import annotations
 
-import importlib
-import math
 import re
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
+from core.analyses import KINDS, Example, Param, linked  # noqa: F401  (the link types, defined with Analysis)
 from core.errors import BadInputError
 from core.results import Result
 
@@ -30,112 +29,6 @@ RESERVED = ("tab", "example", "view", *CUT_KEYS)  # query keys that are not inpu
 LINK_MAX_CHARS = 2048  # the longest query string a link may have (the longest a view writes is under 300)
 _PART_MAX_CHARS = 512  # a longer name=value part of a long link is dropped whole
 VIEWS = ("talk", "lab", "api", "settings", "api-recorder")  # view=: the presenter view, the lab, and Gradio's own
-KINDS = ("choice", "multi", "number", "text", "flag")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One input of a view, as it appears in a link (``name=value``) and in the view's input controls.
-
-    kind: ``choice`` (one of ``choices``; with ``open``, any other value too, e.g. a model folder, except in public
-    mode, where an open value must be a model the server offers: :func:`core.zoo.hub.offered_models`), ``multi`` (a
-    comma-separated subset of ``choices``), ``number`` (within ``low``..``high``; ``whole`` for integers), ``text``
-    (any non-empty text), ``flag`` (0 / 1).
-    """
-
-    name: str
-    label: str
-    kind: str = "choice"
-    choices: tuple = ()
-    open: bool = False
-    low: float | None = None
-    high: float | None = None
-    whole: bool = False
-    none: str | None = None  # the word for "no value" of a choice (e.g. B=none: no normaliser)
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"Param {self.name}: kind must be one of {KINDS}")
-
-    def parse(self, raw) -> Any:
-        """The value of ``raw`` (a query string, or a value already parsed), or :class:`BadInputError`."""
-        text = ",".join(map(str, raw)) if isinstance(raw, (list, tuple)) else str(raw).strip()
-        if self.kind == "flag":
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise BadInputError(f"{self.name}={text} is not 0 or 1.")
-        if self.kind == "multi":
-            items = [t.strip() for t in text.split(",") if t.strip()]
-            unknown = [t for t in items if t not in map(str, self.choices)]
-            if not items or unknown:
-                what = f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among" if unknown else \
-                    "names none of"
-                raise BadInputError(f"{self.name}={text} {what} {', '.join(map(str, self.choices))}.")
-            by_text = {str(c): c for c in self.choices}
-            return [by_text[t] for t in dict.fromkeys(items)]
-        if self.kind == "number":
-            try:
-                value = float(text)
-            except ValueError:
-                raise BadInputError(f"{self.name}={text} is not a number.") from None
-            if math.isnan(value) or (self.low is not None and value < self.low) or \
-                    (self.high is not None and value > self.high) or (self.whole and not value.is_integer()):
-                span = f"{self.low:g} to {self.high:g}" if self.low is not None and self.high is not None else "range"
-                raise BadInputError(f"{self.name}={text} is outside {span}" + (" (whole numbers)" if self.whole
-                                                                                 else "") + ".")
-            return int(value) if self.whole else value
-        if not text:
-            raise BadInputError(f"{self.name} is empty.")
-        if self.kind == "text":
-            return text
-        if self.none is not None and text.lower() == self.none:
-            return None
-        for c in self.choices:
-            if text == str(c) or (isinstance(c, str) and text.lower() == c.lower()):
-                return c
-        if self.open:
-            from core.settings import is_public
-            if is_public():  # a public server takes only what it lists: no folder, whatever the link says
-                from core.zoo.hub import not_offered, offered_models
-                if text not in offered_models():
-                    raise not_offered()
-            return text
-        shown = ", ".join(self.none if c is None else str(c) for c in self.choices)
-        raise BadInputError(f"{self.name}={text} is not one of {shown}.")
-
-    def format(self, value) -> str:
-        """``value`` as it is written in a link."""
-        if self.kind == "flag":
-            return "1" if value else "0"
-        if self.kind == "multi":
-            return ",".join(map(str, value))
-        if value is None:
-            return self.none or ""
-        if self.kind == "number":
-            return f"{value:g}" if isinstance(value, float) else str(value)
-        return str(value)
-
-
-@dataclass(frozen=True)
-class Example:
-    """One view of a tab: ``show(progress=None, **values) -> Result`` draws ``figure`` of the result.
-
-    ``defaults`` are the values of the precomputed result (answered at once); ``params`` the inputs a link may set.
-    """
-
-    name: str
-    title: str
-    figure: str
-    show: Callable[..., Result]
-    params: tuple[Param, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        missing = [p.name for p in self.params if p.name not in self.defaults]
-        if missing:
-            raise ValueError(f"example {self.name}: no default for {', '.join(missing)}")
 
 
 @dataclass(frozen=True)
@@ -165,6 +58,27 @@ class View:
         return "; ".join(words)
 
 
+def _package(tab: str):
+    """The paper package of a tab, imported when first asked for (it pulls in torch and transformers): listed here,
+    where it is used, never found by name."""
+    if tab == "lrp":
+        import core.lrp as package
+    elif tab == "mathneuro":
+        import core.mathneuro as package
+    elif tab == "mixln":
+        import core.mixln as package
+    else:
+        import core.neuzip as package
+    return package
+
+
+def _views(tab: str) -> tuple[Example, ...]:
+    """A tab's examples: its own views (``core/<paper>/examples.py``), then the examples its analyses carry
+    (:attr:`core.analyses.Analysis.examples`, shown through the paper's ``analysis_result``)."""
+    package = _package(tab)
+    return tuple(package.EXAMPLE_VIEWS) + linked(package.ANALYSES, package.analysis_result)
+
+
 _registry: dict[str, tuple[Example, ...]] = {}
 
 
@@ -173,7 +87,7 @@ def examples(tab: str) -> tuple[Example, ...]:
     if tab not in PAPERS:
         raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(PAPERS)}.")
     if tab not in _registry:
-        found = tuple(importlib.import_module(f"core.{tab}").EXAMPLE_VIEWS)
+        found = _views(tab)
         names = [e.name for e in found]
         if len(set(names)) != len(names):
             raise ValueError(f"core.{tab}.EXAMPLE_VIEWS repeats a name: {names}")

@@ -382,6 +382,12 @@ def merge_eligible(n: int, mantissa_bits: int, scaled: bool) -> bool:
     return mantissa_bits == 7 and not scaled and n > 0 and n % 2 == 0
 
 
+def merge_chosen(*tensors: torch.Tensor) -> bool:
+    """Whether the fused decode + bit merge kernel runs for ``tensors`` (the dispatcher's choice, made here and not by
+    its callers: CUDA tensors and its self-check passed); where not, the caller decodes, then merges."""
+    return use_triton(*tensors, kernel="pair_rans_decode_bf16")
+
+
 def _merge_check(n: int, fields: torch.Tensor, out: torch.Tensor | None) -> None:
     if n <= 0 or n % 2:
         raise ValueError(f"the fused decode + merge writes bf16 pairs: it needs an even number of weights, got {n}")
@@ -500,6 +506,13 @@ def pair_rans_gemv_triton(states, offsets, words, slot_pair, pair_info, escapes,
 def gemv_eligible(n: int, in_features: int, mantissa_bits: int, scaled: bool) -> bool:
     """Whether a weight can take the fused decode + GEMV: lossless, no normaliser, rows of a multiple of 32."""
     return mantissa_bits == 7 and not scaled and in_features > 0 and in_features % 32 == 0 and n % in_features == 0
+
+
+def gemv_chosen(*tensors: torch.Tensor) -> bool:
+    """Whether the fused decode + GEMV kernel runs for ``tensors`` (the dispatcher's choice, made here and not by its
+    callers: CUDA tensors, its self-check passed, and opted in while it is ``auto=False``); where not, the caller
+    decodes the weight and multiplies."""
+    return use_triton(*tensors, kernel="pair_rans_gemv")
 
 
 def pair_rans_gemv(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n, chunk_size,

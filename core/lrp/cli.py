@@ -21,7 +21,7 @@ import sys
 
 import core.lrp as lrp
 from core.batch import kind as batch_kind, register as register_batch
-from core.cli import ProgressBar, emit, set_threads, table
+from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 
 
@@ -280,7 +280,7 @@ def run_precompute_evaluation(args) -> dict:
 
 
 def register(groups) -> None:
-    """Add the ``lrp`` commands to the CLI registry (``core.cli.CommandGroups``)."""
+    """Add the ``lrp`` commands to the CLI registry (``core.cli_common.CommandGroups``)."""
     groups.command("lrp", "train", "train an embedded MambaLRP model (sentiment, lm, vision, sentiment-mamba2, "
                    "sentiment-hybrid) and write its card",
                    _train_args)(run_train)

@@ -18,7 +18,7 @@ import signal
 import time
 
 import core.mixln as mixln
-from core.cli import ProgressBar, emit, set_threads, table
+from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError, LayerwiseError
 from core.zoo import add_placement_args
 

@@ -172,6 +172,15 @@ def sample_windows(ref, root=ASSETS, n: int = 16, seq_len: int | None = None) ->
     return windows[:n]
 
 
+def fingerprint_of(ref: str, run: Path | None) -> str:
+    """The fingerprint of the subject's weights (a run's model.safetensors, or the zoo's), read without loading them;
+    for a run stored without weights, the one its run.json recorded (:func:`weights_fingerprint`)."""
+    if run is not None:
+        return weights_fingerprint(run)
+    from core.zoo import fingerprint
+    return fingerprint(ref)
+
+
 def run_examples(folder: str | os.PathLike | None) -> ExampleStore | None:
     """A run's precomputed diagnostics (``<run>/diagnostics.json``) as an example store; None for no folder or no file.
     Files written before the store format (a dict of results by ``analysis?params``) are read too."""

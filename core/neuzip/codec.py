@@ -35,9 +35,8 @@ from core.errors import BadInputError
 from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
 from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
-from kernels.dispatch import use_triton
-from kernels.neuzip_rans import (DECODE_ROWS, decode_layout, gemv_eligible, merge_eligible, multiprocessors,
-                                 pair_rans_decode, pair_rans_decode_bf16_triton, pair_rans_gemv_triton)
+from kernels.neuzip_rans import (DECODE_ROWS, decode_layout, gemv_chosen, gemv_eligible, merge_chosen, merge_eligible,
+                                 multiprocessors, pair_rans_decode, pair_rans_decode_bf16_triton, pair_rans_gemv_triton)
 
 __all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
@@ -316,7 +315,7 @@ class CompressedTensor:
                   arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision)
         fused = merge_eligible(t.n, self.mantissa_bits, arrays.scales is not None) and (
             out is None or (out.is_contiguous() and out.data_ptr() % 4 == 0))
-        if fused and use_triton(arrays.states, arrays.fields, kernel="pair_rans_decode_bf16"):
+        if fused and merge_chosen(arrays.states, arrays.fields):
             return pair_rans_decode_bf16_triton(*stream, arrays.fields, segment=arrays.segment, errors=errors,
                                                 out=out, block=arrays.rows)
         exponent = pair_rans_decode(*stream, segment=arrays.segment, errors=errors, block=arrays.rows)
@@ -335,7 +334,7 @@ class CompressedTensor:
         if not gemv_eligible(t.n, self.shape[1], self.mantissa_bits, arrays.scales is not None):
             return None
         vec = vec.reshape(-1).float()
-        if not use_triton(arrays.states, arrays.fields, vec, kernel="pair_rans_gemv"):
+        if not gemv_chosen(arrays.states, arrays.fields, vec):
             return None
         return pair_rans_gemv_triton(arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info,
                                      arrays.escapes, arrays.escape_offsets, t.table.marker, t.n, t.chunk_size,

@@ -6,7 +6,6 @@ default. Every failure a user can fix raises :class:`core.errors.ModelLoadError`
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -250,9 +249,7 @@ def _load_project_class(folder: Path, model_class: str):
     if model_class not in registry.MODEL_CLASSES:
         raise ModelLoadError(f"card.json names model_class {model_class!r}, which is not a Layerwise class.",
                              fix=f"use 'hf' or one of: {', '.join(registry.MODEL_CLASSES)}.")
-    module_name, _, attr = model_class.partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    model = cls.from_pretrained(folder)
+    model = registry.MODEL_CLASSES[model_class]().from_pretrained(folder)
     tokenizer = None
     if (folder / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast

@@ -296,7 +296,7 @@ def test_a_lossless_weight_is_decoded_and_merged_by_one_kernel_into_the_buffer(m
     import kernels.neuzip_rans as rans
 
     asked, fused = [], []
-    monkeypatch.setattr(codec, "use_triton", lambda *t, kernel: asked.append(kernel) or True)
+    monkeypatch.setattr(codec, "merge_chosen", lambda *t: asked.append("pair_rans_decode_bf16") or True)  # the choice
     real = rans._launch
     monkeypatch.setattr(rans, "_launch", lambda *a, **k: fused.append(a[5] is not None) or real(*a, **k))
     torch.manual_seed(0)

@@ -58,9 +58,9 @@ def _synthetic(ref, progress=None):
 def synthetic_model(monkeypatch):
     """``any-model``: three synthetic weights (its fingerprint made up: nothing is read from disk)."""
     import core.zoo
-    from core.neuzip import service as S
+    from core.neuzip import compute as C
 
-    monkeypatch.setattr(S, "_weights", _synthetic)
+    monkeypatch.setattr(C, "_weights", _synthetic)
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "fp-" + ref)
 
 
@@ -101,11 +101,11 @@ def test_throughput_without_zipnn_says_how_to_add_it(synthetic_model, monkeypatc
 
 def test_precompute_only_the_throughput_keeps_the_other_parts(monkeypatch, tmp_path):
     import core.zoo
-    from core.neuzip import service as S
+    from core.neuzip import compute as C
     from core.neuzip.requests import CACHE_VERSION
     from core.runner import ExampleStore
 
-    monkeypatch.setattr(S, "_weights", _synthetic)
+    monkeypatch.setattr(C, "_weights", _synthetic)
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "fp-" + ref)
     store = tmp_path / "examples.json"
     old = [{"model": "m", "fingerprint": "fp-m", "analysis": a, "params": {"x": a, "version": CACHE_VERSION},

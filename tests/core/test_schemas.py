@@ -67,6 +67,7 @@ def cases() -> list[tuple[str, dict, object]]:
     from core.lrp.views import view as lrp_view
     from core.mathneuro import views as mathneuro_views
     from core.mathneuro.service import EXAMPLES as MATHNEURO
+    from core.mixln.compute import STORED as MIXLN_STORED
     from core.mixln.views import ANALYSES as MIXLN, request as mixln_request, view as mixln_view
     from core.neuzip import views as neuzip_views
     from core.neuzip.service import EXAMPLES as NEUZIP
@@ -78,11 +79,11 @@ def cases() -> list[tuple[str, dict, object]]:
     for e in MATHNEURO.entries():
         name = e["analysis"].removeprefix("mathneuro-")
         out.append((e["analysis"], e["data"], lambda d, n=name: mathneuro_views.view(n, Found(d, "cache", ""))))
-    stored = {a.store: k for k, a in neuzip_views.ANALYSES.items() if a.store}
+    stored = {a.stored_as: k for k, a in neuzip_views.ANALYSES.items() if a.stored_as}
     for e in NEUZIP.entries():  # the service names the model in the data it shows
         out.append((e["analysis"], e["data"], lambda d, n=stored[e["analysis"]], m=e["model"]: neuzip_views.view(
             n, Found(_named(d, m), "cache", ""))))
-    cached = {a.cached_as: k for k, a in MIXLN.items() if a.cached_as}
+    cached = {a.stored_as: k for k, a in MIXLN.items() if a.stored_as} | {v: k for k, v in MIXLN_STORED.items()}
     for path in sorted((ASSETS_DIR / "mixln").rglob("diagnostics.json"))[:4]:
         run = path.parent.relative_to(ASSETS_DIR / "mixln").as_posix()
         for e in ExampleStore(path).entries():
@@ -98,8 +99,8 @@ def cases() -> list[tuple[str, dict, object]]:
 
 
 def _named(data: dict, model: str) -> dict:
-    """``data`` naming its model, as :func:`core.neuzip.service._named` gives it to the view (in place, so a recorded
-    mapping keeps recording)."""
+    """``data`` naming its model, as :func:`core.analyses.named` gives it to the view (in place, so a recorded mapping
+    keeps recording)."""
     if "model" not in data:
         dict.__setitem__(data, "model", model)
     return data
@@ -123,13 +124,14 @@ def test_every_committed_entry_fits_its_schema_and_is_sealed():
 
 def test_every_cached_analysis_has_a_schema():
     from core.mathneuro.views import ANALYSES as MATHNEURO
+    from core.mixln.compute import STORED as MIXLN_STORED
     from core.mixln.views import ANALYSES as MIXLN
     from core.neuzip.views import ANALYSES as NEUZIP
 
     from core.lrp.views import ANALYSES as LRP
 
-    stored = set(LRP) | {f"mathneuro-{n}" for n in MATHNEURO} | {a.cached_as for a in MIXLN.values() if a.cached_as}
-    stored |= {a.store for a in NEUZIP.values() if a.store and a.cached}
+    stored = set(LRP) | {f"mathneuro-{n}" for n in MATHNEURO} | {a.stored_as for a in MIXLN.values() if a.stored_as}
+    stored |= set(MIXLN_STORED.values()) | {a.stored_as for a in NEUZIP.values() if a.stored_as and a.cached}
     missing = sorted(n for n in stored if schema_for(n) is None)
     assert not missing, missing
 
