@@ -248,14 +248,15 @@ def view(a: Analysis, found: Found, request=None, options: Mapping | None = None
                   main_first=a.main_first)
 
 
-def _check(a: Analysis, request, options) -> Callable[[Any], None]:
+def _check(a: Analysis, request, options, model: str | None = None) -> Callable[[Any], None]:
     """What :func:`core.runner.lookup` checks before it caches or serves a result: its fields are there and its view
-    is built."""
+    is built (of the result named ``model``, as it will be shown, for an analysis whose result names its model: some
+    are stored without the name, e.g. NeuZip's bit fields)."""
     def check(data) -> None:
         missing = [k for k in a.fields if k not in data]
         if missing:
             raise KeyError(f"no {', '.join(missing)}")
-        view(a, Found(data, "cache", None), request, options)
+        view(a, named(Found(data, "cache", None), model), request, options)
     return check
 
 
@@ -313,7 +314,7 @@ def find(analyses: Registry, name: str, request, *, examples: Examples = None, p
         model, fingerprint, params = request.key()
         found = lookup(fingerprint, a.stored_as, params, compute,
                        examples=_store(examples, name, request) if use_cache else None, cache=use_cache,
-                       check=check or _check(a, request, options), model=model)
+                       check=check or _check(a, request, options, model if a.named else None), model=model)
     except Cancelled as stop:
         if stop.partial is None:
             raise
