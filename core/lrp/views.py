@@ -23,7 +23,7 @@ from core.results import Result, source_text
 from core.runner import Found
 
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
-# published configs, the quiet 2-core development CPU, 2 torch threads; medians, see the README):
+# published configs, the quiet 2-core development CPU, 2 torch threads; medians, see docs/mambalrp.md):
 # (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
 MEASURED_COST = {("mamba-130m", 512): (5.59, 2.65), ("mamba-130m", 2048): (19.36, 1.93),
                  ("mamba-370m", 512): (14.81, 2.62)}
