@@ -1,6 +1,6 @@
 """``python -m core mixln ...``: train Pre/Post/Mix-LN runs and chart what their layers do.
 
-Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
+Commands: ``train``, ``reproduce``, ``prefix``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
 ``curves``, ``lr-sweep``, ``depth`` (the last four over the seeds of the committed run sets).
 Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plotly figure).
 
@@ -218,6 +218,31 @@ def run_reproduce(args) -> None:
     _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
 
 
+def _prefix_args(p):
+    p.add_argument("--root", default=None, help="folder of the runs (default assets/mixln)")
+    p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
+                   help="only these run sets (default: all)")
+    p.add_argument("--only", nargs="+", metavar="RUN", help="only these placements (e.g. pre-ln deepnorm)")
+    p.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+
+
+def run_prefix(args) -> None:
+    from core.mixln import retrain
+    set_threads(args.threads, zero_is_default=True)
+    jobs = mixln.recipe_jobs(args.sets, args.only, args.seeds)  # unknown sets / placements -> BadInputError
+    bar = ProgressBar()
+    changes = retrain.record_prefixes(args.root or mixln.RUNS_DIR, jobs, progress=bar)
+    bar.close()
+    if not changes:
+        raise BadInputError("no committed run matches the chosen sets, placements and seeds.",
+                            fix="train it first (`python -m core mixln reproduce --only NAME`), or see "
+                                "`python -m core mixln runs`.")
+    _emit(args, changes, lambda c: "\n".join(
+        f"{k}: " + ("recorded (it had none)" if v is None else f"recorded, largest relative change {v:.2e}")
+        for k, v in c.items()))
+
+
 def _emit(args, result, text) -> None:
     print(json.dumps(result, indent=1, default=str) if args.json else text(result))
 
@@ -360,6 +385,9 @@ def register(groups) -> None:
     groups.command(g, "reproduce", "retrain the committed runs in assets/mixln with the recipe (all run sets: 12 "
                    "layers x 3 seeds, 24 layers, the learning-rate sweep; or --set/--only/--seeds) and "
                    "precompute their diagnostics", _reproduce_args)(run_reproduce)
+    groups.command(g, "prefix", "train the first 50 steps of committed runs again in float64 and record them in their "
+                   "run.json (float64_prefix, what the reproducibility tests compare; all runs, or "
+                   "--set/--only/--seeds)", _prefix_args)(run_prefix)
     groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
     groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "
                    "any causal LM", _gradnorm_args)(run_gradnorms)
