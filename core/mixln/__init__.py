@@ -16,8 +16,8 @@ Public API (tabs and the CLI use only this):
 - the norm placements: :data:`PLACEMENTS` (label, colour, formula, alpha), :class:`Placement`,
   :func:`placement_choices`, :func:`placement_label`, :func:`placement_colour`
 - the committed runs: :data:`RECIPE`, :data:`RECIPE_MODEL`, :data:`RECIPE_TRAIN`, :data:`RUN_SETS`, :data:`RUNS_DIR`,
-  :func:`recipe_jobs`, :func:`recipe_command`, :func:`list_runs`, :func:`resolve_run`, :func:`compare_table`
-  (everything about them: :mod:`core.mixln.runs`)
+  :func:`recipe_jobs`, :func:`recipe_command`, :func:`list_runs`, :func:`resolve_run`, :func:`compare_table`,
+  :func:`record_prefixes` (their float64 prefixes recorded again) (everything about them: :mod:`core.mixln.runs`)
 - what the actions take (:mod:`core.mixln.requests`): :data:`DEFAULT_RUNS`, :data:`GRADIENT_KINDS`,
   :data:`CURVE_SETS`, :func:`set_choices`, :data:`METRICS`, :data:`POSITIONS`, :class:`LiveRequest` (its defaults)
 - the service (what the tab and ``python -m core mixln`` call; each returns a ``core.results.Result``):
@@ -39,6 +39,7 @@ from core.mixln.recipe import (ASSETS as RUNS_DIR, RECIPE, RECIPE_MODEL, RECIPE_
 from core.mixln.folders import list_runs, resolve_run
 from core.mixln.launch import dist_info, train_run
 from core.mixln.summary import compare_table
+from core.mixln.retrain import record_prefixes
 from core.mixln.requests import (CURVE_SETS, DEFAULT_RUNS, GRADIENT_KINDS, METRICS, POSITIONS, LiveRequest,
                                  set_choices)
 from core.mixln.views import settings_text
@@ -60,7 +61,7 @@ __all__ = [
     "PLACEMENTS", "Placement", "placement_choices", "placement_label", "placement_colour",
     # committed runs
     "RECIPE", "RECIPE_MODEL", "RECIPE_TRAIN", "RUN_SETS", "RUNS_DIR", "recipe_jobs", "recipe_command", "list_runs",
-    "resolve_run", "compare_table",
+    "resolve_run", "compare_table", "record_prefixes",
     # what the actions take
     "DEFAULT_RUNS", "GRADIENT_KINDS", "CURVE_SETS", "set_choices", "METRICS", "POSITIONS", "LiveRequest",
     # the service

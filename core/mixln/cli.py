@@ -1,6 +1,6 @@
 """``python -m core mixln ...``: train Pre/Post/Mix-LN runs and chart what their layers do.
 
-Commands: ``train``, ``reproduce``, ``prefix``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
+Commands: ``train``, ``reproduce``, ``runs``, ``gradnorms``, ``angular``, ``removal``, ``sweep``, ``compare``,
 ``curves``, ``lr-sweep``, ``depth`` (the last four over the seeds of the committed run sets).
 Each diagnostic takes ``--out FILE.json|.csv|.html`` (HTML: a self-contained plotly figure).
 
@@ -204,12 +204,17 @@ def _reproduce_args(p):
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="retrain only these seeds")
     p.add_argument("--skip-done", action="store_true", help="keep runs that already finished or diverged")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--prefix-only", action="store_true",
+                   help="retrain nothing: train the first 50 steps of the chosen committed runs again in float64 and "
+                        "record them in their run.json (float64_prefix, what the reproducibility tests compare)")
 
 
 def run_reproduce(args) -> None:
     import torch
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
+    if getattr(args, "prefix_only", False):
+        return run_prefixes(args)
     t0, bar = time.perf_counter(), ProgressBar()
     res = mixln.reproduce_result(args.out, getattr(args, "only", None), progress=bar,
                                  sets=getattr(args, "sets", None), seeds=getattr(args, "seeds", None),
@@ -218,28 +223,21 @@ def run_reproduce(args) -> None:
     _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
 
 
-def _prefix_args(p):
-    p.add_argument("--root", default=None, help="folder of the runs (default assets/mixln)")
-    p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
-                   help="only these run sets (default: all)")
-    p.add_argument("--only", nargs="+", metavar="RUN", help="only these placements (e.g. pre-ln deepnorm)")
-    p.add_argument("--seeds", nargs="+", type=int, default=None, help="only these seeds")
-    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-
-
-def run_prefix(args) -> None:
-    from core.mixln import retrain
-    set_threads(args.threads, zero_is_default=True)
+def run_prefixes(args) -> None:
+    """``reproduce --prefix-only``: re-record the float64 prefix of the chosen committed runs."""
     jobs = mixln.recipe_jobs(args.sets, args.only, args.seeds)  # unknown sets / placements -> BadInputError
+    if args.skip_done:
+        raise BadInputError("--skip-done keeps finished runs, and --prefix-only retrains none: they do not combine.",
+                            fix="drop --skip-done.")
     bar = ProgressBar()
-    changes = retrain.record_prefixes(args.root or mixln.RUNS_DIR, jobs, progress=bar)
+    changes = mixln.record_prefixes(args.out or mixln.RUNS_DIR, jobs, progress=bar)
     bar.close()
     if not changes:
         raise BadInputError("no committed run matches the chosen sets, placements and seeds.",
                             fix="train it first (`python -m core mixln reproduce --only NAME`), or see "
                                 "`python -m core mixln runs`.")
     _emit(args, changes, lambda c: "\n".join(
-        f"{k}: " + ("recorded (it had none)" if v is None else f"recorded, largest relative change {v:.2e}")
+        f"{k}: float64 prefix recorded" + ("" if v is None else f", largest relative change {v:.2e}")
         for k, v in c.items()))
 
 
@@ -385,9 +383,6 @@ def register(groups) -> None:
     groups.command(g, "reproduce", "retrain the committed runs in assets/mixln with the recipe (all run sets: 12 "
                    "layers x 3 seeds, 24 layers, the learning-rate sweep; or --set/--only/--seeds) and "
                    "precompute their diagnostics", _reproduce_args)(run_reproduce)
-    groups.command(g, "prefix", "train the first 50 steps of committed runs again in float64 and record them in their "
-                   "run.json (float64_prefix, what the reproducibility tests compare; all runs, or "
-                   "--set/--only/--seeds)", _prefix_args)(run_prefix)
     groups.command(g, "runs", "list the committed runs with their final held-out perplexity and recipe")(run_runs)
     groups.command(g, "gradnorms", "per-layer gradient norms at init and after training (committed runs), or of "
                    "any causal LM", _gradnorm_args)(run_gradnorms)
