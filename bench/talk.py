@@ -9,7 +9,9 @@ has opened the app once (a speaker's browser has the page's files). Per round an
 ``DEEP``): a fresh page at ``?tab=<tab>&example=<name>``, the milliseconds from the page being ready (the tab bar
 visible) to the linked chart drawn (its title shown) and from navigation to it; then a click on another example,
 the milliseconds to its chart. Then the presenter view of MathNeuro: each ArrowRight to the next example's chart.
-Times are taken in the page (``performance.now``) and recorded with the machine's load average.
+Times are taken in the page (``performance.now``) and recorded with the machine's load average. Before the browser,
+``examples_draw``: the server's share, each tab's precomputed examples drawn in this process (``core.examples.show``),
+per example.
 """
 from __future__ import annotations
 
@@ -79,6 +81,22 @@ def measure(url: str, reps: int) -> dict:
     return {"per_tab": per_tab, "all_tabs": every, "presenter_key_to_chart": summary(keys)}
 
 
+def draw_times(reps: int) -> dict:
+    """Milliseconds to draw each precomputed example in this process (what the app does for a click), per example."""
+    import core.examples as ex
+    times = {}
+    for tab, examples in ex.registry().items():
+        for e in examples:
+            view = ex.default_view(tab, e.name)
+            times[f"{tab}/{e.name}"] = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                ex.show(view)
+                times[f"{tab}/{e.name}"].append(1000 * (time.perf_counter() - t0))
+    return {"per_example_p50_ms": {k: round(percentile(v, 0.5)) for k, v in times.items()},
+            "all_examples": summary([x for v in times.values() for x in v])}
+
+
 def main(argv=None) -> None:
     from tests.fuzz.conftest import serving
 
@@ -87,12 +105,13 @@ def main(argv=None) -> None:
     ap.add_argument("--smoke", action="store_true", help="one round; figures meaningless (CI)")
     a = ap.parse_args(argv)
     reps = 1 if a.smoke else a.reps
+    draws = draw_times(reps)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="layerwise-talk-") as root, serving(Path(root)) as server:
         started = time.perf_counter() - t0
         figures = measure(server.url, reps)
     report = {
-        "mode": "smoke" if a.smoke else "full", "reps": reps, "app_start_s": round(started, 1), **figures,
+        "mode": "smoke" if a.smoke else "full", "reps": reps, "app_start_s": round(started, 1), "examples_draw": draws, **figures,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}",
         "timings_meaningful": not a.smoke,

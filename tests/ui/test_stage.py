@@ -42,7 +42,7 @@ def test_the_page_holds_every_precomputed_view_as_its_link_draws_it(demo):
     from ui.links import CONFIG_KEY, publish
 
     assert CONFIG_KEY not in demo.config  # the app's start does not wait for them
-    seconds = publish(demo)
+    publish(demo)
     data = demo.config[CONFIG_KEY]
     by_id = {c["id"]: c["props"].get("elem_id") for c in demo.config["components"]}
     for tab, examples in ex.registry().items():
@@ -56,7 +56,6 @@ def test_the_page_holds_every_precomputed_view_as_its_link_draws_it(demo):
             assert title == ex.show(view).figures[e.figure].layout.title.text
             linked = {k: v for k, v in parse_qsl(view.query()[1:]) if k not in ("tab", "example")}
             assert data[tab]["examples"][e.name]["inputs"] == linked
-    assert seconds < 120
 
 
 def test_the_page_script_sets_the_view_and_preloads_gradios_plotly():
