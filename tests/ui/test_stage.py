@@ -10,6 +10,7 @@ import pytest
 
 import app
 import core.examples as ex
+from tests.conftest import gradio_client
 from ui.talk import SLIDE, head, plotly_chunk
 
 
@@ -76,9 +77,7 @@ def test_talk_flag():
 
 @pytest.fixture(scope="module")
 def client(app_url):
-    from gradio_client import Client
-
-    return Client(app_url, verbose=False)
+    return gradio_client(app_url)
 
 
 def test_picking_an_example_answers_its_view(client):
