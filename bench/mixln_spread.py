@@ -16,8 +16,8 @@ Each path is a fresh process (the kernel choices are made when torch starts) at 
 - ``mkl-compat`` MKL's conditional-numerical-reproducibility baseline path (``MKL_CBWR=COMPATIBLE``)
 
 On each path it trains the run's float64 prefix (:func:`core.mixln.retrain.float64_prefix`) and its float32 prefix
-(the run as committed, first ``--steps`` steps) and reports, per run and path, the largest relative difference over
-the training losses, global gradient norms, per-layer gradient norms at step 1 and the held-out loss:
+(the run as committed, first ``--steps`` steps) and reports, per run, path and quantity (training losses, global
+gradient norms, per-layer gradient norms at step 1, held-out loss), the largest relative difference:
 
 - ``float64_spread``  float64 prefix against the native one (cross-path rounding in float64)
 - ``float32_spread``  float32 prefix against the native float32 one (cross-path rounding in float32)
@@ -93,7 +93,7 @@ def run_path(name: str, job: str, steps: int, dtypes: list[str]) -> dict:
 
 
 def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str]) -> dict:
-    from core.mixln.retrain import prefix_change
+    from core.mixln.retrain import prefix_changes
     report = {}
     for job in jobs:
         got = {}
@@ -105,10 +105,10 @@ def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str]) ->
         ref = got["native"]["prefixes"]
         row = {"capability": {name: got[name]["capability"] for name in paths}}
         for dtype in dtypes:
-            row[f"{dtype}_spread"] = {name: prefix_change(got[name]["prefixes"][dtype], ref[dtype]) for name in paths
-                                      if name != "native"}
+            row[f"{dtype}_spread"] = {name: prefix_changes(got[name]["prefixes"][dtype], ref[dtype])
+                                      for name in paths if name != "native"}
         if "float32" in dtypes and "float64" in dtypes:
-            row["float32_drift"] = {name: prefix_change(got[name]["prefixes"]["float32"], ref["float64"])
+            row["float32_drift"] = {name: prefix_changes(got[name]["prefixes"]["float32"], ref["float64"])
                                     for name in paths}
         report[job] = row
     return report
@@ -148,8 +148,8 @@ def main(argv=None) -> None:
                 "norms at step 1 and held-out loss: float64_spread / float32_spread against the native path's "
                 "prefix of the same dtype, float32_drift against the native float64 prefix",
         "steps": a.steps, "paths": {n: PATHS[n] for n in a.paths}, "runs": runs,
-        "worst": {key: max((v for r in runs.values() for v in r.get(key, {}).values()), default=None)
-                  for key in ("float64_spread", "float32_spread", "float32_drift")},
+        "worst": {key: max((v for r in runs.values() for q in r.get(key, {}).values() for v in q.values()),
+                           default=None) for key in ("float64_spread", "float32_spread", "float32_drift")},
         "machine": {"cpu": _cpu_name(), "torch": torch.__version__, "python": platform.python_version()},
         "seconds": round(time.perf_counter() - t0, 1),
         "timings_meaningful": False,

@@ -129,18 +129,18 @@ def float64_prefix(job: Job, root: str | os.PathLike = ASSETS, steps: int = CHEC
 
 
 def record_prefixes(root: str | os.PathLike = ASSETS, jobs: list[Job] | None = None,
-                    progress: Progress | None = None) -> dict[str, dict]:
+                    progress: Progress | None = None, steps: int = CHECK_STEPS) -> dict[str, float | None]:
     """Train the float64 prefix (:func:`float64_prefix`) of each committed run of ``jobs`` (default: every recipe run)
     again and store it in the run's run.json, nothing else changed. Runs not trained yet under ``root`` are left out.
     Returns per job key the largest relative change of the recorded losses, gradient norms and held-out loss
-    (None for a run that had no prefix)."""
+    (:func:`prefix_change`; None for a run that had no prefix). ``steps``: the recorded length (tests shorten it)."""
     root = Path(root)
     todo = [j for j in (jobs if jobs is not None else recipe_jobs()) if (root / j.relative_folder / "run.json").is_file()]
     changes = {}
     for i, job in enumerate(todo):
         report(progress, i / len(todo), f"note: float64 prefix {i + 1}/{len(todo)}: {job.key}")
         path = root / job.relative_folder / "run.json"
-        new = float64_prefix(job, root)
+        new = float64_prefix(job, root, steps)
         meta = json.loads(path.read_text())  # read after the training: a run.json written meanwhile is kept
         old = meta.get("float64_prefix")
         meta["float64_prefix"] = new
@@ -150,15 +150,26 @@ def record_prefixes(root: str | os.PathLike = ASSETS, jobs: list[Job] | None = N
     return changes
 
 
-PREFIX_QUANTITIES = ("loss", "grad_norm", "grad_norms_step1", "eval_loss")  # what a float64 prefix records
+PREFIX_QUANTITIES = ("loss", "grad_norm", "grad_norms_step1", "eval_loss")  # what a prefix records
+
+
+def prefix_changes(a: dict, b: dict) -> dict[str, float]:
+    """Per recorded quantity (training losses, global gradient norms, per-layer gradient norms at step 1, held-out
+    loss), the largest relative difference between two prefixes of the same run (relative to ``b``), over the steps
+    both have; the held-out loss only when both end at the same step."""
+    out = {}
+    for key in PREFIX_QUANTITIES:
+        if key == "eval_loss":
+            if a["steps"] == b["steps"]:
+                out[key] = abs(a[key] - b[key]) / abs(b[key])
+        else:
+            out[key] = max(abs(x - y) / abs(y) for x, y in zip(a[key], b[key]))
+    return out
 
 
 def prefix_change(a: dict, b: dict) -> float:
-    """The largest relative difference between two float64 prefixes (or two float32 ones) of the same run, over the
-    recorded losses, gradient norms and held-out loss (relative to ``b``)."""
-    pairs = [(x, y) for key in PREFIX_QUANTITIES
-             for x, y in zip(*((p[key] if isinstance(p[key], list) else [p[key]]) for p in (a, b)), strict=True)]
-    return max(abs(x - y) / abs(y) for x, y in pairs)
+    """The largest of :func:`prefix_changes`."""
+    return max(prefix_changes(a, b).values())
 
 
 HISTORY_EVERY_STEP = 100   # a committed history keeps every training step up to here (the prefix checks) ...
