@@ -47,7 +47,7 @@ PATHS = {
 }
 # the runs the tests train again (tests/core/test_mixln_runs.py): Pre-LN and Post-LN layers at 12 layers, DeepNorm
 # (its constants amplify rounding the most), 24 layers
-JOBS = ("main:mix-ln-0.25:0", "main:deepnorm:1", "depth-24:pre-ln:1")
+JOBS = ("main:deepnorm:1", "main:mix-ln-0.25:0", "depth-24:pre-ln:1")
 WRITTEN = REPO / "assets" / "mixln" / "prefix_spread.json"
 
 
@@ -92,7 +92,8 @@ def run_path(name: str, job: str, steps: int, dtypes: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str]) -> dict:
+def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str], done=None) -> dict:
+    """Per run: its prefixes on every path compared with the native ones; ``done(report so far)`` after each path."""
     from core.mixln.retrain import prefix_changes
     report = {}
     for job in jobs:
@@ -102,15 +103,16 @@ def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str]) ->
             got[name] = run_path(name, job, steps, dtypes)
             print(f"... {job} {name} ({got[name]['capability']}): {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
-        ref = got["native"]["prefixes"]
-        row = {"capability": {name: got[name]["capability"] for name in paths}}
-        for dtype in dtypes:
-            row[f"{dtype}_spread"] = {name: prefix_changes(got[name]["prefixes"][dtype], ref[dtype])
-                                      for name in paths if name != "native"}
-        if "float32" in dtypes and "float64" in dtypes:
-            row["float32_drift"] = {name: prefix_changes(got[name]["prefixes"]["float32"], ref["float64"])
-                                    for name in paths}
-        report[job] = row
+            ref = got["native"]["prefixes"]
+            row = {"capability": {n: got[n]["capability"] for n in got}}
+            for dtype in dtypes:
+                row[f"{dtype}_spread"] = {n: prefix_changes(got[n]["prefixes"][dtype], ref[dtype])
+                                          for n in got if n != "native"}
+            if "float32" in dtypes and "float64" in dtypes:
+                row["float32_drift"] = {n: prefix_changes(got[n]["prefixes"]["float32"], ref["float64"]) for n in got}
+            report[job] = row
+            if done is not None:
+                done(report)
     return report
 
 
@@ -121,6 +123,7 @@ def parse_args(argv=None):
     ap.add_argument("--steps", type=int, default=None, help="training steps of each prefix (default: the recorded 50)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--write", action="store_true", help=f"store the report in {WRITTEN.relative_to(REPO)}")
+    ap.add_argument("--partial", default=None, help="a file to keep the report so far in, after each path")
     ap.add_argument("--smoke", action="store_true", help="2 steps, the native and avx paths, one run (CI)")
     ap.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
@@ -140,9 +143,20 @@ def main(argv=None) -> None:
     if a.worker:
         return worker(a)
     t0 = time.perf_counter()
-    runs = measure(a.jobs, a.paths, a.steps, a.dtypes)
+
+    def keep(so_far: dict) -> None:
+        if a.partial:
+            Path(a.partial).write_text(json.dumps(make_report(a, so_far, t0), indent=1) + "\n")
+    runs = measure(a.jobs, a.paths, a.steps, a.dtypes, keep)
+    report = make_report(a, runs, t0)
+    if a.write:
+        WRITTEN.write_text(json.dumps(report, indent=1) + "\n")
+    print(json.dumps(report, indent=1))
+
+
+def make_report(a, runs: dict, t0: float) -> dict:
     import torch
-    report = {
+    return {
         "mode": "smoke" if a.smoke else "full",
         "what": "largest relative difference over a prefix's training losses, gradient norms, per-layer gradient "
                 "norms at step 1 and held-out loss: float64_spread / float32_spread against the native path's "
@@ -155,9 +169,6 @@ def main(argv=None) -> None:
         "timings_meaningful": False,
         "timing_note": "a numerical measurement: the seconds are meaningless (nice 10, one thread, shared machine)",
     }
-    if a.write:
-        WRITTEN.write_text(json.dumps(report, indent=1) + "\n")
-    print(json.dumps(report, indent=1))
 
 
 def _cpu_name() -> str:
