@@ -68,8 +68,9 @@ def serving(root: Path, *args: str, **env_extra):
         stop_process(proc)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def app_server(tmp_path_factory):
+    """One app for the fuzz and load tests of the session (an app takes a while to start on a small machine)."""
     with serving(tmp_path_factory.mktemp("app-fuzz")) as server:
         yield server
 
