@@ -1,11 +1,13 @@
 """Mix-LN prefixes across CPU paths: how far the first training steps of a committed run move when torch takes another
 kernel path, in float64 and in float32. What the reproducibility tests' tolerances derive from. Prints JSON.
 
-    python bench/mixln_spread.py [--jobs main:mix-ln-0.25:0 ...] [--steps 50] [--paths native avx2 ...]
-    python bench/mixln_spread.py --write     # also store it in assets/mixln/prefix_spread.json (the tests read it)
+    python bench/mixln_spread.py [--jobs main:deepnorm:1 main:mix-ln-0.25:0@10 ...] [--paths native avx2 ...]
+    python bench/mixln_spread.py --write     # also store it in assets/mixln/prefix_spread.json (the tests read it;
+                                             # runs measured before and not measured now are kept)
     python bench/mixln_spread.py --smoke     # 2 steps, 2 paths, one run: the script runs end to end (CI)
 
-Each path is a fresh process (the kernel choices are made when torch starts) at nice 10:
+Each path is a fresh process (the kernel choices are made when torch starts), at the niceness of this one (run it
+with ``nice -n 10`` on a shared machine):
 
 - ``native``     this CPU's kernels, 1 thread: the path that recorded the committed runs and prefixes
 - ``threads-2``  2 torch threads (other reduction splits)
@@ -45,9 +47,10 @@ PATHS = {
     "avx": {"env": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"}},
     "mkl-compat": {"env": {"MKL_CBWR": "COMPATIBLE"}},
 }
-# the runs the tests train again (tests/core/test_mixln_runs.py): Pre-LN and Post-LN layers at 12 layers, DeepNorm
-# (its constants amplify rounding the most), 24 layers
-JOBS = ("main:deepnorm:1", "main:mix-ln-0.25:0", "depth-24:pre-ln:1")
+# the runs the tests train again (tests/core/test_mixln_runs.py), each with the steps it is trained for there
+# (``@N``; default the recorded 50): DeepNorm (its constants amplify rounding the most) for the whole prefix, Pre-LN
+# and Post-LN layers at 12 layers (Mix-LN 0.25) and 24 layers for 10 steps
+JOBS = ("main:deepnorm:1", "main:mix-ln-0.25:0@10", "depth-24:pre-ln:1@10")
 WRITTEN = REPO / "assets" / "mixln" / "prefix_spread.json"
 
 
@@ -84,7 +87,7 @@ def worker(a) -> None:
 def run_path(name: str, job: str, steps: int, dtypes: list[str]) -> dict:
     spec = PATHS[name]
     env = {**os.environ, **spec.get("env", {}), "OMP_NUM_THREADS": str(spec.get("threads", 1))}
-    cmd = ["nice", "-n", "10", sys.executable, str(Path(__file__).resolve()), "--worker", job, "--steps", str(steps),
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", job, "--steps", str(steps),
            "--threads", str(spec.get("threads", 1)), "--dtypes", *dtypes] + (["--no-mkldnn"] if spec.get("mkldnn") is False else [])
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -92,19 +95,26 @@ def run_path(name: str, job: str, steps: int, dtypes: list[str]) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def split_steps(job: str, steps: int) -> tuple[str, int]:
+    """``set:placement:seed[:lr][@steps]`` -> (the run, its steps; ``steps`` when not given)."""
+    run, _, n = job.partition("@")
+    return run, int(n) if n else steps
+
+
 def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str], done=None) -> dict:
     """Per run: its prefixes on every path compared with the native ones; ``done(report so far)`` after each path."""
     from core.mixln.retrain import prefix_changes
     report = {}
     for job in jobs:
+        job, steps_here = split_steps(job, steps)
         got = {}
         for name in paths:
             t0 = time.perf_counter()
-            got[name] = run_path(name, job, steps, dtypes)
+            got[name] = run_path(name, job, steps_here, dtypes)
             print(f"... {job} {name} ({got[name]['capability']}): {time.perf_counter() - t0:.0f} s", file=sys.stderr,
                   flush=True)
             ref = got["native"]["prefixes"]
-            row = {"capability": {n: got[n]["capability"] for n in got}}
+            row = {"steps": steps_here, "capability": {n: got[n]["capability"] for n in got}}
             for dtype in dtypes:
                 row[f"{dtype}_spread"] = {n: prefix_changes(got[n]["prefixes"][dtype], ref[dtype])
                                           for n in got if n != "native"}
@@ -118,9 +128,10 @@ def measure(jobs: list[str], paths: list[str], steps: int, dtypes: list[str], do
 
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", nargs="+", default=list(JOBS), help="runs as set:placement:seed[:lr]")
+    ap.add_argument("--jobs", nargs="+", default=list(JOBS), help="runs as set:placement:seed[:lr][@steps]")
     ap.add_argument("--paths", nargs="+", default=list(PATHS), choices=list(PATHS))
-    ap.add_argument("--steps", type=int, default=None, help="training steps of each prefix (default: the recorded 50)")
+    ap.add_argument("--steps", type=int, default=None,
+                    help="training steps of a prefix whose run gives none (default: the recorded 50)")
     ap.add_argument("--dtypes", nargs="+", default=["float64", "float32"], choices=["float64", "float32"])
     ap.add_argument("--write", action="store_true", help=f"store the report in {WRITTEN.relative_to(REPO)}")
     ap.add_argument("--partial", default=None, help="a file to keep the report so far in, after each path")
@@ -130,7 +141,7 @@ def parse_args(argv=None):
     ap.add_argument("--no-mkldnn", action="store_true", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.smoke:
-        a.jobs, a.paths, a.steps, a.write = [JOBS[0]], ["native", "avx"], 2, False
+        a.jobs, a.paths, a.steps, a.write = [JOBS[0] + "@2"], ["native", "avx"], 2, False
     if "native" not in a.paths:
         a.paths = ["native", *a.paths]
     return a
@@ -150,18 +161,21 @@ def main(argv=None) -> None:
     runs = measure(a.jobs, a.paths, a.steps, a.dtypes, keep)
     report = make_report(a, runs, t0)
     if a.write:
+        before = json.loads(WRITTEN.read_text())["runs"] if WRITTEN.is_file() else {}
+        report = make_report(a, {**before, **runs}, t0)  # the runs measured before and not now are kept
         WRITTEN.write_text(json.dumps(report, indent=1) + "\n")
     print(json.dumps(report, indent=1))
 
 
 def make_report(a, runs: dict, t0: float) -> dict:
     import torch
+    paths = sorted({n for r in runs.values() for n in r["capability"]}, key=list(PATHS).index)
     return {
         "mode": "smoke" if a.smoke else "full",
         "what": "largest relative difference over a prefix's training losses, gradient norms, per-layer gradient "
                 "norms at step 1 and held-out loss: float64_spread / float32_spread against the native path's "
                 "prefix of the same dtype, float32_drift against the native float64 prefix",
-        "steps": a.steps, "paths": {n: PATHS[n] for n in a.paths}, "runs": runs,
+        "paths": {n: PATHS[n] for n in paths}, "runs": runs,
         "worst": {key: max((v for r in runs.values() for q in r.get(key, {}).values() for v in q.values()),
                            default=None) for key in ("float64_spread", "float32_spread", "float32_drift")},
         "machine": {"cpu": _cpu_name(), "torch": torch.__version__, "python": platform.python_version()},
