@@ -4,8 +4,8 @@ torch draws a float32 ``normal_`` of 16 or more contiguous values by Box-Muller 
 u1, u2 -> sqrt(-2 log(1 - u1)) * (cos, sin)(2 pi u2). The log, sin and cos run in float32 and their last bits depend
 on the CPU: on AVX2 and AVX-512 CPUs torch's vectorised kernel (Cephes polynomials with FMA), on other CPUs
 (``ATEN_CPU_CAPABILITY=default``) libm's float functions, the angle computed in double; the two differ in about a
-quarter of the values (measured: the Mix-LN doc, "reproducible"). A float32 initialisation is therefore not the same
-on every CPU, and a float64 run started from it (cast) would differ between CPUs by whole float32 ulps.
+third of the values (measured: 37% of a 4096 x 64 draw, docs/testing.md). A float32 initialisation is therefore not
+the same on every CPU, and a float64 run started from it (cast) would differ between CPUs by whole float32 ulps.
 
 :func:`normal_float64` draws the same uniforms from the generator (the same 32-bit words: the generator ends in the
 same state as after torch's draw) and does the vectorised kernel's steps in float64, rounding each result to float32
