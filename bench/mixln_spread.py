@@ -12,7 +12,8 @@ with ``nice -n 10`` on a shared machine):
 - ``native``     this CPU's kernels, 1 thread: the path that recorded the committed runs and prefixes
 - ``threads-2``  2 torch threads (other reduction splits)
 - ``no-mkldnn``  torch.backends.mkldnn off (oneDNN kernels replaced by ATen's)
-- ``avx2``       an AVX2 CPU: ``ATEN_CPU_CAPABILITY=avx2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``, ``ONEDNN_MAX_CPU_ISA=AVX2``
+- ``avx2``       an AVX2 CPU: ``ATEN_CPU_CAPABILITY=avx2``, ``MKL_ENABLE_INSTRUCTIONS=AVX2``,
+                 ``ONEDNN_MAX_CPU_ISA=AVX2``
 - ``avx``        an AVX-only CPU: ``ATEN_CPU_CAPABILITY=default`` (torch's scalar/default kernels, libm),
                  ``MKL_ENABLE_INSTRUCTIONS=AVX``, ``ONEDNN_MAX_CPU_ISA=AVX``
 - ``mkl-compat`` MKL's conditional-numerical-reproducibility baseline path (``MKL_CBWR=COMPATIBLE``)
@@ -88,7 +89,8 @@ def run_path(name: str, job: str, steps: int, dtypes: list[str]) -> dict:
     spec = PATHS[name]
     env = {**os.environ, **spec.get("env", {}), "OMP_NUM_THREADS": str(spec.get("threads", 1))}
     cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", job, "--steps", str(steps),
-           "--threads", str(spec.get("threads", 1)), "--dtypes", *dtypes] + (["--no-mkldnn"] if spec.get("mkldnn") is False else [])
+           "--threads", str(spec.get("threads", 1)), "--dtypes", *dtypes]
+    cmd += ["--no-mkldnn"] if spec.get("mkldnn") is False else []
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"path {name}, run {job}: {done.stderr[-2000:]}")

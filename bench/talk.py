@@ -2,7 +2,8 @@
 draw their chart, p50 / p95 beside the one-second target. Prints JSON.
 
     python bench/talk.py [--reps 5]     # every tab's deep link and click, the presenter keys, 5 rounds
-    python bench/talk.py --smoke        # one round (CI: the script runs end to end; its figures are meaningless)
+    python bench/talk.py --smoke        # one round, one tab, two keys (CI: the script runs end to end; its figures
+                                        # are meaningless)
 
 Starts ``python app.py`` with a private LAYERWISE_HOME (the prepared data and models linked in) and a browser that
 has opened the app once (a speaker's browser has the page's files). Per round and tab (tests/e2e/talk_page.py's
@@ -37,7 +38,9 @@ def summary(xs: list[float]) -> dict:
             "max_ms": round(max(xs)), "target_ms": TARGET_MS, "p95_within_target": percentile(xs, 0.95) <= TARGET_MS}
 
 
-def measure(url: str, reps: int) -> dict:
+def measure(url: str, reps: int, tabs: list[str] | None = None, keys_at_most: int | None = None) -> dict:
+    """The page timings of ``reps`` rounds over ``tabs`` (default every tab of DEEP), and the presenter keys (the
+    first ``keys_at_most``, default all)."""
     import core.examples as ex
     from playwright.sync_api import sync_playwright
     from tests.e2e.talk_page import (DEEP, TALK, WAIT_MS, click_and_time, drawn, example_label, key_and_time,
@@ -46,7 +49,7 @@ def measure(url: str, reps: int) -> dict:
 
     if CHROMIUM is None:
         raise SystemExit("chromium is not installed (apt-get install -y chromium)")
-    times = {tab: {"ready_to_chart": [], "navigation_to_chart": [], "click_to_chart": []} for tab in DEEP}
+    times = {tab: {"ready_to_chart": [], "navigation_to_chart": [], "click_to_chart": []} for tab in tabs or DEEP}
     keys = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
@@ -56,7 +59,8 @@ def measure(url: str, reps: int) -> dict:
         warm.get_by_role("tab").first.wait_for(timeout=WAIT_MS)
         warm.close()
         for _ in range(reps):
-            for tab, (name, other) in DEEP.items():
+            for tab in times:
+                name, other = DEEP[tab]
                 plot = f"#{tab}-stage-plot"
                 page = open_page(ctx, f"{url}?tab={tab}&example={name}", {plot: title(tab, name)})
                 at = drawn(page, plot)
@@ -73,7 +77,7 @@ def measure(url: str, reps: int) -> dict:
             page = open_page(ctx, f"{url}?tab={tab}&view=talk", {plot: title(tab, names[0])})
             drawn(page, plot)
             page.locator("body").click(position={"x": 5, "y": 5})  # the keys go to the page, not to a control
-            keys += [key_and_time(page, plot, title(tab, name), "ArrowRight") for name in names[1:]]
+            keys += [key_and_time(page, plot, title(tab, name), "ArrowRight") for name in names[1:][:keys_at_most]]
             page.close()
         browser.close()
     per_tab = {tab: {k: summary(v) for k, v in t.items()} for tab, t in times.items()}
@@ -102,16 +106,17 @@ def main(argv=None) -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="rounds over every tab")
-    ap.add_argument("--smoke", action="store_true", help="one round; figures meaningless (CI)")
+    ap.add_argument("--smoke", action="store_true", help="one round, one tab, two keys; figures meaningless (CI)")
     a = ap.parse_args(argv)
     reps = 1 if a.smoke else a.reps
     draws = draw_times(reps)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="layerwise-talk-") as root, serving(Path(root)) as server:
         started = time.perf_counter() - t0
-        figures = measure(server.url, reps)
+        figures = measure(server.url, reps, ["lrp"] if a.smoke else None, 2 if a.smoke else None)
     report = {
-        "mode": "smoke" if a.smoke else "full", "reps": reps, "app_start_s": round(started, 1), "examples_draw": draws, **figures,
+        "mode": "smoke" if a.smoke else "full", "reps": reps, "app_start_s": round(started, 1),
+        "examples_draw": draws, **figures,
         "load_avg": [round(x, 2) for x in os.getloadavg()],
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}",
         "timings_meaningful": not a.smoke,

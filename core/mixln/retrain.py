@@ -135,7 +135,7 @@ def record_prefixes(root: str | os.PathLike = ASSETS, jobs: list[Job] | None = N
     Returns per job key the largest relative change of the recorded losses, gradient norms and held-out loss
     (:func:`prefix_change`; None for a run that had no prefix). ``steps``: the recorded length (tests shorten it)."""
     root = Path(root)
-    todo = [j for j in (jobs if jobs is not None else recipe_jobs()) if (root / j.relative_folder / "run.json").is_file()]
+    todo = [j for j in (recipe_jobs() if jobs is None else jobs) if (root / j.relative_folder / "run.json").is_file()]
     changes = {}
     for i, job in enumerate(todo):
         report(progress, i / len(todo), f"note: float64 prefix {i + 1}/{len(todo)}: {job.key}")

@@ -136,7 +136,7 @@ def loading_session(app_server):
                 except Exception as exc:  # noqa: BLE001 - every failed load is a finding
                     record["failures"].append(f"{type(exc).__name__}: {exc}"[:300])
             k += 1
-            stop.wait(1.0)
+            stop.wait(3.0)  # a round of loads every few seconds: concurrent, without doubling the app's work
 
     thread = threading.Thread(target=load, daemon=True)
     thread.start()

@@ -37,7 +37,7 @@ if marker:
     st.save_file = stalled
 '''
 
-ARGS = ("mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 0.03, "mathneuro", 6, "count")
+ARGS = ("mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 0.03, "mathneuro", 2, "count")  # 2 samples: small
 
 
 def start(home: Path, tmp: Path, log: Path, **extra) -> tuple[subprocess.Popen, str]:
