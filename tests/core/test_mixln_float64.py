@@ -16,6 +16,7 @@ from torch.utils._pytree import tree_flatten
 
 from core.mixln import TrainConfig, runs, train
 from core.mixln.rng import normal_float64, round_to_float32
+from tests.core.test_mixln_runs import float64_tolerance
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -74,7 +75,8 @@ def test_float64_draws_are_torchs_float32_draws():
         b = normal_float64(shape, std, g64)
         assert b.dtype == torch.float64 and b.shape == a.shape
         assert torch.equal(b, b.float().double())  # float32 numbers
-        assert torch.equal(torch.randint(0, 2 ** 30, (8,), generator=g32), torch.randint(0, 2 ** 30, (8,), generator=g64))
+        after = [torch.randint(0, 2 ** 30, (8,), generator=g) for g in (g32, g64)]
+        assert torch.equal(*after)
         if torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512"):  # torch's vectorised float32 kernel
             assert ((a - b).abs() <= 4e-7 * a.abs()).all(), shape
             assert (a == b).double().mean() > 0.8, shape
@@ -117,9 +119,9 @@ def test_float64_initial_weights_are_the_same_on_every_cpu_path():
 def test_a_float64_model_is_built_without_a_float32_weight():
     model = runs.build_model("mix", 0.25, seed=0, dtype="float64", **TINY)
     assert {p.dtype for p in model.parameters()} == {torch.float64}
-    ref = runs.build_model("mix", 0.25, seed=0, **TINY)  # the float32 model of the same seed: the same draws
-    for (name, p64), p32 in zip(model.named_parameters(), ref.parameters()):
-        assert torch.allclose(p64, p32.double(), rtol=4e-7, atol=0), name
+    ref = runs.build_model("mix", 0.25, seed=0, **TINY)  # the float32 model of the same seed: the same draws, to the
+    for (name, p64), p32 in zip(model.named_parameters(), ref.parameters()):  # rounding of torch's float32 kernels
+        assert (p64 - p32.double()).abs().max() <= 1e-5 * p32.abs().max(), name
 
 
 @pytest.mark.slow
@@ -139,5 +141,6 @@ def test_recording_the_prefix_rewrites_only_it(tmp_path):
     assert {k: v for k, v in after.items() if k != "float64_prefix"} == \
         {k: v for k, v in meta.items() if k != "float64_prefix"}
     got = after["float64_prefix"]
-    assert got["steps"] == 3 and got["loss"] == meta["float64_prefix"]["loss"][:3]
-    assert got["grad_norms_step1"] == meta["float64_prefix"]["grad_norms_step1"]
+    assert got["steps"] == 3 and len(got["loss"]) == len(got["grad_norm"]) == 3
+    changes = runs.prefix_changes(got, meta["float64_prefix"])  # the recorded prefix, its first 3 steps
+    assert max(changes.values()) <= float64_tolerance(job), changes
