@@ -7,11 +7,17 @@ REPO = Path(__file__).resolve().parent.parent
 README = (REPO / "README.md").read_text()
 
 
-def test_ci_runs_the_readme_test_command():
+def test_ci_runs_the_readme_full_test_command():
+    """The README gives two test commands, the quick tier (plain ``pytest``: the default selection) and the full
+    suite; CI runs the full one exactly as written."""
+    from tests.conftest import FULL_COMMAND
+
     commands = re.findall(r"```bash\n(pip install -r requirements-dev\.txt[^\n]*)\n```", README)
-    assert len(commands) == 1
+    assert len(commands) == 2
+    quick, full = commands
+    assert quick.endswith("&& python -m pytest") and full == quick.replace("python -m pytest", FULL_COMMAND)
     ci = (REPO / ".ci" / "run").read_text().splitlines()
-    assert commands[0] in ci
+    assert full in ci and quick not in ci
 
 
 def test_space_front_matter_matches_the_pins():

@@ -24,6 +24,7 @@ from core.mixln.recipe import (ASSETS as RUNS_DIR, RECIPE, RECIPE_MODEL, RECIPE_
                                recipe_jobs)
 from core.mixln.folders import list_runs, resolve_run
 from core.mixln.summary import compare_table
+from core.mixln.retrain import record_prefixes  # the committed runs' float64 prefixes recorded again
 # what the actions take
 from core.mixln.requests import (CURVE_SETS, DEFAULT_RUNS, GRADIENT_KINDS, METRICS, POSITIONS, LiveRequest,
                                  set_choices)

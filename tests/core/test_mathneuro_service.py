@@ -1,6 +1,5 @@
 """core.mathneuro's service: the committed examples answer at once without loading the model, every analysis has a
 status, its table and figure, and a repeated request is a cache hit."""
-import time
 
 import pytest
 
@@ -18,11 +17,10 @@ def test_default_view_is_answered_by_the_examples_without_loading(fresh_cache):
 
     clear_loaded()
     for analysis, fn, kwargs in default_calls():
-        t0 = time.perf_counter()
         res = fn(**kwargs) if analysis != "drill" else None
         if res is None:  # the drill-down lists the model's matrices, so it loads the model
             continue
-        assert res.source == "precomputed" and time.perf_counter() - t0 < 2, analysis
+        assert res.source == "precomputed", analysis
         assert res.status and res.tables[analysis] and res.figures[analysis].layout.title.text
         assert [f.rsplit(".", 1)[1] for f in res.files()] == ["json", "csv", "csv", "parquet"]  # and the long table
     assert not loading._loaded

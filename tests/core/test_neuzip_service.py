@@ -1,6 +1,5 @@
 """core.neuzip's service: the committed example answers without loading the model, a repeated measurement is a cache
 hit, and the registry gives every setting a label, a family and a style."""
-import time
 
 import pytest
 
@@ -15,10 +14,9 @@ def test_the_committed_example_answers_without_loading(fresh_cache):
     if not card_of(nz.EXAMPLE_MODEL).ready:
         pytest.skip("smollm2-135m not prepared")
     clear_loaded()
-    t0 = time.perf_counter()
     weights = nz.weights_result(nz.EXAMPLE_MODEL, 7, None)
     tradeoff = nz.tradeoff_result(nz.EXAMPLE_MODEL, block_size=128, words=2000)
-    assert weights.source == tradeoff.source == "precomputed" and time.perf_counter() - t0 < 5
+    assert weights.source == tradeoff.source == "precomputed"
     assert not loading._loaded  # the fingerprint came from the weight files, the model was never loaded
     parts, shown = nz.example_parts()
     assert set(parts) == {"histograms", "table", "tradeoff", "throughput"} and shown["tradeoff"].files()
