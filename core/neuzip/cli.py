@@ -21,7 +21,7 @@ from pathlib import Path
 
 import core.neuzip as nz
 from core.batch import kind as batch_kind, register as register_batch
-from core.cli import ProgressBar, emit, table
+from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 from core.zoo import add_placement_args
 
@@ -217,7 +217,6 @@ def _train_args(p):
 
 
 def run_train(args):
-    from core.cli import set_threads
 
     _check_out(args.out, (".json", ".csv", ".html"))
     set_threads(args.threads, zero_is_default=True)
@@ -242,7 +241,6 @@ def _train_example_args(p):
 
 
 def run_train_example(args):
-    from core.cli import set_threads
 
     set_threads(args.threads, zero_is_default=True)
     bar = ProgressBar()
@@ -252,7 +250,7 @@ def run_train_example(args):
 
 
 def register(groups) -> None:
-    """Add the ``neuzip`` commands to the CLI registry (see :mod:`core.cli`)."""
+    """Add the ``neuzip`` commands to the CLI registry (:class:`core.cli_common.CommandGroups`)."""
     cmd = lambda name, help, add: groups.command("neuzip", name, help, add)  # noqa: E731
     cmd("histograms", "sign / exponent / mantissa histograms and entropies of a model's linear weights",
         _histograms_args)(run_histograms)

@@ -81,11 +81,11 @@ def _mib(b) -> str:
     return f"{b / MIB:,.1f} MiB"
 
 
-def training_status(run: dict, source: str) -> str:
+def training_status(run: dict, shown) -> str:
     """What was trained, how, and the headline: LOMO + NeuZip's memory and speed against vanilla, and whether its
     training was bit for bit LOMO's."""
     s = run["settings"]
-    src = "Precomputed example" if source == "precomputed" else "Measured now"
+    src = "Precomputed example" if shown.source == "precomputed" else "Measured now"
     head = (f"{src}: `{run['model']}` ({run['parameters'] / 1e6:,.1f} M parameters, {run['decoder_layers']} decoder "
             f"layers) trained {s['steps']} steps of {s['batch']} x {s['seq']} tokens in each mode, same weights and "
             f"batches, on {run['device']} with {run['threads']} torch thread(s); every decoder layer checkpointed, the "
