@@ -74,9 +74,9 @@ def build() -> None:
         b_train = gr.Button("Train (live)", variant="primary", size="sm")
         b_stop = gr.Button("Stop", variant="stop", size="sm")
     status = gr.Markdown(shown[0], elem_id="neuzip-training-summary")
-    with gr.Row():
-        memory = gr.Plot(shown[1], label="Peak memory by mode", elem_id="neuzip-training-memory")
-        loss = gr.Plot(shown[2], label="Loss curves", elem_id="neuzip-training-loss")
+    # one chart a row, unlabelled (each figure has its title): side by side, seven labelled bars do not fit
+    memory = gr.Plot(shown[1], show_label=False, label="Peak memory by mode", elem_id="neuzip-training-memory")
+    loss = gr.Plot(shown[2], show_label=False, label="Loss curves", elem_id="neuzip-training-loss")
     table = gr.Dataframe(shown[3], interactive=False, elem_id="neuzip-training-table",
                          label="Measured (memory in MiB; ratios against vanilla and LOMO, same run)")
     paper = gr.Dataframe(shown[4], interactive=False, elem_id="neuzip-training-paper",

@@ -157,17 +157,29 @@ def _speed(m: dict) -> str:
     return "" if not v else f"{v:.3g} it/s" + (" (CPU)" if m.get("it_per_cpu_s") else "")
 
 
+LOSS_WINDOW = 8  # the loss curves show the mean of the last 8 steps: every mode sees the same batch at a step, and
+# the batch-to-batch spread (about 0.5 nats on SmolLM2) would hide the modes' differences
+
+
+def trailing_mean(values: list[float], window: int = LOSS_WINDOW) -> list[float]:
+    """The mean of the last ``window`` values at each step (of fewer at the first steps)."""
+    return [sum(values[max(0, i + 1 - window):i + 1]) / min(i + 1, window) for i in range(len(values))]
+
+
 def loss_figure(run: dict):
-    """The training loss of every mode by step (LOMO + NeuZip dashed over LOMO: the curves coincide)."""
+    """The training loss of every mode by step, the mean of the last :data:`LOSS_WINDOW` steps (LOMO + NeuZip dashed
+    over LOMO: the curves coincide); each step's own loss is in the hover text and the data."""
     fig = go.Figure()
     for m in run["modes"]:
         mode = MODES[m["mode"]]
-        fig.add_trace(go.Scatter(x=list(range(1, len(m["losses"]) + 1)), y=m["losses"], name=mode.label,
-                                 mode="lines", line={"color": mode.colour, "width": 2,
-                                                     "dash": "dash" if mode.same_training_as else "solid"}))
+        fig.add_trace(go.Scatter(x=list(range(1, len(m["losses"]) + 1)), y=trailing_mean(m["losses"]),
+                                 customdata=m["losses"], name=mode.label, mode="lines",
+                                 hovertemplate="step %{x}: mean %{y:.4f}, this step %{customdata:.4f}",
+                                 line={"color": mode.colour, "width": 2,
+                                       "dash": "dash" if mode.same_training_as else "solid"}))
     s = run["settings"]
-    return style(fig, f"Training loss of {run['model']} ({s['batch']} x {s['seq']} tokens a step)", "step",
-                 "training loss (nats per token)")
+    return style(fig, f"Training loss of {run['model']}, mean of the last {LOSS_WINDOW} steps ({s['batch']} x "
+                      f"{s['seq']} tokens a step)", "step", f"training loss, {LOSS_WINDOW}-step mean (nats per token)")
 
 
 PAPER_NOTE = PAPER_SOURCE

@@ -188,10 +188,21 @@ def test_the_committed_example_renders_with_the_paper_table():
         assert any(r["peak_GiB"] == 15.25 for r in res.tables["paper"])
         by = {m["mode"]: m for m in run["modes"]}
         assert by["lomo"]["losses"] == by["lomo+neuzip"]["losses"]  # recorded bit for bit
+        curves = {t.name: t for t in res.figures["loss"].data}
+        assert list(curves["LOMO"].y) == list(curves["LOMO + NeuZip"].y)
+        assert list(curves["LOMO"].customdata) == by["lomo"]["losses"]  # each step's own loss in the hover
         for m in run["modes"]:
             assert m["peak_bytes"] == sum(m["peak_split"].values())
     with pytest.raises(BadInputError):
         training_example_result("no-such-run")
+
+
+def test_loss_curves_are_trailing_means_on_a_hand_made_case():
+    from core.neuzip.training_views import trailing_mean
+
+    assert trailing_mean([4.0, 2.0, 6.0, 0.0], window=2) == [4.0, 3.0, 4.0, 3.0]
+    assert trailing_mean([1.0, 2.0, 3.0], window=8) == [1.0, 1.5, 2.0]
+    assert trailing_mean([]) == []
 
 
 def test_qlora_modes_are_skipped_with_the_reason_where_bitsandbytes_does_not_run(monkeypatch):
