@@ -8,7 +8,7 @@
     python -m core neuzip decompress weights.neuzip.safetensors [--model smollm2-135m] [--out plain.safetensors]
     python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
     python -m core neuzip train --model tiny-llama --mode vanilla lomo lomo+neuzip --steps 8 --json  # memory, speed
-    python -m core neuzip train-example                          # the committed training runs (about an hour)
+    python -m core neuzip train-example                          # the committed training runs (about 40 min)
 
 ``--out`` writes data as ``.json`` / ``.csv`` or the figure as a self-contained ``.html`` (plotly.js
 included, works offline). Every parameter is checked by the service's request (the same rules as the tab) before a
@@ -268,6 +268,6 @@ def register(groups) -> None:
         _precompute_args)(run_precompute)
     cmd("train", "train a model in each mode (vanilla, LOMO, LOMO + NeuZip, QLoRA): loss, peak memory by kind, "
         "speed", _train_args)(run_train)
-    cmd("train-example", "train the committed training runs at real size (about an hour on one core)",
+    cmd("train-example", "train the committed training runs at real size (about 40 minutes on one core)",
         _train_example_args)(run_train_example)
     register_batch(groups, batch_kind("neuzip"))  # python -m core neuzip batch: the analysis over a file of inputs

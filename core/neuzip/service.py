@@ -119,7 +119,7 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
     return view("training", Found(run, "precomputed", result_key(run["model"], "neuzip/training", run["settings"])))
 
 
-# the committed training runs: (model, modes, settings); SmolLM2-135M trains 80 steps (about 40 minutes for the seven
+# the committed training runs: (model, modes, settings); SmolLM2-135M trains 80 steps (25 minutes for the seven
 # modes on one shared core; a mode still running after 500 s stops there and says so); the 1 B run leaves out AdamW
 # (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine) and trains only a few steps (memory and
 # speed, not a curve)
@@ -134,7 +134,7 @@ TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"
 
 def precompute_training_example(path=None, only=None, progress=None) -> Path:
     """Train every run of :data:`TRAINING_EXAMPLES` (``only``: these models; the other runs are kept from the file at
-    ``path``) and write them as the committed example (``assets/neuzip/training.json``): about an hour on one core."""
+    ``path``) and write them as the committed example (``assets/neuzip/training.json``): about 40 minutes on one core."""
     import json
 
     from core.files import atomic_write

@@ -128,6 +128,9 @@ def training_status(run: dict, shown) -> str:
         a, b = pair.split(" vs ")
         word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
         parts.append(f"{MODES[a].label} against {MODES[b].label}: losses and final weights {word}.")
+    short = [f"{m['label']} after {m['steps']}" for m in run["modes"] if m["steps"] < s["steps"]]
+    if short:
+        parts.append("Stopped early (time budget or Stop): " + ", ".join(short) + " steps.")
     if run.get("skipped"):
         parts.append("Skipped: " + "; ".join(f"{MODES[k].label} ({v})" for k, v in run["skipped"].items()) + ".")
     load = run.get("load_average_start")
