@@ -113,17 +113,18 @@ def training_status(run: dict, shown) -> str:
             "shared machine also measures the load).")
     rel, by = ratios(run), {m["mode"]: m for m in run["modes"]}
     parts = []
-    if "lomo+neuzip" in by and rel["lomo+neuzip"]["memory_vs_vanilla"] is not None:
+    if "lomo+neuzip" in by and by["lomo+neuzip"].get("peak_bytes"):
         nz, r = by["lomo+neuzip"], rel["lomo+neuzip"]
+        against = [f"**{r[key]:.2f}x** {word}'s {_mib(by[base]['peak_bytes'])}"
+                   for key, base, word in (("memory_vs_vanilla", "vanilla", "vanilla"),
+                                           ("memory_vs_lomo", "lomo", "LOMO"))
+                   if r[key] is not None]
         speed = "" if r["cpu_speed_vs_vanilla"] is None else \
-            f", **{r['cpu_speed_vs_vanilla']:.2f}x** its speed by CPU time"
+            f", **{r['cpu_speed_vs_vanilla']:.2f}x** vanilla's speed by CPU time"
         wall = "" if r["speed_vs_vanilla"] is None else f" ({r['speed_vs_vanilla']:.2f}x by the wall clock)" if speed \
-            else f", {r['speed_vs_vanilla']:.2f}x its speed by the wall clock"
-        lomo = "" if r["memory_vs_lomo"] is None else \
-            f" and **{r['memory_vs_lomo']:.2f}x** LOMO's {_mib(by['lomo']['peak_bytes'])}"
-        parts.append(f"LOMO + NeuZip peaks at **{_mib(nz['peak_bytes'])}**, **{r['memory_vs_vanilla']:.2f}x** "
-                     f"vanilla's {_mib(by['vanilla']['peak_bytes'])}{lomo}{speed}{wall}."
-                     + _paper_headline())
+            else f", {r['speed_vs_vanilla']:.2f}x vanilla's speed by the wall clock"
+        parts.append(f"LOMO + NeuZip peaks at **{_mib(nz['peak_bytes'])}**" + (", " if against else "")
+                     + " and ".join(against) + f"{speed}{wall}." + _paper_headline())
     for pair, same in run.get("identical", {}).items():
         a, b = pair.split(" vs ")
         word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
@@ -148,11 +149,16 @@ def memory_figure(run: dict):
                              marker_color=CATEGORY_COLOURS[c]))
     tops = [m["peak_bytes"] / MIB for m in run["modes"]]
     fig.add_trace(go.Scatter(x=labels, y=tops, mode="text", showlegend=False, textposition="top center",
-                             text=[f"{t:,.0f} MiB<br>{_speed(m)}" for t, m in zip(tops, run["modes"])]))
+                             text=[f"{_short(t)} MiB<br>{_speed(m)}" for t, m in zip(tops, run["modes"])]))
     fig.update_layout(barmode="stack", bargap=0.3)
     fig.update_yaxes(range=[0, 1.22 * max(tops or [1])])
     return style(fig, f"Peak memory while training {run['model']} ({run['device']})", "training mode",
                  "peak live tensor memory (MiB)")
+
+
+def _short(mib: float) -> str:
+    """MiB to a whole number from 100 up, else to three significant figures (a tiny model's 5.74, not 6)."""
+    return f"{mib:,.0f}" if mib >= 100 else f"{mib:.3g}"
 
 
 def _speed(m: dict) -> str:
