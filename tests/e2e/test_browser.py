@@ -51,7 +51,10 @@ EXPECTED = {
                ("#mixln-live-status", "Start live run")],
     "NeuZip": [("#neuzip-weights-summary", "bits/weight"), ("#neuzip-histograms", "Bit fields of"),
                ("#neuzip-table", "total"), ("#neuzip-tradeoff", "Memory vs perplexity"),
-               ("#neuzip-tradeoff-table", "NeuZip k=3, B=128"), ("#neuzip-throughput", "Throughput on this machine")],
+               ("#neuzip-tradeoff-table", "NeuZip k=3, B=128"), ("#neuzip-throughput", "Throughput on this machine"),
+               ("#neuzip-training-summary", "bit for bit the same"),
+               ("#neuzip-training-memory", "Peak memory while training smollm2-135m"),
+               ("#neuzip-training-loss", "LOMO + NeuZip"), ("#neuzip-training-paper", "15.25")],
 }
 
 
