@@ -36,6 +36,7 @@ SHOTS = {
     "mathneuro": ("?tab=mathneuro&example=effect&view=talk", "#mathneuro-stage-plot .gtitle", ""),
     "mixln": ("?tab=mixln&example=compare&view=talk", "#mixln-stage-plot .gtitle", ""),
     "neuzip": ("?tab=neuzip&example=tradeoff&view=talk", "#neuzip-stage-plot .gtitle", ""),
+    "neuzip-training": ("?tab=neuzip&example=training&view=talk", "#neuzip-stage-plot .gtitle", "Peak memory"),
 }
 
 
