@@ -83,5 +83,6 @@ def build() -> None:
                          label="The paper's Table 1 (pre-training, one GPU; memory in GiB), as issue 32 quotes it")
     outputs = [status, memory, loss, table, paper]
     example.change(show_example, example, outputs, api_name="neuzip_training_example")
-    ev = b_train.click(train_live, [model, modes, steps, batch, seq], outputs, api_name="neuzip_train")
+    ev = b_train.click(train_live, [model, modes, steps, batch, seq], outputs, api_name="neuzip_train",
+                       concurrency_limit=1)  # one training at a time: each measures its own memory and speed
     b_stop.click(stop, outputs=status, cancels=[ev], api_name="neuzip_train_stop")

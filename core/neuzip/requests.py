@@ -249,6 +249,19 @@ def _key(request) -> tuple[str, str, dict]:
 
 # ---- training with compressed weights (core.neuzip.training) -------------------------------------------------------
 MAX_TRAIN_STEPS = 5000
+PUBLIC_RANDOM_MODELS = ("tiny-llama",)  # the random-weight configurations a public server builds (llama-1b: 2.5 GB)
+
+
+def _public_training(ref: str) -> None:
+    """On a public server (``--public``, a Space) a visitor may not have the server build a 1 B or 8 B model of random
+    weights (gigabytes each); the registered models go through the loader's own public checks."""
+    from core.neuzip.training import RANDOM_MODELS
+    from core.settings import is_public
+
+    if is_public() and ref in RANDOM_MODELS and ref not in PUBLIC_RANDOM_MODELS:
+        raise BadInputError(f"{ref} (random weights) is not trained on a public server.",
+                            fix="pick " + ", ".join(PUBLIC_RANDOM_MODELS) + " or a registered model; "
+                                "`python -m core neuzip train` trains it on your own machine")
 
 
 @dataclass(frozen=True)
@@ -275,6 +288,7 @@ class TrainingRequest:
 
         ref = parse_model(ref)
         modes = check_modes(modes)
+        _public_training(ref)
         steps = check_number(steps, "steps", 1, MAX_TRAIN_STEPS, whole=True)
         batch = check_number(batch, "batch", 1, 256, whole=True)
         seq = check_number(seq, "sequence length", 8, 8192, whole=True)

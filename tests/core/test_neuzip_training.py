@@ -166,6 +166,17 @@ def test_requests_are_checked_before_anything_loads():
     assert r.modes == ("lomo",) and r.steps == 3 and r.settings().lr == {"lomo": 0.01}
 
 
+def test_a_public_server_builds_no_large_random_model(monkeypatch):
+    from core.neuzip.requests import TrainingRequest
+
+    monkeypatch.setenv("LAYERWISE_PUBLIC", "1")
+    with pytest.raises(BadInputError, match="not trained on a public server"):
+        TrainingRequest.parse("llama3-8b", ["lomo"])
+    assert TrainingRequest.parse("tiny-llama", ["lomo"]).ref == "tiny-llama"
+    monkeypatch.setenv("LAYERWISE_PUBLIC", "0")
+    assert TrainingRequest.parse("llama3-8b", ["lomo"]).ref == "llama3-8b"
+
+
 def test_the_mode_registry_carries_label_colour_and_defaults():
     assert {"vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"} <= \
         set(training.MODES)
