@@ -89,12 +89,14 @@ def _default(field_name: str):
 
 
 def placement_model(name: str) -> tuple[str, dict]:
-    """(the model's norm, the config fields it sets) of registry entry ``name`` (``deepnet`` ->
-    (``deepnorm``, {deepnorm_formula: deepnet})); an unknown name comes back unchanged with no fields."""
+    """(the model's norm, the config fields it sets) of registry entry ``name``: a variant sets its constants
+    (``deepnet`` -> (``deepnorm``, {deepnorm_formula: deepnet})); a model norm (``deepnorm``) sets none, so the
+    config's own fields stand (``--norm deepnorm --deepnorm-formula deepnet`` is the ``deepnet`` entry too); an
+    unknown name comes back unchanged with no fields."""
     p = PLACEMENTS.get(name)
-    if p is None:
+    if p is None or not p.norm:
         return name, {}
-    return p.norm or name, dict(p.model)
+    return p.norm, dict(p.model)
 
 
 def placement_choices() -> list[tuple[str, str]]:
