@@ -24,7 +24,8 @@ Public API (tabs and the CLI use only this):
   :func:`loss_result`, :func:`gradnorms_result`, :func:`compare_result`, :func:`sweep_result`,
   :func:`curves_result`, :func:`lr_sweep_result`, :func:`depth_result`, :func:`settings_text`,
   :func:`angular_distance_result`, :func:`layer_removal_result`, :func:`model_gradnorms_result`, :func:`live_run`,
-  :func:`train_result`, :func:`reproduce_result`, :func:`reference_result`, :func:`write_run_diagnostics`
+  :func:`train_result`, :func:`reproduce_result`, :func:`reproduces_result` (what reproduces), :func:`reference_result`,
+  :func:`write_run_diagnostics`
 - :data:`EXAMPLE_VIEWS`: the views a speaker shows (:mod:`core.examples`)
 """
 from core.mixln.config import DEEPNORM_FORMULAS, NORMS, MixLNConfig, estimate_memory_bytes
@@ -44,8 +45,8 @@ from core.mixln.requests import (CURVE_SETS, DEFAULT_RUNS, GRADIENT_KINDS, METRI
 from core.mixln.views import settings_text
 from core.mixln.service import (angular_distance_result, compare_result, curves_result, depth_result,
                                 gradnorms_result, layer_removal_result, live_run, loss_result, lr_sweep_result,
-                                model_gradnorms_result, reference_result, reproduce_result, sweep_result,
-                                train_result, write_run_diagnostics)
+                                model_gradnorms_result, reference_result, reproduce_result, reproduces_result,
+                                sweep_result, train_result, write_run_diagnostics)
 from core.mixln.examples import EXAMPLE_VIEWS
 
 __all__ = [
@@ -66,6 +67,6 @@ __all__ = [
     # the service
     "loss_result", "gradnorms_result", "compare_result", "sweep_result", "curves_result", "lr_sweep_result",
     "depth_result", "settings_text", "angular_distance_result", "layer_removal_result", "model_gradnorms_result",
-    "live_run", "train_result", "reproduce_result", "reference_result", "write_run_diagnostics",
+    "live_run", "train_result", "reproduce_result", "reproduces_result", "reference_result", "write_run_diagnostics",
     "EXAMPLE_VIEWS",
 ]

@@ -8,6 +8,7 @@
     curves_result(runs, set, metric)          held-out loss / perplexity curves over seeds (mean, min-max band)
     lr_sweep_result()                         final held-out loss per placement and peak learning rate (one seed)
     depth_result()                            12 vs 24 layers: per-layer angular distance, gradient norm, removal
+    reproduces_result(docs)                   what reproduces: claim, paper's figure, ours (n, spread), verdict
     angular_distance_result(ref)              d(h_l, h_l+n) heatmap of a run or any causal LM (precomputed / cached)
     layer_removal_result(refs)                held-out loss increase when each layer is skipped
     model_gradnorms_result(ref)               gradient norms of one batch for any causal LM
@@ -42,7 +43,7 @@ def _read(name: str, data) -> Found:
 
 
 def _colour(run, i: int = 0) -> str:
-    return placement_colour(run.meta["norm"], run.meta["alpha"], i)
+    return placement_colour(run.placement, run.meta["alpha"], i)
 
 
 # ---- committed runs -----------------------------------------------------------------------------------------------
@@ -119,6 +120,23 @@ def depth_result(names=None) -> Result:
     return view("depth", _read("depth", profiles), req)
 
 
+def reproduces_result(docs: bool = False) -> Result:
+    """What reproduces: one row per claim of the paper (and its follow-ups) with the paper's figure, the project's
+    figure from the committed runs (n, spread) and a verdict; the embedding-init comparison; the follow-ups'
+    published table beside the runs (:mod:`core.mixln.reproduces`). ``docs``: also rewrite the generated tables of
+    ``docs/mixln-reproduces.md``."""
+    from core.mixln import reproduces
+    req = request("reproduces", docs)
+    data = {"claims": reproduces.claims(), "init": reproduces.init_rows(), "followups": reproduces.followup_rows(),
+            "sources": reproduces.markdown_sources()}
+    data["markdown"] = {"claims": reproduces.claims_markdown(data["claims"]),
+                        "init": reproduces.init_markdown(data["init"]),
+                        "followups": reproduces.followup_markdown(data["followups"])}
+    if req.docs:
+        data["docs"] = str(reproduces.update_docs())
+    return view("reproduces", _read("reproduces", data), req)
+
+
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
 def _diagnostic(name: str, ref: str, run: Path | None, params: dict, compute) -> Found:
     """The result of diagnostic ``name`` for a run or a zoo model, found by the weights' fingerprint without loading
@@ -131,7 +149,7 @@ def _diagnostic(name: str, ref: str, run: Path | None, params: dict, compute) ->
                   model=folders.run_name(run) if run is not None else ref)
 
 
-def angular_distance_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
+def angular_distance_result(ref: str, samples: int | None = None, seq_len: int = 64, position: str = "last",
                             progress: Progress | None = None) -> Result:
     """The paper's (first layer l, block size n) heatmap of d(h_l, h_l+n), raw and scaled per block size."""
     req = request("angular", ref, samples, seq_len, position)
@@ -141,14 +159,17 @@ def angular_distance_result(ref: str, samples: int = 8, seq_len: int = 64, posit
     return view("angular", found, req)
 
 
-def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress: Progress | None = None) -> Result:
-    """Held-out loss increase when each layer is skipped, one bar group per run or model."""
+def layer_removal_result(refs, samples: int | None = None, seq_len: int = 64, progress: Progress | None = None
+                         ) -> Result:
+    """Held-out loss increase when each layer is skipped, one bar group per run or model (``samples``: held-out
+    windows, None for the default: 64 spread over a run's held-out stream, 8 of a model's)."""
     req = request("removal", refs, samples, seq_len)
     results, sources = [], []
     for i, (ref, run) in enumerate(zip(req.refs, req.runs)):
         report(progress, 0.05, f"loading {ref}")
-        found = _diagnostic("removal", ref, run, req.params,
-                            lambda subject: analysis.removal_data(subject, req.params, progress))
+        params = req.params_of(run)
+        found = _diagnostic("removal", ref, run, params,
+                            lambda subject: analysis.removal_data(subject, params, progress))
         r = found.data
         if run is not None:
             loaded = folders.load_run(ref)
