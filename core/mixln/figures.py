@@ -301,7 +301,7 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
                                      marker=dict(size=5), legendgroup=group, showlegend=group not in seen,
                                      name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth"
                                           + (f"; angular distance and removal: n = {p['angular']['n']}"
-                                             if p["angular"]["n"] != p["n"] else "") + ")",
+                                             if 0 < p["angular"]["n"] != p["n"] else "") + ")",
                                      hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}} (mean of {v['n']})"
                                                    "<extra></extra>"),
                           row=row, col=col)

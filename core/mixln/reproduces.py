@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from core.mixln.published import FOLLOWUP_SOURCE, MIXLN_71M, MIXLN_SOURCE, SIZES, published_rows
-from core.mixln.recipe import ASSETS, RUN_SETS, Job
+from core.mixln.recipe import ASSETS, RUN_SETS, Job, recipe_label
 from core.mixln.summary import difference, mean_std_text, run_diagnostic, seed_runs, seed_table
 
 DEPTH_SETS = {"main": 12, "depth-24": 24}
@@ -49,10 +49,22 @@ def _verdict(observed: str, expected: str) -> str:
     return "opposite"
 
 
-def _direction(delta: float, se: float | None) -> str:
+# a mechanism (which layers work) counts only when the difference is also at least this share of the value it is
+# compared with: the papers' effects are many-fold (deep layers "idle", gradients that "vanish"); a few per cent,
+# however well measured, is not that
+MIN_RELATIVE = 0.25
+
+
+def _direction(delta: float, se: float | None, rel: float | None = None, min_rel: float = 0.0) -> str:
     if delta is None or se is None or not math.isfinite(se):
         return "unresolved"
-    return "tied" if abs(delta) <= 2 * se else ("lower" if delta < 0 else "higher")
+    if abs(delta) <= 2 * se or (rel is not None and abs(rel) < min_rel):
+        return "tied"
+    return "lower" if delta < 0 else "higher"
+
+
+def _val(mean: float, std: float | None, n: int, nd: int = 3) -> str:
+    return f"{mean:.{nd}f}" + (f" ± {std:.{nd}f}" if n > 1 and std is not None else "")
 
 
 def _fmt(delta: float, se: float | None, nd: int = 3) -> str:
@@ -126,7 +138,8 @@ def _claim(claim: str, paper: str, measured: list[tuple[str, dict | None, str]],
     for depth, m, n_text in measured:
         if m is None:
             continue
-        v = m.get("verdict") or _verdict(_direction(m["delta"], m["se"]), expected)
+        v = m.get("verdict") or _verdict(_direction(m["delta"], m["se"], m.get("rel"), m.get("min_rel", 0.0)),
+                                         expected)
         verdicts.append((depth, v))
         parts.append(f"{depth}: {m['text']} ({n_text}) → {v}")
     if not verdicts:
@@ -144,14 +157,18 @@ def _loss_vs(runs: _Runs, set_name: str, name: str, base: str = "pre-ln") -> dic
     d = difference(a, b)
     if d["delta"] is None:
         return None
-    text = (f"{a['label']} {mean_std_text(a['eval_loss_mean'], a['eval_loss_std'], a['n'])} against "
-            f"{b['label']} {mean_std_text(b['eval_loss_mean'], b['eval_loss_std'], b['n'])}: "
+    text = (f"{a['label']} {_val(a['eval_loss_mean'], a['eval_loss_std'], a['n'])} against "
+            f"{b['label']} {_val(b['eval_loss_mean'], b['eval_loss_std'], b['n'])}: "
             f"{_fmt(d['delta'], d['se'])} nats")
     return {"delta": d["delta"], "se": d["se"], "text": text, "n": d["n"]}
 
 
 def _n_seeds(m: dict | None) -> str:
     return f"n = {m['n'][0]} / {m['n'][1]} seeds" if m else ""
+
+
+def _seeds(n: int) -> str:
+    return f"n = {n} seed{'s' if n != 1 else ''}"
 
 
 def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> list[dict]:
@@ -183,8 +200,8 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
     m = None
     if post12 and post24:
         d = difference(post24, post12)
-        text = (f"Post-LN {mean_std_text(post24['eval_loss_mean'], post24['eval_loss_std'], post24['n'])} at 24 "
-                f"layers against {mean_std_text(post12['eval_loss_mean'], post12['eval_loss_std'], post12['n'])} at "
+        text = (f"Post-LN {_val(post24['eval_loss_mean'], post24['eval_loss_std'], post24['n'])} at 24 "
+                f"layers against {_val(post12['eval_loss_mean'], post12['eval_loss_std'], post12['n'])} at "
                 f"12: {_fmt(d['delta'], d['se'])} nats, {post24['diverged']} of {post24['n'] + post24['diverged']} "
                 "diverged")
         failed = post24["diverged"] or at_unigram_level(post24["eval_loss_mean"], reference)
@@ -196,7 +213,7 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
                                                                                          _n_seeds(m))], "higher"))
     for name in ("deepnorm", "deepnorm-deepnet"):
         rows.append(loss_claim(
-            f"DeepNorm trains about as well as Pre-LN ({runs.row('main', name)['label'] if runs.row('main', name) else name})",
+            f"DeepNorm trains about as well as Pre-LN: {recipe_label(name)}",
             f"71M: perplexity {MIXLN_71M['deepnorm']} against {pre71} "
             f"({math.log(MIXLN_71M['deepnorm'] / pre71):+.3f} nats), with the authors' constants", name, "tied"))
 
@@ -223,8 +240,10 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
                 c = _window_contrast(a, deep, b, deep)
                 text = (f"{what}, deep half: {runs.row(s, name)['label']} {c['a']:.3f}, {runs.row(s, versus)['label']} "
                         f"{c['b']:.3f}, difference {_fmt(c['delta'], c['se'])}")
-            measured.append((f"{layers} layers", {**c, "text": text}, f"seed 0, ± standard error over {c['windows']} "
-                                                                       "held-out windows"))
+            rel = c["delta"] / c["b"] if c["b"] else None
+            text += f" ({100 * rel:+.0f} %)" if rel is not None else ""
+            measured.append((f"{layers} layers", {**c, "text": text, "rel": rel, "min_rel": MIN_RELATIVE},
+                             f"seed 0, ± standard error over {c['windows']} held-out windows"))
         return _claim(claim, paper, measured, expected, source)
 
     rows.append(half_claim(
@@ -245,28 +264,32 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
                 continue
             early, deep = _halves(layers)
             r = _seed_ratio(g, deep, early) if num == "deep" else _seed_ratio(g, early, deep)
+            value = f"{r['mean']:.3f}" + (f" ± {r['std']:.3f} (std)" if r["std"] is not None else "")
             text = (f"{runs.row(s, name)['label']}, weight-gradient norm {num} half / "
-                    f"{'early' if num == 'deep' else 'deep'} half: {mean_std_text(r['mean'], r['std'], r['n'])}")
-            measured.append((f"{layers} layers", {**r, "text": text}, f"n = {r['n']} seeds, ± standard error over seeds"))
+                    f"{'early' if num == 'deep' else 'deep'} half: {value}")
+            measured.append((f"{layers} layers", {**r, "text": text, "rel": r["delta"], "min_rel": MIN_RELATIVE},
+                             f"{_seeds(r['n'])}, standard error over seeds"))
         return _claim(claim, paper, measured, expected)
 
     rows.append(grad_claim("Pre-LN's deep layers get smaller gradients (at initialisation)",
-                           "a Pre-LN LLaMA: gradient norms shrink in the deeper layers", "pre-ln", 0, "lower"))
+                           "Pre-LN leads to diminished gradient norms in its deeper layers", "pre-ln", 0, "lower"))
     rows.append(grad_claim("Pre-LN's deep layers get smaller gradients (end of training)",
-                           "a Pre-LN LLaMA: gradient norms shrink in the deeper layers", "pre-ln", -1, "lower"))
+                           "Pre-LN leads to diminished gradient norms in its deeper layers", "pre-ln", -1, "lower"))
     rows.append(half_claim(
         "Post-LN's early layers are weak (layer removal)",
         "Post-LN's gradients vanish in the earlier layers, so they learn little (BERT-large, a Post-LN LLaMA-130M)",
         "post-ln", "removal", "lower", first="early"))
     rows.append(grad_claim("Post-LN's early layers get smaller gradients (at initialisation)",
-                           "Post-LN's gradients vanish in the earlier layers", "post-ln", 0, "lower", num="early"))
+                           "Post-LN's gradients vanish in the earlier layers (larger in the deeper ones)", "post-ln", 0,
+                           "lower", num="early"))
     rows.append(half_claim(
         "Mix-LN's deep layers change the hidden state more than Pre-LN's (angular distance)",
-        "Mix-LN (LLaMA-1B): larger angular distance between its deeper layers than Pre-LN's", "mix-ln-0.25",
+        "its angular-distance heatmaps (LLaMA-1B): Mix-LN's deeper layers are less alike than Pre-LN's",
+        "mix-ln-0.25",
         "angular", "higher", versus="pre-ln"))
     rows.append(half_claim(
         "Mix-LN's deep layers cost more to remove than Pre-LN's (layer removal)",
-        "Mix-LN: its deeper layers contribute more (pruning them costs more) than Pre-LN's", "mix-ln-0.25",
+        "Mix-LN's deeper layers contribute more than Pre-LN's (a larger drop when one is pruned)", "mix-ln-0.25",
         "removal", "higher", versus="pre-ln"))
     # the follow-ups
     lns = published_rows()[-1]
@@ -276,7 +299,7 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
         f"{FOLLOWUP_PRE['250M']} at 250M, ahead to 7B", "lns", "lower", source="LNS"))
     rows.append(half_claim(
         "LayerNorm Scaling's deep layers cost more to remove than Pre-LN's (layer removal)",
-        "LNS: removing a deep layer hurts more than in Pre-LN (its deep layers contribute)", "lns", "removal",
+        "LNS's deeper layers contribute more than Pre-LN's (a larger drop when one is pruned)", "lns", "removal",
         "higher", versus="pre-ln", source="LNS"))
     rows.append(loss_claim(
         "Peri-LN trains to a lower loss than Pre-LN",
