@@ -180,7 +180,8 @@ def _run_label(r: dict) -> tuple[str, str, bool]:
     has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
     label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
     deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
-    return (label + (f" ({r['layers']} layers)" if deeper else ""), norm, deeper)
+    label = label.replace(" (", "<br>(")  # "DeepNorm<br>(DeepNet's formula)": tick labels stay short
+    return (label + (f"<br>({r['layers']} layers)" if deeper else ""), norm, deeper)
 
 
 def compare_figure(rows: list[dict], title: str = "Final held-out loss against Pre-LN (equal steps)",
@@ -232,13 +233,13 @@ def compare_figure(rows: list[dict], title: str = "Final held-out loss against P
                           annotation_text=f"{name} {v:.3f}", annotation_position="bottom right",
                           annotation_font=dict(size=11, color="#334155"))
     style(fig, _title(title + ": mean, bars min-max over seeds (below 0: better than Pre-LN)",
-                      note if note is not None else settings_note()), height=600)
-    fig.update_yaxes(title_text="final held-out loss − Pre-LN's mean (nats / token)", row=1, col=1)
+                      note if note is not None else settings_note()), height=660)
+    fig.update_yaxes(title_text="loss − Pre-LN's mean (nats / token)", row=1, col=1)
     if apart:
-        fig.update_yaxes(title_text="final held-out loss (nats / token)", row=1, col=2)
-    fig.update_xaxes(tickangle=-35)
+        fig.update_yaxes(title_text="loss (nats / token)", row=1, col=2)
+    fig.update_xaxes(tickangle=-40, tickfont=dict(size=12))
     fig.update_xaxes(title_text="run (norm placement; diamonds: 24 layers)", row=1, col=1)
-    fig.update_layout(margin=dict(t=150, b=150), showlegend=False)  # every marker is named on the x axis
+    fig.update_layout(margin=dict(t=170, b=170, l=90), showlegend=False)  # every marker is named on the x axis
     return fig
 
 

@@ -369,8 +369,9 @@ def _table(rows: list[dict], columns: list[tuple[str, str]]) -> str:
 
 
 def claims_markdown(rows: list[dict]) -> str:
-    return _table(rows, [("claim", "claim"), ("source", "paper"), ("paper", "the paper's figure"),
-                         ("ours", "this project (committed runs)"), ("verdict", "verdict")])
+    named = [{**r, "claim": r["claim"] if r["source"] == "Mix-LN" else f"{r['source']}: {r['claim']}"} for r in rows]
+    return _table(named, [("claim", "claim (Mix-LN paper, or the follow-up named)"), ("paper", "the paper's figure"),
+                          ("ours", "this project (committed runs)"), ("verdict", "verdict")])
 
 
 def init_markdown(rows: list[dict]) -> str:

@@ -83,6 +83,7 @@ def test_verdicts_follow_the_measured_differences(root):
     assert _claim(rows, "Mix-LN's deep layers cost more")["depths"]["12 layers"] == "reproduced"
     assert "± standard error over 64 held-out windows" in _claim(rows, "Mix-LN's deep layers cost more")["ours"]
     assert _claim(rows, "LayerNorm Scaling trains")["ours"] == "no committed runs"
+    assert "| LNS: LayerNorm Scaling trains" in reproduces.claims_markdown(rows)
 
 
 def test_opposite_when_the_difference_points_the_other_way(root):
