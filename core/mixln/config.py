@@ -37,7 +37,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from core.errors import BadInputError
-from core.mixln.placements import MODEL_NORMS
+from core.mixln.placements import MODEL_NORMS, model_norms
 
 NORMS = MODEL_NORMS  # the norms of the registry (core.mixln.placements; ``deepnet`` is ``deepnorm`` with DeepNet's formula)
 DEEPNORM_FORMULAS = ("mixln", "deepnet")
@@ -64,8 +64,9 @@ class MixLNConfig:
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        if self.norm not in NORMS:
-            raise BadInputError(f"unknown norm placement {self.norm!r}.", fix=f"use one of: {', '.join(NORMS)}.")
+        if self.norm not in model_norms():
+            raise BadInputError(f"unknown norm placement {self.norm!r}.",
+                                fix=f"use one of: {', '.join(model_norms())}.")
         if self.deepnorm_formula not in DEEPNORM_FORMULAS:
             raise BadInputError(f"unknown DeepNorm formula {self.deepnorm_formula!r}.",
                                 fix=f"use one of: {', '.join(DEEPNORM_FORMULAS)}.")

@@ -67,8 +67,13 @@ PLACEMENTS: dict[str, Placement] = {
 # Mix-LN runs with another alpha than the paper's get their own colour (the paper's 0.25 keeps Mix-LN's); no two
 # committed runs share a colour (Sandwich-LN is black, Mix-LN 0.5 orange).
 MIX_ALPHA_COLOURS = {0.0: "#0072B2", 0.125: "#56B4E9", 0.25: "#009E73", 0.5: "#E69F00", 1.0: "#D55E00"}
-# the norms a model knows (MixLNConfig.norm): every entry's own name unless it is a variant of another's layers
-MODEL_NORMS = tuple(dict.fromkeys(p.norm or name for name, p in PLACEMENTS.items()))
+def model_norms() -> tuple[str, ...]:
+    """The norms a model knows (``MixLNConfig.norm``): every entry's own name unless it is a variant of another's
+    layers (read from the registry when asked, so an entry added later is known too)."""
+    return tuple(dict.fromkeys(p.norm or name for name, p in PLACEMENTS.items()))
+
+
+MODEL_NORMS = model_norms()
 
 
 def placement_of(norm: str, model: dict | None = None) -> str:

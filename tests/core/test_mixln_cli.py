@@ -77,7 +77,8 @@ def test_bad_alpha_and_unknown_run_exit_2(capsys):
 
 
 @pytest.mark.parametrize("job", [runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "mix-ln-0.25", 0),
-                                 runs.Job("lr-sweep", "post-ln", 0, 3e-3)], ids=lambda j: j.key)
+                                 runs.Job("lr-sweep", "post-ln", 0, 3e-3), runs.Job("main", "deepnorm-deepnet", 2),
+                                 runs.Job("init-0.02", "lns", 1)], ids=lambda j: j.key)
 def test_recipe_command_trains_exactly_the_recipe_run(job, monkeypatch, capsys):
     """The printed `mixln train` command of a recipe run passes the same model and training settings."""
     seen = {}
@@ -111,7 +112,9 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
     assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
     assert [str(r) for r in levels] == [str(tmp_path)]               # and the charts' reference levels, once
-    assert len(runs.recipe_jobs()) == 6 * 3 + 2 + (4 + 1) + 3 * 2    # everything `mixln reproduce` retrains
+    # everything `mixln reproduce` retrains: 12 layers (DeepNorm with the authors' constants: 2 seeds), 24 layers (Pre-LN
+    # 2 seeds), the learning-rate sweep, the embedding-init set
+    assert len(runs.recipe_jobs()) == 9 * 3 + 2 + (7 + 1) + 3 * 2 + 3 * 3
 
 
 def test_exit_code_2_from_the_real_command():
