@@ -92,14 +92,19 @@ def test_committed_runs_record_the_authors_settings():
         assert (st["lr"], st["betas"], st["weight_decay"], st["grad_clip"]) == (job.lr, [0.9, 0.999], 0.0, None)
         assert st["optimizer"] == "Adam" and (st["warmup_steps"], st["min_lr_ratio"]) == (300, 0.1)
         assert t["warmup_steps"] == t["steps"] // 10 and st["seed"] == job.seed
-        assert st["init"] == {"linear_std": 0.02, "embedding_std": (2 / 5) ** 0.5}
-        assert run.config["embedding_init_std"] == (2 / 5) ** 0.5
+        std = job.model["embedding_init_std"]  # sqrt(2/5), the authors' code; the init-0.02 set: 0.02
+        assert std == (0.02 if job.set == "init-0.02" else (2 / 5) ** 0.5)
+        assert st["init"] == {"linear_std": 0.02, "embedding_std": std} and run.config["embedding_init_std"] == std
         assert st["deviations"] == list(runs.RECIPE_DEVIATIONS)
         if m["norm"] == "deepnorm":
             L = m["model"]["num_layers"]
-            assert st["deepnorm"]["formula"] == "mixln" == run.config["deepnorm_formula"]
-            assert st["deepnorm"]["alpha"] == pytest.approx(2 * math.sqrt(2))
-            assert st["deepnorm"]["gain_value_output_mlp"] == pytest.approx((8 * L) ** 0.25)
+            formula = "deepnet" if job.name == "deepnorm-deepnet" else "mixln"
+            assert st["deepnorm"]["formula"] == formula == run.config["deepnorm_formula"]
+            alpha, gain = (((2 * L) ** 0.25, (8 * L) ** -0.25) if formula == "deepnet"
+                           else (2 * math.sqrt(2), (8 * L) ** 0.25))
+            assert st["deepnorm"]["alpha"] == pytest.approx(alpha)
+            assert st["deepnorm"]["gain_value_output_mlp"] == pytest.approx(gain)
+            assert run.placement == runs.RECIPE[job.name]["norm"]  # the two DeepNorms read back apart
         else:
             assert "deepnorm" not in st
         # the recorded learning rate of every step kept is the authors' schedule; every step up to 100 is kept
@@ -203,13 +208,17 @@ def test_committed_weights_reproduce_the_recorded_perplexity(job):
 @needs_runs
 def test_committed_model_is_the_recorded_placement():
     for name, spec in runs.RECIPE.items():
-        placements = runs.run_model(name).config.layer_norms()
+        model = runs.run_model(name)
+        placements = model.config.layer_norms()
         if spec["norm"] in ("pre", "post", "mix"):
             expected = {"pre": 0, "post": 12}.get(spec["norm"], math.floor(spec["alpha"] * 12))
             assert placements.count("post") == expected
             assert placements == ["post"] * expected + ["pre"] * (12 - expected)  # Post-LN first, then Pre-LN
-        else:
-            assert placements == [spec["norm"]] * 12
+        else:  # Peri-LN: Sandwich-LN layers and the embedding norm; DeepNet's DeepNorm: deepnorm layers
+            layer = {"peri": "sandwich", "deepnet": "deepnorm"}.get(spec["norm"], spec["norm"])
+            assert placements == [layer] * 12
+            assert hasattr(model.model, "embed_norm") == (spec["norm"] == "peri")
+        assert runs.load_run(name).placement == spec["norm"]
     deep = runs.run_model("depth-24/mix-ln-0.25").config.layer_norms()
     assert deep == ["post"] * 6 + ["pre"] * 18  # the authors' 24-layer Mix-LN: POST_NUM = 6
 
