@@ -6,6 +6,7 @@
     python app.py --talk          # every page opens in the presenter view (a link may say ?view=lab)
     python app.py --mcp           # also an MCP server at /gradio_api/mcp/ (LAYERWISE_MCP=1 does the same, e.g. on a
                                   # Space); the tools are ui.tools's, docs/mcp-and-batch.md says how to connect
+    python app.py --public        # public mode (on by default on a Space): listed models only, no server path
 """
 from __future__ import annotations
 
@@ -32,7 +33,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
     p.add_argument("--mcp", action="store_true", default=os.environ.get("LAYERWISE_MCP") == "1",
                    help="also serve the analyses as MCP tools at /gradio_api/mcp/ (off by default; LAYERWISE_MCP=1)")
+    p.add_argument("--cheap-lane", type=int, default=8, metavar="N",
+                   help="cheap events (no progress bar: a dataset page, a text's targets) share one lane of N at once, "
+                        "apart from the heavy ones (default 8; 0: each handler its own group of --concurrency)")
+    p.add_argument("--public", action="store_true",
+                   help="public mode: models only from the registry and the hub allow-list, no path on the server "
+                        "accepted anywhere (default on a Hugging Face Space; LAYERWISE_PUBLIC=0 turns it off there)")
     return p.parse_args(argv)
+
+
+def public_mode(args: argparse.Namespace) -> bool:
+    """Whether the app serves in public mode: ``--public``, ``LAYERWISE_PUBLIC=1``, or on a Space unless
+    ``LAYERWISE_PUBLIC=0`` says otherwise."""
+    env = os.environ.get("LAYERWISE_PUBLIC")
+    return args.public or env == "1" or (bool(os.environ.get("SPACE_ID")) and env != "0")
 
 
 def main(argv=None) -> None:
@@ -43,7 +57,8 @@ def main(argv=None) -> None:
         return 2
     from core.settings import configure
 
-    configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1")  # before gradio / hf imports
+    public = public_mode(args)
+    configure(online=args.online or os.environ.get("LAYERWISE_ONLINE") == "1", public=public)  # before gradio / hf
     if os.environ.get("SPACE_ID"):  # ZeroGPU needs `spaces` before Gradio and CUDA start (a no-op on other Spaces)
         try:
             import spaces  # noqa: F401
@@ -56,12 +71,12 @@ def main(argv=None) -> None:
         prepare(progress=lambda name: print(f"preparing {name}", flush=True))
         for name in PACKAGED:
             prepare_model(name, progress=lambda msg: print(msg, flush=True))
-    from starlette.middleware import Middleware
-
     from core.paths import write_problem
     from core.files import files_dir
     from ui import CSS, build_app, head, projector_theme
-    from ui.limits import RequestSizeLimit
+    from ui.lanes import assign_lanes
+    from ui.limits import launch_kwargs, middleware
+    from ui.links import read_long_request_lines
 
     problem = write_problem()
     if problem:  # a read-only or full LAYERWISE_HOME: serve what can be served, say what cannot
@@ -77,12 +92,15 @@ def main(argv=None) -> None:
 
         threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()
+    assign_lanes(demo, args.cheap_lane)
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
-    print(f"Layerwise on http://{args.host}:{args.port} ({'online' if args.online else 'offline'})", flush=True)
+    mode = ("online" if args.online else "offline") + (", public: listed models only, no server path" if public else "")
+    print(f"Layerwise on http://{args.host}:{args.port} ({mode})", flush=True)
     demo.launch(server_name=args.host, server_port=args.port, share=args.share, theme=projector_theme(), css=CSS,
-                head=head(talk=args.talk), show_error=True, ssr_mode=False, footer_links=["api"],
-                allowed_paths=served, app_kwargs={"middleware": [Middleware(RequestSizeLimit)]},
-                prevent_thread_lock=True, mcp_server=args.mcp)
+                head=head(talk=args.talk), show_error=not public, ssr_mode=False, footer_links=["api"],
+                allowed_paths=served, app_kwargs={"middleware": middleware(served)}, prevent_thread_lock=True,
+                mcp_server=args.mcp, **launch_kwargs())  # public: the app's own messages (gr.Error), never an exception's
+    read_long_request_lines(demo)  # a long link reaches the app (which cuts it) instead of the server's bare 400
     if args.mcp:  # the MCP server lists the agent tools (ui.tools), not the page's own endpoints
         from ui.tool_endpoints import only_tools
 

@@ -83,7 +83,9 @@ def compile_one(jit, signature: dict, constants: dict, label: str, num_warps: in
     info.update(ok=True, s=round(time.time() - t0, 1), registers=int(fields.get("REG", -1)),
                 stack=int(fields.get("STACK", -1)), shared=int(compiled.metadata.shared),
                 spill_ops=sass.count("LDL") + sass.count("STL"), barriers=sass.count("BAR.SYNC"),
-                global_loads=sass.count("LDG"), cp_async=sass.count("LDGSTS"), shuffles=sass.count("SHFL"))
+                global_loads=sass.count("LDG"), cp_async=sass.count("LDGSTS"), shuffles=sass.count("SHFL"),
+                instructions=sum(1 for line in sass.splitlines() if line.lstrip().startswith("/*") and "*/" in line
+                                 and line.split("*/", 1)[1].strip().rstrip(";").strip() not in ("", "}")))
     info["spills"] = bool(info["stack"] > 0 or info["spill_ops"] > 0)
     return info
 
@@ -112,8 +114,16 @@ def scan(tiles: list[tuple[int, int]], stages: list[int | None], sass_dir=None) 
     return rows
 
 
+RANS_MODES = {  # mode: (the kernel's constexprs, its pointer types beyond the decode's)
+    "decode": (dict(GEMV=False, MERGE=False), {}),
+    "merge": (dict(GEMV=False, MERGE=True), {"out_ptr": "*i32", "fields_ptr": "*u8", "vec_ptr": "*i32"}),
+    "gemv": (dict(GEMV=True, MERGE=False), {"out_ptr": "*fp32", "fields_ptr": "*u8", "vec_ptr": "*fp32"}),
+}
+
+
 def rans(blocks: list[int], sass_dir=None) -> list[dict]:
-    """The NeuZip exponent decode, per segments-per-program ``block``, in its decode and fused-GEMV modes."""
+    """The NeuZip exponent decode, per segments-per-program ``block``, in its three modes: the exponents alone, fused
+    with the bit merge (the app's lossless decode on CUDA), fused with a matrix-vector product."""
     import kernels.neuzip_rans as R
 
     jit = R._pair_rans_decode_kernel
@@ -121,19 +131,16 @@ def rans(blocks: list[int], sass_dir=None) -> list[dict]:
                 "info_ptr": "*i64", "escapes_ptr": "*u8", "escape_offsets_ptr": "*i64", "out_ptr": "*i16",
                 "err_ptr": "*i32", "fields_ptr": "*i16", "vec_ptr": "*i16"}
     rows = []
-    for gemv in (False, True):
-        p = dict(pointers)
-        if gemv:
-            p.update(out_ptr="*fp32", fields_ptr="*u8", vec_ptr="*fp32")
-        sig = _signature(jit, p)
+    for mode, (flags, types) in RANS_MODES.items():
+        sig = _signature(jit, {**pointers, **types})
         for block in blocks:
-            rows.append(compile_one(jit, sig, dict(PRECISION=15, LANES_=8, BLOCK=block, GEMV=gemv),
-                                    f"rans {'gemv' if gemv else 'decode'} block={block}", num_warps=R._warps(block),
-                                    sass_dir=sass_dir))
+            rows.append(compile_one(jit, sig, dict(PRECISION=15, LANES_=8, BLOCK=block, **flags),
+                                    f"rans {mode} block={block}", num_warps=R._warps(block), sass_dir=sass_dir))
     return rows
 
 
-COLUMNS = ("label", "num_warps", "registers", "stack", "spill_ops", "shared", "barriers", "global_loads", "cp_async")
+COLUMNS = ("label", "num_warps", "registers", "stack", "spill_ops", "shared", "barriers", "global_loads", "cp_async",
+           "instructions")
 
 
 def main(argv=None) -> int:

@@ -20,20 +20,26 @@ The rows (each timed interleaved with its peer in one process, medians of ``--re
 calls, CUDA events; peak memory by ``torch.cuda.max_memory_allocated`` above what was allocated before; every row
 records the self-check of its kernels on that device and the max abs error against their ``*_ref`` twins):
 
-- ``neuzip_decode``: NeuZip lossless decode (exponents + bit merge) of a 1536x576 SmolLM2-135M-shaped matrix at the
-  app's settings (chunks of 2**17 weights, the segment layout the app picks for the device), GB/s of decoded bf16
-  against a device-to-device copy of the same bytes; the same for a 14.2 M-weight tensor; and the other layouts
-  (segment length x segments per program: programs, resident index bytes, time), to tune
-  :data:`kernels.neuzip_rans.DECODE_ROWS` / ``PROGRAMS_PER_SM`` / ``MIN_SEGMENT``;
-- ``lrp_explain``: MambaLRP ``explain`` (default mode: the kernels' self-checks, the tile autotune, recompute as
-  decided for the device) on a random-weight mamba-130m-config model at 512 / 2048 / 8192 tokens against the same
-  model's no-grad forward, peak memory of each, whether it recomputed, its host syncs (counted by
-  :class:`core.syncs.HostSyncs`), the profiler's top ops at 2048, and at 512 the GPU relevance against the CPU's;
-- ``neuzip_forward`` / ``neuzip_generate`` (one row, one model pair): a random-weight SmolLM2-135M-config model with
-  every linear layer but the tied embedding / head compressed as the app does it (``compress``'s defaults, moved
-  with ``.to(device)``) against the same model in bf16: a 512-token forward (device memory after loading, forward
-  peak, host-to-device copies and host syncs per forward, and the chunk layout as a peer), then batch-1 greedy
-  generation (64 new tokens, KV cache) as dispatched and with the fused decode + GEMV opted in, tokens/s;
+- ``neuzip_generate``: a random-weight SmolLM2-135M-config model with every linear layer but the tied embedding /
+  head compressed as the app does it (``compress``'s defaults, moved with ``.to(device)``) against the same model in
+  bf16: batch-1 greedy generation (32 new tokens, KV cache) as dispatched and with the fused decode + GEMV opted in,
+  tokens/s, host syncs and a profile per token;
+- ``lrp_explain_512`` / ``_2048`` / ``_8192`` (one row per length, so that a slow one cannot starve the others;
+  ``--only lrp_explain`` names all three): MambaLRP ``explain`` (default mode: the kernels' self-checks, the tile
+  autotune, recompute as decided for the device) on a random-weight mamba-130m-config model against explain's own
+  forward without the backward (the mixers with the rules under ``no_grad``: the same Triton scan), and beside it
+  transformers' forward as installed (its fast kernels need ``mamba_ssm`` and ``causal_conv1d``; without them it is
+  its PyTorch reference, timed once); peak memory, whether it recomputed, the profiler's top ops and host syncs
+  (:class:`core.syncs.HostSyncs`) at 2048, and at 512 the GPU relevance against the CPU's;
+- ``neuzip_decode``: NeuZip lossless decode of a 1536x576 SmolLM2-135M-shaped matrix at the app's settings (chunks
+  of 2**17 weights, the segment layout the app picks for the device, decoded and merged by one kernel into a bf16
+  buffer), GB/s of decoded bf16 against a device-to-device copy of the same bytes and against the unfused path
+  (decode, merge, copy); the same for a 14.2 M-weight tensor; the other layouts (segment length x segments per
+  program: programs, resident index bytes, time) to tune :data:`kernels.neuzip_rans.DECODE_ROWS` /
+  ``PROGRAMS_PER_SM`` / ``MIN_SEGMENT`` / ``MAX_SEGMENT``; the device time of one call of each (profiler);
+- ``neuzip_forward``: the same model pair, a 512-token forward, compressed against bf16 and against the unfused
+  decode (device memory after loading, forward peak, host-to-device copies and host syncs per forward, the
+  overhead per compressed linear, a profile of each);
 - ``selective_scan``: the MambaLRP scan (forward + relevance backward), mamba-130m shapes (B = 1, D = 1536,
   N = 16), L = 2048 and 8192: the tile the autotune chose, every tile of :data:`kernels.selective_scan.TILES` and the
   pipelining depths, against its ``*_ref`` twin (L = 2048);
@@ -130,12 +136,13 @@ class Timer:
         fn()
         return time.perf_counter() - t0
 
-    def medians(self, fns: dict, repeats: dict | None = None) -> dict:
-        """``{name: median seconds}``; ``repeats`` may lower the rounds of a slow contestant. Every contestant gets
-        at least one timed round; past the row's deadline no further round starts (:attr:`cut` says so)."""
-        repeats = repeats or {}
-        for fn in fns.values():
-            for _ in range(self.warmup):
+    def medians(self, fns: dict, repeats: dict | None = None, warmups: dict | None = None) -> dict:
+        """``{name: median seconds}``; ``repeats`` / ``warmups`` may lower the rounds / warm-up calls of a slow
+        contestant. Every contestant gets at least one timed round; past the row's deadline no further round starts
+        (:attr:`cut` says so)."""
+        repeats, warmups = repeats or {}, warmups or {}
+        for name, fn in fns.items():
+            for _ in range(warmups.get(name, self.warmup)):
                 fn()
         self.sync()
         times = {name: [] for name in fns}
@@ -268,6 +275,21 @@ def _forced(mode: str, fn):
             return fn()
         finally:
             os.environ.pop("LAYERWISE_KERNELS") if before is None else os.environ.update(LAYERWISE_KERNELS=before)
+    return run
+
+
+def _unfused(fn):
+    """``fn`` run without the fused decode + merge kernel: the exponent decode, then the bit merge, then a copy into
+    the buffer (the NeuZip decode path before the first GPU run), to measure what the fusion buys."""
+    def run():
+        import core.neuzip.codec as codec
+
+        eligible = codec.merge_eligible
+        codec.merge_eligible = lambda *args: False
+        try:
+            return fn()
+        finally:
+            codec.merge_eligible = eligible
     return run
 
 
@@ -469,13 +491,14 @@ def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         original = weights.to(device)
         copy_src, copy_dst = original.clone(), torch.empty_like(original)
         errors = torch.zeros(1, dtype=torch.int32, device=device)
-        decode = lambda arrays=app: ct.decode_arrays(arrays, errors)  # noqa: E731
-        got = decode()
-        want = _forced("ref", decode)()
+        buffer = torch.empty_like(original)  # as the app decodes: into the shared decompression buffer
+        decode = lambda arrays=app: ct.decode_arrays(arrays, errors, out=buffer)  # noqa: E731
+        got = decode().clone()
+        want = _forced("ref", decode)().clone()
         layouts = _decode_layouts(ct, device, [lay for lay in sizes["layouts"](ct.exponents.chunk_size)], sms)
-        contestants = {"app": decode, "copy": lambda: copy_dst.copy_(copy_src)}
+        contestants = {"app": decode, "app_unfused": _unfused(decode), "copy": lambda: copy_dst.copy_(copy_src)}
         for name, (arrays, _) in layouts.items():
-            contestants[name] = lambda arrays=arrays: ct.decode_arrays(arrays, errors)
+            contestants[name] = lambda arrays=arrays: ct.decode_arrays(arrays, errors, out=buffer)
         exact = {name: bool(torch.equal(fn().view(torch.int16), original.view(torch.int16)))
                  for name, fn in contestants.items() if name != "copy"}
         medians = timer.medians(contestants)
@@ -489,7 +512,8 @@ def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
                     "matrix vs a device-to-device copy of the same bytes, at the app's settings",
             "settings": f"the app's: compress() defaults (chunks of {chunk} weights), the segment layout the app "
                         f"picks on this device (kernels.neuzip_rans.decode_layout: segments of {seg}, "
-                        f"{R.DECODE_ROWS} per program)",
+                        f"{R.DECODE_ROWS} per program), decoded and merged by one kernel into a bf16 buffer "
+                        "(app_unfused: the exponent decode, the bit merge and a copy into the buffer, as before)",
             "shape": {"rows": shape[0], "cols": shape[1], "numel": numel, "chunk_size": chunk, "segment": seg,
                       "programs": R.decode_programs(numel, seg), "multiprocessors": sms},
             "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"),
@@ -497,6 +521,7 @@ def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
             "compressed_bytes": ct.nbytes, "resident_bytes": app.nbytes, "index_bytes": app.index_bytes,
             "bf16_bytes": nbytes, "cpu_encode_s": encode_s, "cpu_index_s": index_s,
             "ratio_decode_over_copy_bandwidth": ratio,
+            "ratio_unfused_over_app_time": medians["app_unfused"] / medians["app"],
             "target_at_least_0_25": None if not timer.cuda else bool(ratio >= 0.25),
             "layouts": {name: {**desc, "median_s": medians[name], "gbps": gbps[name], "bit_exact": exact[name]}
                         for name, (_, desc) in layouts.items()},
@@ -504,7 +529,10 @@ def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
             "agrees_with_twin": bool(torch.equal(got.view(torch.int16), want.view(torch.int16))),
             "bit_exact_vs_original": all(exact.values()), "device_flag_clean": int(errors.item()) == 0,
             "peak_bytes": {"app": timer.peak_bytes(decode)},
+            "profile": {name: timer.profile(contestants[name], top=4) for name in ("app", "app_unfused", "copy")},
             "notes": ["GB/s counts the decoded bf16 bytes (2 per weight)",
+                      "profile: one call under the torch profiler: its device time (total_ms) beside the timed "
+                      "wall (median_s): a call whose median is far above its device time waits for the host",
                       "layouts: seg<S>_rows<R> decodes in segments of S weights, R segments per program; the index "
                       "(8 states and 2 offsets per segment) is resident device memory beside the compressed bytes"]})
 
@@ -512,7 +540,7 @@ def neuzip_decode(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
 def _llama_pair(timer: Timer, device, config: dict, chunk) -> dict:
     """A random-weight Llama of ``config`` twice on ``device``: bf16, and with every linear layer but the tied
     embedding / head NeuZip-compressed as the app does it (lossless, ``compress``'s defaults unless ``chunk``),
-    laid out for the device by ``.to(device)``; a third copy shares the compressed weights in the chunk layout."""
+    laid out for the device by ``.to(device)``."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -523,7 +551,7 @@ def _llama_pair(timer: Timer, device, config: dict, chunk) -> dict:
         torch.manual_seed(0)
         return LlamaForCausalLM(LlamaConfig(**config)).to(torch.bfloat16).eval()
 
-    dense, packed, chunked = build(), build(), build()
+    dense, packed = build(), build()
     linears = {name: m for name, m in packed.named_modules()
                if isinstance(m, torch.nn.Linear) and "lm_head" not in name}
     linear_bf16_bytes = sum(m.weight.numel() * 2 for m in linears.values())
@@ -531,20 +559,14 @@ def _llama_pair(timer: Timer, device, config: dict, chunk) -> dict:
     tensors = {name: compress(m.weight.detach(), 7, chunk_size=chunk) for name, m in linears.items()}
     encode_s = time.perf_counter() - t0
     apply_compressed(packed, tensors)
-    apply_compressed(chunked, tensors)
     held = {}
     for name, model in (("bf16", dense), ("compressed", packed)):
         t0 = time.perf_counter()
         held[name] = timer.allocated_by(lambda model=model: model.to(device))
         held[f"{name}_load_s"] = time.perf_counter() - t0  # compressed: includes the segment index pass
-    chunked.to(device)
-    layers = [m for m in chunked.modules() if isinstance(m, CompressedLinear)]
-    for m in layers:
-        m.lay_out(None)
     packed_layers = [m for m in packed.modules() if isinstance(m, CompressedLinear)]
-    return {"dense": dense, "packed": packed, "chunked": chunked, "linears": len(linears),
-            "linear_bf16_bytes": linear_bf16_bytes, "encode_s": encode_s, "held": held,
-            "compressed_modules": packed_layers,
+    return {"dense": dense, "packed": packed, "linears": len(linears), "linear_bf16_bytes": linear_bf16_bytes,
+            "encode_s": encode_s, "held": held, "compressed_modules": packed_layers,
             "segments": sorted({m.segment or m.weight_compressed.exponents.chunk_size for m in packed_layers})}
 
 
@@ -552,19 +574,25 @@ def _decode_path(pair: dict) -> str:
     from kernels.dispatch import use_triton
 
     probe = pair["compressed_modules"][0].arrays()
-    return "triton" if use_triton(probe.states, kernel="pair_rans_decode") else "reference (PyTorch/numba)"
+    if not use_triton(probe.states, kernel="pair_rans_decode"):
+        return "reference (PyTorch/numba)"
+    fused = use_triton(probe.states, probe.fields, kernel="pair_rans_decode_bf16")
+    return "triton: decode + merge in one kernel" if fused else "triton: decode, then merge"
 
 
-def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
-    """The compressed forward, then batch-1 generation, on one model pair."""
+def _settings(chunk) -> str:
+    return ("the app's: compress() defaults (chunks of 2**17 weights), laid out for the device by .to(device)"
+            if chunk is None else f"smoke: chunks of {chunk} weights")
+
+
+def neuzip_forward(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    """The compressed forward of a prompt against the bf16 model's, and without the fused decode + merge."""
     import torch
 
-    checks = check_kernels(device, ["pair_rans_decode", "merge_bf16", "pair_rans_gemv"])
+    checks = check_kernels(device, ["pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16"])
     config, label, chunk = sizes["llama"], sizes["llama_label"], sizes.get("chunk")
     pair = _llama_pair(timer, device, config, chunk)
-    dense, packed, chunked = pair["dense"], pair["packed"], pair["chunked"]
-    settings = ("the app's: compress() defaults (chunks of 2**17 weights), laid out for the device by "
-                ".to(device)" if chunk is None else f"smoke: chunks of {chunk} weights")
+    dense, packed = pair["dense"], pair["packed"]
     resident = sum(t.numel() * t.element_size() for m in pair["compressed_modules"]
                    for _, t in m.arrays().items() if t is not None)
     index = sum(m.arrays().index_bytes for m in pair["compressed_modules"])
@@ -578,32 +606,63 @@ def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
                 return model(ids).logits
         return step
 
-    got, want, got_chunked = forward(packed)(), forward(dense)(), forward(chunked)()
+    got, want, got_unfused = forward(packed)(), forward(dense)(), _unfused(forward(packed))()
     medians = timer.medians({"compressed": forward(packed), "bf16": forward(dense),
-                             "compressed_chunk_layout": forward(chunked)})
+                             "compressed_unfused": _unfused(forward(packed))})
     ratio = medians["compressed"] / medians["bf16"]
-    ctx.save("neuzip_forward", {
+    linears = pair["linears"]
+    result = {
         "what": f"{label}: forward of {sizes['tokens']} tokens, linear layers NeuZip-compressed (lossless) vs bf16",
-        "settings": settings, "model": label,
-        "shape": {"tokens": sizes["tokens"], "compressed_linears": pair["linears"], "segments": pair["segments"]},
-        "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16"), "decode_path": _decode_path(pair),
-        "median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut,
+        "settings": _settings(chunk), "model": label,
+        "shape": {"tokens": sizes["tokens"], "compressed_linears": linears, "segments": pair["segments"]},
+        "self_check": _self_check(checks, "pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16"),
+        "decode_path": _decode_path(pair), "median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut,
         "ratio_compressed_over_bf16": ratio, "target_at_most_1_3x": None if not timer.cuda else bool(ratio <= 1.3),
-        "ratio_chunk_layout_over_bf16": medians["compressed_chunk_layout"] / medians["bf16"],
+        "ratio_unfused_over_bf16": medians["compressed_unfused"] / medians["bf16"],
+        "overhead_per_linear_s": (medians["compressed"] - medians["bf16"]) / linears,
+        "overhead_per_linear_unfused_s": (medians["compressed_unfused"] - medians["bf16"]) / linears,
         "max_abs_err_vs_twin": _max_abs(got, want), "agrees_with_twin": _agrees(got, want),
-        "chunk_layout_same_logits": bool(torch.equal(got_chunked, got)), "cpu_encode_s": pair["encode_s"],
-        "peak_bytes": {"compressed": timer.peak_bytes(forward(packed)), "bf16": timer.peak_bytes(forward(dense))},
+        "unfused_same_logits": bool(torch.equal(got_unfused, got)), "cpu_encode_s": pair["encode_s"],
         "device_bytes_after_load": pair["held"], "compressed_arrays_on": sorted(on_device),
         "linear_weights_bytes": {"bf16": pair["linear_bf16_bytes"], "compressed_resident": resident,
                                  "of_which_states_and_offsets": index, "ratio": resident / pair["linear_bf16_bytes"]},
-        "host_to_device_copies_per_forward": timer.host_to_device_copies(forward(packed)),
-        "host_syncs_per_forward": timer.host_syncs(forward(packed)) if timer.cuda else None,
         "notes": ["twin = the same model with its bf16 weights (lossless codec: logits should be equal)",
-                  "compressed_chunk_layout: the same compressed weights decoded chunk by chunk (no segment index: "
-                  "a 1536x576 matrix is 7 chunks), to show what the layout buys",
-                  "host_syncs_per_forward: expected 1 (the corruption flag, read once after the forward)"]})
-    if ctx.past():
-        return
+                  "compressed_unfused: the same weights decoded as before the first GPU run (exponent decode, bit "
+                  "merge, copy into the buffer: 3 kernels a linear instead of 1)",
+                  "overhead_per_linear_s: (compressed - bf16) / compressed linears; profile: one forward under the "
+                  "torch profiler, its device time (total_ms) and kernel launches beside the timed wall",
+                  "host_syncs_per_forward: expected 1 (the corruption flag, read once after the forward)"]}
+    _extras(ctx, "neuzip_forward", result, {  # the timed part saved first, the rest while the share allows
+        "peak_bytes": lambda: {"compressed": timer.peak_bytes(forward(packed)),
+                               "bf16": timer.peak_bytes(forward(dense))},
+        "host_to_device_copies_per_forward": lambda: timer.host_to_device_copies(forward(packed)),
+        "host_syncs_per_forward": lambda: timer.host_syncs(forward(packed)) if timer.cuda else None,
+        "profile": lambda: {"compressed": timer.profile(forward(packed), top=8),
+                            "bf16": timer.profile(forward(dense), top=8)}})
+
+
+def _extras(ctx: RowContext, name: str, result: dict, parts: dict) -> None:
+    """Save ``result`` (a row's timed part), then add each of ``parts`` (``{key: thunk}``: profiles, peaks, sync
+    counts) to it and save it again, until the row's deadline passes (the keys left out: ``not_measured``)."""
+    ctx.save(name, result)
+    for key, part in parts.items():
+        if ctx.past():
+            result.setdefault("not_measured", []).append(key)
+            continue
+        result[key] = part()
+        ctx.save(name, result)
+    ctx.save(name, result)
+
+
+def neuzip_generate(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+    """Batch-1 greedy generation with the KV cache: the compressed model as dispatched (each weight decoded into the
+    shared buffer), with the fused decode + GEMV forced, and the bf16 model."""
+    import torch
+
+    checks = check_kernels(device, ["pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16", "pair_rans_gemv"])
+    config, label, chunk = sizes["llama"], sizes["llama_label"], sizes.get("chunk")
+    pair = _llama_pair(timer, device, config, chunk)
+    dense, packed = pair["dense"], pair["packed"]
     prompt, new_tokens = sizes["prompt"], sizes["new_tokens"]
     ids = torch.randint(0, config["vocab_size"], (1, prompt), generator=torch.Generator().manual_seed(2)).to(device)
 
@@ -622,7 +681,7 @@ def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
     contestants = {"compressed": generate(packed), "bf16": generate(dense),
                    "compressed_fused_gemv": _forced("triton", generate(packed))}
     got, want, got_fused = (contestants[name]() for name in ("compressed", "bf16", "compressed_fused_gemv"))
-    timer.repeats = max(3, timer.repeats // 4)
+    timer.repeats, timer.warmup = sizes["generate_repeats"], min(timer.warmup, 1)
     medians = timer.medians(contestants)
     tokens_per_s = {name: new_tokens / s for name, s in medians.items()}
     best = max(v for k, v in tokens_per_s.items() if k != "bf16")
@@ -631,16 +690,18 @@ def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         with torch.inference_mode():
             cache = model(ids, use_cache=True).past_key_values
         token = ids[:, -1:]
+
         def step():
             with torch.inference_mode():
                 return model(token, past_key_values=cache, use_cache=True).logits
         return step
 
-    ctx.save("neuzip_generate", {
+    result = {
         "what": f"{label}: batch-1 greedy generation, {new_tokens} new tokens after a {prompt}-token prompt "
                 "(KV cache), linear layers NeuZip-compressed (lossless) vs bf16",
-        "settings": settings, "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens},
-        "self_check": _self_check(checks, "pair_rans_decode", "merge_bf16", "pair_rans_gemv"),
+        "settings": _settings(chunk), "model": label, "shape": {"prompt": prompt, "new_tokens": new_tokens},
+        "self_check": _self_check(checks, "pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16",
+                                  "pair_rans_gemv"),
         "decode_path": _decode_path(pair), "median_s": medians, "rounds": timer.rounds,
         "cut_by_deadline": timer.cut, "tokens_per_s": tokens_per_s,
         "ratio_compressed_over_bf16_tokens_per_s": tokens_per_s["compressed"] / tokens_per_s["bf16"],
@@ -649,98 +710,142 @@ def neuzip_model(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         "target_at_least_0_8": None if not timer.cuda else bool(best / tokens_per_s["bf16"] >= 0.8),
         "same_tokens": bool(torch.equal(got, want)), "fused_same_tokens": bool(torch.equal(got_fused, want)),
         "max_abs_err_vs_twin": float((got != want).sum().item()), "agrees_with_twin": bool(torch.equal(got, want)),
-        "host_syncs_per_token": {"compressed": timer.host_syncs(one_token(packed)),
-                                 "fused_gemv": timer.host_syncs(_forced("triton", one_token(packed))),
-                                 "bf16": timer.host_syncs(one_token(dense))} if timer.cuda else None,
-        "peak_bytes": {"compressed": timer.peak_bytes(generate(packed)), "bf16": timer.peak_bytes(generate(dense))},
         "notes": ["the prompt's forward is inside each timed call; tokens_per_s counts the new tokens",
                   "max_abs_err_vs_twin counts generated tokens that differ from the bf16 model's (lossless: 0)",
-                  "compressed: as dispatched (each weight decoded into a shared buffer, then multiplied); "
-                  "compressed_fused_gemv: with LAYERWISE_KERNELS=triton, each generated token's one-row calls "
-                  "multiply straight from the compressed arrays (fused exponent decode + GEMV, opt-in until "
-                  "this row shows it wins: kernels.neuzip_rans register_check auto=False)"]})
+                  "compressed: as dispatched (each weight decoded and merged by one kernel into the shared buffer, "
+                  "then multiplied); compressed_fused_gemv: with LAYERWISE_KERNELS=triton, each generated token's "
+                  "one-row calls multiply straight from the compressed arrays (fused exponent decode + GEMV, opt-in "
+                  "until this row shows it wins: kernels.neuzip_rans register_check auto=False)",
+                  "profile_token: one generated token under the torch profiler (device time, kernel launches)"]}
+    _extras(ctx, "neuzip_generate", result, {  # the timed part saved first, the rest while the share allows
+        "host_syncs_per_token": lambda: {"compressed": timer.host_syncs(one_token(packed)),
+                                         "fused_gemv": timer.host_syncs(_forced("triton", one_token(packed))),
+                                         "bf16": timer.host_syncs(one_token(dense))} if timer.cuda else None,
+        "profile_token": lambda: {"compressed": timer.profile(one_token(packed), top=6),
+                                  "fused_gemv": timer.profile(_forced("triton", one_token(packed)), top=6),
+                                  "bf16": timer.profile(one_token(dense), top=6)},
+        "peak_bytes": lambda: {"compressed": timer.peak_bytes(generate(packed)),
+                               "bf16": timer.peak_bytes(generate(dense))}})
 
 
 # ---- rows: MambaLRP explain ---------------------------------------------------------------------------------------
-def lrp_explain(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+def _transformers_mamba_path() -> dict:
+    """Which path transformers' Mamba forward takes on CUDA: its fast kernels need both ``mamba_ssm`` and
+    ``causal_conv1d``; without either it falls back to its PyTorch reference (a Python loop over the sequence)."""
+    found = {}
+    for name in ("mamba_ssm", "causal_conv1d"):
+        try:
+            __import__(name)
+            found[name] = "imports"
+        except Exception as exc:
+            found[name] = f"not importable ({type(exc).__name__})"
+    fast = all(v == "imports" for v in found.values())
+    return {**found, "path": "fast kernels (mamba_ssm + causal_conv1d)" if fast else
+            "PyTorch reference (a Python loop over the sequence)", "fast": fast}
+
+
+def lrp_explain(ctx: RowContext, timer: Timer, device, sizes: dict, index: int = 0) -> None:
+    """One length (``sizes["mamba_lengths"][index]``): ``explain`` against the no-grad forward that runs the same
+    Triton scan (the project's mixers with the MambaLRP rules, no backward: the ratio's peer), and transformers'
+    own forward as installed (timed once when it is its PyTorch reference path)."""
     import torch
     from transformers import MambaConfig, MambaForCausalLM
 
     from core.lrp import explain
     from core.lrp.adapters import adapter_for
+    from core.lrp.context import lrp_rules
     from core.lrp.methods import kept_activation_bytes, recompute_mixers
+    from core.lrp.rules import LRPRules
 
     checks = check_kernels(device, ["selective_scan_lrp", "add_rmsnorm"])
-    config = sizes["mamba"]
+    config, length = sizes["mamba"], sizes["mamba_lengths"][index]
     torch.manual_seed(0)
     model = MambaForCausalLM(MambaConfig(**config)).eval()
-    cpu_at = sizes["mamba_cpu_at"]
+    cpu_at = sizes["mamba_cpu_at"] == length
     cpu_state = {k: v.clone() for k, v in model.state_dict().items()} if cpu_at else None
     model = model.to(device)
-    try:
-        import mamba_ssm  # noqa: F401
-        fast = "mamba_ssm imports: transformers' forward may use its fused kernels (needs causal_conv1d too)"
-    except Exception as exc:
-        fast = f"mamba_ssm not importable ({type(exc).__name__}): the forward is transformers' PyTorch path"
-    rows = {}
-    for length in sizes["mamba_lengths"]:
-        if ctx.past():
-            rows[f"L{length}"] = {"skipped": "past the row's share of the budget"}
-            break
-        ids = torch.randint(0, config["vocab_size"], (1, length), generator=torch.Generator().manual_seed(length))
-        ids = ids.to(device)
+    hf = _transformers_mamba_path()
+    ids = torch.randint(0, config["vocab_size"], (1, length), generator=torch.Generator().manual_seed(length))
+    ids = ids.to(device)
+    rules = LRPRules.mambalrp()
 
-        def forward(ids=ids):
-            with torch.no_grad():
-                return model(ids).logits
+    def forward():  # explain's forward without the backward: the mixers with the rules, the Triton scan
+        with torch.no_grad(), lrp_rules(model, rules):
+            return model(ids, use_cache=False, logits_to_keep=1).logits  # the explained position, as explain
 
-        def lrp(ids=ids):
-            return explain(model, input_ids=ids)
+    def forward_transformers():
+        with torch.no_grad():
+            return model(ids, use_cache=False, logits_to_keep=1).logits
 
-        t0 = time.perf_counter()
-        e = lrp()  # the first explanation: the kernels' checks, the tile autotune, compiles
-        first_s = time.perf_counter() - t0
-        embeds = model.get_input_embeddings()(ids)
-        adapter = adapter_for(model)
-        timer.repeats = sizes["lrp_repeats"]
-        medians = timer.medians({"explain": lrp, "forward": forward})
-        ratio = medians["explain"] / medians["forward"]
-        row = {"median_s": medians, "rounds": timer.rounds, "cut_by_deadline": timer.cut, "first_call_s": first_s,
-               "ratio_explain_over_forward": ratio, "target_at_most_3x": None if not timer.cuda else bool(ratio <= 3),
-               "recomputed_mixers": recompute_mixers(adapter, embeds),
-               "kept_activation_bytes": kept_activation_bytes(adapter, embeds),
-               "peak_bytes": {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)},
-               "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit}
-        if length == sizes["mamba_profile_at"] and not ctx.past():
-            row["profile_explain"] = timer.profile(lrp)
-            row["profile_forward"] = timer.profile(forward)
-            row["host_syncs_explain"] = timer.host_syncs(lrp) if timer.cuda else None
-        rows[f"L{length}"] = row
-        ctx.save("lrp_explain", _explain_result(rows, checks, sizes, fast))
-    if cpu_at and f"L{cpu_at}" in rows and "median_s" in rows[f"L{cpu_at}"] and not ctx.past():
+    def lrp():
+        return explain(model, input_ids=ids)
+
+    t0 = time.perf_counter()
+    e = lrp()  # the first explanation: the kernels' checks, the tile autotune, compiles
+    first_s = time.perf_counter() - t0
+    mine = forward()
+    timer.sync()
+    t0 = time.perf_counter()
+    theirs = forward_transformers()
+    timer.sync()
+    once = time.perf_counter() - t0  # transformers' reference path takes seconds: this call is its one round
+    embeds = model.get_input_embeddings()(ids)
+    adapter = adapter_for(model)
+    timer.repeats, timer.warmup = sizes["lrp_repeats"], min(timer.warmup, 1)
+    contestants = {"explain": lrp, "forward": forward}
+    if hf["fast"]:
+        contestants["forward_transformers"] = forward_transformers
+    medians = timer.medians(contestants)
+    rounds = dict(timer.rounds)
+    if not hf["fast"]:
+        medians["forward_transformers"], rounds["forward_transformers"] = once, 1
+    ratio = medians["explain"] / medians["forward"]
+    row = {"what": f"MambaLRP explain of {length} tokens (default mode: kernels as dispatched after their "
+                   "self-check, the scan tile autotuned, recompute decided by the device) vs the no-grad forward "
+                   f"through the same Triton scan, {sizes['mamba_label']}",
+           "model": sizes["mamba_label"], "length": length,
+           "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
+           "median_s": medians, "rounds": rounds, "cut_by_deadline": timer.cut, "first_call_s": first_s,
+           "ratio_explain_over_forward": ratio, "target_at_most_3x": None if not timer.cuda else bool(ratio <= 3),
+           "ratio_explain_over_forward_transformers": medians["explain"] / medians["forward_transformers"],
+           "forward_transformers_path": hf,
+           "forward_max_abs_diff_vs_transformers": _max_abs(mine, theirs),
+           "recomputed_mixers": recompute_mixers(adapter, embeds),
+           "kept_activation_bytes": kept_activation_bytes(adapter, embeds),
+           "conservation_abs": abs(float(e.relevance.sum()) - e.logit), "logit": e.logit,
+           "notes": ["forward (the ratio's peer): explain's forward without its backward, i.e. the project's mixers "
+                     "with the MambaLRP rules under torch.no_grad, the same Triton scan kernel (forward only)",
+                     f"forward_transformers: transformers' MambaForCausalLM forward as installed: {hf['path']}"
+                     + ("" if hf["fast"] else "; timed once (one call, host clock after a device sync)"),
+                     "explain includes its forward, the relevance backward and, where the kept activations would "
+                     "not fit, the activation recompute (recomputed_mixers)"]}
+    ctx.save(f"lrp_explain_L{length}", _explain_result(row))
+    if not ctx.past():
+        row["peak_bytes"] = {"explain": timer.peak_bytes(lrp), "forward": timer.peak_bytes(forward)}
+        ctx.save(f"lrp_explain_L{length}", _explain_result(row))
+    if length == sizes["mamba_profile_at"] and not ctx.past():
+        row["profile_explain"] = timer.profile(lrp)
+        row["profile_forward"] = timer.profile(forward)
+        row["host_syncs_explain"] = timer.host_syncs(lrp) if timer.cuda else None
+        row["notes"].append("profile_explain / profile_forward: the torch profiler's top ops by self time, kernel "
+                            "launches and host syncs of one call; host_syncs_explain: HostSyncs by line")
+        ctx.save(f"lrp_explain_L{length}", _explain_result(row))
+    if cpu_at and not ctx.past():
         cpu_model = MambaForCausalLM(MambaConfig(**config)).eval()
         cpu_model.load_state_dict(cpu_state)
-        ids = torch.randint(0, config["vocab_size"], (1, cpu_at), generator=torch.Generator().manual_seed(cpu_at))
-        got, ref = explain(model, input_ids=ids.to(device)), explain(cpu_model, input_ids=ids)
+        got, ref = explain(model, input_ids=ids), explain(cpu_model, input_ids=ids.cpu())
         top = lambda r: set(r.abs().topk(min(10, r.numel())).indices.tolist())  # noqa: E731
-        rows[f"L{cpu_at}"]["vs_cpu"] = {"max_abs_diff": _max_abs(got.relevance, ref.relevance),
-                                         "relevance_scale": float(ref.relevance.abs().max()),
-                                         "same_top10_tokens": top(got.relevance) == top(ref.relevance),
-                                         "cpu_conservation_abs": abs(float(ref.relevance.sum()) - ref.logit)}
-        ctx.save("lrp_explain", _explain_result(rows, checks, sizes, fast))
+        row["vs_cpu"] = {"max_abs_diff": _max_abs(got.relevance, ref.relevance),
+                         "relevance_scale": float(ref.relevance.abs().max()),
+                         "same_top10_tokens": top(got.relevance) == top(ref.relevance),
+                         "cpu_conservation_abs": abs(float(ref.relevance.sum()) - ref.logit)}
+        ctx.save(f"lrp_explain_L{length}", _explain_result(row))
 
 
-def _explain_result(rows: dict, checks: list[dict], sizes: dict, fast: str) -> dict:
+def _explain_result(row: dict) -> dict:
     from kernels.selective_scan import tuning_results
 
-    return {"what": f"MambaLRP explain (default mode: kernels as dispatched after their self-check, the scan tile "
-                    f"autotuned, recompute decided by the device) vs a no-grad forward, {sizes['mamba_label']}",
-            "model": sizes["mamba_label"], "self_check": _self_check(checks, "selective_scan_lrp", "add_rmsnorm"),
-            "lengths": rows, "scan_tiles_chosen": {str(k): v for k, v in tuning_results().items()},
-            "notes": [fast, "explain includes its forward, the relevance backward and, where the kept activations "
-                            "would not fit, the activation recompute (recomputed_mixers)",
-                      "profile_explain / profile_forward (at one length): the torch profiler's top ops by self "
-                      "time, kernel launches and host syncs of one call; host_syncs_explain: HostSyncs by line"]}
+    return {**row, "scan_tiles_chosen": {str(k): v for k, v in tuning_results().items()}}
 
 
 # ---- rows: MathNeuro top-K, fused add + RMSNorm -------------------------------------------------------------------
@@ -822,16 +927,28 @@ class Row:
     hidden: bool = False  # only with --only
 
 
-ROWS = (  # by value: what the first GPU run must answer first
-    Row("neuzip_decode", neuzip_decode, 1.5),
-    Row("lrp_explain", lrp_explain, 3.0),
-    Row("neuzip_model", neuzip_model, 2.5),
+def _length_row(index: int):
+    """The explain row of ``sizes["mamba_lengths"][index]`` (each length its own row: one cannot starve another)."""
+    def row(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
+        lrp_explain(ctx, timer, device, sizes, index)
+    return row
+
+
+ROWS = (  # by value: what the next GPU run must answer first (the 2026-11-27 run's answers: docs/gpu.md)
+    Row("neuzip_generate", neuzip_generate, 2.0),
+    Row("lrp_explain_2048", _length_row(1), 1.3),
+    Row("lrp_explain_8192", _length_row(2), 1.6),
+    Row("neuzip_decode", neuzip_decode, 1.0),
+    Row("neuzip_forward", neuzip_forward, 1.2),
+    Row("lrp_explain_512", _length_row(0), 1.2),
     Row("selective_scan", selective_scan, 1.5),
     Row("topk_mask", topk, 0.5),
     Row("add_rmsnorm", rmsnorm, 0.4),
     Row("selective_scan_vs_mamba_ssm", selective_scan_vs_mamba_ssm, 1.0, needs_mamba=True),
     Row("_selftest_hang", _selftest_hang, 0.2, hidden=True),
 )
+ALIASES = {"lrp_explain": ("lrp_explain_512", "lrp_explain_2048", "lrp_explain_8192"),  # --only names for groups
+           "neuzip_model": ("neuzip_forward", "neuzip_generate")}
 
 
 def _sizes(smoke: bool) -> dict:
@@ -839,17 +956,17 @@ def _sizes(smoke: bool) -> dict:
         return {"scan": [(16, 8), (32, 8)], "tiles": [(2, 4)], "stages": [2, 1], "slow_repeats": 2,
                 "decode": {"tiny_64x96": (64, 96)}, "chunk": 1024, "smoke_segment": 256,
                 "layouts": lambda chunk: [(None, 4), (256, 4), (64, 2), (32, 1)],
-                "llama": SMOKE_LLAMA, "tokens": 8, "prompt": 4, "new_tokens": 3,
+                "llama": SMOKE_LLAMA, "tokens": 8, "prompt": 4, "new_tokens": 3, "generate_repeats": 2,
                 "llama_label": "tiny Llama (SmolLM2-shaped, 2 layers, hidden 64)",
-                "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16], "mamba_cpu_at": 8, "mamba_profile_at": 16,
+                "mamba": SMOKE_MAMBA, "mamba_lengths": [8, 16, 24], "mamba_cpu_at": 8, "mamba_profile_at": 16,
                 "lrp_repeats": 2, "mamba_label": "tiny Mamba (2 layers, hidden 16)",
                 "topk": {"tiny_matrix": (48, 40)}, "norm": (16, 96)}
     from kernels.selective_scan import TILES
 
     return {"scan": [(2048, 1536), (8192, 1536)], "tiles": list(TILES), "stages": [2, 1, 3], "slow_repeats": 2,
             "decode": {"1536x576": (1536, 576), "24576x576": (24576, 576)}, "chunk": None,
-            "layouts": lambda chunk: [(None, 4), (2048, 1), (1024, 2), (1024, 4), (512, 2), (256, 4), (256, 8)],
-            "llama": SMOLLM2_135M, "tokens": 512, "prompt": 16, "new_tokens": 64,
+            "layouts": lambda chunk: [(None, 4), (2048, 4), (1024, 4), (512, 4), (256, 4), (256, 8)],
+            "llama": SMOLLM2_135M, "tokens": 512, "prompt": 16, "new_tokens": 32, "generate_repeats": 3,
             "llama_label": "SmolLM2-135M config, random weights",
             "mamba": MAMBA_130M, "mamba_lengths": [512, 2048, 8192], "mamba_cpu_at": 512, "mamba_profile_at": 2048,
             "lrp_repeats": 5, "mamba_label": "mamba-130m config, random weights",
@@ -955,18 +1072,24 @@ def targets(comparisons: dict) -> list[dict]:
     if not any(k.startswith("selective_scan_vs_mamba_ssm_L") for k in comparisons):
         out.append({"target": "scan fwd+bwd vs mamba_ssm", "goal": "<= 1.0x", "measured": None, "peer": None,
                     "unit": "s", "ratio": None, "met": None, "note": ""})
-    for length, row in (get("lrp_explain", "lengths") or {}).items():
+    explains = {key.rsplit("_L", 1)[1]: row for key, row in comparisons.items()
+                if key.startswith("lrp_explain_L") and isinstance(row, dict)}
+    for length, row in sorted(explains.items(), key=lambda kv: int(kv[0]) if kv[0].isdigit() else 0):
         if "median_s" not in row:
-            out.append({"target": f"explain / forward, {length[1:]} tokens", "goal": "<= 3x", "measured": None,
-                        "peer": None, "unit": "s", "ratio": None, "met": None, "note": row.get("skipped", "")})
+            out.append({"target": f"explain / forward, {length} tokens", "goal": "<= 3x", "measured": None,
+                        "peer": None, "unit": "s", "ratio": None, "met": None,
+                        "note": "killed" if row.get("killed") else row.get("error", "")[:60]})
             continue
         peak = row.get("peak_bytes") or {}
-        out.append({"target": f"explain / forward, {length[1:]} tokens", "goal": "<= 3x",
+        hf = row.get("forward_transformers_path") or {}
+        out.append({"target": f"explain / forward, {length} tokens", "goal": "<= 3x",
                     "measured": row["median_s"]["explain"], "peer": row["median_s"]["forward"], "unit": "s",
                     "ratio": row["ratio_explain_over_forward"], "met": row["target_at_most_3x"],
                     "note": f"peak {_fmt(mib(peak.get('explain')))} / {_fmt(mib(peak.get('forward')))} MiB, "
-                            f"recompute {'on' if row.get('recomputed_mixers') else 'off'}"})
-    if not get("lrp_explain", "lengths"):
+                            f"recompute {'on' if row.get('recomputed_mixers') else 'off'}; transformers' forward "
+                            f"({'fast kernels' if hf.get('fast') else 'PyTorch reference'}) "
+                            f"{_fmt(row['median_s'].get('forward_transformers'))} s"})
+    if not explains:
         out.append({"target": "explain / forward, 512 / 2048 / 8192 tokens", "goal": "<= 3x", "measured": None,
                     "peer": None, "unit": "s", "ratio": None, "met": None, "note": ""})
     for key in sorted(k for k in comparisons if k.startswith("neuzip_decode_")):
@@ -974,7 +1097,10 @@ def targets(comparisons: dict) -> list[dict]:
         out.append({"target": f"NeuZip decode GB/s vs device copy, {key.split('_', 2)[2]}", "goal": ">= 0.25x",
                     "measured": get(key, "gbps_of_bf16_bytes", "app"), "peer": get(key, "gbps_of_bf16_bytes", "copy"),
                     "unit": "GB/s", "ratio": r.get("ratio_decode_over_copy_bandwidth"),
-                    "met": r.get("target_at_least_0_25"), "note": f"{get(key, 'shape', 'programs')} programs"})
+                    "met": r.get("target_at_least_0_25"),
+                    "note": f"{get(key, 'shape', 'programs')} programs of segments of {get(key, 'shape', 'segment')}"
+                            + (f"; unfused {_fmt(r['ratio_unfused_over_app_time'])}x the time"
+                               if "ratio_unfused_over_app_time" in r else "")})
     if not any(k.startswith("neuzip_decode_") for k in comparisons):
         out.append({"target": "NeuZip decode GB/s vs device copy", "goal": ">= 0.25x", "measured": None,
                     "peer": None, "unit": "GB/s", "ratio": None, "met": None, "note": ""})
@@ -984,7 +1110,7 @@ def targets(comparisons: dict) -> list[dict]:
                 "measured": get("neuzip_forward", "median_s", "compressed"), "peer": get("neuzip_forward", "median_s",
                                                                                          "bf16"),
                 "unit": "s", "ratio": r.get("ratio_compressed_over_bf16"), "met": r.get("target_at_most_1_3x"),
-                "note": f"chunk layout {_fmt(r.get('ratio_chunk_layout_over_bf16'))}x" if r else ""})
+                "note": f"unfused (3 kernels a linear) {_fmt(r.get('ratio_unfused_over_bf16'))}x" if r else ""})
     r = comparisons.get("neuzip_generate", {})
     tps = r.get("tokens_per_s") or {}
     best = max((v for k, v in tps.items() if k != "bf16"), default=None)
@@ -1022,7 +1148,8 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=None, help="timed rounds per comparison (default 20; smoke 2)")
     ap.add_argument("--warmup", type=int, default=None, help="untimed calls first (default 3; smoke 1)")
     ap.add_argument("--only", default="", help="comma-separated rows to run, in that order (" +
-                    ", ".join(r.name for r in ROWS if not r.hidden) + "); default all, by value")
+                    ", ".join(r.name for r in ROWS if not r.hidden) + "; or " +
+                    ", ".join(f"{k} for {' + '.join(v)}" for k, v in ALIASES.items()) + "); default all, by value")
     ap.add_argument("--row", help=argparse.SUPPRESS)
     ap.add_argument("--row-out", help=argparse.SUPPRESS)
     ap.add_argument("--deadline", type=float, help=argparse.SUPPRESS)
@@ -1046,7 +1173,7 @@ def main(argv=None) -> int:
               f"{torch.cuda.is_available()}); run it on a GPU host with CUDA torch, or pass --smoke for the CPU "
               "interpreter run", file=sys.stderr)
         return 2
-    only = [n.strip() for n in args.only.split(",") if n.strip()]
+    only = [r for n in args.only.split(",") if n.strip() for r in ALIASES.get(n.strip(), (n.strip(),))]
     unknown = [n for n in only if n not in by_name]
     if unknown:
         print(f"bench/gpu.py: unknown row(s) {', '.join(unknown)}; rows: "

@@ -15,7 +15,8 @@
 #   --rows LIST        bench/gpu.py rows (--only), default all (smoke: neuzip_decode,selective_scan_vs_mamba_ssm)
 #
 # Only mamba_ssm's selective_scan extension is built (about 3 minutes on 16 cores; causal_conv1d would take 8 and
-# is not needed: the scan row calls selective_scan_fn, or selective_scan_cuda directly). The build runs niced
+# is not needed: the scan row calls selective_scan_fn, or selective_scan_cuda directly), and only when the rows
+# include selective_scan_vs_mamba_ssm (--rows without it leaves all the cores to the bench). The build runs niced
 # with 4 cores left to the benchmark; the bench waits for it (its marker file) only while its budget allows.
 # Files in $OUT: session.log (all output), env.txt, kernels-check.json, build.log, gpu.json (written after every
 # row), summary.txt. (LAYERWISE_SESSION_BUILD=1 runs the build even in --smoke: tests/bench/test_gpu_session.py
@@ -37,12 +38,14 @@ while [ $# -gt 0 ]; do
     --build-script) BUILD=$2; shift ;;
     --mamba-sdist) SDIST=$2; shift ;;
     --rows) ROWS=$2; shift ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "gpu_session.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$SMOKE" = 1 ] && [ -z "$ROWS" ]; then ROWS=neuzip_decode,selective_scan_vs_mamba_ssm; fi
+NEEDS_MAMBA=1  # the scan-vs-mamba_ssm row is planned (all rows, or --rows names it)
+case ",$ROWS," in ,,|*,selective_scan_vs_mamba_ssm,*) ;; *) NEEDS_MAMBA=0 ;; esac
 
 OUT=${OUT:-artifacts/gpu-session}
 mkdir -p "$OUT"
@@ -97,6 +100,8 @@ assert os.path.isdir(os.path.join(sys.argv[2], 'mamba_ssm')), 'no mamba_ssm pack
 print('build script and sdist usable:', len(b.SCAN), 'sources')"
   if ! python -c "$CHECK" "$BUILD" "$SRC" > "$OUT/build.log" 2>&1; then
     BUILD_STATE="unusable build script or sdist (build.log)"
+  elif [ "$NEEDS_MAMBA" = 0 ]; then
+    BUILD_STATE="not needed: --rows names no selective_scan_vs_mamba_ssm ($(tail -n 1 "$OUT/build.log")); not built"
   elif [ "${LAYERWISE_SESSION_BUILD:-0}" != 1 ] && { [ "$SMOKE" = 1 ] || ! command -v nvcc >/dev/null; }; then
     BUILD_STATE="dry run: $(tail -n 1 "$OUT/build.log"); not built ($([ "$SMOKE" = 1 ] && echo smoke || echo 'no nvcc'))"
   else

@@ -21,10 +21,21 @@
   and one ``explain``, alternating; medians and the ratio MambaLRP / forward (target <= 4; <= 1.5 GiB at 512
   tokens for mamba-130m). ``--reference-tokens N`` adds the previous path (the reference scan under autograd,
   no recomputation) for mamba-130m at N tokens.
+- ``ssm2_size``: the same protocol for Mamba-2 and a hybrid at their published configs (tests/core/ssm2_models.py
+  says where the numbers come from): ``--ssm2-cases name:layers:tokens`` (default mamba2-130m, all 24 layers, and
+  Falcon-H1-0.5B, all 36 parallel attention + Mamba-2 layers, at 512 tokens), random weights, float32; peak RSS
+  of ``explain`` and the ratio ``explain`` / no-grad forward (target <= 2). :func:`ssm2_cost` runs one case in this
+  process on any device (``device="cuda"``: CUDA-synchronised times and ``torch.cuda.max_memory_allocated``), for
+  a GPU row (``python bench/lrp.py --parts ssm2_size --device cuda``).
+- ``ssm2_conservation``: conservation at the published layer shapes (``--conservation-cases name:layers``, 1-2
+  layers per checkpoint, vocabulary 1024, 32 random tokens, each in a fresh process): in float64 the token
+  relevances, what the biases and softmaxes absorbed and the residual ``logit - (sum + absorbed)``
+  (:func:`core.lrp.flow.relevance_flow`); the largest difference of float32 ``explain`` from float64, relative to
+  the largest relevance; peak RSS.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
 
-Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,evaluation] [--repeats 5] [--ig-steps 50]
+Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,ssm2_size,ssm2_conservation,evaluation] [--repeats 5]
 [--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``;
 ``python bench/lrp.py --smoke``: every part at tiny sizes (one round, 2 IG steps, a 2-layer random Mamba, scans of
 16 steps), in seconds, so the script is checked end to end (CI); its timings are meaningless.
@@ -140,19 +151,113 @@ out["max_rss_process_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_m
 print(json.dumps(out))
 """
 
-REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024),  # published Mamba sizes: layers, d_model (d_state 16)
-                "tiny": (2, 32)}  # --smoke
-SMOKE = {"repeats": 1, "ig_steps": 2, "ig_repeats": 1, "lm_tokens": 8, "threads": 1, "scan_length": 16,
-         "scan_channels": 8, "scan_state": 4, "interp_channels": 4, "full_autograd": True, "timeout": 300,
-         "real_cases": "tiny:16", "real_repeats": 1, "real_repeats_long": 1, "reference_config": "tiny",
-         "reference_tokens": 16, "reference_repeats": 1, "real_timeout": 300}
+_SSM2_CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+from bench.lrp import ssm2_cost
+print(json.dumps(ssm2_cost({name!r}, {layers}, {length}, {repeats}, {threads}, {device!r}, {vocab}, {keep})))
+"""
 
 
-def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
-    """One random-weight model of a published config in a fresh interpreter: peak RSS, forward and MambaLRP times."""
-    layers, hidden = REAL_CONFIGS[name]
-    code = _PEAK_RSS_PROBE + _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden,
-                                                length=length, repeats=repeats, reference=reference)
+def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: int = 2, device: str = "cpu",
+              vocab: int | None = None, keep: bool = False) -> dict:
+    """One Mamba-2 / hybrid case in this process: a random-weight model of ``name``'s published config
+    (``tests.core.ssm2_models.REAL``) cut to ``layers`` layers, ``length`` random token ids; the peak memory of the
+    first ``explain(method="mambalrp")`` (RSS on the CPU, ``max_memory_allocated`` on CUDA), then ``repeats`` rounds
+    of one no-grad forward (transformers' own forward, last-position logits) and one ``explain``, alternating;
+    medians and the ratio. ``keep``: keep every mixer's activations for the backward instead of recomputing them
+    (``explain`` recomputes them when they would take over 64 MB: one more forward's time for far less memory)."""
+    import resource
+    import statistics
+
+    import torch
+
+    from bench.peak_rss import PeakRSS
+    from core.lrp import explain
+    from core.lrp.adapters import adapter_for
+    from tests.core.ssm2_models import build, real
+
+    torch.set_num_threads(threads)
+    cuda = device.startswith("cuda")
+    if keep:
+        import core.lrp.methods
+
+        core.lrp.methods.RECOMPUTE_ABOVE_BYTES = float("inf")
+    model = build(real(name, layers, vocab), dtype=torch.float32).to(device)
+    cfg = model.config
+    ids = torch.randint(3, cfg.vocab_size, (1, length), generator=torch.Generator().manual_seed(0)).to(device)
+    adapter = adapter_for(model)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def forward():
+        with torch.no_grad():
+            return adapter.logits(adapter.embed(ids))
+
+    forward()  # warm (lazy imports, kernels' checks) before anything is timed
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
+    probe = None if cuda else PeakRSS().start()
+    t0 = time.perf_counter()
+    e = explain(model, ids, method="mambalrp")
+    sync()
+    first = time.perf_counter() - t0
+    if cuda:
+        peak = {"explain_peak_above_model_gib": round((torch.cuda.max_memory_allocated() - base) / 2**30, 3)}
+    else:
+        probe.stop()
+        peak = {"rss_before_explain_gib": round(probe.base / 2**30, 3),
+                "peak_rss_explain_gib": round(probe.peak / 2**30, 3),
+                "explain_peak_above_start_gib": round((probe.peak - probe.base) / 2**30, 3)}
+    t_fwd, t_lrp = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter(); forward(); sync(); t_fwd.append(time.perf_counter() - t0)  # noqa: E702
+        t0 = time.perf_counter(); explain(model, ids, method="mambalrp"); sync()  # noqa: E702
+        t_lrp.append(time.perf_counter() - t0)
+    out = {"config": {"name": name, "layers": layers, "tokens": length, "device": device, "dtype": "float32",
+                      "mixers_recomputed": not keep,
+                      "parameters": sum(p.numel() for p in model.parameters()),
+                      "layer_kinds": sorted(set(getattr(cfg, "layers_block_type", None) or ["mamba"]))},
+           "first_explain_s": round(first, 2), **peak, "absorbed": e.absorbed, "logit": e.logit}
+    if repeats:
+        f, m = statistics.median(t_fwd), statistics.median(t_lrp)
+        out.update(forward_s=round(f, 3), mambalrp_s=round(m, 3), mambalrp_over_forward=round(m / f, 2),
+                   mambalrp_over_forward_per_round=[round(b / a, 2) for a, b in zip(t_fwd, t_lrp)],
+                   forward_s_all=[round(t, 3) for t in t_fwd], mambalrp_s_all=[round(t, 3) for t in t_lrp])
+    if not cuda:
+        out["max_rss_process_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 3)
+    return out
+
+
+_CONSERVATION_CHILD = r"""
+import json, resource, sys
+import torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads({threads})
+from core.lrp import explain
+from core.lrp.flow import relevance_flow
+from tests.core.ssm2_models import build, real
+
+model = build(real({name!r}, {layers}, 1024), dtype=torch.float64)
+ids = torch.randint(3, 1024, (1, {length}), generator=torch.Generator().manual_seed(0))
+flow = relevance_flow(model, input_ids=ids)
+e32 = explain(model.float(), input_ids=ids)
+scale = float(flow.relevance.abs().max())
+print(json.dumps({{"layers": {layers}, "tokens": {length}, "parameters": sum(p.numel() for p in model.parameters()),
+                  "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
+                  "residual_over_logit": abs(flow.residual) / abs(flow.logit),
+                  "absorbed_over_logit": {{k: v / flow.logit for k, v in flow.absorbed.items()}},
+                  "float32_vs_float64_max_over_max_relevance": float((e32.sequence_relevance.double()
+                                                                      - flow.relevance).abs().max()) / scale,
+                  "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}}))
+"""
+
+
+def _child(code: str, timeout: int) -> dict:
+    """Run ``code`` in a fresh interpreter; its last stdout line (JSON) with ``subprocess_s``, or ``{"error"}``."""
     t0 = time.perf_counter()
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
@@ -162,6 +267,40 @@ def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, 
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
     result = json.loads(out.stdout.strip().splitlines()[-1])
     result["subprocess_s"] = round(time.perf_counter() - t0, 1)
+    return result
+
+
+def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int) -> dict:
+    """Conservation of one published config at real width, in a fresh interpreter (see the module docstring)."""
+    return _child(_CONSERVATION_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length,
+                                             threads=threads), timeout)
+
+
+def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
+              vocab: int | None = None, keep: bool = False) -> dict:
+    """:func:`ssm2_cost` in a fresh interpreter (so each case's peak memory is its own)."""
+    return _child(_SSM2_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length, repeats=repeats,
+                                     threads=threads, device=device, vocab=vocab, keep=keep), timeout)
+
+
+REAL_CONFIGS = {"130m": (24, 768), "370m": (48, 1024),  # published Mamba sizes: layers, d_model (d_state 16)
+                "tiny": (2, 32)}  # --smoke
+SMOKE = {"repeats": 1, "ig_steps": 2, "ig_repeats": 1, "lm_tokens": 8, "threads": 1, "scan_length": 16,
+         "scan_channels": 8, "scan_state": 4, "interp_channels": 4, "full_autograd": True, "timeout": 300,
+         "real_cases": "tiny:16", "real_repeats": 1, "real_repeats_long": 1, "reference_config": "tiny",
+         "reference_tokens": 16, "reference_repeats": 1, "real_timeout": 300,
+         "ssm2_cases": "mamba2-130m:1:16,falcon-h1-0.5b:1:16", "ssm2_vocab": 512,
+         "conservation_cases": "mamba2-130m:1,falcon-h1-0.5b:1", "conservation_tokens": 8}
+
+
+def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
+    """One random-weight model of a published config in a fresh interpreter: peak RSS, forward and MambaLRP times."""
+    layers, hidden = REAL_CONFIGS[name]
+    code = _PEAK_RSS_PROBE + _REAL_CHILD.format(root=str(ROOT), threads=threads, layers=layers, hidden=hidden,
+                                                length=length, repeats=repeats, reference=reference)
+    result = _child(code, timeout)
+    if "error" in result:
+        return result
     return {"config": {"layers": layers, "d_model": hidden, "d_inner": 2 * hidden, "d_state": 16, "vocab": 50280,
                        "tokens": length, "path": "reference scan (previous)" if reference else "chunked scan"},
             **result}
@@ -264,7 +403,7 @@ def evaluation_tables() -> dict:
     return out
 
 
-PARTS = ("time", "scan_memory", "real_size", "evaluation")
+PARTS = ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation")
 
 
 def main() -> None:
@@ -293,6 +432,16 @@ def main() -> None:
                     help="the config of the previous path's run")
     ap.add_argument("--reference-repeats", type=int, default=1, help="rounds for the previous path (slow)")
     ap.add_argument("--real-timeout", type=int, default=3600, help="per real-size subprocess, seconds")
+    ap.add_argument("--ssm2-cases", default="mamba2-130m:24:512,falcon-h1-0.5b:36:512",
+                    help="name:layers:tokens of the Mamba-2 / hybrid configs (tests/core/ssm2_models.REAL)")
+    ap.add_argument("--ssm2-vocab", type=int, default=None, help="override the configs' vocabulary (smoke runs)")
+    ap.add_argument("--device", default="cpu", help="ssm2_size: cpu or cuda (a GPU row)")
+    ap.add_argument("--ssm2-keep", action="store_true",
+                    help="ssm2_size: also each case with every mixer's activations kept (no recomputation)")
+    ap.add_argument("--conservation-cases",
+                    default="mamba2-130m:2,falcon-mamba-7b:1,granite-4.0-h-tiny:2,falcon-h1-0.5b:1,bamba-9b:2",
+                    help="name:layers at real width (tests/core/ssm2_models.REAL), float64")
+    ap.add_argument("--conservation-tokens", type=int, default=32)
     ap.add_argument("--smoke", action="store_true",
                     help="every part at tiny sizes, in seconds (CI); the timings are meaningless")
     args = ap.parse_args()
@@ -355,6 +504,26 @@ def main() -> None:
             print(f"... {key}: {json.dumps(real[key])}", file=sys.stderr, flush=True)
         report["real_size"] = {"targets": {"mambalrp_over_forward": 4.0, "peak_rss_gib_130m_512_tokens": 1.5},
                                "forward": "no-grad, transformers' own forward, last-position logits", **real}
+
+    if "ssm2_size" in parts:
+        ssm2 = {}
+        for case in [c for c in args.ssm2_cases.split(",") if c]:
+            name, layers, length = case.split(":")
+            for keep in ((False, True) if args.ssm2_keep else (False,)):
+                key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}" + ("_kept" if keep else "")
+                ssm2[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads,
+                                      args.real_timeout, args.device, args.ssm2_vocab, keep)
+                print(f"... {key}: {json.dumps(ssm2[key])}", file=sys.stderr, flush=True)
+        report["ssm2_size"] = {"targets": {"mambalrp_over_forward": 2.0},
+                               "forward": "no-grad, transformers' own forward, last-position logits", **ssm2}
+
+    if "ssm2_conservation" in parts:
+        cons = {}
+        for case in [c for c in args.conservation_cases.split(",") if c]:
+            name, layers = case.split(":")
+            cons[name] = ssm2_conservation(name, int(layers), args.conservation_tokens, args.threads, args.real_timeout)
+            print(f"... {name}: {json.dumps(cons[name])}", file=sys.stderr, flush=True)
+        report["ssm2_conservation"] = {"targets": {"residual_over_logit_float64": 1e-4}, **cons}
 
     if "evaluation" in parts:
         report["evaluation"] = evaluation_tables()

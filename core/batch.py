@@ -480,7 +480,7 @@ def _arguments(k: BatchKind):
 def _runner(k: BatchKind):
     def run_command(args: argparse.Namespace) -> dict:
         from core.checks import check_threads
-        from core.cli import ProgressBar, emit, set_threads
+        from core.cli_common import ProgressBar, emit, set_threads
 
         check_threads(args.threads)
         if args.chunk < 1:
@@ -510,7 +510,7 @@ def _runner(k: BatchKind):
 
 
 def register(groups, k: BatchKind) -> None:
-    """Add ``<group> batch`` for batch kind ``k`` to the CLI registry (``core.cli.CommandGroups``)."""
+    """Add ``<group> batch`` for batch kind ``k`` to the CLI registry (``core.cli_common.CommandGroups``)."""
     groups.command(k.group, "batch", f"{k.label} for every row of a CSV / JSONL file, into one Parquet file "
                    f"(resumable){': ' + k.example if k.example else ''}", _arguments(k))(_runner(k))
 

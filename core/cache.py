@@ -10,11 +10,14 @@ Faults: a file that cannot be read as an entry (truncated, garbage, cut short by
 is recomputed.
 
 Poison: a result is checked before it is stored (:func:`check_entry`: JSON data with finite numbers only, tensors
-with data and finite values, plus the caller's ``check``, e.g. building the view that shows it); a result that fails
-is not stored and the request gets one clear message (:class:`InvalidResultError`). An entry read back that fails the
-same checks (written by an older version, or by hand) is dropped and recomputed, never served. Each entry records
-what it was computed for (model fingerprint, analysis, parameters), so :meth:`ResultsCache.clear` can remove the
-entries of one analysis or one model. A folder that cannot be written (read-only, no permission, full disk) never fails a request:
+with data and finite values, the analysis' schema (:mod:`core.schema`: every field its view reads, ``None`` only where
+the view shows it as missing), plus the caller's ``check``, e.g. building the view that shows it); a result that fails
+is not stored and the request gets one clear message (:class:`InvalidResultError`). Each entry records what it was
+computed for (model fingerprint, analysis, parameters), so :meth:`ResultsCache.clear` can remove the entries of one
+analysis or one model, and a checksum of its content (:func:`entry_checksum`: data, tensors and that record). An entry
+read back is served only if its checksum matches, its record is the one asked for (not another model's or analysis'
+entry under this name) and it passes the same checks; any other (written by an older version, by hand, a value
+changed on disk) is dropped with one log line and recomputed, never served. A folder that cannot be written (read-only, no permission, full disk) never fails a request:
 entries are still read where they can be, results are computed and returned without being stored, and a
 warning says why (``disabled`` holds the reason when the folder cannot even be created).
 """
@@ -83,15 +86,21 @@ def _bad_number(value, where: str) -> str | None:
     return f"{where} is a {type(value).__name__}, not JSON data"
 
 
-def entry_problem(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None) -> str | None:
+def entry_problem(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None,
+                  schema=None) -> str | None:
     """Why ``entry`` must not be stored or served, or None when it is fine: a non-finite number (or a value that is
-    not JSON) in its data, a tensor on the meta device (no data), a NaN or infinite tensor value, or ``check(entry)``
-    raising (e.g. the view that shows the result finds a field missing)."""
+    not JSON) in its data, a field that does not fit ``schema`` (:mod:`core.schema`), a tensor on the meta device (no
+    data), a NaN or infinite tensor value, or ``check(entry)`` raising (e.g. the view that shows the result fails)."""
     if not isinstance(entry, CacheEntry):
         return f"a {type(entry).__name__}, not a cache entry"
     found = _bad_number(entry.data, "data")
     if found:
         return found
+    if schema is not None:
+        from core.schema import problem
+        found = problem(schema, entry.data)
+        if found:
+            return found
     for name, t in entry.tensors.items():
         if not isinstance(t, torch.Tensor):
             return f"tensor {name} is a {type(t).__name__}"
@@ -109,9 +118,10 @@ def entry_problem(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | No
     return None
 
 
-def check_entry(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None, what: str = "") -> None:
+def check_entry(entry: "CacheEntry", check: Callable[["CacheEntry"], Any] | None = None, what: str = "",
+                schema=None) -> None:
     """Raise :class:`InvalidResultError` when :func:`entry_problem` finds one."""
-    problem = entry_problem(entry, check)
+    problem = entry_problem(entry, check, schema)
     if problem:
         raise InvalidResultError(f"the result{' of ' + what if what else ''} is not valid ({problem[:300]}), so it "
                                  "was neither shown nor cached.",
@@ -122,6 +132,22 @@ def cache_key(fingerprint: str, analysis: str, params: dict) -> str:
     """A stable key: sha256 of the canonical JSON of (fingerprint, analysis, params)."""
     doc = json.dumps({"model": fingerprint, "analysis": analysis, "params": params}, sort_keys=True, default=str)
     return f"{analysis.replace('/', '-')}-{hashlib.sha256(doc.encode()).hexdigest()[:32]}"
+
+
+CHECKSUM_VERSION = "layerwise-cache/2"
+
+
+def entry_checksum(data_json: str, about_json: str, tensors: dict[str, torch.Tensor]) -> str:
+    """sha256 over what an entry holds, as stored: its data and record (the JSON texts of its metadata) and every
+    tensor (name, dtype, shape, bytes), in name order."""
+    h = hashlib.sha256(CHECKSUM_VERSION.encode())
+    for text in (data_json, about_json):
+        h.update(len(text).to_bytes(8, "little") + text.encode())
+    for name in sorted(tensors):
+        t = tensors[name].detach().cpu().contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
 
 
 class ResultsCache:
@@ -156,7 +182,12 @@ class ResultsCache:
 
     def get(self, key: str) -> CacheEntry | None:
         """The entry for ``key``, or None (also for an unreadable file, which is removed). Not checked: see
-        :meth:`get_or_compute` for entries that are checked before they are served."""
+        :meth:`checked` for entries that are checked before they are served."""
+        found = self._read(key)
+        return found[0] if found is not None else None
+
+    def _read(self, key: str) -> tuple[CacheEntry, dict] | None:
+        """``(entry, its metadata)`` for ``key``, or None (an unreadable file is removed: a miss, never an error)."""
         path = self._path(key)
         try:
             tensors = load_file(path)
@@ -166,16 +197,13 @@ class ResultsCache:
         except FileNotFoundError:
             return None
         except (SafetensorError, OSError, ValueError, json.JSONDecodeError):
-            try:
-                path.unlink(missing_ok=True)  # a corrupt entry is a miss, never an error
-            except OSError:
-                pass  # a read-only folder keeps it; it stays a miss
+            self.drop(key, "the file cannot be read as an entry (truncated or corrupt)")
             return None
         try:
             os.utime(path)  # mark as recently used
         except OSError:
             pass  # read-only: the entry is still good
-        return entry
+        return entry, meta
 
     def put(self, key: str, entry: CacheEntry, about: dict | None = None) -> None:
         """Write ``entry`` atomically, then evict old entries beyond the size cap. ``about`` (what the entry was
@@ -184,6 +212,7 @@ class ResultsCache:
         meta = {"data": json.dumps(entry.data, allow_nan=False)}
         if about is not None:
             meta["about"] = json.dumps(about, sort_keys=True, default=str)
+        meta["checksum"] = entry_checksum(meta["data"], meta.get("about", ""), tensors)
         atomic_write(self._path(key), lambda tmp: save_file(tensors, str(tmp), metadata=meta))
         self.evict()
 
@@ -216,42 +245,62 @@ class ResultsCache:
             fh.close()
 
     def drop(self, key: str, why: str = "") -> None:
-        """Remove the entry of ``key`` (a read-only folder keeps it; it is still never served)."""
-        log.warning("dropped the cached result %s%s", key, f": {why}" if why else "")
+        """Remove the entry of ``key`` (a read-only folder keeps it; it is still never served), with one log line."""
+        log.warning("dropped the cached result %s%s; it is computed again", key, f": {why}" if why else "")
         try:
             self._path(key).unlink(missing_ok=True)
         except OSError:
             pass
 
-    def checked(self, key: str, check: Callable[[CacheEntry], Any] | None = None) -> CacheEntry | None:
-        """The entry of ``key`` if it passes :func:`entry_problem` (with ``check``); an entry that fails is dropped
-        (:meth:`drop`) and is a miss."""
-        entry = self.get(key)
-        if entry is None:
+    def checked(self, key: str, check: Callable[[CacheEntry], Any] | None = None, schema=None) -> CacheEntry | None:
+        """The entry of ``key`` if it is whole and passes :func:`entry_problem` (with ``check`` and ``schema``); an
+        entry that fails is dropped (:meth:`drop`: one log line) and is a miss. Whole: its checksum matches its
+        content (:func:`entry_checksum`) and its record names what ``key`` is the key of."""
+        found = self._read(key)
+        if found is None:
             return None
-        problem = entry_problem(entry, check)
+        entry, meta = found
+        problem = self._integrity_problem(key, entry, meta) or entry_problem(entry, check, schema)
         if problem:
             self.drop(key, problem)
             return None
         return entry
 
+    @staticmethod
+    def _integrity_problem(key: str, entry: CacheEntry, meta: dict) -> str | None:
+        """Why an entry read back is not the whole entry of ``key``: no checksum (an older version wrote it), one
+        that does not match its content (changed on disk), or a record of another model, analysis or parameters."""
+        if "checksum" not in meta or "about" not in meta:
+            return "it has no checksum (written by an older version)"
+        if meta["checksum"] != entry_checksum(meta.get("data", "null"), meta["about"], entry.tensors):
+            return "its checksum does not match its content (changed on disk)"
+        try:
+            about = json.loads(meta["about"])
+            owner = cache_key(about["fingerprint"], about["analysis"], about["params"])
+        except (ValueError, KeyError, TypeError):
+            return "its record of what it was computed for cannot be read"
+        if owner != key:
+            return (f"it was computed for another model or analysis ({str(about.get('analysis'))[:60]} of "
+                    f"{str(about.get('fingerprint'))[:30]}), not for this request")
+        return None
+
     def get_or_compute(self, fingerprint: str, analysis: str, params: dict, compute: Callable[[], CacheEntry],
-                       check: Callable[[CacheEntry], Any] | None = None) -> tuple[CacheEntry, bool]:
+                       check: Callable[[CacheEntry], Any] | None = None, schema=None) -> tuple[CacheEntry, bool]:
         """Return ``(entry, hit)``; on a miss run ``compute`` once even under concurrent callers.
 
-        A stored entry is served only if it passes :func:`entry_problem` with ``check`` (else it is dropped and
-        recomputed); a computed one is stored only if it passes, else :class:`InvalidResultError` is raised and
-        nothing is stored."""
+        A stored entry is served only if it is whole and passes :func:`entry_problem` with ``check`` and ``schema``
+        (:meth:`checked`; else it is dropped and recomputed); a computed one is stored only if it passes, else
+        :class:`InvalidResultError` is raised and nothing is stored."""
         key = cache_key(fingerprint, analysis, params)
-        entry = self.checked(key, check)
+        entry = self.checked(key, check, schema)
         if entry is not None:
             return entry, True
         with self._locked(key):
-            entry = self.checked(key, check)  # another caller may have filled it while we waited
+            entry = self.checked(key, check, schema)  # another caller may have filled it while we waited
             if entry is not None:
                 return entry, True
             entry = compute()
-            check_entry(entry, check, analysis)
+            check_entry(entry, check, analysis, schema)
             self.store(key, entry, {"fingerprint": fingerprint, "analysis": analysis, "params": params})
             return entry, False
 

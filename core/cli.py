@@ -1,123 +1,57 @@
 """``python -m core``: the command line. Every result a tab shows can be produced here too.
 
-Commands are registered in groups (``data``, ``models``, ``cache`` here; each paper package adds its
-own group through a ``cli.py`` module with ``register(groups)``). ``--json`` prints machine-readable
-output; a problem with the input prints one line naming the fix and exits with code 2.
+Commands are registered in groups (``data``, ``models``, ``cache``, ``kernels``, ``analyses`` here; each paper
+package adds its own group through its ``cli.py`` with ``register(groups)``, listed in :data:`PAPER_GROUPS`).
+``--json`` prints machine-readable output; a problem with the input prints one line naming the fix and exits with
+code 2. What the groups share (the registry, output, tables, progress) is :mod:`core.cli_common`, which the paper
+groups import: nothing imports this module back.
 """
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import re
 import sys
-from pathlib import Path
 from typing import Callable
 
+from core.cli_common import CommandGroups, emit_text, progress_line, table
 from core.errors import LayerwiseError, storage_error
 
-# Each paper package may add a command group in ``core/<group>/cli.py`` with ``register(groups)``.
-# Only the group being run is imported (the packages pull in torch and transformers), so the one-line
-# help of each group is written here.
-PAPER_GROUPS = {
-    "lrp": "MambaLRP: relevance heatmaps for Mamba models",
-    "mathneuro": "MathNeuro: math-specific parameters",
-    "mixln": "Mix-LN: norm placement, training and layer diagnostics",
-    "neuzip": "NeuZip: lossless and lossy bf16 weight compression",
+
+def _lrp(reg: CommandGroups) -> None:
+    from core.lrp import cli
+    cli.register(reg)
+
+
+def _mathneuro(reg: CommandGroups) -> None:
+    from core.mathneuro import cli
+    cli.register(reg)
+
+
+def _mixln(reg: CommandGroups) -> None:
+    from core.mixln import cli
+    cli.register(reg)
+
+
+def _neuzip(reg: CommandGroups) -> None:
+    from core.neuzip import cli
+    cli.register(reg)
+
+
+# The paper groups: name -> (one-line help, what adds its commands). Only the group being run is imported (the
+# packages pull in torch and transformers), so each group's help is written here.
+PAPER_GROUPS: dict[str, tuple[str, Callable[[CommandGroups], None]]] = {
+    "lrp": ("MambaLRP: relevance heatmaps for Mamba models", _lrp),
+    "mathneuro": ("MathNeuro: math-specific parameters", _mathneuro),
+    "mixln": ("Mix-LN: norm placement, training and layer diagnostics", _mixln),
+    "neuzip": ("NeuZip: lossless and lossy bf16 weight compression", _neuzip),
 }
-
-
-class CommandGroups:
-    """The one registry of CLI commands: ``group -> {command: (help, add_arguments, run)}``."""
-
-    def __init__(self) -> None:
-        self.groups: dict[str, tuple[str, dict]] = {}
-
-    def group(self, name: str, help: str) -> None:
-        self.groups.setdefault(name, (help, {}))
-
-    def command(self, group: str, name: str, help: str, add_arguments: Callable | None = None):
-        def wrap(run: Callable[[argparse.Namespace], object]):
-            self.groups[group][1][name] = (help, add_arguments, run)
-            return run
-        return wrap
-
-
-def _emit(args: argparse.Namespace, result, text: Callable[[object], str]) -> None:
-    if args.json:
-        print(json.dumps(result, indent=1, default=str))
-    else:
-        print(text(result))
-
-
-def _progress(msg: str) -> None:
-    print(f"... {msg}", file=sys.stderr, flush=True)
-
-
-def table(rows: list[dict], cols: list[str] | None = None) -> str:
-    """Rows as a plain-text table (the columns of the first row unless ``cols`` is given)."""
-    cols = cols or (list(rows[0]) if rows else [])
-    widths = {c: max(len(c), *(len(str(r.get(c, ""))) for r in rows)) if rows else len(c) for c in cols}
-    lines = ["  ".join(c.ljust(widths[c]) for c in cols)]
-    lines += ["  ".join(str(r.get(c, "")).ljust(widths[c]) for c in cols) for r in rows]
-    return "\n".join(lines)
-
-
-class ProgressBar:
-    """The CLI's progress display, a ``progress(fraction, message)`` callable (:mod:`core.runner`'s convention):
-    one redrawn bar on a terminal, one line per new message in a log."""
-
-    def __init__(self) -> None:
-        import time
-        self._clock = time.perf_counter
-        self.t0 = self._clock()
-        self.tty = sys.stderr.isatty()
-        self.last = ""
-
-    def __call__(self, fraction: float, message: str) -> None:
-        if message.startswith("note: "):  # said once, on its own line, before the bar goes on
-            print(("\n" if self.tty and self.last else "") + message, file=sys.stderr, flush=True)
-            self.last = message
-            return
-        filled = int(30 * max(0.0, min(1.0, fraction)))
-        line = (f"[{'#' * filled}{'.' * (30 - filled)}] {100 * fraction:5.1f}% {self._clock() - self.t0:6.0f}s "
-                f"{message}")
-        if self.tty:
-            print("\r" + line[:120].ljust(120), end="", file=sys.stderr, flush=True)
-        elif "window" not in message and message != self.last:  # a log: one line per step
-            print(line, file=sys.stderr, flush=True)
-        self.last = message
-
-    def close(self) -> None:
-        if self.tty:
-            print(file=sys.stderr)
-
-
-def set_threads(n: int, *, zero_is_default: bool = False) -> None:
-    """Apply ``--threads n`` to torch (``core.runner.check_threads``); with ``zero_is_default``, 0 keeps torch's
-    default."""
-    import torch
-
-    from core.checks import check_threads
-
-    if check_threads(n, zero_is_default=zero_is_default):
-        torch.set_num_threads(n)
-
-
-def emit(args: argparse.Namespace, data, text: str, result=None) -> None:
-    """Print ``data`` as JSON (``--json``) or ``text``; with ``--out``, first write ``result``'s files there."""
-    out = getattr(args, "out", None)
-    if out and result is not None:
-        written = [str(p) for p in result.write(out)]
-        data = {**data, "written": written} if isinstance(data, dict) else data
-        text += "".join(f"\nwritten to {w}" for w in written)
-    print(json.dumps(data, indent=1, default=str) if args.json else text)
 
 
 def _register_builtin(reg: CommandGroups) -> None:
     reg.group("data", "datasets: prepare, list, show")
     reg.group("models", "models: list, prepare, card")
-    reg.group("cache", "the results cache: info, clear")
+    reg.group("cache", "the results cache: info, clear; seal the committed examples")
     reg.group("kernels", "the Triton kernels: check each against its PyTorch twin on this machine")
 
     def prepare_args(p):
@@ -129,9 +63,9 @@ def _register_builtin(reg: CommandGroups) -> None:
         from core.data import prepare
         import time
         t0 = time.perf_counter()
-        timings = prepare(args.only, force=args.force, progress=lambda n: _progress(f"preparing {n}"))
+        timings = prepare(args.only, force=args.force, progress=lambda n: progress_line(f"preparing {n}"))
         result = {"prepared": timings, "seconds": round(time.perf_counter() - t0, 2)}
-        _emit(args, result, lambda r: "\n".join(f"{k}: {'ready' if v == 0 else f'prepared in {v} s'}"
+        emit_text(args, result, lambda r: "\n".join(f"{k}: {'ready' if v == 0 else f'prepared in {v} s'}"
                                                 for k, v in r["prepared"].items()) + f"\ntotal {r['seconds']} s")
 
     @reg.command("data", "list", "list datasets with their status and splits")
@@ -144,7 +78,7 @@ def _register_builtin(reg: CommandGroups) -> None:
                          "status": "ready" if st.ready else "missing", "detail": st.detail, "fix": st.fix,
                          "splits": split_sizes(name) if st.ready else {}, "source": spec.source,
                          "license": spec.license})
-        _emit(args, rows, lambda r: table(r, ["name", "task", "record", "status", "detail", "fix"]))
+        emit_text(args, rows, lambda r: table(r, ["name", "task", "record", "status", "detail", "fix"]))
 
     def show_args(p):
         p.add_argument("name")
@@ -158,7 +92,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         if args.n < 0 or args.offset < 0:
             raise LayerwiseError("-n and --offset must be >= 0.")
         rows = [record_to_row(r) for r in load(args.name, args.split)[args.offset:args.offset + args.n]]
-        _emit(args, rows, lambda r: "\n".join(json.dumps(x, ensure_ascii=False) for x in r))
+        emit_text(args, rows, lambda r: "\n".join(json.dumps(x, ensure_ascii=False) for x in r))
 
     @reg.command("models", "list", "list registered models with status and card facts")
     def models_list(args):
@@ -167,7 +101,7 @@ def _register_builtin(reg: CommandGroups) -> None:
         for c in cards:
             c["status"] = "ready" if c["ready"] else "missing"
             c["params_M"] = round(c["parameters"] / 1e6, 2) if c["parameters"] else ""
-        _emit(args, cards, lambda r: table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
+        emit_text(args, cards, lambda r: table(r, ["name", "kind", "status", "params_M", "dtype", "source", "fix"]))
 
     def mprep_args(p):
         p.add_argument("names", nargs="*", help="packaged models (default: all)")
@@ -178,8 +112,8 @@ def _register_builtin(reg: CommandGroups) -> None:
     def models_prepare(args):
         from core.zoo import PACKAGED, prepare_model
         names = args.names or list(PACKAGED)
-        out = {n: str(prepare_model(n, progress=_progress, force=args.force)) for n in names}
-        _emit(args, out, lambda r: "\n".join(f"{k}: ready at {v}" for k, v in r.items()))
+        out = {n: str(prepare_model(n, progress=progress_line, force=args.force)) for n in names}
+        emit_text(args, out, lambda r: "\n".join(f"{k}: ready at {v}" for k, v in r.items()))
 
     def card_args(p):
         p.add_argument("ref", help="a registered name, or a local folder (loaded to read its facts)")
@@ -188,12 +122,12 @@ def _register_builtin(reg: CommandGroups) -> None:
     def models_card(args):
         from core.zoo import card_of, load_model, registered_names
         card = card_of(args.ref) if args.ref in registered_names() else load_model(args.ref).card
-        _emit(args, card.to_dict(), lambda r: card.markdown())
+        emit_text(args, card.to_dict(), lambda r: card.markdown())
 
     @reg.command("cache", "info", "where the results cache is and how big")
     def cache_info(args):
         from core.cache import ResultsCache
-        _emit(args, ResultsCache().info(), lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
+        emit_text(args, ResultsCache().info(), lambda r: "\n".join(f"{k}: {v}" for k, v in r.items()))
 
     def clear_args(p):
         p.add_argument("--analysis", help="only this analysis, e.g. mathneuro-layers, mixln/removal; a trailing * is "
@@ -215,8 +149,25 @@ def _register_builtin(reg: CommandGroups) -> None:
         if args.analysis is not None and not args.analysis.strip(" *"):
             raise LayerwiseError("--analysis is empty.", fix="name an analysis, e.g. mathneuro-layers.")
         result = ResultsCache().clear(args.analysis, fingerprint)
-        _emit(args, result, lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)"
+        emit_text(args, result, lambda r: f"removed {r['entries']} entries ({r['bytes']} bytes)"
               + (f"; kept {r['kept']}" if "kept" in r else ""))
+
+    def seal_args(p):
+        p.add_argument("--check", action="store_true", help="only check (exit 1 if an entry is unsealed or breaks its "
+                       "analysis' schema)")
+
+    @reg.command("cache", "seal", "write the checksum of every committed example entry (assets/), computing nothing",
+                 seal_args)
+    def cache_seal(args):
+        from core.paths import REPO_ROOT
+        from core.runner import ExampleStore, committed_stores
+        rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check)}
+                for p in committed_stores()]
+        emit_text(args, rows, lambda r: "\n".join(
+            f"{x['store']}: {x['entries']} entries, {x['unsealed']} " + ("unsealed" if args.check else "sealed now")
+            + "".join(f"\n  schema: {s}" for s in x["schema_problems"]) for x in r))
+        if any(x["schema_problems"] for x in rows) or (args.check and any(x["unsealed"] for x in rows)):
+            sys.exit(1)
 
     def kcheck_args(p):
         p.add_argument("--device", default=None, help="cuda, cuda:1, or cpu (cpu needs TRITON_INTERPRET=1); "
@@ -244,22 +195,73 @@ def _register_builtin(reg: CommandGroups) -> None:
             raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
                                  fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
         rows = check_all(device)
-        _emit(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "used", "seconds", "reason"]))
+        emit_text(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "used", "seconds", "reason"]))
         if not all(r["ok"] for r in rows):
             sys.exit(1)
+
+
+def paper_analyses() -> dict[str, tuple[dict, Callable]]:
+    """Every paper's analyses and the function that answers them, ``paper -> (ANALYSES, analysis_result)`` (imports
+    the four packages)."""
+    import core.lrp as lrp
+    import core.mathneuro as mathneuro
+    import core.mixln as mixln
+    import core.neuzip as neuzip
+
+    return {"lrp": (lrp.ANALYSES, lrp.analysis_result), "mathneuro": (mathneuro.ANALYSES, mathneuro.analysis_result),
+            "mixln": (mixln.ANALYSES, mixln.analysis_result), "neuzip": (neuzip.ANALYSES, neuzip.analysis_result)}
+
+
+def _register_analyses(reg: CommandGroups) -> None:
+    reg.group("analyses", "every paper's analyses: list them, run one with its inputs")
+
+    def list_args(p):
+        p.add_argument("--paper", choices=list(PAPER_GROUPS), help="only this paper's")
+
+    @reg.command("analyses", "list", "list every registered analysis: its inputs, cache policy and links", list_args)
+    def analyses_list(args):
+        rows = []
+        for paper, (analyses, _) in paper_analyses().items():
+            if args.paper in (None, paper):
+                rows += [{"paper": paper, "analysis": name,
+                          "stored as": a.stored_as or ("parts: " + "+".join(a.parts) if a.parts else "-"),
+                          "inputs": ",".join(p.name for p in a.inputs) or "-",
+                          "links": " ".join(f"?tab={paper}&example={e.name}" for e in a.examples) or "-"}
+                         for name, a in analyses.items()]
+        emit_text(args, rows, lambda r: table(r))
+
+    def run_args(p):
+        p.add_argument("paper", choices=list(PAPER_GROUPS))
+        p.add_argument("analysis", help="its name (python -m core analyses list)")
+        p.add_argument("--set", action="append", default=[], metavar="INPUT=VALUE",
+                       help="an input of the analysis, as a link writes it (repeatable)")
+        p.add_argument("--out", help="a folder, or FILE.json|.csv|.html: the files the tab offers")
+
+    @reg.command("analyses", "run", "answer one analysis (committed example, results cache or computed)", run_args)
+    def analyses_run(args):
+        from core.analyses import entry, inputs_of
+        from core.cli_common import ProgressBar, emit
+
+        analyses, answer_with = paper_analyses()[args.paper]
+        a = entry(analyses, args.analysis)
+        values = inputs_of(a, args.analysis, args.set)
+        bar = ProgressBar()
+        try:
+            result = answer_with(args.analysis, progress=bar, **values)
+        finally:
+            bar.close()
+        emit(args, result.data, result.status, result)
 
 
 def build_registry(only_group: str | None = None) -> CommandGroups:
     """All command groups; the paper groups other than ``only_group`` are listed but not imported."""
     reg = CommandGroups()
     _register_builtin(reg)
-    root = Path(__file__).resolve().parent
-    for group, help_text in PAPER_GROUPS.items():
-        if not (root / group / "cli.py").exists():
-            continue
+    _register_analyses(reg)
+    for group, (help_text, register) in PAPER_GROUPS.items():
         reg.group(group, help_text)
         if group == only_group:
-            importlib.import_module(f"core.{group}.cli").register(reg)
+            register(reg)
     return reg
 
 
@@ -312,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
         configure(online=True)
     group = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(build_registry(group)).parse_args(argv)
+    out = getattr(args, "out", None)
     try:
+        if out is not None:  # written or refused in one line, before any work (issue 38)
+            from core.files import check_out
+            check_out(out)
         if any(getattr(args, a, None) is not None for a in ("device_map", "max_memory", "offload_folder")):
             from core.zoo.placement import make_placement, placed  # --device-map: every model loads spread
             with placed(make_placement(args.device_map, args.max_memory, args.offload_folder)):
@@ -327,8 +333,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except OSError as exc:  # a read-only or full LAYERWISE_HOME is a message, not a traceback
-        err = storage_error(exc)
+    except OSError as exc:  # --out that cannot be written, a read-only or full LAYERWISE_HOME: a message
+        from core.files import out_error
+        err = out_error(exc, out) or storage_error(exc)
         if err is None:
             raise
         if getattr(args, "json", False):

@@ -31,6 +31,12 @@ class BadInputError(LayerwiseError):
     """An argument is out of range or malformed."""
 
 
+class NotOffered(ModelLoadError, BadInputError):
+    """Public mode refused a reference (a model or run that the server does not list, a path): one message for all of
+    them (:func:`core.zoo.hub.not_offered`). Both a model and an input error, so code that tries a run name, then a
+    model, meets it as either."""
+
+
 class Cancelled(LayerwiseError):
     """The user stopped the computation (Stop in the UI); nothing half-done is cached.
 

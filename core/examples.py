@@ -6,126 +6,29 @@ A *view* is a tab, one of its examples and the inputs that define it. Its link i
 
 Each paper lists its examples in ``core/<paper>/examples.py`` (``EXAMPLE_VIEWS``): a name for the link, a title for
 the picker, the figure it draws, and its inputs (:class:`Param`) with the values of the precomputed result as their
-defaults. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
+defaults; an analysis may carry examples of its own (:attr:`core.analyses.Analysis.examples`), listed after them. :func:`examples` is the one registry the app, its tests and the README list from; :func:`resolve` turns a
 query into a view (an unknown tab, example or input, or a bad value, becomes one line of notice and the default is
 used instead); :meth:`View.query` writes the link back; :func:`show` draws it (the precomputed values answer at
 once, without loading a model; other values are computed, with ``progress(fraction, message)``, which may stop it).
 """
 from __future__ import annotations
 
-import importlib
-import math
+import re
 import threading
-from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Mapping
 from urllib.parse import urlencode
 
+from core.analyses import KINDS, Example, Param, linked  # noqa: F401  (the link types, defined with Analysis)
 from core.errors import BadInputError
 from core.results import Result
 
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")  # the tabs with examples, by their tab id (= the package name)
-RESERVED = ("tab", "example", "view")  # query keys that are not inputs of a view
+CUT_KEYS = ("cut", "ignored", "ignored_n")  # what shorten_query adds about the part of a long link it dropped
+RESERVED = ("tab", "example", "view", *CUT_KEYS)  # query keys that are not inputs of a view
+LINK_MAX_CHARS = 2048  # the longest query string a link may have (the longest a view writes is under 300)
+_PART_MAX_CHARS = 512  # a longer name=value part of a long link is dropped whole
 VIEWS = ("talk", "lab", "api", "settings", "api-recorder")  # view=: the presenter view, the lab, and Gradio's own
-KINDS = ("choice", "multi", "number", "text", "flag")
-
-
-@dataclass(frozen=True)
-class Param:
-    """One input of a view, as it appears in a link (``name=value``) and in the view's input controls.
-
-    kind: ``choice`` (one of ``choices``; with ``open``, any other value too, e.g. a model folder), ``multi`` (a
-    comma-separated subset of ``choices``), ``number`` (within ``low``..``high``; ``whole`` for integers), ``text``
-    (any non-empty text), ``flag`` (0 / 1).
-    """
-
-    name: str
-    label: str
-    kind: str = "choice"
-    choices: tuple = ()
-    open: bool = False
-    low: float | None = None
-    high: float | None = None
-    whole: bool = False
-    none: str | None = None  # the word for "no value" of a choice (e.g. B=none: no normaliser)
-
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"Param {self.name}: kind must be one of {KINDS}")
-
-    def parse(self, raw) -> Any:
-        """The value of ``raw`` (a query string, or a value already parsed), or :class:`BadInputError`."""
-        text = ",".join(map(str, raw)) if isinstance(raw, (list, tuple)) else str(raw).strip()
-        if self.kind == "flag":
-            if text.lower() in ("1", "true", "yes", "on"):
-                return True
-            if text.lower() in ("0", "false", "no", "off", ""):
-                return False
-            raise BadInputError(f"{self.name}={text} is not 0 or 1.")
-        if self.kind == "multi":
-            items = [t.strip() for t in text.split(",") if t.strip()]
-            unknown = [t for t in items if t not in map(str, self.choices)]
-            if not items or unknown:
-                what = f"{', '.join(unknown)} {'is' if len(unknown) == 1 else 'are'} not among" if unknown else \
-                    "names none of"
-                raise BadInputError(f"{self.name}={text} {what} {', '.join(map(str, self.choices))}.")
-            by_text = {str(c): c for c in self.choices}
-            return [by_text[t] for t in dict.fromkeys(items)]
-        if self.kind == "number":
-            try:
-                value = float(text)
-            except ValueError:
-                raise BadInputError(f"{self.name}={text} is not a number.") from None
-            if math.isnan(value) or (self.low is not None and value < self.low) or \
-                    (self.high is not None and value > self.high) or (self.whole and not value.is_integer()):
-                span = f"{self.low:g} to {self.high:g}" if self.low is not None and self.high is not None else "range"
-                raise BadInputError(f"{self.name}={text} is outside {span}" + (" (whole numbers)" if self.whole
-                                                                                 else "") + ".")
-            return int(value) if self.whole else value
-        if not text:
-            raise BadInputError(f"{self.name} is empty.")
-        if self.kind == "text":
-            return text
-        if self.none is not None and text.lower() == self.none:
-            return None
-        for c in self.choices:
-            if text == str(c) or (isinstance(c, str) and text.lower() == c.lower()):
-                return c
-        if self.open:
-            return text
-        shown = ", ".join(self.none if c is None else str(c) for c in self.choices)
-        raise BadInputError(f"{self.name}={text} is not one of {shown}.")
-
-    def format(self, value) -> str:
-        """``value`` as it is written in a link."""
-        if self.kind == "flag":
-            return "1" if value else "0"
-        if self.kind == "multi":
-            return ",".join(map(str, value))
-        if value is None:
-            return self.none or ""
-        if self.kind == "number":
-            return f"{value:g}" if isinstance(value, float) else str(value)
-        return str(value)
-
-
-@dataclass(frozen=True)
-class Example:
-    """One view of a tab: ``show(progress=None, **values) -> Result`` draws ``figure`` of the result.
-
-    ``defaults`` are the values of the precomputed result (answered at once); ``params`` the inputs a link may set.
-    """
-
-    name: str
-    title: str
-    figure: str
-    show: Callable[..., Result]
-    params: tuple[Param, ...] = ()
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self):
-        missing = [p.name for p in self.params if p.name not in self.defaults]
-        if missing:
-            raise ValueError(f"example {self.name}: no default for {', '.join(missing)}")
 
 
 @dataclass(frozen=True)
@@ -155,6 +58,27 @@ class View:
         return "; ".join(words)
 
 
+def _package(tab: str):
+    """The paper package of a tab, imported when first asked for (it pulls in torch and transformers): listed here,
+    where it is used, never found by name."""
+    if tab == "lrp":
+        import core.lrp as package
+    elif tab == "mathneuro":
+        import core.mathneuro as package
+    elif tab == "mixln":
+        import core.mixln as package
+    else:
+        import core.neuzip as package
+    return package
+
+
+def _views(tab: str) -> tuple[Example, ...]:
+    """A tab's examples: its own views (``core/<paper>/examples.py``), then the examples its analyses carry
+    (:attr:`core.analyses.Analysis.examples`, shown through the paper's ``analysis_result``)."""
+    package = _package(tab)
+    return tuple(package.EXAMPLE_VIEWS) + linked(package.ANALYSES, package.analysis_result)
+
+
 _registry: dict[str, tuple[Example, ...]] = {}
 
 
@@ -163,7 +87,7 @@ def examples(tab: str) -> tuple[Example, ...]:
     if tab not in PAPERS:
         raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(PAPERS)}.")
     if tab not in _registry:
-        found = tuple(importlib.import_module(f"core.{tab}").EXAMPLE_VIEWS)
+        found = _views(tab)
         names = [e.name for e in found]
         if len(set(names)) != len(names):
             raise ValueError(f"core.{tab}.EXAMPLE_VIEWS repeats a name: {names}")
@@ -225,6 +149,9 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
     tabs = dict(tabs or {t: t for t in PAPERS})
     query = {k: v for k, v in query.items() if not k.startswith("__") and k != "deep_link"}  # Gradio's and Spaces'
     problems: list[str] = []
+    if any(k in query for k in CUT_KEYS):  # a long link the server cut (shorten_query): say what it used and dropped
+        cut = _cut_notice(query, [k for k in query if k not in CUT_KEYS])
+        problems.append(cut or "its cut=, ignored= and ignored_n= are not the server's")
     raw_tab, raw_example = query.get("tab", "").strip(), query.get("example", "").strip()
     tab = _tab_id(raw_tab, tabs) if raw_tab else None
     if raw_tab and tab is None:
@@ -240,13 +167,13 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
         if raw_example:
             problems.append(f"no example {raw_example!r}")
         if inputs:
-            problems.append(f"ignored {', '.join(sorted(inputs))} (a link names a tab: ?tab=...&example=...)")
+            problems.append(f"ignored {_some(sorted(inputs))} (a link names a tab: ?tab=...&example=...)")
         return Opened(None, None, _notice(problems))
     if tab not in PAPERS:
         if raw_example:
             problems.append(f"{tabs[tab]} has no examples")
         if inputs:
-            problems.append(f"ignored {', '.join(sorted(inputs))}")
+            problems.append(f"ignored {_some(sorted(inputs))}")
         return Opened(tab, None, _notice(problems))
     names = [e.name for e in examples(tab)]
     if raw_example and raw_example not in names:
@@ -255,17 +182,69 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
     e = example(tab, raw_example) if raw_example else examples(tab)[0]
     by_key = {p.name.lower(): p for p in e.params}
     values = dict(e.defaults)
+    unknown = []
     for key, raw in inputs.items():
         p = by_key.get(key.lower())
         if p is None:
-            problems.append(f"{e.name} has no input {key!r}" + (f" (inputs: {', '.join(p.name for p in e.params)})"
-                                                                  if e.params else ""))
+            unknown.append(repr(key[:40]))
             continue
         try:
             values[p.name] = p.parse(raw)
         except BadInputError as err:
-            problems.append(f"{err.message.rstrip('.')}; showing {p.name}={p.format(e.defaults[p.name])}")
+            problems.append(f"{err.message.rstrip('.')[:300]}; showing {p.name}={p.format(e.defaults[p.name])}")
+    if unknown:
+        problems.append(f"{e.name} has no input{'s' if len(unknown) > 1 else ''} {_some(unknown)}"
+                        + (f" (inputs: {', '.join(p.name for p in e.params)})" if e.params else ""))
     return Opened(tab, View(tab, e, values), _notice(problems))
+
+
+def _some(names: list[str], shown: int = 5) -> str:
+    """``a, b, c`` or, past ``shown`` names, ``a, b, c, d, e and 12 more`` (a notice stays one short line)."""
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown:,} more" if len(names) > shown else "")
+
+
+def shorten_query(raw: str, limit: int = LINK_MAX_CHARS) -> str:
+    """A query string over ``limit`` characters cut to fit: its ``name=value`` parts in order (``tab``, ``example``
+    and ``view`` first), each kept whole while they fit and dropped when longer than 512 characters, then ``cut=``
+    the original length, ``ignored=`` the first names dropped and ``ignored_n=`` how many parts were (what
+    :func:`resolve` puts in the link's notice). Reads at most the first 4,096 parts of ``raw``; the rest is counted."""
+    from urllib.parse import quote, unquote_plus
+
+    parts = raw.split("&", 4096)
+    rest = parts.pop() if len(parts) > 4096 else ""
+    ignored_n = rest.count("&") + (1 if rest else 0)
+
+    def key(part: str) -> str:
+        return unquote_plus(part.split("=", 1)[0][:64]).strip().lower()
+
+    ordered = sorted((p for p in parts if p), key=lambda p: key(p) not in ("tab", "example", "view"))
+    room = limit - 200  # what cut=, ignored= and ignored_n= may take
+    kept, ignored = [], []
+    for part in ordered:
+        if key(part) not in CUT_KEYS and len(part) <= _PART_MAX_CHARS and len(part) + 1 <= room:
+            kept.append(part)
+            room -= len(part) + 1
+        else:
+            ignored_n += 1
+            name = re.sub(r"[^\w.-]", "", key(part))[:24] or "?"
+            if name not in ignored and len(ignored) < 3:
+                ignored.append(name)
+    tail = [f"cut={len(raw)}", f"ignored={quote(','.join(ignored))}", f"ignored_n={ignored_n}"]
+    return "&".join(kept + tail)
+
+
+def _cut_notice(query: Mapping[str, str], kept: list[str]) -> str | None:
+    """What a link cut by :func:`shorten_query` lost, in words; None when it was not cut (or says nonsense)."""
+    length, count = query.get("cut", ""), query.get("ignored_n", "")
+    if not (length.isdigit() and count.isdigit()):
+        return None
+    names = [n for n in query.get("ignored", "").split(",") if n][:3]
+    dropped = f"{int(count):,} part{'s' if int(count) != 1 else ''}" + (f" ({', '.join(names)}"
+                                                                          f"{', ...' if int(count) > len(names) else ''})"
+                                                                          if names else "")
+    used = _some(kept, 8) if kept else "nothing"
+    return (f"it had {int(length):,} characters, more than the {LINK_MAX_CHARS:,} a link may have: used {used}; "
+            f"ignored {dropped}")
 
 
 def _notice(problems: list[str]) -> str:
@@ -291,5 +270,5 @@ def show(v: View, progress=None) -> Result:
     return res
 
 
-__all__ = ["PAPERS", "RESERVED", "Param", "Example", "View", "Opened", "examples", "registry", "example",
+__all__ = ["PAPERS", "RESERVED", "LINK_MAX_CHARS", "shorten_query", "Param", "Example", "View", "Opened", "examples", "registry", "example",
            "default_view", "view", "resolve", "show"]

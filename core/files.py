@@ -120,6 +120,60 @@ def write_parquet(frame, path: str | os.PathLike, meta: dict | None = None) -> N
     pq.write_table(table, str(path))
 
 
+# what names a file (not a folder) on a command's --out
+FILE_SUFFIXES = (".json", ".csv", ".html", ".parquet", ".safetensors")
+
+
+def _out_problem(out: str, reason: str) -> BadInputError:
+    return BadInputError(f"cannot write --out {out}: {reason}.",
+                         fix="give --out a new file (FILE.json, .csv, .html, ...) or a folder in a place you can write.")
+
+
+def check_out(out) -> Path:
+    """The ``--out`` path of a CLI command, checked before any work: not empty, not under a file, not a folder where a
+    file is named (``x.json``), and in a place this process can create files in (probed with a temporary file, then
+    removed: a read-only or virtual file system such as ``/proc``, a missing permission). Raises
+    :class:`BadInputError` (exit 2, one line) otherwise."""
+    text = str(out) if out is not None else ""
+    if not text.strip():
+        raise BadInputError("--out is empty.", fix="give a file (FILE.json, .csv, .html) or a folder.")
+    if "\x00" in text:
+        raise BadInputError("--out holds a NUL character.", fix="give a plain path.")
+    path = Path(text)
+    try:
+        if path.is_dir() and path.suffix.lower() in FILE_SUFFIXES:
+            raise _out_problem(text, "it is a folder, and a file is named")
+        nearest = path
+        while not nearest.exists() and nearest != nearest.parent:
+            nearest = nearest.parent
+        if nearest != path and not nearest.is_dir():
+            raise _out_problem(text, f"{nearest} is a file, not a folder")
+        folder = path if path.is_dir() else path.parent if nearest == path else nearest
+        fd, probe = tempfile.mkstemp(prefix=".layerwise-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise _out_problem(text, (err.strerror or type(err).__name__).lower()) from None
+    return path
+
+
+def out_error(exc: BaseException, out) -> BadInputError | None:
+    """The one-line :class:`BadInputError` for an ``OSError`` met while writing ``--out`` (the file, its temporary
+    sibling, a file inside it, or a folder above it), or None for an error about anything else."""
+    if not isinstance(exc, OSError) or out is None or not str(out).strip():
+        return None
+    target = os.path.abspath(str(out))
+    for name in (getattr(exc, "filename", None), getattr(exc, "filename2", None)):
+        if not name:
+            continue
+        where = os.path.abspath(os.fsdecode(name))
+        sibling = os.path.dirname(where) == os.path.dirname(target) and os.path.basename(where).startswith(
+            "." + os.path.basename(target))
+        if where == target or where.startswith(target + os.sep) or target.startswith(where + os.sep) or sibling:
+            return _out_problem(str(out), (exc.strerror or type(exc).__name__).lower())
+    return None
+
+
 def files_dir() -> Path:
     """Where the tabs' download files live (inside the user cache; ``app.py`` lets Gradio serve it)."""
     from core.paths import home
@@ -145,4 +199,6 @@ def evict_files(keep: Path, max_bytes: int = FILES_MAX_BYTES) -> None:
             total -= size
 
 
-__all__ = ["atomic_write", "write_output", "write_parquet", "files_dir", "evict_files", "FILES_MAX_BYTES"]
+__all__ = ["atomic_write", "write_output", "write_parquet", "check_out", "out_error", "files_dir", "evict_files",
+           "FILES_MAX_BYTES"]
+

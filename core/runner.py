@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import threading
@@ -26,6 +27,8 @@ from typing import Any, Callable, Iterable
 from core.errors import BadInputError
 from core.files import atomic_write
 
+log = logging.getLogger("layerwise.examples")
+
 
 def result_key(fingerprint: str, analysis: str, params: dict) -> str:
     """The key of a result, the same for the examples, the results cache and the download files."""
@@ -33,12 +36,20 @@ def result_key(fingerprint: str, analysis: str, params: dict) -> str:
     return cache_key(fingerprint, analysis, params)
 
 
+def example_checksum(entry: dict) -> str:
+    """sha256 of an example entry's content (everything but its ``checksum``), as canonical JSON."""
+    doc = {k: v for k, v in entry.items() if k != "checksum"}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+
+
 class ExampleStore:
     """Precomputed results committed with the project: one JSON file of cache entries
-    ``{"model", "fingerprint", "analysis", "params", "data"}``, keyed like the results cache.
+    ``{"model", "fingerprint", "analysis", "params", "data", "checksum"}``, keyed like the results cache.
 
     Read once (again when the file changes) and never written by the app; ``python -m core <paper> precompute``
-    writes it with :meth:`write`.
+    writes it with :meth:`write`, ``python -m core cache seal`` only writes the checksums of what is there. An entry
+    whose checksum is missing or does not match its content is not served (one log line when the file is read): the
+    request computes it instead.
     """
 
     FORMAT = "layerwise-examples/1"
@@ -70,6 +81,12 @@ class ExampleStore:
                     entries = list(doc["entries"]) if doc.get("format") == self.FORMAT else []
                 except (OSError, ValueError, KeyError, TypeError):
                     entries = []
+                whole = [e for e in entries if isinstance(e, dict) and e.get("checksum") == example_checksum(e)]
+                if len(whole) < len(entries):
+                    log.warning("%s: %d of %d entries not served (no checksum, or one that does not match their "
+                                "content); they are computed when asked for", self.path, len(entries) - len(whole),
+                                len(entries))
+                entries = [{k: v for k, v in e.items() if k != "checksum"} for e in whole]
                 index = {result_key(e["fingerprint"], e["analysis"], e["params"]): e for e in entries}
                 self._loaded = (mtime, entries, index)
             return self._loaded[1], self._loaded[2]
@@ -90,8 +107,48 @@ class ExampleStore:
             missing = {"model", "fingerprint", "analysis", "params", "data"} - set(e)
             if missing:
                 raise BadInputError(f"an example entry lacks {', '.join(sorted(missing))}.")
-        doc = {"format": cls.FORMAT, "entries": entries}
+        sealed = [{**e, "checksum": example_checksum(e)} for e in entries]
+        doc = {"format": cls.FORMAT, "entries": sealed}
         return atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str))
+
+    @classmethod
+    def seal(cls, path: str | os.PathLike, check_only: bool = False) -> dict:
+        """Write the checksum of every entry of the store at ``path`` from its content as it is (nothing is computed
+        again), or with ``check_only`` just count them: ``{"entries", "unsealed", "schema_problems"}`` (the schema
+        problems, :mod:`core.schema`, are listed, never fixed: such an entry needs its precompute command)."""
+        from core.schema import problem, schema_for
+
+        doc = json.loads(Path(path).read_text())
+        if doc.get("format") != cls.FORMAT:
+            raise BadInputError(f"{path} is not an example store ({cls.FORMAT}).")
+        entries = list(doc["entries"])
+        unsealed = sum(e.get("checksum") != example_checksum(e) for e in entries)
+        schema_problems = []
+        for e in entries:
+            schema = schema_for(e["analysis"])
+            found = problem(schema, e["data"]) if schema is not None else None
+            if found:
+                schema_problems.append(f"{e['analysis']} ({e.get('model')}): {found}")
+        if unsealed and not check_only:
+            cls.write(path, [{k: v for k, v in e.items() if k != "checksum"} for e in entries])
+        return {"entries": len(entries), "unsealed": unsealed, "schema_problems": schema_problems}
+
+
+def committed_stores() -> list[Path]:
+    """Every example store committed with the project: each JSON file under ``assets/`` in the store format (each
+    paper's ``examples.json``, the bias audit, each Mix-LN run's ``diagnostics.json``), found by its first bytes."""
+    from core.paths import ASSETS_DIR
+
+    head = f'{{"format":"{ExampleStore.FORMAT}"'.encode()
+    stores = []
+    for path in sorted(ASSETS_DIR.rglob("*.json")):
+        try:
+            with open(path, "rb") as fh:
+                if fh.read(len(head)) == head:
+                    stores.append(path)
+        except OSError:
+            continue
+    return stores
 
 
 _cache_lock = threading.Lock()
@@ -157,8 +214,9 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
     results cache, else ``compute()`` (stored in the cache; computed once under concurrent requests).
 
     ``compute`` may raise :class:`Cancelled`; nothing is cached then. ``check(data)`` is what the caller does with
-    the result next (e.g. build its view); it must not raise. A cached result that fails it, or holds a NaN or
-    infinite number, is dropped and recomputed; a computed one that fails is neither returned nor cached
+    the result next (e.g. build its view); it must not raise. The analysis' schema (:func:`core.schema.schema_for`)
+    is checked too, on an example as on a cached result. A cached result that fails either, holds a NaN or
+    infinite number, or whose checksum or record does not match, is dropped and recomputed; a computed one that fails is neither returned nor cached
     (:class:`core.cache.InvalidResultError`, one clear message). ``model`` names the model in an example entry
     that :func:`precompute` writes (default: the fingerprint).
 
@@ -167,19 +225,25 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
     (neither answered from ``examples`` nor written by :func:`precompute`).
     """
     from core.cache import CacheEntry, check_entry
+    from core.schema import problem, schema_for
 
     key = result_key(fingerprint, analysis, params)
+    schema = None if tensors else schema_for(analysis)
     if examples is not None and not tensors and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
-        if data is not None:
+        wrong = problem(schema, data) if data is not None and schema is not None else None
+        if wrong:
+            log.warning("the example %s of %s is not served (%s); it is computed instead", key, analysis, wrong)
+        elif data is not None:
             return Found(data, "precomputed", key)
     make = compute if tensors else (lambda: CacheEntry(compute()))
     entry_check = check if tensors or check is None else (lambda entry: check(entry.data))
     if not cache:
         entry, hit = make(), False
-        check_entry(entry, entry_check, analysis)
+        check_entry(entry, entry_check, analysis, schema)
     else:
-        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check)
+        entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check,
+                                                    schema=schema)
     found = Found(entry if tensors else entry.data, "cache" if hit else "computed", key)
     if _recompute["record"] is not None and not tensors:
         _recompute["record"][key] = {"model": model or fingerprint, "fingerprint": fingerprint, "analysis": analysis,
@@ -221,5 +285,5 @@ def precompute(calls: Iterable[Callable[[], Any]], path: str | os.PathLike, keep
     return ExampleStore.write(path, entries + list(recorded.values()))
 
 
-__all__ = ["ExampleStore", "Found", "lookup", "cached_entry", "has_fields", "result_key", "recomputing",
+__all__ = ["ExampleStore", "committed_stores", "example_checksum", "Found", "lookup", "cached_entry", "has_fields", "result_key", "recomputing",
            "results_cache", "precompute", "digest"]

@@ -1,8 +1,12 @@
-"""Offline-by-default switches.
+"""Offline-by-default switches, and public mode.
 
 Layerwise never reaches a model or dataset hub unless the user opts in (``--online`` on the app
 or CLI, or ``LAYERWISE_ONLINE=1``). The switches must be set before ``huggingface_hub``,
 ``transformers`` or ``gradio`` are imported, so entry points call :func:`configure` first.
+
+Public mode (:func:`is_public`: ``LAYERWISE_PUBLIC=1``, which ``app.py`` sets on a Space or with ``--public``) is for
+an app any visitor can reach: models come only from the registry and the hub allow-list, and no input names a path
+on the server (:func:`core.zoo.hub.not_offered` is the one message for every refused reference).
 """
 from __future__ import annotations
 
@@ -17,10 +21,18 @@ def is_online() -> bool:
     return os.environ.get("LAYERWISE_ONLINE", "0") == "1"
 
 
-def configure(online: bool | None = None) -> bool:
-    """Set the process environment for offline (default) or online use; return the mode."""
+def is_public() -> bool:
+    """True in public mode (``LAYERWISE_PUBLIC=1``): no input may name a path on the server (see the module doc)."""
+    return os.environ.get("LAYERWISE_PUBLIC", "0") == "1"
+
+
+def configure(online: bool | None = None, public: bool | None = None) -> bool:
+    """Set the process environment for offline (default) or online use, and public mode when ``public`` is given;
+    return the online mode."""
     if online is None:
         online = is_online()
+    if public is not None:
+        os.environ["LAYERWISE_PUBLIC"] = "1" if public else "0"
     os.environ["LAYERWISE_ONLINE"] = "1" if online else "0"
     os.environ["GRADIO_ANALYTICS_ENABLED"] = "False"
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")

@@ -130,13 +130,16 @@ def scan_kernel():
 
 
 CHUNK = 32  # steps per chunk (the parallel scan's length)
-TILE_ELEMENTS = 4096  # BLOCK_D x BLOCK_N x CHUNK: the (D, N, chunk) tiles a program holds in registers
-# ---- the constants to tune from a GPU run (bench/gpu.py selective_scan times each tile and depth) ----------------
-STAGES = 2  # software pipelining of the chunk loop (tl.range num_stages): the next chunk's loads as cp.async
+# ---- set from the first GPU run (2026-11-27, H200; bench/gpu.py selective_scan times each tile and depth) ---------
+TILE_ELEMENTS = 2048  # BLOCK_D x BLOCK_N x CHUNK: 4 x 16 x 32 at N = 16, the fastest tile at L = 2048 and 8192
+# (0.78 / 2.55 ms; 8x32, the default before, 1.26x / 1.49x slower; 4x64 0.99x / 1.08x; 16x16 1.50x / 1.84x)
+STAGES = 2  # software pipelining of the chunk loop (tl.range num_stages): 8x32 took 1.32x / 1.57x at 1 stage,
+# 1.23x / 1.47x at 3 (within noise of 2)
 WARPS = 4
 # (BLOCK_D, CHUNK) tiles at N = 16 that compile for sm_90 without spills under Triton 3.6 and 3.9
-# (bench/aot_sm90.py: at most 246 registers; 8x64, 16x32 and 2x128 spill); on CUDA the fastest is chosen per device
-TILES = ((8, 32), (4, 32), (16, 16), (4, 64))
+# (bench/aot_sm90.py: at most 246 registers; 8x64, 16x32 and 2x128 spill); on CUDA the fastest is chosen per device,
+# the first is the default where nothing was timed
+TILES = ((4, 32), (8, 32), (16, 16), (4, 64))
 AUTOTUNE = True  # on CUDA, time TILES once per device and shape class and keep the fastest
 TILE_ENV = "LAYERWISE_SCAN_TILE"  # e.g. "4x32": this tile everywhere, no timing
 
@@ -144,7 +147,7 @@ TILE_ENV = "LAYERWISE_SCAN_TILE"  # e.g. "4x32": this tile everywhere, no timing
 def scan_config(channels: int, state_size: int, length: int, block_d: int | None = None,
                 chunk: int | None = None) -> tuple[int, int, int]:
     """``(BLOCK_D, BLOCK_N, CHUNK)`` of a launch: powers of two; by default CHUNK steps (fewer for a shorter
-    sequence) and as many channels as keep a tile at :data:`TILE_ELEMENTS` (8 x 16 x 32 at Mamba's N = 16). On
+    sequence) and as many channels as keep a tile at :data:`TILE_ELEMENTS` (4 x 16 x 32 at Mamba's N = 16). On
     CUDA the launch asks :func:`tuned_tile` first. ``bench/gpu.py`` times every tile of :data:`TILES`."""
     import triton
 

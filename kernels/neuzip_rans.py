@@ -57,19 +57,23 @@ import torch
 
 from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
-__all__ = ["LANES", "DECODE_ROWS", "PROGRAMS_PER_SM", "MIN_SEGMENT", "decode_layout", "decode_programs",
-           "multiprocessors", "gemv_eligible", "pair_rans_decode", "pair_rans_decode_ref", "pair_rans_decode_triton",
-           "pair_rans_gemv", "pair_rans_gemv_ref", "pair_rans_gemv_triton", "raise_if_corrupt"]
+__all__ = ["LANES", "DECODE_ROWS", "PROGRAMS_PER_SM", "MIN_SEGMENT", "MAX_SEGMENT", "decode_layout",
+           "decode_programs", "multiprocessors", "gemv_eligible", "merge_eligible", "pair_rans_decode",
+           "pair_rans_decode_ref", "pair_rans_decode_triton", "pair_rans_decode_bf16", "pair_rans_decode_bf16_ref",
+           "pair_rans_decode_bf16_triton", "pair_rans_gemv", "pair_rans_gemv_ref", "pair_rans_gemv_triton",
+           "raise_if_corrupt"]
 
 LANES = 8
 ROUND = 2 * LANES  # pairs per round
 _L = 1 << 31
 _SHIFT = 32
 
-# ---- the device layout: the constants to tune from a GPU run (bench/gpu.py neuzip_decode times the others) -------
-DECODE_ROWS = 4  # segments per program: a (4, 8) tile of states, one warp
+# ---- the device layout: set from the first GPU run (2026-11-27, H200: docs/gpu.md) -----------------------------------
+DECODE_ROWS = 4  # segments per program: a (4, 8) tile of states, one warp (rows 1-2 were slower at both sizes)
 PROGRAMS_PER_SM = 2  # at least this many programs per multiprocessor for one matrix (when MIN_SEGMENT allows)
 MIN_SEGMENT = 512  # weights; the shortest segment: each costs 80 bytes of resident index (8 states, 2 offsets)
+MAX_SEGMENT = 1024  # weights; the longest: a segment is 32 serial rounds at most, however large the matrix
+# (24576x576 on the H200: segments of 8192 decoded at 92 GB/s, of 1024 at 216 GB/s, of 256 at 226 GB/s)
 
 
 def multiprocessors(device: torch.device | str) -> int | None:
@@ -81,20 +85,23 @@ def multiprocessors(device: torch.device | str) -> int | None:
 
 
 def decode_layout(n: int, chunk_size: int, sms: int | None, rows: int = DECODE_ROWS,
-                  per_sm: int = PROGRAMS_PER_SM, min_segment: int = MIN_SEGMENT) -> int:
+                  per_sm: int = PROGRAMS_PER_SM, min_segment: int = MIN_SEGMENT,
+                  max_segment: int = MAX_SEGMENT) -> int:
     """The segment length (weights) to decode ``n`` weights written in chunks of ``chunk_size`` on a device with
-    ``sms`` multiprocessors: the longest (the least resident index) that still gives ``per_sm`` programs of
-    ``rows`` segments per multiprocessor, halving the chunk but not below ``min_segment`` (nor below 32, nor to a
-    length that no longer divides the chunk). ``sms`` None: the chunk itself (no index).
+    ``sms`` multiprocessors: halving the chunk down to ``max_segment`` (a segment's serial rounds do not grow with
+    the matrix), then on while it gives fewer than ``per_sm`` programs of ``rows`` segments per multiprocessor,
+    but not below ``min_segment`` (nor below 32, nor to a length that no longer divides the chunk). ``sms`` None:
+    the chunk itself (no index).
 
     At the app's chunk of 2**17 on an H100 (132 multiprocessors): a 1536x576 matrix gets segments of 512 weights,
-    1,728 segments, 432 programs (2 per SM needs 264)."""
+    1,728 segments, 432 programs (2 per SM needs 264); a 24576x576 one segments of 1024 (3,456 programs)."""
     segment = int(chunk_size)
     if not sms:
         return segment
     want = per_sm * sms * rows
     floor = max(2 * ROUND, int(min_segment))
-    while -(-n // segment) < want and segment // 2 >= floor and segment % (4 * ROUND) == 0:
+    while (segment > max_segment or -(-n // segment) < want) and segment // 2 >= floor \
+            and segment % (4 * ROUND) == 0:
         segment //= 2
     return segment
 
@@ -204,11 +211,16 @@ if triton_available():
     import triton.language as tl
 
     @triton.jit
+    def _bf16_bits(field, exponent):
+        """The bf16 bits (int32, low 16) of a lossless (k = 7) sign/mantissa byte and its exponent byte."""
+        return ((field & 0x80) << 8) | (exponent << 7) | (field & 0x7F)
+
+    @triton.jit
     def _pair_rans_decode_kernel(states_ptr, offsets_ptr, words_ptr, slot_ptr, info_ptr, escapes_ptr,
                                  escape_offsets_ptr, out_ptr, err_ptr, marker, n, num_segments, segment, per_chunk,
                                  num_words, num_escapes, max_rounds, fields_ptr, vec_ptr, in_features,
                                  rows_per_segment, PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr,
-                                 GEMV: tl.constexpr):
+                                 GEMV: tl.constexpr, MERGE: tl.constexpr):
         """Program ``pid`` decodes segments ``pid * BLOCK ...`` for all rounds, their 8 states as one ``(BLOCK, 8)``
         tile: a round is two steps of the whole tile (state ``i`` decodes pair ``16 r + i``, then ``16 r + 8 + i``),
         then one refill of the tile, each state's word found by a prefix sum over the states that need one.
@@ -216,6 +228,10 @@ if triton_available():
         (``(num_segments * segment / 2,)``, padded; the wrapper keeps ``[:n]`` bytes). At the end each segment's
         states and pointers are compared with where the next segment starts (``2**31`` at a chunk's end); a
         mismatch stores 1 at ``err_ptr`` (no atomics needed: every writer writes 1).
+
+        ``MERGE``: the exponents are not stored either; each pair is merged at once with its two sign/mantissa
+        bytes (``fields_ptr``, lossless k = 7) into two bf16 weights, stored as one ``int32`` at ``out_ptr``
+        (the bf16 destination seen as ``int32``, ``n`` even): decode and bit merge in one pass, no intermediate.
 
         ``GEMV``: the exponents are not stored; each is merged at once with its sign/mantissa byte
         (``fields_ptr``, lossless k = 7) into a bf16 weight of the row-major ``(n / in_features, in_features)``
@@ -271,13 +287,19 @@ if triton_available():
                     i0 = start[:, None] + 2 * j[None, :]  # the pair's two weights: i0, i0 + 1
                     f0 = tl.load(fields_ptr + i0, mask=real0, other=0).to(tl.int32)
                     f1 = tl.load(fields_ptr + i0 + 1, mask=real1, other=0).to(tl.int32)
-                    w0 = (((f0 & 0x80) << 8) | (e0.to(tl.int32) << 7) | (f0 & 0x7F)) << 16
-                    w1 = (((f1 & 0x80) << 8) | (e1.to(tl.int32) << 7) | (f1 & 0x7F)) << 16
+                    w0 = _bf16_bits(f0, e0.to(tl.int32)) << 16
+                    w1 = _bf16_bits(f1, e1.to(tl.int32)) << 16
                     v0 = tl.load(vec_ptr + i0 % in_features, mask=real0, other=0.0)
                     v1 = tl.load(vec_ptr + (i0 + 1) % in_features, mask=real1, other=0.0)
                     prod = tl.where(real0, w0.to(tl.float32, bitcast=True) * v0, 0.0) + \
                         tl.where(real1, w1.to(tl.float32, bitcast=True) * v1, 0.0)
                     acc = acc + tl.sum(prod, axis=1)
+                elif MERGE:
+                    i0 = start[:, None] + 2 * j[None, :]  # the pair's two weights: i0, i0 + 1 (n even: both real)
+                    f0 = tl.load(fields_ptr + i0, mask=real0, other=0).to(tl.int32)
+                    f1 = tl.load(fields_ptr + i0 + 1, mask=real1, other=0).to(tl.int32)
+                    both16 = _bf16_bits(f0, e0.to(tl.int32)) | (_bf16_bits(f1, e1.to(tl.int32)) << 16)
+                    tl.store(out_ptr + start[:, None] // 2 + j[None, :], both16, mask=real0)  # little-endian
                 else:
                     pair = (e0 | (e1 << 8)).to(tl.int16)  # bytes 2j, 2j + 1 (little-endian)
                     tl.store(out_ptr + start[:, None] // 2 + j[None, :], pair, mask=real0)
@@ -302,8 +324,9 @@ def _launch(args: tuple, out: torch.Tensor, block: int, segment: int | None, err
             fields: torch.Tensor | None = None, vec: torch.Tensor | None = None, in_features: int = 1,
             rows_per_segment: int = 1) -> None:
     """Run the kernel over the checked stream ``args`` (the public functions' first eleven arguments) into
-    ``out``: decoded bytes, or with ``fields`` and ``vec`` (GEMV mode) the per-(segment, row) partial sums; a
-    segment that does not end where the next starts sets ``errors`` (or, without it, raises at once)."""
+    ``out``: decoded bytes; with ``fields`` alone (MERGE mode) the bf16 weights, as ``int32`` pairs; with
+    ``fields`` and ``vec`` (GEMV mode) the per-(segment, row) partial sums. A segment that does not end where the
+    next starts sets ``errors`` (or, without it, raises at once)."""
     states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n, chunk_size, precision = args
     if block < 1 or block & (block - 1):
         raise ValueError(f"block must be a power of two, got {block}")
@@ -314,14 +337,14 @@ def _launch(args: tuple, out: torch.Tensor, block: int, segment: int | None, err
     flag = errors if errors is not None else torch.zeros(1, dtype=torch.int32, device=device)
     w = words if words.numel() else torch.zeros(1, dtype=torch.int32, device=device)
     esc = escapes if escapes.numel() else torch.zeros(1, dtype=torch.uint8, device=device)
-    gemv = fields is not None
+    gemv, merge = fields is not None and vec is not None, fields is not None and vec is None
     _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
         states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
         slot_pair.contiguous(), pair_info.contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
         out, flag, int(marker), n, num, segment, chunk_size // segment,
-        words.numel(), escapes.numel(), _max_rounds(n, segment), fields.contiguous() if gemv else out,
+        words.numel(), escapes.numel(), _max_rounds(n, segment), out if fields is None else fields.contiguous(),
         vec.contiguous() if gemv else out, in_features, rows_per_segment, PRECISION=precision, LANES_=LANES,
-        BLOCK=block, GEMV=gemv, num_warps=_warps(block))
+        BLOCK=block, GEMV=gemv, MERGE=merge, num_warps=_warps(block))
     if errors is None:
         raise_if_corrupt(flag)
 
@@ -351,6 +374,72 @@ def pair_rans_decode(states: torch.Tensor, offsets: torch.Tensor, words: torch.T
     if use_triton(states, offsets, words, slot_pair, pair_info, escape_offsets, kernel="pair_rans_decode"):
         return pair_rans_decode_triton(*args, segment=segment, errors=errors, block=block)
     return pair_rans_decode_ref(*args, segment=segment, errors=errors)
+
+
+def merge_eligible(n: int, mantissa_bits: int, scaled: bool) -> bool:
+    """Whether a weight can take the fused decode + bit merge: lossless (one sign/mantissa byte per weight), no
+    normaliser, an even number of weights (the kernel writes bf16 pairs as ``int32``)."""
+    return mantissa_bits == 7 and not scaled and n > 0 and n % 2 == 0
+
+
+def merge_chosen(*tensors: torch.Tensor) -> bool:
+    """Whether the fused decode + bit merge kernel runs for ``tensors`` (the dispatcher's choice, made here and not by
+    its callers: CUDA tensors and its self-check passed); where not, the caller decodes, then merges."""
+    return use_triton(*tensors, kernel="pair_rans_decode_bf16")
+
+
+def _merge_check(n: int, fields: torch.Tensor, out: torch.Tensor | None) -> None:
+    if n <= 0 or n % 2:
+        raise ValueError(f"the fused decode + merge writes bf16 pairs: it needs an even number of weights, got {n}")
+    if fields.numel() != n or fields.dtype != torch.uint8:
+        raise ValueError("the fused decode + merge takes lossless weights: one sign/mantissa byte per weight (k = 7)")
+    if out is not None and (out.dtype != torch.bfloat16 or out.numel() != n or not out.is_contiguous()
+                            or out.data_ptr() % 4):
+        raise ValueError(f"out must be a contiguous, 4-byte aligned bfloat16 tensor of {n} elements")
+
+
+def pair_rans_decode_bf16_ref(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n,
+                              chunk_size, precision, fields, *, segment=None, errors=None, out=None) -> torch.Tensor:
+    """The lossless weight ``(n,) bfloat16`` from its exponent stream (as :func:`pair_rans_decode_ref`) and its
+    sign/mantissa bytes ``fields (n,) uint8``: the decode, then the bit merge (:func:`merge_bf16_ref`, k = 7).
+    Plain PyTorch; written into ``out`` when given."""
+    from kernels.neuzip_bits import merge_bf16_ref
+
+    _merge_check(n, fields, out)
+    exponent = pair_rans_decode_ref(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n,
+                                    chunk_size, precision, segment=segment, errors=errors)
+    weight = merge_bf16_ref(exponent, fields, 7)
+    return weight if out is None else out.copy_(weight)
+
+
+def pair_rans_decode_bf16_triton(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n,
+                                 chunk_size, precision, fields, *, segment=None, errors=None, out=None,
+                                 block: int = DECODE_ROWS) -> torch.Tensor:
+    """Triton twin of :func:`pair_rans_decode_bf16_ref`, bit-identical: one launch decodes the exponents and merges
+    them with their sign/mantissa bytes in registers, writing the bf16 weight straight into ``out`` (e.g. the
+    shared decompression buffer): no exponent tensor, no separate merge kernel, no copy."""
+    if not triton_available():
+        raise RuntimeError("triton is not installed; use pair_rans_decode_bf16_ref")
+    num, segment = _check(states, offsets, words, slot_pair, pair_info, escape_offsets, n, chunk_size, precision,
+                          segment)
+    _merge_check(n, fields, out)
+    if out is None:
+        out = torch.empty(n, dtype=torch.bfloat16, device=states.device)
+    _launch((states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n, chunk_size, precision),
+            out.view(torch.int32), block, segment, errors, fields)
+    return out
+
+
+def pair_rans_decode_bf16(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n,
+                          chunk_size, precision, fields, *, segment=None, errors=None, out=None,
+                          block: int = DECODE_ROWS) -> torch.Tensor:
+    """The lossless bf16 weight from its compressed arrays: the fused Triton decode + merge on CUDA (after its
+    self-check), the reference elsewhere. See :func:`pair_rans_decode_bf16_ref`."""
+    args = (states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n, chunk_size, precision,
+            fields)
+    if use_triton(states, offsets, words, slot_pair, escape_offsets, fields, kernel="pair_rans_decode_bf16"):
+        return pair_rans_decode_bf16_triton(*args, segment=segment, errors=errors, out=out, block=block)
+    return pair_rans_decode_bf16_ref(*args, segment=segment, errors=errors, out=out)
 
 
 def _gemv_check(n: int, fields: torch.Tensor, vec: torch.Tensor) -> tuple[int, int]:
@@ -419,6 +508,13 @@ def gemv_eligible(n: int, in_features: int, mantissa_bits: int, scaled: bool) ->
     return mantissa_bits == 7 and not scaled and in_features > 0 and in_features % 32 == 0 and n % in_features == 0
 
 
+def gemv_chosen(*tensors: torch.Tensor) -> bool:
+    """Whether the fused decode + GEMV kernel runs for ``tensors`` (the dispatcher's choice, made here and not by its
+    callers: CUDA tensors, its self-check passed, and opted in while it is ``auto=False``); where not, the caller
+    decodes the weight and multiplies."""
+    return use_triton(*tensors, kernel="pair_rans_gemv")
+
+
 def pair_rans_gemv(states, offsets, words, slot_pair, pair_info, escapes, escape_offsets, marker, n, chunk_size,
                    precision, fields, vec, *, segment=None, errors=None, block: int = DECODE_ROWS) -> torch.Tensor:
     """``W @ vec`` straight from the compressed weight: the fused Triton kernel on CUDA (after its self-check),
@@ -484,6 +580,24 @@ def _check_run(fn, args):
 
 register_check("pair_rans_decode", KernelCheck(triton=pair_rans_decode_triton, ref=pair_rans_decode_ref,
                                                inputs=_check_inputs, run=_check_run, dtypes=(torch.int64,)))
+
+
+def _merge_check_inputs(device, dtype) -> tuple:
+    """The decode check's stream (700 weights in segments of 64) with random sign/mantissa bytes; the last element
+    is the segment length."""
+    args = list(_check_inputs(device, dtype))
+    fields = torch.randint(0, 256, (args[8],), generator=torch.Generator().manual_seed(2), dtype=torch.uint8)
+    return (*args[:-1], fields.to(device), args[-1])
+
+
+def _merge_check_run(fn, args):
+    """The weight's bits (``int16``: compared exactly)."""
+    return _check_run(fn, args).view(torch.int16)
+
+
+register_check("pair_rans_decode_bf16", KernelCheck(
+    triton=pair_rans_decode_bf16_triton, ref=pair_rans_decode_bf16_ref, inputs=_merge_check_inputs,
+    run=_merge_check_run, dtypes=(torch.int64,)))  # the dtype dispatch keys it by: the states' (no float input)
 
 
 def _gemv_check_inputs(device, dtype, in_features: int = 64, chunk_size: int = 96) -> tuple:

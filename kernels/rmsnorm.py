@@ -5,8 +5,10 @@
 
 Both ``y`` and ``s`` are returned: Pre-LN needs ``s`` as the new residual stream and ``y`` as the next
 branch's input; Post-LN and DeepNorm (``residual_scale = (2L)^(1/4)``) use only ``y``. Statistics are
-computed in float32 whatever the input dtype; ``y`` and ``s`` come back in the dtype ``x + residual`` would
-have (so a bfloat16 branch output added to a float32 residual stream under autocast stays float32).
+computed in float32 for float32 and narrower inputs and in float64 for float64 ones (:func:`stats_dtype`: a float64
+run is float64 end to end, its rounding the same on any CPU); ``y`` and ``s`` come back in the dtype
+``x + residual`` would have (so a bfloat16 branch output added to a float32 residual stream under autocast stays
+float32). Float64 always takes the reference (the Triton kernels compute in float32).
 
 - :func:`add_rmsnorm_ref`    plain PyTorch (autograd does the backward)
 - :func:`add_rmsnorm_triton` the Triton kernels behind a ``torch.autograd.Function``
@@ -31,14 +33,20 @@ except Exception:  # pragma: no cover - exercised only where triton is missing
 def add_rmsnorm_ref(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Tensor, eps: float = 1e-6,
                     residual_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """x, residual: (..., N); weight: (N,). Returns (y, s), both (..., N) in the dtype of ``x + residual``."""
+    acc = stats_dtype(_out_dtype(x, residual))
     if residual is None:
-        s32, s = x.float(), x
+        sa, s = x.to(acc), x
     else:
-        r = residual.float() if residual_scale == 1.0 else residual.float() * residual_scale
-        s32 = x.float() + r
-        s = s32.to(_out_dtype(x, residual))
-    y = s32 * torch.rsqrt(s32.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+        r = residual.to(acc) if residual_scale == 1.0 else residual.to(acc) * residual_scale
+        sa = x.to(acc) + r
+        s = sa.to(_out_dtype(x, residual))
+    y = sa * torch.rsqrt(sa.pow(2).mean(-1, keepdim=True) + eps) * weight.to(acc)
     return y.to(s.dtype), s
+
+
+def stats_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the statistics are computed in: float32, or float64 for float64 inputs."""
+    return torch.promote_types(dtype, torch.float32)
 
 
 def _out_dtype(x: torch.Tensor, residual: torch.Tensor | None) -> torch.dtype:
@@ -194,7 +202,7 @@ def add_rmsnorm(x: torch.Tensor, residual: torch.Tensor | None, weight: torch.Te
                 residual_scale: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Fused residual-add + RMSNorm: Triton on CUDA tensors, the reference elsewhere. Returns (y, s)."""
     tensors = (x, weight) if residual is None else (x, residual, weight)
-    if use_triton(*tensors, kernel="add_rmsnorm"):
+    if _out_dtype(x, residual) != torch.float64 and use_triton(*tensors, kernel="add_rmsnorm"):
         return add_rmsnorm_triton(x, residual, weight, eps, residual_scale)
     return add_rmsnorm_ref(x, residual, weight, eps, residual_scale)
 

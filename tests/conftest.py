@@ -101,6 +101,17 @@ def wait_http(url: str, timeout: float) -> float:
     raise TimeoutError(f"{url} did not answer within {timeout} s")
 
 
+HTTP_TIMEOUT_S = 120  # a busy shared machine can take tens of seconds to answer; httpx's default is 5 s
+
+
+def gradio_client(url: str, **kwargs):
+    """A ``gradio_client.Client`` of the app at ``url`` that waits up to HTTP_TIMEOUT_S for each HTTP answer (its
+    config included): how long a loaded machine takes to answer is not what a test checks."""
+    from gradio_client import Client
+
+    return Client(url, verbose=False, httpx_kwargs={"timeout": HTTP_TIMEOUT_S}, **kwargs)
+
+
 def linked_home(home: Path) -> Path:
     """A private LAYERWISE_HOME at ``home``: the prepared datasets and models linked in (read where they are),
     its results cache and downloads its own, so a test app or CLI never writes the user's folder."""
@@ -111,6 +122,43 @@ def linked_home(home: Path) -> Path:
         if not (home / name).exists():
             (home / name).symlink_to(real, target_is_directory=True)
     return home
+
+
+# ---- the two tiers ---------------------------------------------------------------------------------------------
+FULL_COMMAND = 'python -m pytest -m "slow or not slow"'  # every test (what CI runs, README "Set up")
+QUICK_SLOW_S = 5.0  # a quick-tier test past this on this machine is named at the end (mark it slow if it always is)
+QUICK = pytest.StashKey[bool]()
+QUICK_LEFT_OUT = pytest.StashKey[int]()
+
+
+def pytest_collection_modifyitems(config, items):
+    """The quick tier: ``python -m pytest`` with no test paths and no ``-m`` runs the tests not marked slow. Naming
+    files or tests (``python -m pytest tests/core/test_x.py``) or giving any ``-m`` (the full command:
+    ``-m "slow or not slow"``) selects as pytest always does."""
+    quick = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+    config.stash[QUICK] = quick
+    if not quick:
+        return
+    slow = [item for item in items if item.get_closest_marker("slow") is not None]
+    if slow:
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item.get_closest_marker("slow") is None]
+    config.stash[QUICK_LEFT_OUT] = len(slow)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Say which tier ran; in the quick tier, name the tests that took over QUICK_SLOW_S here (a hint, not a
+    failure: a loaded machine is slow)."""
+    if not config.stash.get(QUICK, False):
+        return
+    long = sorted(((r.duration, r.nodeid) for rs in terminalreporter.stats.values() for r in rs
+                   if getattr(r, "when", None) == "call" and getattr(r, "duration", 0) > QUICK_SLOW_S), reverse=True)
+    terminalreporter.write_line(f"quick tier: {config.stash.get(QUICK_LEFT_OUT, 0)} slow tests left out; "
+                                f"the full suite: {FULL_COMMAND}")
+    if long:
+        terminalreporter.write_line(f"quick-tier tests over {QUICK_SLOW_S:.0f} s here (load {os.getloadavg()[0]:.1f}; "
+                                    "mark one @pytest.mark.slow if it is always this slow): "
+                                    + ", ".join(f"{n} {d:.1f} s" for d, n in long[:10]))
 
 
 @pytest.fixture(scope="session")

@@ -5,6 +5,9 @@ Random weights, real architectures and real file layouts: what a user's ``--onli
 - ``state-spaces/mamba-130m-hf``: a MambaForCausalLM whose embedding has more rows than its tokenizer has tokens
   (as the real one: vocab_size 50280, tokenizer 50277), so ids past the tokenizer exist;
 - ``HuggingFaceTB/SmolLM2-135M``: a LlamaForCausalLM with its tokenizer;
+- the families MambaLRP explains beyond Mamba-1, under their checkpoints' ids (:data:`SSM2_IDS`): Mamba-2,
+  Falcon-Mamba, Bamba, Granite 4.0-H (with experts), Nemotron-H, Falcon-H1, each a tiny bias-free model with the
+  tokenizer;
 - ``layerwise-test/no-tokenizer``: a Llama without tokenizer files;
 - ``layerwise-test/broken-tokenizer``: a Llama whose tokenizer.json is not JSON;
 - ``layerwise-test/pickle-only``: a Llama saved as ``pytorch_model.bin`` only;
@@ -19,6 +22,11 @@ from pathlib import Path
 
 PADDING = 3  # embedding rows past the tokenizer, as in mamba-130m-hf (50280 - 50277)
 MAMBA_ID = "state-spaces/mamba-130m-hf"
+SSM2_IDS = {  # hub id -> the family in tests/core/ssm2_models.py (transformers-format checkpoints)
+    "AntonV/mamba2-130m-hf": "mamba2", "tiiuae/falcon-mamba-7b": "falcon-mamba",
+    "ibm-ai-platform/Bamba-9B-v1": "bamba", "ibm-granite/granite-4.0-h-tiny": "granite-moe",
+    "nvidia/Nemotron-H-8B-Base-8K": "nemotron-h", "tiiuae/Falcon-H1-0.5B-Base": "falcon-h1",
+}
 LLAMA_ID = "HuggingFaceTB/SmolLM2-135M"
 
 
@@ -86,6 +94,14 @@ def build_models(root: Path) -> dict[str, Path]:
     torch.save(llama.state_dict(), pickled / "pytorch_model.bin")
 
     llama.config.save_pretrained(folder("layerwise-test/no-weights"))
+
+    from tests.core.ssm2_models import build, tiny_config
+
+    for repo_id, family in SSM2_IDS.items():
+        model = build(tiny_config(family, vocab=len(tok)), dtype=torch.float32)
+        model.config._experts_implementation = None  # the checkpoint's own setting (the tests' eager one is theirs)
+        model.save_pretrained(folder(repo_id))
+        tok.save_pretrained(out[repo_id])
     return out
 
 

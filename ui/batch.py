@@ -4,8 +4,8 @@ same file and settings resume it (the results live in the downloads folder, keye
 settings).
 
 The upload is capped here at :data:`MAX_UPLOAD_BYTES` and :data:`MAX_ROWS` (this section's own limits, so one visitor
-cannot queue hours of work; issue 38 adds an app-wide upload cap beside them); the command line
-(``python -m core lrp batch``) has neither.
+cannot queue hours of work), after the app-wide upload limits (:mod:`ui.limits`: checked on the upload request and
+again here); the command line (``python -m core lrp batch``) has neither.
 """
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ import core.lrp as lrp
 from core.errors import BadInputError, Cancelled
 from core.runner import digest
 from ui.errors import user_errors
+from ui.limits import check_uploads
 from ui.stopping import job, stop
 from ui.widgets import finite_number
 
@@ -44,10 +45,11 @@ def _sha256(path: str) -> str:
 
 
 def _upload(path) -> str:
-    """The uploaded file's path, refused when missing or over :data:`MAX_UPLOAD_BYTES`."""
+    """The uploaded file's path, refused when missing, over the app's upload limits (:func:`ui.limits.check_uploads`)
+    or over :data:`MAX_UPLOAD_BYTES`."""
     if not path:
         raise BadInputError("No file uploaded.", fix="upload a .csv or .jsonl file with a text column.")
-    path = str(path)
+    path = check_uploads(path)[0]
     size = Path(path).stat().st_size
     if size > MAX_UPLOAD_BYTES:
         raise BadInputError(f"The file has {size:,} bytes; a batch here takes at most {MAX_UPLOAD_BYTES:,}.",

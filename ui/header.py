@@ -5,6 +5,7 @@ from dataclasses import dataclass
 
 import gradio as gr
 
+from core.settings import is_public
 from core.zoo import card_of, hub_choices, load_model, registered_names
 from ui.errors import user_errors
 
@@ -37,8 +38,10 @@ def build_header() -> AppContext:
             gr.Markdown("# Layerwise\nInside the layers of language models: **MambaLRP** relevance, **MathNeuro** "
                         "parameters, **Mix-LN** layer health, **NeuZip** weight compression.")
         with gr.Column(scale=2):
+            info = ("a listed model (this public server opens no folder of its own)" if is_public() else
+                    "a listed model, a local folder, or a hub id (with --online)")
             model = gr.Dropdown(choices=registered_names() + hub_choices(), value=default_model(), allow_custom_value=True,
-                                label="Model", info="a listed model, a local folder, or a hub id (with --online)")
+                                label="Model", info=info)
             show = gr.Button("Show model card", size="sm")
     card = gr.Markdown(visible=True)
     show.click(describe_model, inputs=model, outputs=card, api_name="model_card")

@@ -5,6 +5,8 @@ Two ways in, so that a talk never waits:
 - The page itself: once the app is up, :func:`publish` puts every precomputed view of every stage into the page's
   config (``window.gradio_config.layerwise_links``), and the page script (:mod:`ui.talk`) sets the linked tab and
   view in it before anything is drawn; a precomputed link is then on screen with the page.
+- A link too long to read (over :data:`core.examples.LINK_MAX_CHARS` characters of query) is cut before anything
+  else by :class:`LinkLengthLimit`: the page is redirected to the part used, and the notice says what was ignored.
 - The server, for everything else: when the page loads, :func:`connect_links`'s load event resolves the link (a
   bad part is one line of notice), selects the tab, draws the precomputed part at once (never queued behind heavy
   work) and, when the link asks for other inputs, computes them next, with progress and the stage's Stop.
@@ -18,6 +20,7 @@ import gradio as gr
 
 import core.examples as ex
 from core.errors import LayerwiseError
+from ui.limits import answer
 from ui.stage import Stage, view_outputs
 from ui.stopping import job, stop
 
@@ -114,3 +117,44 @@ def publish(demo: gr.Blocks, log=None) -> float:
         if log is not None:
             log(f"links: the precomputed views are not in the page ({type(err).__name__}: {err})")
     return time.perf_counter() - t0
+
+
+# ---- links too long to read (issue 38) ---------------------------------------------------------------------------
+MAX_URL_BYTES = 4 * 1024**2  # the longest request line (and headers) the HTTP server reads; longer: its own 400
+
+
+class LinkLengthLimit:
+    """ASGI middleware: an address whose query string is over :data:`core.examples.LINK_MAX_CHARS` characters. The
+    page (``GET /``) is redirected to the part of the link kept (:func:`core.examples.shorten_query`; the notice on
+    the page says what was used and what ignored); any other address gets 414 and one message."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        from core.examples import LINK_MAX_CHARS, shorten_query
+
+        query = scope.get("query_string", b"")
+        path = scope.get("path", "")
+        if len(query) <= LINK_MAX_CHARS and len(path) <= LINK_MAX_CHARS:
+            return await self.app(scope, receive, send)
+        page = path in ("", "/") and scope.get("method") in ("GET", "HEAD")
+        if page and len(path) <= LINK_MAX_CHARS:
+            kept = shorten_query(query.decode("latin-1"))
+            location = (scope.get("root_path", "") + "/?" + kept).encode("latin-1")
+            await send({"type": "http.response.start", "status": 303,
+                        "headers": [(b"location", location), (b"content-length", b"0"), (b"cache-control", b"no-store")]})
+            return await send({"type": "http.response.body", "body": b""})
+        return await answer(send, 414, f"The address is {len(path) + len(query):,} characters long; this app takes "
+                                        f"at most {LINK_MAX_CHARS:,} in its path and {LINK_MAX_CHARS:,} in its query. "
+                                        "Fix: shorten the link.")
+
+
+def read_long_request_lines(demo) -> None:
+    """Let the HTTP server read request lines up to :data:`MAX_URL_BYTES` (h11's default is 16 KiB: a longer link got
+    a bare 400 before the app could cut it). Call once the app is launched; new connections use it."""
+    config = getattr(getattr(demo, "server", None), "config", None)
+    if config is not None:
+        config.h11_max_incomplete_event_size = MAX_URL_BYTES

@@ -6,7 +6,7 @@ import gradio as gr
 
 import core.lrp as lrp
 from core.zoo import hub_choices
-from ui import batch
+from ui import batch, layers
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
@@ -16,11 +16,10 @@ TITLE = "MambaLRP"
 TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
-         "× input of the rewired network) add up to the explained logit. Red tokens or patches speak **for** the "
-         "explained output, blue **against**. Compare MambaLRP with gradient × input, SmoothGrad, Integrated "
-         "Gradients, attention rollout and MambaAttr; check conservation and faithfulness below. Models: the embedded "
-         "**mamba-sentiment**, **mamba-lm** and **vision-mamba-mnist** (trained here, see their cards), or a local "
-         "Mamba folder.")
+         "× input of the rewired network) add up to the explained logit. Red speaks **for** the explained output, "
+         "blue **against**. Compare it with gradient × input, SmoothGrad, Integrated Gradients, attention rollout and "
+         "MambaAttr; check conservation and faithfulness below. Models: the embedded mamba-sentiment, mamba-lm, "
+         "vision-mamba-mnist, mamba2-sentiment and hybrid-sentiment (Mamba-2 + attention: AttnLRP there) or a folder.")
 EVAL_NOTE = ("Flip the most relevant units first (**MoRF**, solid: the logit should drop fast) or the least relevant "
              "first (**LeRF**, dashed: it should stay high), replacing their embeddings with zeros. **ΔA^F = A_LeRF − "
              "A_MoRF**: higher is more faithful. Conservation: on the dashed identity line the relevances add up to "
@@ -143,6 +142,7 @@ def build_evaluation() -> list:
                 gr.Dataframe(frame(key_token.views["hits"]), interactive=False, elem_id="lrp-key-token",
                              label="Key-token hit rate over seeds (mean, ± std, min, max)", scale=3)
                 gr.Markdown(key_token.views["last-token"], elem_id="lrp-key-token-last")
+        layers.key_token_variants()
     outputs = [status, cons_plot, faith_plot, table, files]
     show = model.change(show_committed, model, outputs, api_name="lrp_eval_show")
     return [btn.click(evaluate, [model, n, steps, methods], outputs, api_name="lrp_evaluate"), show]
@@ -194,6 +194,6 @@ def build(ctx: AppContext) -> None:
                               [image_status, image_plot, image_table, image_target, image_files],
                               api_name="lrp_explain_image")]
     targets_btn.click(text_targets, [text_model, text], text_target, api_name="lrp_targets")
-    events += build_evaluation()
+    events += layers.build(_target_box) + build_evaluation()
     stop_btn.click(stop, None, text_status, cancels=events, api_name="lrp_stop")
     batch.build()

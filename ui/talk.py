@@ -116,8 +116,13 @@ _SCRIPT = """
       const onStage = !!(gd.closest && gd.closest(".lw-stage"));
       config = Object.assign({}, config, {displaylogo: false, modeBarButtonsToAdd: [svg],
         toImageButtonOptions: Object.assign({format: "png", filename: slug(layout)}, SLIDE)});
-      // a chart drawn for an ordinary box fills the stage; a tall one (several rows of panels) keeps its height
-      if (onStage && layout && !(layout.height > 560)) layout = Object.assign({}, layout, {height: undefined});
+      // a chart drawn for an ordinary box fills the stage; a tall one (several rows of panels) keeps its height at
+      // least (its box grows, and the page scrolls: plotly's resize forgets a layout's height, so the box holds it)
+      const box = onStage && gd.closest && gd.closest('[data-testid="plotly"]');
+      if (box) box.style.removeProperty("height");
+      if (onStage && layout && layout.height > 700) {
+        if (box) box.style.setProperty("height", `max(calc(100vh - 250px), ${layout.height}px)`, "important");
+      } else if (onStage && layout) layout = Object.assign({}, layout, {height: undefined});
       const draw = () => react.call(plotly, gd, data, layout, config);
       if (onStage) return draw();
       if (!later.size) requestAnimationFrame(() => setTimeout(drawNext, 0));

@@ -4,8 +4,10 @@
 model                     kind        explained output
 ========================  ==========  ============================================================
 ``MambaForCausalLM``      ``lm``      logit of the target token at the last position
+(and every causal LM of :data:`FAMILIES`: Mamba-2, Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H, Falcon-H1)
 ``MambaModel``            ``lm``      same, with the tied head ``h_last . embeddings[target]``
 ``MambaSequenceClassifier`` ``classifier``  class logit (head on the last token)
+``SequenceClassifier``    ``classifier``  the same on a Mamba-2 or hybrid backbone
 ``VisionMamba``           ``vision``  class logit (head on the class token)
 ========================  ==========  ============================================================
 """
@@ -18,8 +20,41 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.lrp.models import MambaSequenceClassifier, VisionMamba
+from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionMamba
 from core.zoo.views import private_view
+
+
+@dataclass(frozen=True)
+class Family:
+    """A transformers model family MambaLRP explains: its ``label``, how its layers are built (``ssm``: SSM layers
+    only; ``interleaved``: SSM and attention layers; ``parallel``: both in every layer, summed), the config keys
+    its sizes come from (for the docs' table) and ``embedding_multiplier``: the attribute path of a factor the model
+    applies to token embeddings but not to ``inputs_embeds`` (Falcon-H1), or ""."""
+
+    label: str
+    structure: str
+    embedding_multiplier: str = ""  # an attribute of the base model (FalconH1Model.embedding_multiplier), or ""
+
+
+FAMILIES: dict[str, Family] = {  # the causal-LM class names (transformers) MambaLRP explains
+    "MambaForCausalLM": Family("Mamba", "ssm"),
+    "FalconMambaForCausalLM": Family("Falcon-Mamba", "ssm"),
+    "Mamba2ForCausalLM": Family("Mamba-2", "ssm"),
+    "BambaForCausalLM": Family("Bamba", "interleaved"),
+    "GraniteMoeHybridForCausalLM": Family("Granite 4.0-H", "interleaved"),
+    "NemotronHForCausalLM": Family("Nemotron-H", "interleaved"),
+    "FalconH1ForCausalLM": Family("Falcon-H1", "parallel", "embedding_multiplier"),
+}
+
+
+def family_of(model) -> Family | None:
+    """The :class:`Family` of a causal LM (or of a :class:`SequenceClassifier`'s backbone), else None."""
+    if isinstance(model, SequenceClassifier):
+        name = type(model.backbone).__name__.replace("Model", "ForCausalLM")
+        return FAMILIES.get(name)
+    if type(model).__module__.startswith("transformers."):
+        return FAMILIES.get(type(model).__name__)
+    return None
 
 
 @dataclass
@@ -45,7 +80,14 @@ class ModelAdapter:
             if self.kind == "vision":
                 return self.model.embed(self._pixels(input_ids, pixel_values)).detach()
             ids = self._ids(input_ids, pixel_values)
-            return self.embeddings()(ids).detach()
+            return (self.embeddings()(ids) * self._embedding_multiplier()).detach()
+
+    def _embedding_multiplier(self) -> float:
+        family = family_of(self.model) if self.kind in ("lm", "classifier") else None
+        if family is None or not family.embedding_multiplier:
+            return 1.0
+        base = self.model.backbone if isinstance(self.model, SequenceClassifier) else self.model.base_model
+        return float(getattr(base, family.embedding_multiplier))
 
     def embeddings(self) -> nn.Embedding:
         if isinstance(self.model, _hf_mamba()[1]):
@@ -93,25 +135,25 @@ class ModelAdapter:
 
     # ---- outputs -----------------------------------------------------------------------------
     def logits(self, embeds: torch.Tensor) -> torch.Tensor:
-        """Input embeddings ``(B, L, H)`` -> explained logits ``(B, num_outputs)``."""
+        """Input embeddings ``(B, L, H)`` -> explained logits ``(B, num_outputs)`` (float32, float64 for float64)."""
         m = self.model
-        if isinstance(m, _hf_mamba()[0]):
-            return m(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].float()
         if isinstance(m, _hf_mamba()[1]):
             h = m(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
-            return (h @ m.embeddings.weight.T).float()
-        if isinstance(m, MambaSequenceClassifier):
-            return m(inputs_embeds=embeds).float()
-        return m.forward_embeddings(embeds).float()
+            return (h @ m.embeddings.weight.T).to(_widened(embeds))
+        if self.kind == "lm":
+            return m(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].to(_widened(embeds))
+        if self.kind == "classifier":
+            return m(inputs_embeds=embeds).to(_widened(embeds))
+        return m.forward_embeddings(embeds).to(_widened(embeds))
 
     @property
     def num_outputs(self) -> int:
         m = self.model
-        if isinstance(m, _hf_mamba()[0]):
-            return m.lm_head.out_features
         if isinstance(m, _hf_mamba()[1]):
             return m.embeddings.num_embeddings
-        if isinstance(m, MambaSequenceClassifier):
+        if self.kind == "lm":
+            return m.get_output_embeddings().out_features
+        if self.kind == "classifier":
             return m.num_labels
         return m.config.num_classes
 
@@ -134,6 +176,10 @@ class ModelAdapter:
         return per_patch.reshape(self.model.config.grid)
 
 
+def _widened(t: torch.Tensor) -> torch.dtype:
+    return torch.promote_types(t.dtype, torch.float32)
+
+
 def _hf_mamba() -> tuple[type, type]:
     """transformers' ``(MambaForCausalLM, MambaModel)``, imported when first needed (the app starts without it)."""
     from transformers import MambaForCausalLM, MambaModel
@@ -148,10 +194,20 @@ def adapter_for(model) -> ModelAdapter:
     the rules rewire the view's forwards and freeze the view's parameters, so the model itself, which other requests
     may be using at the same time, is never changed.
     """
-    for cls, kind in ((_hf_mamba(), "lm"), (MambaSequenceClassifier, "classifier"), (VisionMamba, "vision")):
-        if isinstance(model, cls):
-            return ModelAdapter(private_view(model, own_parameters=True), kind)
+    kind = None
+    if isinstance(model, _hf_mamba()) or family_of(model) is not None and not isinstance(model, SequenceClassifier):
+        kind = "lm"
+    elif isinstance(model, (MambaSequenceClassifier, SequenceClassifier)):
+        kind = "classifier"
+    elif isinstance(model, VisionMamba):
+        kind = "vision"
+    if kind == "classifier" and isinstance(model, SequenceClassifier) and family_of(model) is None:
+        kind = None
+    if kind is not None:
+        return ModelAdapter(private_view(model, own_parameters=True), kind)
     raise BadInputError(
-        f"MambaLRP explains Mamba models; got {type(model).__name__}.",
-        fix="Use a transformers MambaForCausalLM / MambaModel, core.lrp.MambaSequenceClassifier "
-            "or core.lrp.VisionMamba.")
+        f"MambaLRP explains Mamba models and the hybrids of {', '.join(f.label for f in FAMILIES.values())}; "
+        f"got {type(model).__name__}.",
+        fix="Use a transformers causal LM of one of those families (e.g. MambaForCausalLM, Mamba2ForCausalLM, "
+            "GraniteMoeHybridForCausalLM), core.lrp.MambaSequenceClassifier / SequenceClassifier or "
+            "core.lrp.VisionMamba.")

@@ -1,4 +1,5 @@
-"""Hidden attention of Mamba (Ali, Zimerman and Wolf, 2024) and the two baselines built on it.
+"""Hidden attention of Mamba (Ali, Zimerman and Wolf, 2024) and the two baselines built on it; in a hybrid, the
+attention layers' softmax joins the rollout in layer order.
 
 A selective scan is a data-controlled linear map ``y_t = sum_{s<=t} alpha[t, s] u_s + D u_t`` with
 
@@ -91,14 +92,20 @@ def _minmax(x: torch.Tensor) -> torch.Tensor:
 
 
 def layer_attention(records: list[ScanRecord], grads: list[torch.Tensor] | None = None,
-                    progress=None) -> list[torch.Tensor]:
-    """One ``(L, L)`` matrix per mixer layer; the branches of a bidirectional mixer are averaged.
+                    progress=None, attention: list | None = None,
+                    attention_grads: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """One ``(L, L)`` matrix per mixer layer, in layer order; the branches of a bidirectional mixer are averaged.
 
     Without ``grads``: the channel mean of ``|alpha|`` (Attention Rollout input). With ``grads`` (the
     gradient of the explained logit w.r.t. each record's ``y``): Mamba-Attribution as in Ali et al.'s
     code, ``minmax(mean_d alpha^+)`` with each source-token column weighted by the min-max normalised
     clamped gradient. ``progress(fraction, message)``, if given, is called as the scans' channels are done (it may
     raise to stop the work).
+
+    ``attention``: ``(layer, probs (B, h, L, L))`` of a hybrid's attention layers (:func:`core.lrp.blocks.
+    attention_function`), ordered with the scans by layer: the head mean of the softmax (rollout), or with
+    ``attention_grads`` (the gradient w.r.t. each ``probs``) the head mean of ``(grad * probs)^+`` (Chefer et al.,
+    2021, the attention counterpart of Mamba-Attribution).
     """
     by_layer: dict[int, list[torch.Tensor]] = {}
     for i, rec in enumerate(records):
@@ -110,6 +117,13 @@ def layer_attention(records: list[ScanRecord], grads: list[torch.Tensor] | None 
             mean, peak = channel_mean_attention(rec, positive=True, **step)
             mat = (mean / peak if peak > 0 else mean) * gradient_weights(rec, grads[i])[None, :]
         by_layer.setdefault(rec.layer, []).append(mat)
+    for i, (layer, probs) in enumerate(attention or []):
+        p = probs.detach()[0].float()
+        if attention_grads is None:
+            mat = p.mean(0)
+        else:
+            mat = _minmax((attention_grads[i][0].float() * p).clamp(min=0).mean(0))
+        by_layer.setdefault(layer, []).append(mat)
     return [torch.stack(mats).mean(0) for _, mats in sorted(by_layer.items())]
 
 

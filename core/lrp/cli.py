@@ -1,13 +1,14 @@
 """``python -m core lrp ...``: MambaLRP from the command line, on :mod:`core.lrp`'s service (the tab's functions).
 
-    python -m core lrp train {sentiment,lm,vision} [--out assets/models/NAME] [--seed 0] [--quick]
+    python -m core lrp train {sentiment,lm,vision,sentiment-mamba2,sentiment-hybrid} [--out DIR] [--quick]
     python -m core lrp explain --model NAME --text "..." [--method mambalrp,random] [--target N] [--out F.html] [--json]
+    python -m core lrp explain --model hybrid-sentiment --text "..." --layers   # per layer: SSM vs attention
     python -m core lrp precompute-examples
     python -m core lrp faithfulness --model NAME [--split test] [-n 100] [--methods a,b] [--steps 10] [--out DIR]
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
-    python -m core lrp key-token [-n 100] [--k 1] [--out DIR]
-    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token] [--out assets/lrp/evaluation]
+    python -m core lrp key-token [-n 100] [--k 1] [--family mamba|mamba2|hybrid] [--out DIR]
+    python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token,...] [--out assets/lrp/evaluation]
     python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
     python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
     python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
@@ -20,7 +21,7 @@ import sys
 
 import core.lrp as lrp
 from core.batch import kind as batch_kind, register as register_batch
-from core.cli import ProgressBar, emit, set_threads, table
+from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 
 
@@ -34,12 +35,13 @@ def _threads(n: int) -> None:
 
 # ---- train ------------------------------------------------------------------------------------------------------
 def _train_args(p) -> None:
-    p.add_argument("recipe", choices=["sentiment", "lm", "vision"], help="which model to train")
+    p.add_argument("recipe", choices=lrp.recipe_names(), help="which model to train")
     p.add_argument("--out", default=None, help="output folder (default: assets/models/<model name>)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="a seconds-long smoke run with a tiny model")
     p.add_argument("--init-from", default=None,
-                   help="sentiment only: a mamba-lm folder whose tokenizer and backbone initialise the classifier")
+                   help="sentiment (Mamba-1) only: a mamba-lm folder whose tokenizer and backbone initialise the "
+                        "classifier")
     p.add_argument("--epochs", type=int, default=None, help="sentiment / vision: override the recipe's epochs")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
 
@@ -59,10 +61,16 @@ def _explain_args(p) -> None:
     p.add_argument("--target", type=int, default=None,
                    help=f"class index (classifier) or next-token id (LM); default (or {lrp.TOP}): the top prediction")
     p.add_argument("--out", default=None, help="also write the result to FILE.json, .csv or .html (heatmap), or a folder")
+    p.add_argument("--layers", action="store_true",
+                   help="instead: where MambaLRP's relevance passes, per layer (SSM, attention, MLP) and token "
+                        "(core.lrp.flow_result; a hybrid shows both kinds)")
 
 
 def run_explain(args) -> dict:
-    """Relevances of one text (``core.lrp.text_result``, the tab's computation), every method in ``--method``."""
+    """Relevances of one text (``core.lrp.text_result``, the tab's computation), every method in ``--method``;
+    with ``--layers`` where MambaLRP's relevance passes, layer by layer (``core.lrp.flow_result``)."""
+    if args.layers:
+        return _explain_layers(args)
     methods = [m.strip() for m in args.method.split(",") if m.strip()]
     res = lrp.text_result(args.model, args.text, methods, args.target)
     r = res.data
@@ -77,6 +85,20 @@ def run_explain(args) -> dict:
     for m in r["methods"].values():
         lines.append(f"{m['label']}: logit {m['logit']:.4f}, sum of relevances {m['total']:.4f}")
         lines += [f"  {t!r:>18}  {v:+.4f}" for t, v in zip(r["tokens"], m["relevance"])]
+    emit(args, result, "\n".join(lines), res)
+    return result
+
+
+def _explain_layers(args) -> dict:
+    """Where the MambaLRP relevance of one text passes: per layer (SSM, attention, MLP) and token, and by kind."""
+    res = lrp.flow_result(args.model, args.text, args.target)
+    r = res.data
+    result = {"model": args.model, "target": r["target"], "target_name": r["target_name"], "logit": r["logit"],
+              "total": r["total"], "absorbed": r["absorbed"], "residual": r["residual"], "tokens": r["tokens"],
+              "shares": res.views["shares"], "blocks": r["blocks"]}
+    lines = [res.status] + [f"  L{row['layer']:<3} {row['kind']:<17} in {row['relevance in']:+.4f}  out "
+                            f"{row['relevance out']:+.4f}  share {100 * row['share of |relevance|']:.1f}%"
+                            for row in res.tables["blocks"]]
     emit(args, result, "\n".join(lines), res)
     return result
 
@@ -132,13 +154,14 @@ def _key_token_args(p) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--ig-steps", type=int, default=None)
     p.add_argument("--smoothgrad-samples", type=int, default=None)
+    p.add_argument("--family", default="mamba", help="the classifier's backbone: mamba (the paper's), mamba2 or hybrid")
     p.add_argument("--out", default=None, help="a folder (writes key-token.json, .csv, .html) or one FILE")
     p.add_argument("--no-cache", action="store_true")
     p.add_argument("--threads", type=int, default=2)
 
 
 def _precompute_args(p) -> None:
-    p.add_argument("--only", default=None, help="comma-separated subset of mnist,sentiment,lm,key-token")
+    p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(lrp.EVALUATION_ITEMS)}")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
@@ -198,7 +221,7 @@ def run_long_range(args) -> dict:
 def run_key_token(args) -> dict:
     options = _method_options(args)
     res = lrp.key_token_result(args.n, args.methods, args.k, ProgressBar(), seed=args.seed, options=options,
-                               cache=not args.no_cache)
+                               cache=not args.no_cache, family=args.family)
     return _report(args, res, ["hit_rate", "hit_rate_std"])
 
 
@@ -257,8 +280,9 @@ def run_precompute_evaluation(args) -> dict:
 
 
 def register(groups) -> None:
-    """Add the ``lrp`` commands to the CLI registry (``core.cli.CommandGroups``)."""
-    groups.command("lrp", "train", "train an embedded MambaLRP model (sentiment, lm, vision) and write its card",
+    """Add the ``lrp`` commands to the CLI registry (``core.cli_common.CommandGroups``)."""
+    groups.command("lrp", "train", "train an embedded MambaLRP model (sentiment, lm, vision, sentiment-mamba2, "
+                   "sentiment-hybrid) and write its card",
                    _train_args)(run_train)
     groups.command("lrp", "explain", "per-token relevances of a text model's prediction", _explain_args)(run_explain)
     groups.command("lrp", "faithfulness", "MoRF/LeRF flip curves and Delta A^F per method over a dataset split",

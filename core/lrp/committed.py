@@ -25,6 +25,14 @@ EVALUATION_ITEMS = {  # item -> (file stem, analysis, model, the request's raw i
     "lm": ("long-range-mamba-lm", "lrp-long-range", "mamba-lm",
            {"model": "mamba-lm", "n": 40, "methods": None, "k": 10, "options": {"integrated_gradients": {"n_steps": 8}}}),
     "key-token": ("key-token", "lrp-key-token", "key-token", {"n": 100, "methods": None, "k": 1}),
+    "sentiment-mamba2": ("faithfulness-mamba2-sentiment", "lrp-evaluation", "mamba2-sentiment",
+                         {"model": "mamba2-sentiment", "n": 150, "steps": EVAL_STEPS, "methods": None}),
+    "sentiment-hybrid": ("faithfulness-hybrid-sentiment", "lrp-evaluation", "hybrid-sentiment",
+                         {"model": "hybrid-sentiment", "n": 150, "steps": EVAL_STEPS, "methods": None}),
+    "key-token-mamba2": ("key-token-mamba2", "lrp-key-token", "key-token-mamba2",
+                         {"n": 100, "methods": None, "k": 1, "family": "mamba2"}),
+    "key-token-hybrid": ("key-token-hybrid", "lrp-key-token", "key-token-hybrid",
+                         {"n": 100, "methods": None, "k": 1, "family": "hybrid"}),
 }
 ANALYSES = frozenset(analysis for _, analysis, _, _ in EVALUATION_ITEMS.values())
 IN_BAND = ("cached", "source")  # provenance the files carry; a Found says it instead
@@ -39,9 +47,17 @@ def _params(res: dict) -> dict:
     if res["analysis"] == "lrp-long-range":
         return {"dataset": res["dataset"], "split": res["split"], **common, "target": res["target"],
                 "k": res["k"], "max_tokens": res["length"]}
-    return {"n": res["n"], "k": res["k"], "seed": res["seed"], "methods": res["methods"],  # over seeds, versions 2-3
-            "options": res["method_options"], "model": KEY_TOKEN_MODEL, "version": res.get("version", 2),
-            "seeds": res["n_seeds"]}
+    params = {"n": res["n"], "k": res["k"], "seed": res["seed"], "methods": res["methods"],  # over seeds, versions 2-3
+              "options": res["method_options"], "model": KEY_TOKEN_MODEL, "version": res.get("version", 2),
+              "seeds": res["n_seeds"]}
+    if res.get("family", "mamba") != "mamba":
+        params["family"] = res["family"]
+    return params
+
+
+def _key_token_name(res: dict) -> str:
+    family = res.get("family", "mamba")
+    return "key-token" if family == "mamba" else f"key-token-{family}"
 
 
 def evaluation_store(folder=None) -> ExampleStore:
@@ -58,8 +74,8 @@ def evaluation_store(folder=None) -> ExampleStore:
             res = json.loads((folder / name).read_text())
         except (OSError, ValueError):
             continue
-        entries.append({"model": res.get("model") if isinstance(res.get("model"), str) else "key-token",
-                        "fingerprint": res.get("fingerprint") or f"key-token-{res['seed']}",
+        name = res.get("model") if isinstance(res.get("model"), str) else _key_token_name(res)
+        entries.append({"model": name, "fingerprint": res.get("fingerprint") or f"{name}-{res['seed']}",
                         "analysis": res["analysis"], "params": _params(res),
                         "data": {k: v for k, v in res.items() if k not in IN_BAND}})
     return ExampleStore.from_entries(entries)

@@ -1,18 +1,21 @@
-"""The MambaLRP views a speaker shows (:mod:`core.examples`): the precomputed text and digit explanations and the
-committed evaluations. A text or digit view may show a subset of the methods (``method=mambalrp,integrated_gradients``)
-at once from the precomputed result; a method it does not hold is computed."""
+"""The MambaLRP views a speaker shows (:mod:`core.examples`): the precomputed text and digit explanations, where a
+hybrid's relevance passes (SSM vs attention layers) and the committed evaluations. A text or digit view may show a
+subset of the methods (``method=mambalrp,integrated_gradients``) at once from the precomputed result; a method it
+does not hold is computed."""
 from __future__ import annotations
 
 from core.examples import Example, Param
 from core.lrp import bias
 from core.lrp.methods import METHODS
-from core.lrp.requests import DEFAULT_METHODS, EVAL_MODELS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES
-from core.lrp.service import bias_audit_result, committed_result, image_result, text_result
+from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, FLOW_EXAMPLES, FLOW_MODELS, IMAGE_MODELS, IMAGE_SAMPLES,
+                               TEXT_EXAMPLES)
+from core.lrp.service import bias_audit_result, committed_result, flow_result, image_result, text_result
 from core.lrp.views import view
 from core.runner import Found
 
 METHOD = Param("method", "methods", "multi", tuple(METHODS))
-SHORT = {"mamba-sentiment": ("sentiment", "Review"), "mamba-lm": ("lm", "LM")}
+SHORT = {"mamba-sentiment": ("sentiment", "Review"), "mamba-lm": ("lm", "LM"),
+         "mamba2-sentiment": ("mamba2", "Mamba-2 review"), "hybrid-sentiment": ("hybrid", "Hybrid review")}
 
 
 def _subset(res, methods):
@@ -40,6 +43,12 @@ def _digit(sample: int):
     return show
 
 
+def _flow(text: str):
+    def show(progress=None, model=FLOW_MODELS[0]):
+        return flow_result(model, text, progress=progress)
+    return show
+
+
 def _committed(item=None):
     def show(progress=None, model=None):
         res = committed_result(model or item)
@@ -62,6 +71,9 @@ def _views() -> list[Example]:
            for model, texts in TEXT_EXAMPLES.items() for i, text in enumerate(texts)]
     out += [Example(f"digit-{s}", f"Digit, test sample {s}", "patches", _digit(s), (METHOD,), methods)
             for s in IMAGE_SAMPLES]
+    flow_model = Param("model", "model", "choice", FLOW_MODELS, open=True)
+    out += [Example(f"flow-{i + 1}", f"Layers: {_short(text)}", "layer-flow", _flow(text), (flow_model,),
+                    {"model": model}) for model, texts in FLOW_EXAMPLES.items() for i, text in enumerate(texts)]
     model = Param("model", "model", "choice", EVAL_MODELS)
     out += [Example("faithfulness", "Faithfulness (MoRF / LeRF)", "faithfulness", _committed(), (model,),
                     {"model": EVAL_MODELS[0]}),

@@ -2,6 +2,7 @@
 
     explain_text(request, progress=None)   -> the tokens, the model's predictions and each method's relevances
     explain_image(request, progress=None)  -> the digit, the predictions and each method's patch relevances
+    explain_flow(request, progress=None)   -> one text's MambaLRP relevance layer by layer (SSM, attention, MLP)
 
 Both take a parsed request (:class:`core.lrp.requests.TextRequest` / :class:`~core.lrp.requests.ImageRequest`) and
 return a JSON-able dict. The rule switches are translated into an :class:`LRPRules` here, once, with the model's
@@ -75,3 +76,29 @@ def explain_image(request, progress: Progress | None = None) -> dict:
             "note": request.note, "target": t, "target_name": labels.get(t, str(t)),
             "predictions": inputs.predictions(loaded, logits), "grid": list(loaded.model.config.grid),
             "rules": request.rules, "methods": res}
+
+
+def explain_flow(request, progress: Progress | None = None) -> dict:
+    """Where one text's MambaLRP relevance passes (:func:`core.lrp.flow.relevance_flow`): per block its relevance at
+    its input and output per token, by kind; the token relevances; what biases and softmaxes absorbed."""
+    from core.lrp.adapters import family_of
+    from core.lrp.flow import relevance_flow
+
+    loaded = inputs.load(request.model)
+    ids, pieces, note = inputs.tokenize(loaded, request.text)
+    note = " ".join(part for part in (request.cut, note) if part)
+    report(progress, 0.1, "MambaLRP with the trace of every layer")
+    t0 = time.perf_counter()
+    flow = relevance_flow(loaded.model, input_ids=ids, target=request.target)
+    labels = inputs.labels_of(loaded)
+    family = family_of(loaded.model)
+    report(progress, 1.0, "done")
+    return {"kind": "flow", "model": request.model, "fingerprint": loaded.fingerprint,
+            "model_kind": inputs.kind(loaded), "family": family.label if family else "Mamba",
+            "structure": family.structure if family else "ssm", "text": request.text, "tokens": pieces,
+            "token_ids": ids[0].tolist(), "note": note, "target": flow.target,
+            "target_name": labels.get(flow.target) if labels else inputs.pieces_of(loaded, [flow.target])[0],
+            "predictions": inputs.predictions(loaded, inputs.logits(loaded, input_ids=ids)),
+            "relevance": flow.relevance.tolist(), "logit": flow.logit, "total": flow.total,
+            "absorbed": flow.absorbed, "residual": flow.residual, "blocks": flow.blocks,
+            "seconds": time.perf_counter() - t0}

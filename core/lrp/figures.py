@@ -238,3 +238,49 @@ def key_token_figure(result: dict) -> go.Figure:
     return style(fig, f"Key-token hit rate (top-{result['k']}, n = {result['n_done']})", "method",
                  f"key token in the top-{result['k']} (%)")
 
+
+
+# ---- where the relevance passes (the layer-type view) -----------------------------------------------------------
+def flow_kind_rows(result: dict) -> dict[str, list[float]]:
+    """Per block kind, the relevance its blocks hand back to each token (their input relevance, summed over depth)."""
+    out: dict[str, list[float]] = {}
+    for b in result["blocks"]:
+        row = out.setdefault(b["kind"], [0.0] * len(b["in"]))
+        for i, v in enumerate(b["in"]):
+            row[i] += v
+    return out
+
+
+def flow_figure(result: dict) -> go.Figure:
+    """Top: blocks (in depth order, named by layer and block) x tokens, the relevance each block hands back to each
+    token (its input relevance), scaled by the largest |value|. Bottom: per token, that relevance summed over the
+    blocks of each kind (SSM layers, attention layers, MLPs): how each token's relevance reached it."""
+    from core.lrp.blocks import KINDS
+
+    blocks = result["blocks"]
+    x = [f"{i}:{_visible(t)}" for i, t in enumerate(result["tokens"])]
+    z = np.asarray([b["in"] for b in blocks], dtype=float)
+    s = _scale(z) if z.size else 1.0
+    y = [f"L{b['layer']} {b.get('short') or b['label']}" for b in blocks]
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.6, 0.4], vertical_spacing=0.1, shared_xaxes=True,
+                        subplot_titles=["relevance each layer hands back to each token (its input relevance)",
+                                        "the same, summed over the layers of each kind"])
+    fig.add_trace(go.Heatmap(z=(z / s).tolist(), x=x, y=y, customdata=z.tolist(), colorscale=DIVERGING, zmin=-1,
+                             zmax=1, zmid=0, colorbar={"title": {"text": "relevance /<br>max |relevance|"},
+                                                       "len": 0.55, "y": 0.74},
+                             hovertemplate="%{y}<br>token %{x}<br>relevance %{customdata:.4g}<extra></extra>"),
+                  row=1, col=1)
+    for kind, values in flow_kind_rows(result).items():
+        label, colour_ = KINDS[kind]
+        fig.add_trace(go.Bar(x=x, y=values, name=label, marker_color=colour_,
+                             hovertemplate=f"{label}<br>token %{{x}}<br>relevance %{{y:.4g}}<extra></extra>"),
+                      row=2, col=1)
+    style(fig, f"Where the relevance for {result['target_name']!r} passes ({result['model']}, {result['family']})",
+          height=max(620, 400 + 24 * len(blocks)))
+    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": -0.4,
+                                               "yanchor": "top"}, margin={"b": 150})
+    fig.update_yaxes(autorange="reversed", title_text="layer", tickmode="array", tickvals=y, ticktext=y,
+                     tickfont={"size": 11 if len(blocks) > 6 else 13}, row=1, col=1)  # every row named
+    fig.update_yaxes(title_text="relevance (logit units)", row=2, col=1)
+    fig.update_xaxes(tickangle=-45, title_text="token (position:text)", row=2, col=1)
+    return fig

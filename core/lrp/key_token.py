@@ -24,27 +24,47 @@ KEY_TOKEN_MODEL = {"hidden_size": 64, "num_hidden_layers": 2, "state_size": 16, 
                    "batch_size": 32, "lr": 3e-3, "length": 16, "vocab_size": 64}
 KEY_TOKEN_SEEDS = 5          # independent (model, sequences) draws behind every committed key-token number
 KEY_TOKEN_VERSION = 3        # of a result's key: over seeds, with the last-token measurements of logit and margin
+KEY_TOKEN_FAMILIES = ("mamba", "mamba2", "hybrid")  # the classifier's backbone: Mamba-1 (the paper's), Mamba-2, or a
+# Mamba-2 + attention hybrid (Granite 4.0-H style: a Mamba-2 layer then an attention layer, each with a dense MLP)
+
+
+def key_token_config(family: str = "mamba", config: dict | None = None):
+    """The transformers config of the key-token classifier's backbone (:data:`KEY_TOKEN_MODEL`'s sizes)."""
+    from types import SimpleNamespace
+
+    from core.lrp.recipes.lm import backbone_config
+
+    c = {**KEY_TOKEN_MODEL, **(config or {})}
+    if family == "mamba":
+        from transformers import MambaConfig
+
+        return MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
+                           num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
+                           use_conv_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    recipe = SimpleNamespace(family=family, hidden_size=c["hidden_size"], num_layers=c["num_hidden_layers"],
+                             state_size=c["state_size"], expand=c["expand"], head_dim=16, chunk_size=c["length"],
+                             attention_layers="1", attention_heads=4, kv_heads=2, experts=0, experts_per_token=0,
+                             expert_size=64, mlp_size=2 * c["hidden_size"])
+    return backbone_config(recipe, c["vocab_size"])
 
 
 def train_key_token_model(seed: int = 0, progress: Progress | None = None,
-                          config: dict | None = None) -> tuple[torch.nn.Module, dict]:
-    """A tiny bias-free :class:`MambaSequenceClassifier` trained on ``key_token_task`` (train split), seconds on CPU.
+                          config: dict | None = None, family: str = "mamba") -> tuple[torch.nn.Module, dict]:
+    """A tiny bias-free :class:`MambaSequenceClassifier` trained on ``key_token_task`` (train split), seconds on CPU;
+    with ``family`` (:data:`KEY_TOKEN_FAMILIES`) a :class:`SequenceClassifier` on a Mamba-2 or hybrid backbone.
 
     No model trained on the key-token task ships in assets/, so the ground-truth evaluation trains this
     one, seeded, inside the evaluation. ``config`` overrides entries of :data:`KEY_TOKEN_MODEL`. Returns
     ``(model in eval mode, {"accuracy" (test), config...})``.
     """
-    from transformers import MambaConfig
-
     from core.data.synthetic import key_token_task
-    from core.lrp.models import MambaSequenceClassifier
+    from core.lrp.models import MambaSequenceClassifier, SequenceClassifier
 
     c = {**KEY_TOKEN_MODEL, **(config or {})}
-    cfg = MambaConfig(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"], state_size=c["state_size"],
-                      num_hidden_layers=c["num_hidden_layers"], expand=c["expand"], use_bias=False,
-                      use_conv_bias=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = key_token_config(family, config)
+    cls = MambaSequenceClassifier if family == "mamba" else SequenceClassifier
     with constructing(seed=seed):  # its initial weights from the seeded global generator, no other build between
-        model = MambaSequenceClassifier(cfg, num_labels=2, head_bias=False)
+        model = cls(cfg, num_labels=2, head_bias=False)
     opt = torch.optim.AdamW(model.parameters(), lr=c["lr"], weight_decay=0.0)
     model.train()
     for step in range(c["steps"]):  # fresh sequences every step: the model cannot memorise filler
@@ -63,7 +83,10 @@ def train_key_token_model(seed: int = 0, progress: Progress | None = None,
     with torch.no_grad():
         pred = model(input_ids=torch.tensor([r.tokens for r in test])).argmax(-1)
     acc = float((pred == torch.tensor([r.label for r in test])).float().mean())
-    return model, {"accuracy": acc, "loss_last": float(loss.detach()), **c, "seed": seed}
+    info = {"accuracy": acc, "loss_last": float(loss.detach()), **c, "seed": seed}
+    if family != "mamba":
+        info["family"] = family
+    return model, info
 
 
 def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: list[int]
@@ -88,12 +111,13 @@ def _zeroed_logit_drops(model, input_ids: torch.Tensor, target: int, positions: 
     return (logits[0, target] - logits[1:, target]).tolist(), (margin[0] - margin[1:]).tolist()
 
 
-def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, progress: Progress | None) -> dict:
+def _key_token_seed(seed: int, n: int, names: list[str], opts: dict, k: int, progress: Progress | None,
+                    family: str = "mamba") -> dict:
     """One seed: train the classifier, explain ``n`` fresh sequences, hits and the last-token measurements."""
     from core.data.synthetic import key_token_task
 
     t0 = time.perf_counter()
-    model, info = train_key_token_model(seed, scaled(progress, 0.0, 0.3))
+    model, info = train_key_token_model(seed, scaled(progress, 0.0, 0.3), family=family)
     c = KEY_TOKEN_MODEL
     records = key_token_task(n, seed=seed + 3000, length=c["length"], vocab_size=c["vocab_size"])
     samples = [{"input_ids": torch.tensor([list(r.tokens)]), "target": int(r.label)} for r in records]
@@ -205,7 +229,7 @@ def evaluate_key_token(request, progress: Progress | None = None) -> dict:
     for j, s in enumerate(range(seed, seed + seeds)):
         part = scaled(progress, j / seeds, (j + 1) / seeds)  # this seed's share of the bar, its messages named
         named = None if part is None else (lambda f, msg, s=s, part=part: part(f, f"seed {s}: {msg}"))
-        r = _key_token_seed(s, n, names, opts, k, named)
+        r = _key_token_seed(s, n, names, opts, k, named, getattr(request, "family", "mamba"))
         per_seed.append(r)
         if not r["complete"]:
             break
@@ -214,7 +238,8 @@ def evaluate_key_token(request, progress: Progress | None = None) -> dict:
     rates = {m: [r["hit_rate"][m] for r in per_seed] for m in names}
     spread = {m: _spread(v) for m, v in rates.items()}
     accuracy = [r["model"]["accuracy"] for r in per_seed]
-    info = {k_: v for k_, v in per_seed[0]["model"].items() if k_ not in ("accuracy", "loss_last", "seed")}
+    info = {k_: v for k_, v in per_seed[0]["model"].items() if k_ not in ("accuracy", "loss_last", "seed", "family")}
+    family = getattr(request, "family", "mamba")
     result = {"analysis": "lrp-key-token", "version": KEY_TOKEN_VERSION,
               "model": {"name": "key-token classifier (trained in the evaluation, one per seed)", **info,
                         "accuracy": float(np.mean(accuracy)), "accuracy_per_seed": accuracy},
@@ -229,6 +254,9 @@ def evaluate_key_token(request, progress: Progress | None = None) -> dict:
               "hit_rate_per_seed": rates, "chance": k / c["length"],
               "last_token": _last_token_summary(per_seed, names, c["length"] - 1),
               "timing": {"total_s": round(time.perf_counter() - t0, 3)}}
+    if family != "mamba":  # the paper's Mamba-1 results keep their layout (and their cache keys)
+        result["family"] = family
+        result["model"]["name"] = f"key-token {family} classifier (trained in the evaluation, one per seed)"
     if not complete:
         raise Cancelled("Stopped.", partial=result)
     return result

@@ -118,9 +118,18 @@ def _reject_unknown(method: str, options: dict) -> None:
 
 def kept_activation_bytes(adapter: ModelAdapter, embeds: torch.Tensor) -> int:
     """What keeping every mixer's activations for the backward pass takes for ``embeds: (B, L, H)`` (an estimate:
-    :data:`KEPT_BYTES_PER_CHANNEL` per token and scan channel, measured on the CPU)."""
-    channels = sum(m.conv1d.out_channels * (2 if hasattr(m, "conv1d_b") else 1) for m in mixers(adapter.model))
-    return embeds.shape[0] * embeds.shape[1] * channels * KEPT_BYTES_PER_CHANNEL
+    :data:`KEPT_BYTES_PER_CHANNEL` per token and scan channel, measured on the CPU; an attention layer: q, k, v, its
+    output and the ``(heads, L, L)`` probabilities in float32)."""
+    batch, length = embeds.shape[:2]
+    kept = 0
+    for m in mixers(adapter.model):
+        if hasattr(m, "conv1d"):  # an SSM mixer: its scan channels
+            branches = 2 if hasattr(m, "conv1d_b") else 1
+            kept += batch * length * m.conv1d.out_channels * branches * KEPT_BYTES_PER_CHANNEL
+        else:
+            heads = m.q_proj.out_features // max(1, getattr(m, "head_dim", m.q_proj.out_features))
+            kept += batch * length * (4 * m.q_proj.out_features + 2 * heads * length) * 4
+    return kept
 
 
 def activation_budget(device: torch.device) -> int:
@@ -231,14 +240,18 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
 
 def _attention(adapter, embeds, target, weighted: bool):
     record: list = []
+    attention: list = []  # a hybrid's attention layers (their softmax), beside the scans
     x = embeds.detach().clone().requires_grad_(weighted)  # the scans' outputs then carry a graph to the logit
     # the forward (and backward) pass is cheap beside the O(layers D N L^2) hidden attention: a fifth of the bar
-    with lrp_rules(adapter.model, None, record, progress=scaled(adapter.progress, 0.0, 0.2)):
+    with lrp_rules(adapter.model, None, record, progress=scaled(adapter.progress, 0.0, 0.2), attention=attention):
         logits = adapter.logits(x)[0]
         target = _check_target(adapter, logits, target)
         logit = logits[target]
-        grads = list(torch.autograd.grad(logit, [r.y for r in record])) if weighted else None
-    roll = rollout(layer_attention(record, grads, progress=scaled(adapter.progress, 0.2, 1.0)))
+        grads = list(torch.autograd.grad(logit, [r.y for r in record] + [p for _, p in attention])) \
+            if weighted else None
+    scan_grads, attention_grads = (grads[:len(record)], grads[len(record):]) if weighted else (None, None)
+    roll = rollout(layer_attention(record, scan_grads, progress=scaled(adapter.progress, 0.2, 1.0),
+                                   attention=attention, attention_grads=attention_grads))
     row = roll[adapter.explained_position(x.shape[1])]
     return row.detach().float().cpu(), float(logit.detach()), target
 
@@ -281,9 +294,10 @@ METHODS: dict[str, Method] = {
                                    "Path integral of gradients from a zero embedding (captum)", colour="#009E73",
                                    options={"n_steps": 32}, fast_options={"n_steps": 16}),
     "attention_rollout": Method("Attention Rollout", attention_rollout_method,
-                                "Rollout of the hidden attention matrices", colour="#CC79A7"),
-    "mamba_attr": Method("MambaAttr", mamba_attr, "Gradient-weighted hidden attention, rolled out",
-                         colour="#000000"),
+                                "Rollout of the hidden attention matrices (and a hybrid's softmax attention)",
+                                colour="#CC79A7"),
+    "mamba_attr": Method("MambaAttr", mamba_attr, "Gradient-weighted hidden attention (and a hybrid's softmax "
+                         "attention), rolled out", colour="#000000"),
     "random": Method("Random", random_relevance, "Uniform random relevance", colour="#64748b"),
 }
 

@@ -2,8 +2,11 @@
 
 :func:`ssm_branch` is one selective-SSM branch (conv -> SiLU -> selective scan -> gate) written as a
 function of the branch's parameters; :func:`mamba_mixer_forward` runs transformers' ``MambaMixer`` with
-it (the same operations as ``MambaMixer.forward`` without a cache) and :func:`bimamba_mixer_forward`
-the project's bidirectional Vision Mamba mixer. ``rules=None`` reproduces the original network.
+it (the same operations as ``MambaMixer.forward`` without a cache; Falcon-Mamba's ``FalconMambaMixer`` too, whose
+RMS norms on ``dt``, ``B`` and ``C`` sit on the selection path the rule keeps constant) and
+:func:`bimamba_mixer_forward` the project's bidirectional Vision Mamba mixer. :func:`mamba2_mixer_forward` runs
+a Mamba-2 mixer (transformers' ``Mamba2Mixer`` and its copies in Bamba, Granite 4.0-H, Nemotron-H, Zamba2, and
+Falcon-H1's with its multipliers) on :func:`core.lrp.ssd.ssd_scan`. ``rules=None`` reproduces the original network.
 
 With a ``record`` list, every branch appends a :class:`ScanRecord` (what the hidden attention needs).
 """
@@ -16,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from core.lrp import rules as R
+from core.lrp.ssd import discretize, ssd_scan
 from kernels.selective_scan import selective_scan, selective_scan_lrp
 
 
@@ -63,8 +67,10 @@ class _ConvInputGradient(torch.autograd.Function):
         return dx, None, None, None, None
 
 
-def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.Tensor:
-    """Depthwise causal conv of ``x: (B, D, L)`` as in transformers' ``causal_conv1d_fn`` (no activation)."""
+def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0, ledger=None) -> torch.Tensor:
+    """Depthwise causal conv of ``x: (B, D, L)`` as in transformers' ``causal_conv1d_fn`` (no activation).
+
+    ``ledger``: a :class:`core.lrp.trace.Ledger` that notes the bias (the relevance it absorbs)."""
     length, kernel = x.shape[-1], conv.weight.shape[-1]
     channels = conv.weight.shape[0]
     x = x.to(conv.weight.dtype)
@@ -81,12 +87,15 @@ def causal_conv(x: torch.Tensor, conv: nn.Conv1d, gamma: float = 0.0) -> torch.T
 
         bias = None if conv.bias is None else conv.bias[:, None]
         z = R.gamma_rule(z, bias, bias_free, x, conv.weight, gamma)
+    if ledger is not None and conv.bias is not None:
+        ledger.bias(z, conv.bias[:, None])
     return z[..., :length]
 
 
 def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Linear, dt_proj: nn.Linear,
                A_log: torch.Tensor, D: torch.Tensor, rules: R.LRPRules | None,
-               record: list | None = None, layer: int = 0, flipped: bool = False, scan=None) -> torch.Tensor:
+               record: list | None = None, layer: int = 0, flipped: bool = False, scan=None, select=None,
+               ledger=None) -> torch.Tensor:
     """One selective-SSM branch: ``gate(scan(silu(conv(x))), silu(z))``.
 
     Parameters
@@ -96,6 +105,9 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     rules : the MambaLRP rules, or None for the original computation.
     scan : the selective scan, with ``selective_scan_ref``'s signature; default: ``selective_scan_lrp`` when
         ``rules.ssm`` is on, else ``selective_scan`` (training passes ``selective_scan_train``).
+    select : ``select(time_step, B, C) -> (time_step, B, C)`` on ``x_proj``'s ``(B, L, .)`` outputs (Falcon-Mamba's
+        RMS norms), or None.
+    ledger : notes the conv bias (:class:`core.lrp.trace.Ledger`), or None.
 
     Returns
     -------
@@ -103,10 +115,12 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     """
     dtype = x.dtype
     gamma = rules.gamma_conv if rules is not None else 0.0
-    u = R.silu(causal_conv(x, conv, gamma), rules).to(dtype)
+    u = R.silu(causal_conv(x, conv, gamma, ledger), rules).to(dtype)
     state_size = A_log.shape[-1]
     rank = dt_proj.weight.shape[1]
     time_step, B, C = torch.split(x_proj(u.transpose(1, 2)), [rank, state_size, state_size], dim=-1)
+    if select is not None:
+        time_step, B, C = select(time_step, B, C)
     time_step = dt_proj.weight @ time_step.transpose(1, 2)
     dt_bias = dt_proj.bias.float() if dt_proj.bias is not None else None
     A = -torch.exp(A_log.float())
@@ -125,9 +139,17 @@ def ssm_branch(x: torch.Tensor, z: torch.Tensor, conv: nn.Conv1d, x_proj: nn.Lin
     return R.gate(y, R.silu(z, rules), rules)
 
 
+def _falcon_select(mixer):
+    """Falcon-Mamba's RMS norms on ``dt``, ``B`` and ``C`` (no weights), or None for a plain Mamba mixer."""
+    if not hasattr(mixer, "b_layernorm"):
+        return None
+    return lambda t, b, c: (mixer.dt_layernorm(t), mixer.b_layernorm(b), mixer.c_layernorm(c))
+
+
 def mamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
-                        record: list | None = None, layer: int = 0, scan=None) -> torch.Tensor:
+                        record: list | None = None, layer: int = 0, scan=None, ledger=None) -> torch.Tensor:
     """transformers' ``MambaMixer.forward`` (full sequence, no cache) with the rules; ``(B, L, H) -> (B, L, H)``.
+    ``FalconMambaMixer`` too: its norms on ``dt``, ``B`` and ``C`` are applied where it applies them.
 
     ``scan``: the selective scan of :func:`ssm_branch` (default: chosen by the rules)."""
     dtype = hidden_states.dtype
@@ -136,7 +158,7 @@ def mamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.
     projected = R.linear(hidden_states, mixer.in_proj, g_in).transpose(1, 2)
     x, z = projected.chunk(2, dim=1)
     s = ssm_branch(x, z, mixer.conv1d, mixer.x_proj, mixer.dt_proj, mixer.A_log, mixer.D, rules,
-                   record, layer, scan=scan)
+                   record, layer, scan=scan, select=_falcon_select(mixer), ledger=ledger)
     return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)
 
 
@@ -157,3 +179,75 @@ def bimamba_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: 
                      mixer.A_b_log, mixer.D_b, rules, record, layer, flipped=True, scan=scan).flip(-1)
     s = (fwd + bwd) / 2
     return R.linear(s.transpose(1, 2).to(dtype), mixer.out_proj, g_out)
+
+
+def _norm_groups(norm: nn.Module, channels: int) -> int:
+    if hasattr(norm, "n_groups"):  # Falcon-H1
+        return int(norm.n_groups)
+    return channels // int(getattr(norm, "group_size", channels))
+
+
+def mamba2_mixer_forward(mixer: nn.Module, hidden_states: torch.Tensor, rules: R.LRPRules | None,
+                         record: list | None = None, layer: int = 0, ledger=None) -> torch.Tensor:
+    """transformers' Mamba-2 mixer forward (full sequence, no cache) with the rules; ``(B, L, H) -> (B, L, H)``.
+
+    ``in_proj -> (z, xBC, dt)``; ``xBC -> causal conv -> SiLU -> (x, B, C)``; the SSD scan
+    (:func:`core.lrp.ssd.ssd_scan`; with ``rules.ssm`` dt, A, B and C constant); the gated RMSNorm
+    (:func:`core.lrp.rules.gated_rms_norm`); ``out_proj``. Falcon-H1's ``ssm_in_multiplier`` and ``mup_vector`` scale
+    the input and ``in_proj``'s output, and its mixer may have no norm (then ``y * silu(z)`` with the gate rule).
+    With a ``record``, one :class:`ScanRecord` per group of heads (per head: ``delta`` is ``dt``, ``A`` the head's
+    rate over the ``N`` states), which is what the hidden-attention methods need."""
+    dtype = hidden_states.dtype
+    g_in = rules.gamma_in_proj if rules is not None else 0.0
+    g_out = rules.gamma_out_proj if rules is not None else 0.0
+    batch, length, _ = hidden_states.shape
+    heads, head_dim, groups, state = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
+    inner = heads * head_dim
+    h = hidden_states
+    if hasattr(mixer, "ssm_in_multiplier"):
+        h = h * mixer.ssm_in_multiplier
+    projected = R.linear(h, mixer.in_proj, g_in)
+    if getattr(mixer, "mup_vector", None) is not None:
+        projected = projected * mixer.mup_vector
+    conv_dim = inner + 2 * groups * state
+    gate, xbc, dt = projected.split([projected.shape[-1] - conv_dim - heads, conv_dim, heads], dim=-1)
+    xbc = causal_conv(xbc.transpose(1, 2), mixer.conv1d, rules.gamma_conv if rules is not None else 0.0, ledger)
+    xbc = R.silu(xbc, rules).to(dtype).transpose(1, 2)
+    x, B, C = xbc.split([inner, groups * state, groups * state], dim=-1)
+    dt = discretize(dt, mixer.dt_bias, tuple(mixer.time_step_limit))
+    A = -torch.exp(mixer.A_log.to(R.compute_dtype(dtype)))  # float32 as transformers; float64 for float64
+    B, C = B.reshape(batch, length, groups, state), C.reshape(batch, length, groups, state)
+    y = ssd_scan(x.reshape(batch, length, heads, head_dim), dt, A, B, C, mixer.D, mixer.chunk_size,
+                 constants=rules is not None and rules.ssm)
+    if record is not None:
+        y = _record_heads(record, layer, x, dt, A, B, C, mixer.D, y, heads, groups, state)
+    y = y.reshape(batch, length, inner)
+    norm = getattr(mixer, "norm", None) if getattr(mixer, "mamba_rms_norm", True) else None
+    if norm is not None:
+        y = R.gated_rms_norm(y, gate, norm.weight, norm.variance_epsilon, _norm_groups(norm, inner),
+                             bool(getattr(norm, "norm_before_gate", False)), rules)
+    elif rules is None:
+        y = y * F.silu(gate.to(y.dtype))
+    else:
+        y = R.gate(y, R.silu(gate.to(y.dtype), rules), rules)
+    return R.linear(y.to(dtype), mixer.out_proj, g_out)
+
+
+def _record_heads(record, layer, x, dt, A, B, C, D, y, heads, groups, state):
+    """One :class:`ScanRecord` per group: its heads as the channels (all channels of a head share one hidden
+    attention), ``u`` and ``y`` over the group's channels (``(b, P * heads_per_group, L)``). Returns ``y`` rebuilt from
+    the records' ``y`` (so the gradient reaches them)."""
+    per = heads // groups
+    batch, length = x.shape[:2]
+    xs = x.reshape(batch, length, heads, -1)
+    parts = []
+    for g in range(groups):
+        hs = slice(g * per, (g + 1) * per)
+        y_g = y[:, :, hs].reshape(batch, length, -1).transpose(1, 2)
+        parts.append(y_g.transpose(1, 2).reshape(batch, length, per, -1))
+        record.append(ScanRecord(
+            layer=layer, u=xs[:, :, hs].reshape(batch, length, -1).transpose(1, 2),
+            delta=dt[:, :, hs].detach().float().transpose(1, 2), A=A[hs].detach()[:, None].expand(per, state).float(),
+            B=B[:, :, g].detach().float().transpose(1, 2), C=C[:, :, g].detach().float().transpose(1, 2),
+            D=D[hs].detach().float(), y=y_g))
+    return torch.cat(parts, dim=2)

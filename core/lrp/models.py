@@ -1,7 +1,8 @@
 """The project's own Mamba models that MambaLRP explains besides transformers' causal LMs.
 
 * :class:`MambaSequenceClassifier` -- a transformers ``MambaModel`` backbone with a linear head on the
-  last token (the pooled representation of a causal model).
+  last token (the pooled representation of a causal model); :class:`SequenceClassifier` the same on any other
+  backbone MambaLRP explains (Mamba-2, the hybrids).
 * :class:`VisionMamba` -- patch embedding, a class token in the middle of the sequence and
   bidirectional Mamba blocks (:class:`BiMambaMixer`: a forward and a flipped branch sharing in_proj
   and out_proj), like Vim (Zhu et al. 2024).
@@ -16,17 +17,12 @@ import math
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 
-from typing import TYPE_CHECKING
-
 import torch
 from torch import nn
 
 from core.errors import ModelLoadError
 from core.lrp.mixer import bimamba_mixer_forward
 from core.files import atomic_write
-
-if TYPE_CHECKING:  # transformers is imported when a model is built (the app starts without it)
-    from transformers import MambaConfig
 
 CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 
@@ -58,31 +54,45 @@ def _read(folder, kind: str) -> tuple[dict, dict]:
 
 
 # -------------------------------------------------------------------------------------------------
-# Sequence classifier on a Mamba backbone
+# Sequence classifiers: a backbone + a linear head on the last token
 # -------------------------------------------------------------------------------------------------
-class MambaSequenceClassifier(nn.Module):
-    """``MambaModel`` backbone + linear head on the last token's final hidden state.
+class SequenceClassifier(nn.Module):
+    """A transformers backbone of any family MambaLRP explains (Mamba-2, Falcon-Mamba, the hybrids:
+    ``AutoModel.from_config``) + a linear head on the last token's final hidden state (the pooled representation of a
+    causal model).
 
     Parameters
     ----------
-    config : the backbone's ``MambaConfig``.
+    config : the backbone's config (``Mamba2Config``, ``GraniteMoeHybridConfig``, ...).
     num_labels : number of classes.
     head_bias : whether the head has a bias (a bias absorbs part of the relevance).
     """
 
-    kind = "mamba-classifier"
+    kind = "ssm-classifier"
+    config_key = "backbone"  # where config.json keeps the backbone's config
 
-    def __init__(self, config: MambaConfig, num_labels: int = 2, head_bias: bool = True):
+    def __init__(self, config, num_labels: int = 2, head_bias: bool = True):
         super().__init__()
         self.config = config
         self.num_labels = num_labels
-        from transformers import MambaModel
-
-        self.backbone = MambaModel(config)
+        self.backbone = self._backbone(config)
         self.head = nn.Linear(config.hidden_size, num_labels, bias=head_bias)
 
+    @staticmethod
+    def _backbone(config) -> nn.Module:
+        from transformers import AutoModel
+
+        return AutoModel.from_config(config)
+
+    @staticmethod
+    def _config(values: dict):
+        from transformers import AutoConfig
+
+        values = dict(values)
+        return AutoConfig.for_model(values.pop("model_type"), **values)
+
     def get_input_embeddings(self) -> nn.Embedding:
-        return self.backbone.embeddings
+        return self.backbone.get_input_embeddings()
 
     def forward(self, input_ids: torch.Tensor | None = None, inputs_embeds: torch.Tensor | None = None
                 ) -> torch.Tensor:
@@ -93,20 +103,38 @@ class MambaSequenceClassifier(nn.Module):
 
     def save_pretrained(self, folder) -> Path:
         cfg = {"kind": self.kind, "num_labels": self.num_labels, "head_bias": self.head.bias is not None,
-               "mamba": self.config.to_dict()}
+               self.config_key: self.config.to_dict()}
         return _save(folder, cfg, self)
 
     @classmethod
-    def from_pretrained(cls, folder) -> "MambaSequenceClassifier":
-        from transformers import MambaConfig
-
+    def from_pretrained(cls, folder) -> "SequenceClassifier":
         from core.zoo.construction import constructing
 
         cfg, state = _read(folder, cls.kind)
         with constructing():
-            model = cls(MambaConfig.from_dict(cfg["mamba"]), cfg["num_labels"], cfg["head_bias"])
+            model = cls(cls._config(cfg[cls.config_key]), cfg["num_labels"], cfg["head_bias"])
             model.load_state_dict(state)
         return model.eval()
+
+
+class MambaSequenceClassifier(SequenceClassifier):
+    """:class:`SequenceClassifier` on a transformers ``MambaModel`` (the papers' Mamba-1), ``config: MambaConfig``;
+    saved with its own ``kind`` and the backbone's config under ``mamba``."""
+
+    kind = "mamba-classifier"
+    config_key = "mamba"
+
+    @staticmethod
+    def _backbone(config) -> nn.Module:
+        from transformers import MambaModel
+
+        return MambaModel(config)
+
+    @staticmethod
+    def _config(values: dict):
+        from transformers import MambaConfig
+
+        return MambaConfig.from_dict(values)
 
 
 # -------------------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ request with every value checked (or one :class:`BadInputError` naming the fix),
 tab offers live here too.
 
     TextRequest, ImageRequest              an explanation of one text / one image, per method
+    FlowRequest                            where one text's MambaLRP relevance passes: layer by layer, by kind
     EvaluationRequest, LongRangeRequest    faithfulness + conservation / long range over a dataset split
     KeyTokenRequest                        the key-token ground truth over seeds
     TrainRequest                           training an embedded model with its recipe
@@ -22,15 +23,16 @@ import numpy as np
 
 from core.errors import BadInputError
 from core.lrp import inputs
-from core.lrp.key_token import KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
+from core.lrp.key_token import KEY_TOKEN_FAMILIES, KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
 from core.lrp.methods import METHODS, method_names
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
 
 # ---- the choices and defaults of the tab and the CLI ------------------------------------------------------------
-TEXT_MODELS = ("mamba-sentiment", "mamba-lm")
+TEXT_MODELS = ("mamba-sentiment", "mamba-lm", "mamba2-sentiment", "hybrid-sentiment")
 IMAGE_MODELS = ("vision-mamba-mnist",)
-EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist")
+EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist", "mamba2-sentiment", "hybrid-sentiment")
+FLOW_MODELS = ("hybrid-sentiment", "mamba2-sentiment", "mamba-sentiment")  # the layer-type view (a hybrid first)
 DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
 MAX_TOKENS, MAX_TEXT_CHARS = inputs.MAX_TOKENS, inputs.MAX_TEXT_CHARS
 TOP = -1  # the target choice "top prediction" (as None)
@@ -43,10 +45,24 @@ TEXT_EXAMPLES = {
                         "It is not a bad film, but the ending is a complete mess."],
     "mamba-lm": ["He was born in the city of", "The function returns a list of",
                  "the acting is good but the story is"],
+    "mamba2-sentiment": ["A gorgeous, witty and seductive movie.",
+                         "It is not a bad film, but the ending is a complete mess."],
+    "hybrid-sentiment": ["A gorgeous, witty and seductive movie.",
+                         "It is not a bad film, but the ending is a complete mess."],
 }
+FLOW_EXAMPLES = {"hybrid-sentiment": ["It is not a bad film, but the ending is a complete mess.",
+                                      "A gorgeous, witty and seductive movie."]}
+FLOW_VERSION = 3  # of a layer-flow result's key (2: each block its own input alias; 3: its short name)
 IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
 EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
 MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
+
+
+def recipe_names() -> list[str]:
+    """The recipes ``lrp train`` offers (:data:`core.lrp.recipes.RECIPES`, imported when asked)."""
+    from core.lrp.recipes import RECIPES
+
+    return list(RECIPES)
 
 
 def method_choices() -> list[tuple[str, str]]:
@@ -185,6 +201,32 @@ class ImageRequest:
             "options": {m: METHODS[m].options for m in self.methods if m != "mambalrp"}}
 
 
+@dataclass(frozen=True)
+class FlowRequest:
+    """Where the MambaLRP relevance of one text passes: each block's (SSM mixer, attention layer, MLP) relevance at its
+    input and output per token, and what biases and softmaxes absorb (:func:`core.lrp.flow.relevance_flow`)."""
+
+    model: str
+    text: str
+    target: int | None
+    cut: str = ""
+    notice = ""
+
+    @classmethod
+    def parse(cls, model, text, target=None) -> "FlowRequest":
+        model, target = _model(model), _target(target)
+        if not isinstance(text, str) or not text.strip():
+            raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+        cut = ""
+        if len(text) > MAX_TEXT_CHARS:
+            text, cut = inputs.cut_text(inputs.load(model), text)
+        return cls(model, text, target, cut)
+
+    def key(self):
+        return self.model, _fingerprint(self.model), {"text": self.text, "target": self.target,
+                                                      "max_tokens": MAX_TOKENS, "version": FLOW_VERSION}
+
+
 # ---- over a dataset split -------------------------------------------------------------------------------------------
 N_FIX = "Enter e.g. N = 50 (-n 100)."
 
@@ -278,7 +320,8 @@ class LongRangeRequest(DatasetRequest):
 @dataclass(frozen=True)
 class KeyTokenRequest:
     """The ground truth over ``seeds`` seeds (``seed``, ``seed + 1``, ...): per seed a classifier trained on the
-    key-token task and ``n`` fresh sequences; a hit: the planted key among a method's top-``k`` tokens."""
+    key-token task and ``n`` fresh sequences; a hit: the planted key among a method's top-``k`` tokens. ``family``:
+    the classifier's backbone (``mamba``, the paper's; ``mamba2``; ``hybrid``)."""
 
     n: int
     methods: list[str]
@@ -287,20 +330,31 @@ class KeyTokenRequest:
     seeds: int
     options: dict
     cache: bool = True
+    family: str = "mamba"
     notice = ""
 
     @classmethod
-    def parse(cls, n, methods, k, *, seed=0, seeds=KEY_TOKEN_SEEDS, options=None, cache=True) -> "KeyTokenRequest":
+    def parse(cls, n, methods, k, *, seed=0, seeds=KEY_TOKEN_SEEDS, options=None, cache=True,
+              family="mamba") -> "KeyTokenRequest":
         n = whole(n, "n", "Use e.g. -n 100.")
         k = whole(k, "k", "Use e.g. --k 1.")
         seeds = whole(seeds, "seeds", "use e.g. 5 seeds (the committed result).", high=50)
+        if family not in KEY_TOKEN_FAMILIES:
+            raise BadInputError(f"Unknown family {family!r}.", fix=f"Use one of: {', '.join(KEY_TOKEN_FAMILIES)}.")
         names = method_names(methods, empty_means_all=methods is None)
-        return cls(n, names, k, seed, seeds, _method_options(names, options), bool(cache))
+        return cls(n, names, k, seed, seeds, _method_options(names, options), bool(cache), family)
+
+    @property
+    def model_name(self) -> str:
+        """What the result is filed under: ``key-token`` (Mamba-1), ``key-token-mamba2``, ``key-token-hybrid``."""
+        return "key-token" if self.family == "mamba" else f"key-token-{self.family}"
 
     def key(self):
-        return "key-token", f"key-token-{self.seed}", {
-            "n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,
-            "model": KEY_TOKEN_MODEL, "version": KEY_TOKEN_VERSION, "seeds": self.seeds}
+        params = {"n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,
+                  "model": KEY_TOKEN_MODEL, "version": KEY_TOKEN_VERSION, "seeds": self.seeds}
+        if self.family != "mamba":
+            params["family"] = self.family
+        return self.model_name, f"{self.model_name}-{self.seed}", params
 
 
 # ---- training ---------------------------------------------------------------------------------------------------

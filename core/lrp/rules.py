@@ -4,6 +4,12 @@ Gradient x input over a network built from these pieces is LRP: every piece is (
 input with the values of the original network, so the relevances of the input embeddings sum to the
 explained logit (conservation) once constant-adding biases are removed.
 
+The same pieces carry AttnLRP (Achtibat et al., ICML 2024) for the attention layers and MLPs of the hybrids: the
+identity rule for element-wise activations (:func:`activation`), the uniform rule for the bilinear products
+(:func:`gate` for element-wise products, :func:`share` for q.k and attention x value), the identity rule for norms
+(the normaliser a constant, as the LN-rule), and the softmax as published (its gradient: see
+:mod:`core.lrp.blocks`).
+
 Every rule uses :func:`with_gradient_of`: the returned tensor has exactly the values of the original
 computation and the gradient of a surrogate. ``rules=None`` everywhere means "the original network".
 """
@@ -111,6 +117,33 @@ def with_gradient_of(value: torch.Tensor, surrogate: torch.Tensor) -> torch.Tens
     return value.detach() + (surrogate - surrogate.detach())
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a norm or softmax computes in: float32 for half, bfloat16 and float32 inputs (as transformers does),
+    float64 for float64 (so a float64 explanation stays float64 end to end)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def share(x: torch.Tensor, fraction: float) -> torch.Tensor:
+    """``x`` unchanged, its gradient scaled by ``fraction``: the uniform rule of a product, applied to its factor.
+
+    For ``s = a @ b`` the uniform rule gives each factor half of the relevance, which is gradient x input with
+    half of each factor's gradient; AttnLRP applies it to ``q . k`` and to ``softmax x v`` (LXT scales ``q`` and ``k``
+    by a quarter instead of scaling the probabilities too: the same gradient, since the softmax's backward is linear;
+    here each product's factors are scaled, so the softmax sees the relevance the rule gives it)."""
+    return x.detach() + (x - x.detach()) * fraction
+
+
+def activation(x: torch.Tensor, fn, rules: LRPRules | None) -> torch.Tensor:
+    """``fn(x)`` for an element-wise activation; with ``rules.silu`` the identity rule ``x * const(fn(x) / x)``
+    (relevance passes through unchanged; 0 where ``x`` is 0)."""
+    if rules is None or not rules.silu:
+        return fn(x)
+    with torch.no_grad():
+        y = fn(x)
+        slope = torch.where(x == 0, torch.zeros_like(x), y / torch.where(x == 0, torch.ones_like(x), x))
+    return with_gradient_of(y, x * slope)
+
+
 # ---------------------------------------------------------------------------------------------
 # Element-wise rules
 # ---------------------------------------------------------------------------------------------
@@ -137,16 +170,39 @@ def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tens
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None) -> torch.Tensor:
-    """transformers' ``MambaRMSNorm`` (same operations); with ``rules.norm`` the LN-rule.
+    """transformers' ``MambaRMSNorm`` (same operations; in float64 for float64 inputs); with ``rules.norm`` the
+    LN-rule.
 
     ``x: (..., H)``; the LN-rule makes ``rsqrt(mean(x^2) + eps)`` a constant, so the map is linear.
     """
     input_dtype = x.dtype
-    h = x.to(torch.float32)
+    h = x.to(compute_dtype(input_dtype))
     constant = rules is not None and rules.norm
     variance = (h.detach() if constant else h).pow(2).mean(-1, keepdim=True)
     scale = torch.rsqrt(variance + eps)
     return weight * (h * scale).to(input_dtype)
+
+
+def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, groups: int,
+                   norm_before_gate: bool, rules: LRPRules | None) -> torch.Tensor:
+    """Mamba-2's gated RMSNorm ``norm(y * silu(z))`` (``norm_before_gate``: ``norm(y) * silu(z)``), normalised over
+    ``groups`` equal groups of channels, as transformers' ``MambaRMSNormGated`` (and Falcon-H1's); in the compute dtype
+    of ``y`` (:func:`compute_dtype`), returned in ``y``'s dtype. With the rules: SiLU identity rule on the gate, half
+    rule on the product, LN-rule on the normaliser (MambaLRP's treatment of the Mamba-1 gate, then its norm).
+
+    ``y, z: (..., D)``, ``weight: (D,)``."""
+    dtype, cd = y.dtype, compute_dtype(y.dtype)
+    y, g = y.to(cd), silu(z.to(cd), rules)
+    constant = rules is not None and rules.norm
+
+    def normed(h):
+        grouped = h.reshape(*h.shape[:-1], groups, h.shape[-1] // groups)
+        variance = (grouped.detach() if constant else grouped).pow(2).mean(-1, keepdim=True)
+        return (grouped * torch.rsqrt(variance + eps)).reshape(h.shape)
+
+    if norm_before_gate:
+        return gate(weight * normed(y).to(dtype), g.to(dtype), rules).to(dtype)
+    return weight * normed(gate(y, g, rules)).to(dtype)
 
 
 def layer_norm(x: torch.Tensor, module: torch.nn.LayerNorm, rules: LRPRules | None) -> torch.Tensor:

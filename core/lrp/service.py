@@ -3,6 +3,7 @@
 
     text_result(model, text, methods, target=None, rules=None)     relevance of every token, per method
     image_result(model, image=None, sample=None, methods, ...)     relevance of every patch, per method
+    flow_result(model, text, target=None)                          where the relevance passes: SSM vs attention layers
     evaluation_result(model, n, steps, methods, ...)               faithfulness (Delta A^F) and conservation
     long_range_result(model, ...), key_token_result(...)           where relevance lies; ground truth
     bias_audit_result(model, method, target)                       identity terms swapped (core.lrp.bias)
@@ -12,61 +13,48 @@
     train_result(recipe, ...)                                      train an embedded model with its recipe
     precompute_examples(), precompute_evaluation(...)              the committed results the tab opens on
 
-Every analysis goes one way (:func:`analysis_result`): its request type parses the raw inputs once
-(:mod:`core.lrp.requests`); :func:`core.runner.lookup` answers it from the committed results (:data:`EXAMPLES`,
-``assets/lrp/examples.json``: the tab's texts and digits; the evaluations in ``assets/lrp/evaluation/``,
-:mod:`core.lrp.committed`), else the results cache, else its compute function; :func:`core.lrp.views.view` shows
-it. A committed result answers at once, without loading a model.
+Every analysis goes one way (:func:`analysis_result`, through :func:`core.analyses.answer`): its request type
+parses the raw inputs once (:mod:`core.lrp.requests`); :func:`core.runner.lookup` answers it from the committed
+results (:data:`EXAMPLES`, ``assets/lrp/examples.json``: the tab's texts and digits; the evaluations in
+``assets/lrp/evaluation/``, :mod:`core.lrp.committed`), else the results cache, else its compute function; its entry
+in :data:`core.lrp.views.ANALYSES` shows it. A committed result answers at once, without loading a model.
 """
 from __future__ import annotations
 
 import time
 
-from core.errors import BadInputError, Cancelled
+from core.analyses import answer, find, request_for
+from core.errors import BadInputError
 from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
-from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES,
-                               TrainRequest, whole)
+from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS, IMAGE_SAMPLES,
+                               TEXT_EXAMPLES, TrainRequest, whole)
 from core.lrp.views import ANALYSES, train_view, view
 from core.paths import ASSETS_DIR
-from core.progress import report
 from core.results import Result
-from core.runner import ExampleStore, Found, lookup, precompute, recomputing, result_key
+from core.runner import ExampleStore, Found, precompute, recomputing, result_key
 
 EXAMPLES = ExampleStore(ASSETS_DIR / "lrp" / "examples.json")
+
+
+def _store(name: str, request) -> ExampleStore:
+    """Where an analysis' committed results are: the evaluations' files, the bias audit's, or the tab's examples."""
+    return committed.evaluation_store() if name in committed.ANALYSES else bias.STORE if name == "lrp-bias" else \
+        EXAMPLES
 
 
 def analysis_result(name: str, progress=None, **raw) -> Result:
     """Analysis ``name`` of :data:`core.lrp.views.ANALYSES` asked with the raw inputs ``raw`` (its request type's
     ``parse`` arguments): committed, cached or computed (with ``progress(fraction, message)``, which may stop it; a
     stopped evaluation shows the samples it finished)."""
-    return view(name, analysis_found(name, progress, **raw))
+    return answer(ANALYSES, name, request_for(ANALYSES, name, **raw), examples=_store, progress=progress)
 
 
 def analysis_found(name: str, progress=None, check=None, **raw) -> Found:
     """What :func:`analysis_result` shows, not yet shown: the :class:`core.runner.Found` of the lookup. ``check``
     (default: building the view) is what a result must pass to be served or cached; a batch, which never shows a
     row, passes a lighter one (the fields it reads), under the same key."""
-    if name not in ANALYSES:
-        raise BadInputError(f"Unknown analysis {name!r}.", fix=f"Use one of: {', '.join(ANALYSES)}.")
-    request = ANALYSES[name].request.parse(**raw)
-    if request.notice:
-        report(progress, 0.0, request.notice)
-    model, fingerprint, params = request.key()
-    use_cache = getattr(request, "cache", True)
-    store = (committed.evaluation_store() if name in committed.ANALYSES else bias.STORE if name == "lrp-bias" else
-             EXAMPLES) if use_cache else None
-    try:
-        found = lookup(fingerprint, name, params, lambda: ANALYSES[name].compute(request, progress),
-                       examples=store, cache=use_cache, model=model,
-                       check=check or (lambda data: view(name, Found(data, "cache", None))))
-    except Cancelled as stop:
-        if stop.partial is None:
-            raise
-        found = Found(stop.partial, "computed", None)  # what it finished; not cached
-    if isinstance(found.data.get("model"), str) and found.data["model"] != model:  # same weights, the name asked for
-        found = Found({**found.data, "model": model}, found.source, found.key)
-    return found
+    return find(ANALYSES, name, request_for(ANALYSES, name, **raw), examples=_store, progress=progress, check=check)
 
 
 def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rules: dict | None = None,
@@ -82,6 +70,11 @@ def image_result(model: str = IMAGE_MODELS[0], image=None, sample: int | None = 
     wins over ``sample`` (an mnist-5k test index)."""
     return analysis_result("lrp/image", progress, model=model, image=image, sample=sample, methods=methods,
                            target=target, rules=rules)
+
+
+def flow_result(model: str, text: str, target=None, progress=None) -> Result:
+    """Where the MambaLRP relevance of ``text`` passes: per layer (SSM mixer, attention, MLP) and token, and by kind."""
+    return analysis_result("lrp/flow", progress, model=model, text=text, target=target)
 
 
 def evaluation_result(model: str, n=EVAL_N, steps=EVAL_STEPS, methods=None, progress=None, **options) -> Result:
@@ -160,23 +153,24 @@ def committed_result(item: str) -> Result | None:
 
 
 def example_result(kind: str) -> Result | None:
-    """The first precomputed example of ``kind`` (``text`` or ``image``), or None."""
+    """The first precomputed example of ``kind`` (``text``, ``image`` or ``flow``), or None."""
     entries = EXAMPLES.entries(f"lrp/{kind}")
     return _stored(entries[0]) if entries else None
 
 
 def default_requests() -> list[tuple[str, dict]]:
-    """The tab's examples: ``(kind, keyword arguments of text_result / image_result)``."""
+    """The tab's examples: ``(kind, keyword arguments of text_result / image_result / flow_result)``."""
     calls = [("text", {"model": ref, "text": text, "methods": list(DEFAULT_METHODS)})
              for ref, texts in TEXT_EXAMPLES.items() for text in texts]
-    return calls + [("image", {"model": IMAGE_MODELS[0], "sample": s, "methods": list(DEFAULT_METHODS)})
-                    for s in IMAGE_SAMPLES]
+    calls += [("image", {"model": IMAGE_MODELS[0], "sample": s, "methods": list(DEFAULT_METHODS)})
+              for s in IMAGE_SAMPLES]
+    return calls + [("flow", {"model": ref, "text": text}) for ref, texts in FLOW_EXAMPLES.items() for text in texts]
 
 
 def precompute_examples(path=None, log=print):
     """Compute :func:`default_requests` afresh (:func:`core.runner.precompute`) into the example store."""
-    calls = [lambda kind=kind, kwargs=kwargs: (text_result if kind == "text" else image_result)(**kwargs)
-             for kind, kwargs in default_requests()]
+    actions = {"text": text_result, "image": image_result, "flow": flow_result}
+    calls = [lambda kind=kind, kwargs=kwargs: actions[kind](**kwargs) for kind, kwargs in default_requests()]
     return precompute(calls, path if path is not None else EXAMPLES.path, log=log)
 
 

@@ -1,27 +1,29 @@
-"""What each MambaLRP result shows: one registry of analyses and one :func:`view`.
+"""What each MambaLRP result is and shows: :data:`ANALYSES`, entries of the one :class:`core.analyses.Analysis` type.
 
-:data:`ANALYSES` maps an analysis name (the name its results are looked up and cached under) to an :class:`Analysis`:
-its request type (which parses the raw inputs and keys the result), its compute function, and how its result is
-shown (file stem, status text, tables, figures, other views). Adding an analysis is one entry here and its compute
-function; :func:`core.lrp.service.analysis_result` parses, looks up and shows any of them.
+Each entry's name is the name its results are looked up and cached under; it holds its request type (which parses
+the raw inputs and keys the result), its compute function, and how its result is shown (file stem, status text,
+tables, figures, other views). :func:`core.lrp.service.analysis_result` answers any of them
+(:func:`core.analyses.answer`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
+from core.analyses import Analysis, Shown
+from core.analyses import view as show
 from core.lrp import bias, figures, inputs
 from core.lrp.evaluation import evaluate
-from core.lrp.explanations import explain_image, explain_text
+from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
-from core.lrp.requests import EvaluationRequest, ImageRequest, KeyTokenRequest, LongRangeRequest, TextRequest
+from core.lrp.requests import (EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest, LongRangeRequest,
+                               TextRequest)
 from core.results import Result, source_text
 from core.runner import Found
 
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
-# published configs, the quiet 2-core development CPU, 2 torch threads; medians, see the README):
+# published configs, the quiet 2-core development CPU, 2 torch threads; medians, see docs/mambalrp.md):
 # (config, tokens) -> (seconds of explain(method="mambalrp"), that time / one no-grad forward in the same run)
 MEASURED_COST = {("mamba-130m", 512): (5.59, 2.65), ("mamba-130m", 2048): (19.36, 1.93),
                  ("mamba-370m", 512): (14.81, 2.62)}
@@ -38,35 +40,9 @@ def cost_note() -> str:
             "the square of the length.")
 
 
-def _none(data: dict) -> dict:
-    return {}
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """One kind of MambaLRP result: how it is asked for, computed and shown.
-
-    request : its request type (``parse(**raw)``, ``key()``, ``notice``; :mod:`core.lrp.requests`).
-    compute : ``compute(request, progress) -> data`` (JSON-able; may raise :class:`core.errors.Cancelled`).
-    stem : ``stem(data)``, the download files' name stem; ``status(data, source)`` the status paragraph.
-    tables, figures, views : ``(data) -> {name: rows / figure / anything else}`` (the first table and figure are
-        the result's main ones).
-    """
-
-    request: type
-    compute: Callable[[Any, Any], dict]
-    stem: Callable[[dict], str]
-    status: Callable[[dict, str], str]
-    tables: Callable[[dict], dict] = _none
-    figures: Callable[[dict], dict] = _none
-    views: Callable[[dict], dict] = _none
-
-
 def view(name: str, found: Found) -> Result:
     """The result ``found`` of analysis ``name`` as a :class:`Result` (its source and key are ``found``'s)."""
-    a, data = ANALYSES[name], found.data
-    return Result(a.status(data, found.source), data, tables=a.tables(data), figures=a.figures(data),
-                  views=a.views(data), source=found.source, key=found.key, stem=a.stem(data))
+    return show(ANALYSES[name], found)
 
 
 def _model_stem(model) -> str:
@@ -118,10 +94,44 @@ def explanation_status(result: dict, source: str = "computed") -> str:
             f"(id {result['target']}).{truth}{cons}{src}{note}")
 
 
-def _explanation_views(result: dict) -> dict:
+def _explanation_views(result: dict, shown: Shown = None) -> dict:
     """The heatmap as HTML (texts), the per-method summary and the targets the result offers."""
     return {"html": figures.token_html(result) if result["kind"] == "text" else "", "summary": summary_rows(result),
             "targets": prediction_choices(result), "target": result["target"]}
+
+
+# ---- where the relevance passes (layer by layer, by kind) --------------------------------------------------------
+def flow_rows(result: dict) -> list[dict]:
+    """One row per block: layer, kind, what it is, the relevance at its output and at its input (summed over tokens),
+    the |relevance| it hands back and its share of all blocks' (the CSV file and the table)."""
+    from core.lrp.blocks import KINDS
+
+    total = sum(sum(abs(v) for v in b["in"]) for b in result["blocks"]) or 1.0
+    return [{"layer": b["layer"], "kind": KINDS[b["kind"]][0], "block": b["label"], "module": b["name"],
+             "relevance out": round(sum(b["out"]), 5), "relevance in": round(sum(b["in"]), 5),
+             "|relevance| in": round(sum(abs(v) for v in b["in"]), 5),
+             "share of |relevance|": round(sum(abs(v) for v in b["in"]) / total, 4)} for b in result["blocks"]]
+
+
+def flow_shares(result: dict) -> dict[str, float]:
+    """Per kind, its blocks' share of the |relevance| all blocks hand back to the tokens."""
+    rows = figures.flow_kind_rows({"blocks": [{**b, "in": [abs(v) for v in b["in"]]} for b in result["blocks"]]})
+    total = sum(sum(v) for v in rows.values()) or 1.0
+    return {kind: sum(v) / total for kind, v in rows.items()}
+
+
+def flow_status(result: dict, source: str = "computed") -> str:
+    from core.lrp.blocks import KINDS
+
+    shares = ", ".join(f"{KINDS[k][0]} **{100 * v:.0f}%**" for k, v in flow_shares(result).items())
+    a = result["absorbed"]
+    src = f" ({source_text(source)})" if source != "computed" else ""
+    note = f"\n\n⚠️ {result['note']}" if result.get("note") else ""
+    hybrid = "" if result["structure"] != "ssm" else " This model has no attention layers: only a hybrid splits them."
+    return (f"**{result['model']}** ({result['family']}, {result['structure']}): explaining "
+            f"**{result['target_name']!r}**, logit {result['logit']:.4f}. Of the |relevance| the layers hand back to "
+            f"the tokens: {shares}. Conservation: token relevances {result['total']:.4f} + biases {a['bias']:.2g} + "
+            f"softmaxes {a['softmax']:.2g} = logit (residual {result['residual']:.1e}).{hybrid}{src}{note}")
 
 
 # ---- faithfulness and conservation --------------------------------------------------------------------------------
@@ -178,7 +188,7 @@ def evaluation_status(res: dict, source: str) -> str:
     return " ".join(parts)
 
 
-def _evaluation_figures(res: dict) -> dict:
+def _evaluation_figures(res: dict, shown: Shown = None) -> dict:
     faith, cons = res.get("faithfulness") or {}, res.get("conservation") or {}
     out = {}
     if faith and res["n_done"]:
@@ -188,7 +198,7 @@ def _evaluation_figures(res: dict) -> dict:
     return out
 
 
-def _evaluation_stem(res: dict) -> str:
+def _evaluation_stem(res: dict, shown: Shown = None) -> str:
     return f"{'faithfulness' if res.get('faithfulness') else 'conservation'}-{_model_stem(res['model'])}"
 
 
@@ -202,7 +212,7 @@ def long_range_rows(res: dict) -> list[dict]:
     return _method_rows(res, cells)
 
 
-def _long_range_figure(res: dict) -> dict:
+def _long_range_figure(res: dict, shown: Shown = None) -> dict:
     distances = {m: [d for row in st["distances"] for d in row] for m, st in res["methods_stats"].items()}
     return {"long-range": figures.long_range_figure(
         distances, res["k"], f"Long range on {res['model']}: where the {res['k']} most relevant tokens of "
@@ -277,40 +287,54 @@ def last_token_text(res: dict) -> str:
 
 
 def key_token_status(res: dict, source: str) -> str:
+    backbone = {"mamba2": " Mamba-2", "hybrid": " Mamba-2 + attention"}.get(res.get("family", "mamba"), "")
     return (f"**Ground truth** (`{res['dataset']}`): a key token planted at a random position alone decides the "
             f"label; how often each method ranks it first over {res['n_done']} sequences (chance "
-            f"{100 * res['chance']:.1f}%; the classifier is trained in the evaluation, "
+            f"{100 * res['chance']:.1f}%; the{backbone} classifier is trained in the evaluation, "
             f"{100 * res['model']['accuracy']:.1f}% accurate)."
             + (f" Mean ± std, min and max over {res['n_seeds']} seeds (a classifier and {res['n']} fresh "
                f"sequences per seed)." if "n_seeds" in res else ""))
 
 
 # ---- the registry -----------------------------------------------------------------------------------------------
+def _status(text: Callable[[dict, str], str]) -> Callable[[dict, Shown], str]:
+    return lambda data, shown: text(data, shown.source)
+
+
 ANALYSES: dict[str, Analysis] = {
     "lrp/text": Analysis(
-        TextRequest, explain_text, stem=lambda res: "lrp-text", status=explanation_status,
-        tables=lambda res: {"relevance": relevance_rows(res)},
-        figures=lambda res: {"heatmap": figures.token_figure(res)}, views=_explanation_views),
+        TextRequest, _status(explanation_status), explain_text, stored_as="lrp/text", named=True, stem="lrp-text",
+        tables=lambda res, shown: {"relevance": relevance_rows(res)},
+        figures=lambda res, shown: {"heatmap": figures.token_figure(res)}, views=_explanation_views),
     "lrp/image": Analysis(
-        ImageRequest, explain_image, stem=lambda res: "lrp-image", status=explanation_status,
-        tables=lambda res: {"relevance": relevance_rows(res)},
-        figures=lambda res: {"patches": figures.image_figure(res)}, views=_explanation_views),
+        ImageRequest, _status(explanation_status), explain_image, stored_as="lrp/image", named=True,
+        stem="lrp-image", tables=lambda res, shown: {"relevance": relevance_rows(res)},
+        figures=lambda res, shown: {"patches": figures.image_figure(res)}, views=_explanation_views),
+    "lrp/flow": Analysis(
+        FlowRequest, _status(flow_status), explain_flow, stored_as="lrp/flow", named=True, stem="lrp-flow",
+        tables=lambda res, shown: {"blocks": flow_rows(res)},
+        figures=lambda res, shown: {"layer-flow": figures.flow_figure(res)},
+        views=lambda res, shown: {"shares": flow_shares(res)}),
     "lrp-evaluation": Analysis(
-        EvaluationRequest, evaluate, stem=_evaluation_stem, status=evaluation_status,
-        tables=lambda res: {"methods": evaluation_rows(res)}, figures=_evaluation_figures,
-        views=lambda res: {"delta": figures.delta_rows(res["faithfulness"])}
+        EvaluationRequest, _status(evaluation_status), evaluate, stored_as="lrp-evaluation", named=True,
+        stem=_evaluation_stem, tables=lambda res, shown: {"methods": evaluation_rows(res)},
+        figures=_evaluation_figures,
+        views=lambda res, shown: {"delta": figures.delta_rows(res["faithfulness"])}
         if res.get("faithfulness") and res["n_done"] else {}),
     "lrp-long-range": Analysis(
-        LongRangeRequest, evaluate_long_range, stem=lambda res: f"long-range-{_model_stem(res['model'])}",
-        status=long_range_status, tables=lambda res: {"methods": long_range_rows(res)}, figures=_long_range_figure),
+        LongRangeRequest, _status(long_range_status), evaluate_long_range, stored_as="lrp-long-range", named=True,
+        stem=lambda res, shown: f"long-range-{_model_stem(res['model'])}",
+        tables=lambda res, shown: {"methods": long_range_rows(res)}, figures=_long_range_figure),
     "lrp-key-token": Analysis(
-        KeyTokenRequest, evaluate_key_token, stem=lambda res: "key-token", status=key_token_status,
-        tables=lambda res: {"methods": key_token_method_rows(res)},
-        figures=lambda res: {"hit-rate": figures.key_token_figure(res)},
-        views=lambda res: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),
+        KeyTokenRequest, _status(key_token_status), evaluate_key_token, stored_as="lrp-key-token", named=True,
+        stem=lambda res, shown: "key-token" + (f"-{res['family']}" if res.get("family", "mamba") != "mamba" else ""),
+        tables=lambda res, shown: {"methods": key_token_method_rows(res)},
+        figures=lambda res, shown: {"hit-rate": figures.key_token_figure(res)},
+        views=lambda res, shown: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),
     "lrp-bias": Analysis(
-        bias.BiasRequest, bias.audit, stem=lambda res: f"bias-audit-{_model_stem(res['model'])}", status=bias.status,
-        tables=bias.tables, figures=lambda res: {"bias": bias.figure(res)}),
+        bias.BiasRequest, _status(bias.status), bias.audit, stored_as="lrp-bias", named=True,
+        stem=lambda res, shown: f"bias-audit-{_model_stem(res['model'])}",
+        tables=lambda res, shown: bias.tables(res), figures=lambda res, shown: {"bias": bias.figure(res)}),
 }
 
 

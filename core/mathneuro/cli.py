@@ -14,7 +14,7 @@ import sys
 
 import core.mathneuro as mn
 from core.batch import kind as batch_kind, register as register_batch
-from core.cli import ProgressBar, emit, set_threads
+from core.cli_common import ProgressBar, emit, set_threads
 from core.zoo import add_placement_args
 
 DEFAULTS = mn.DEFAULTS

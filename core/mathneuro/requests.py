@@ -113,6 +113,12 @@ class Request:
         """The view options (:func:`core.mathneuro.views.view`)."""
         return {k: getattr(self, k) for k in self.VIEW_OPTIONS}
 
+    def key(self) -> tuple[str, str, dict]:
+        """(model name, the weights' fingerprint, :meth:`params`): how the result is stored and looked up."""
+        from core.zoo import fingerprint
+
+        return self.ref, fingerprint(self.ref), self.params()
+
 
 @dataclass(frozen=True)
 class IdentifyRequest(Request):

@@ -1,21 +1,24 @@
-"""What each MathNeuro analysis shows, registered once: :data:`ANALYSES` (name -> its request type, CSV rows, figure,
-status text and the other views the tab shows) and :func:`view`, which turns what :func:`core.runner.lookup` found
-into a :class:`core.results.Result`. The service computes; this module only shows (no model, no cache).
+"""What each MathNeuro analysis is and shows, registered once: :data:`ANALYSES`, entries of the one
+:class:`core.analyses.Analysis` type (its request type, its compute function in :mod:`core.mathneuro.compute`, its
+CSV rows, figure, status text and the other views the tab shows). :func:`analysis` makes an entry in the MathNeuro
+convention: stored as ``mathneuro-<name>``, one table and one figure named after it, JSON and CSV downloads.
 
-Adding an analysis: its :class:`Analysis` entry here and its action in :mod:`core.mathneuro.service` (the request it
-parses and what it computes); the examples, the cache check, the downloads and the stage follow from the entry.
+Adding an analysis: its entry here (``analysis(name, request, compute, figure, status)``); the service answers it
+(``core.mathneuro.analysis_result(name, ...)``) and the examples, the cache check, the downloads and the stage
+follow from the entry.
 """
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from core.mathneuro import figures
+from core import analyses
+from core.analyses import Analysis, Shown
+from core.mathneuro import compute, figures
 from core.mathneuro.requests import (ConsistencyRequest, DrillRequest, EffectRequest, LayersRequest,
                                      ProportionSweepRequest, ScaleSweepRequest)
 from core.mathneuro.tasks import limitation, metric_label
-from core.results import Result, source_text
+from core.results import Result
 from core.runner import Found
 
 
@@ -23,28 +26,23 @@ def _rows(result: dict) -> list[dict]:
     return result["rows"]
 
 
-@dataclass(frozen=True)
-class Analysis:
-    """One analysis: how its inputs are parsed and how its result is shown.
-
-    Attributes
-    ----------
-    request : the request type that parses its raw inputs (:mod:`core.mathneuro.requests`)
-    figure : ``figure(result, **figure options) -> plotly Figure`` (:mod:`core.mathneuro.figures`)
-    status : ``status(result, source text, **status options) -> str``, one Markdown paragraph
-    rows : ``rows(result) -> list of dicts``, its table (the CSV download)
-    views : ``views(result) -> dict``, what else the tab shows that is not a file (e.g. a before/after table)
-    figure_options, status_options : the view options (from the request's ``options()``) each one takes; a request
-        type shared by several analyses may carry options another one ignores
-    """
-
-    request: type
-    figure: Callable[..., Any]
-    status: Callable[..., str]
-    rows: Callable[[dict], list[dict]] = _rows
-    views: Callable[[dict], dict] | None = None
-    figure_options: tuple[str, ...] = ()
-    status_options: tuple[str, ...] = ()
+def analysis(name: str, request: type, compute: Callable | None, figure: Callable[..., Any],
+             status: Callable[..., str], rows: Callable[[dict], list[dict]] = _rows,
+             views: Callable[[dict], dict] | None = None, figure_options: tuple[str, ...] = (),
+             status_options: tuple[str, ...] = (), **more) -> Analysis:
+    """A MathNeuro analysis: stored as ``mathneuro-<name>``, shown as one table (``rows(result)``, the CSV) and one
+    figure (``figure(result, **figure options)``) named ``name``, a status paragraph (``status(result, source text,
+    **status options)``) and ``views(result)``; the view options (the request's ``options()``, e.g. ``show``) go to
+    the figure and the status that take them (``figure_options``, ``status_options``). ``more``: other
+    :class:`core.analyses.Analysis` fields (e.g. ``inputs``, ``examples``)."""
+    def pick(shown: Shown, names) -> dict:
+        return {k: shown.options[k] for k in names if k in shown.options}
+    return Analysis(
+        request, lambda d, shown: status(d, shown.source_text, **pick(shown, status_options)), compute,
+        stored_as=f"mathneuro-{name}", tables=lambda d, shown: {name: rows(d)},
+        figures=lambda d, shown: {name: figure(d, **pick(shown, figure_options))},
+        views=(lambda d, shown: views(d)) if views else (lambda d, shown: {}), stem=f"mathneuro-{name}",
+        downloads=("json", "csv"), **more)
 
 
 # ---- status texts -------------------------------------------------------------------------------------------------
@@ -119,24 +117,21 @@ def drill_views(result: dict) -> dict:
 
 
 ANALYSES: dict[str, Analysis] = {
-    "layers": Analysis(LayersRequest, figures.layers_figure, layers_status, layers_rows, figure_options=("show",)),
-    "effect": Analysis(EffectRequest, figures.effect_figure, effect_status, views=effect_views),
-    "proportion-sweep": Analysis(ProportionSweepRequest, figures.proportion_figure, proportion_status),
-    "scale-sweep": Analysis(ScaleSweepRequest, figures.scale_figure, scale_status, status_options=("factor",)),
-    "consistency": Analysis(ConsistencyRequest, figures.consistency_figure, consistency_status),
-    "drill": Analysis(DrillRequest, figures.drill_figure, drill_status, drill_rows, views=drill_views),
+    "layers": analysis("layers", LayersRequest, compute.layers, figures.layers_figure, layers_status, layers_rows,
+                       figure_options=("show",)),
+    "effect": analysis("effect", EffectRequest, compute.effect, figures.effect_figure, effect_status,
+                       views=effect_views),
+    "proportion-sweep": analysis("proportion-sweep", ProportionSweepRequest, compute.proportion_sweep,
+                                 figures.proportion_figure, proportion_status),
+    "scale-sweep": analysis("scale-sweep", ScaleSweepRequest, compute.scale_sweep, figures.scale_figure,
+                            scale_status, status_options=("factor",)),
+    "consistency": analysis("consistency", ConsistencyRequest, compute.consistency, figures.consistency_figure,
+                            consistency_status),
+    "drill": analysis("drill", DrillRequest, compute.drill, figures.drill_figure, drill_status, drill_rows,
+                      views=drill_views),
 }
 
 
 def view(name: str, found: Found, **options) -> Result:
-    """The analysis ``name`` of what was ``found`` as a Result: status text, its table (CSV), its figure, the other
-    views and the files the tab offers. ``options``: view options (e.g. ``show="share"``, from the request's
-    ``options()``); the figure and the status each get those they take (:attr:`Analysis.figure_options`,
-    :attr:`Analysis.status_options`)."""
-    a = ANALYSES[name]
-    data = found.data
-    status = a.status(data, source_text(found.source), **{k: options[k] for k in a.status_options if k in options})
-    figure = a.figure(data, **{k: options[k] for k in a.figure_options if k in options})
-    return Result(status, data, tables={name: a.rows(data)}, figures={name: figure},
-                  views=a.views(data) if a.views else {}, source=found.source, key=found.key,
-                  stem=f"mathneuro-{name}", downloads=("json", "csv"))
+    """The analysis ``name`` of what was ``found`` as a Result (``options``: view options, e.g. ``show="share"``)."""
+    return analyses.view(ANALYSES[name], found, options=options)

@@ -25,7 +25,7 @@ from core.errors import BadInputError
 from core.mixln.data import pack
 from core.mixln.diagnostics import (angular_distance_heatmap, angular_profile, find_decoder_layers,
                                     layer_gradient_norms, layer_removal, standard_error)
-from core.mixln.folders import load_run, run_model, sample_windows, weights_fingerprint
+from core.mixln.folders import fingerprint_of, load_run, run_model, sample_windows  # noqa: F401
 from core.mixln.requests import TEXT_CORPUS
 from core.progress import Progress, report, scaled
 from core.zoo.views import private_view
@@ -52,15 +52,6 @@ def zoo_tokens(tokenizer, samples: int, seq_len: int, split: str = "validation")
     if len(ids) < seq_len:
         raise BadInputError("the evaluation corpus is empty.", fix="run `python -m core data prepare`.")
     return pack(torch.tensor(ids), seq_len)[:samples]
-
-
-def fingerprint_of(ref: str, run: Path | None) -> str:
-    """The fingerprint of the subject's weights (a run's model.safetensors, or the zoo's), read without loading them;
-    for a run stored without weights, the one its run.json recorded (:func:`core.mixln.folders.weights_fingerprint`)."""
-    if run is not None:
-        return weights_fingerprint(run)
-    from core.zoo import fingerprint
-    return fingerprint(ref)
 
 
 def load_subject(ref: str, run: Path | None, samples: int = 64, seq_len: int = 64) -> Subject:

@@ -18,7 +18,7 @@ import signal
 import time
 
 import core.mixln as mixln
-from core.cli import ProgressBar, emit, set_threads, table
+from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError, LayerwiseError
 from core.zoo import add_placement_args
 
@@ -204,18 +204,41 @@ def _reproduce_args(p):
     p.add_argument("--seeds", nargs="+", type=int, default=None, help="retrain only these seeds")
     p.add_argument("--skip-done", action="store_true", help="keep runs that already finished or diverged")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--prefix-only", action="store_true",
+                   help="retrain nothing: train the first 50 steps of the chosen committed runs again in float64 and "
+                        "record them in their run.json (float64_prefix, what the reproducibility tests compare)")
 
 
 def run_reproduce(args) -> None:
     import torch
     if getattr(args, "threads", 0):
         torch.set_num_threads(args.threads)
+    if getattr(args, "prefix_only", False):
+        return run_prefixes(args)
     t0, bar = time.perf_counter(), ProgressBar()
     res = mixln.reproduce_result(args.out, getattr(args, "only", None), progress=bar,
                                  sets=getattr(args, "sets", None), seeds=getattr(args, "seeds", None),
                                  skip_done=getattr(args, "skip_done", False))
     bar.close()
     _emit(args, {**res.data, "seconds": round(time.perf_counter() - t0, 1)}, lambda r: res.status)
+
+
+def run_prefixes(args) -> None:
+    """``reproduce --prefix-only``: re-record the float64 prefix of the chosen committed runs."""
+    jobs = mixln.recipe_jobs(args.sets, args.only, args.seeds)  # unknown sets / placements -> BadInputError
+    if args.skip_done:
+        raise BadInputError("--skip-done keeps finished runs, and --prefix-only retrains none: they do not combine.",
+                            fix="drop --skip-done.")
+    bar = ProgressBar()
+    changes = mixln.record_prefixes(args.out or mixln.RUNS_DIR, jobs, progress=bar)
+    bar.close()
+    if not changes:
+        raise BadInputError("no committed run matches the chosen sets, placements and seeds.",
+                            fix="train it first (`python -m core mixln reproduce --only NAME`), or see "
+                                "`python -m core mixln runs`.")
+    _emit(args, changes, lambda c: "\n".join(
+        f"{k}: float64 prefix recorded" + ("" if v is None else f", largest relative change {v:.2e}")
+        for k, v in c.items()))
 
 
 def _emit(args, result, text) -> None:

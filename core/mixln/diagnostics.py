@@ -20,7 +20,7 @@ import torch
 import torch.nn as nn
 
 from core.errors import BadInputError
-from core.mixln.model import causal_lm_loss
+from core.mixln.model import causal_lm_loss, upcast
 from core.progress import Progress, report
 from core.zoo.views import private_view
 
@@ -109,9 +109,9 @@ def grad_norms_from_backward(layers: Sequence[nn.Module], layer_inputs: Sequence
     """Read the norms after ``loss.backward()`` (the inputs must have had ``retain_grad()``)."""
     params, inputs = [], []
     for layer, h in zip(layers, layer_inputs):
-        sq = sum(float(p.grad.detach().float().pow(2).sum()) for p in layer.parameters() if p.grad is not None)
+        sq = sum(float(upcast(p.grad.detach()).pow(2).sum()) for p in layer.parameters() if p.grad is not None)
         params.append(math.sqrt(sq))
-        inputs.append(float(h.grad.detach().float().norm()) if h.grad is not None else math.nan)
+        inputs.append(float(upcast(h.grad.detach()).norm()) if h.grad is not None else math.nan)
     return LayerGradNorms(params, inputs)
 
 
@@ -142,9 +142,9 @@ def layer_gradient_norms(model: nn.Module, input_ids: torch.Tensor, labels: torc
     pg, ig = grads[:len(flat)], grads[len(flat):]
     params, k = [], 0
     for ps in per_layer:
-        params.append(math.sqrt(sum(float(g.float().pow(2).sum()) for g in pg[k:k + len(ps)] if g is not None)))
+        params.append(math.sqrt(sum(float(upcast(g).pow(2).sum()) for g in pg[k:k + len(ps)] if g is not None)))
         k += len(ps)
-    return LayerGradNorms(params, [float(g.float().norm()) if g is not None else math.nan for g in ig], float(loss.detach()))
+    return LayerGradNorms(params, [float(upcast(g).norm()) if g is not None else math.nan for g in ig], float(loss.detach()))
 
 
 # ---- angular distance ------------------------------------------------------------------------------

@@ -86,7 +86,29 @@ def list_runs(root: str | os.PathLike = ASSETS) -> list[str]:
     return [n for n in RECIPE if n in found] + [n for n in found if n not in RECIPE]
 
 
+def _committed_name(ref) -> bool:
+    """Whether ``ref`` is shaped like a committed run's name (``pre-ln``, ``depth-24/pre-ln/seed-1``): relative parts
+    of letters, digits, ``.``, ``_`` and ``-``, none of them ``..``."""
+    parts = str(ref).split("/")
+    return all(p and p not in (".", "..") and all(c.isalnum() or c in "._-" for c in p) for p in parts)
+
+
 def resolve_run(ref: str | os.PathLike, root: str | os.PathLike = ASSETS) -> Path:
+    """The run folder ``ref`` names: a run under ``root`` (the committed runs), else a run folder anywhere. In public
+    mode only a committed run's name (or a committed run's folder, as the app's own code passes them) is taken; any
+    other reference gets :func:`core.zoo.hub.not_offered` (the same message whatever it names, before any file
+    outside the committed runs is looked at)."""
+    from core.settings import is_public
+
+    if is_public():  # a name (what a visitor sends is text) under root, or a folder the app itself passes
+        folder = Path(ref) if isinstance(ref, Path) else Path(root) / ref if isinstance(ref, str) and \
+            _committed_name(ref) else None
+        assets = Path(ASSETS).resolve()
+        if folder is None or not Path(os.path.abspath(folder)).is_relative_to(assets) or \
+                not folder.resolve().is_relative_to(assets) or not _is_run(folder):  # read as written, then on disk
+            from core.zoo.hub import not_offered
+            raise not_offered()
+        return folder
     folder = Path(root) / str(ref)
     if not _is_run(folder):
         folder = Path(ref)
@@ -159,6 +181,15 @@ def sample_windows(ref, root=ASSETS, n: int = 16, seq_len: int | None = None) ->
     if n >= total:
         return windows
     return windows[[i * total // n for i in range(n)]]
+
+
+def fingerprint_of(ref: str, run: Path | None) -> str:
+    """The fingerprint of the subject's weights (a run's model.safetensors, or the zoo's), read without loading them;
+    for a run stored without weights, the one its run.json recorded (:func:`weights_fingerprint`)."""
+    if run is not None:
+        return weights_fingerprint(run)
+    from core.zoo import fingerprint
+    return fingerprint(ref)
 
 
 def run_examples(folder: str | os.PathLike | None) -> ExampleStore | None:

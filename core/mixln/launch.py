@@ -43,17 +43,24 @@ from core.progress import Progress, report
 from core.zoo.construction import constructing
 
 
-def build_model(norm: str, alpha: float = 0.25, seed: int = 0, **sizes) -> MixLNForCausalLM:
+def build_model(norm: str, alpha: float = 0.25, seed: int = 0, dtype: str = "float32", **sizes) -> MixLNForCausalLM:
     """A fresh model; Linear weights depend only on ``seed`` and the sizes, not on the norm placement. ``norm`` is a
-    registry name (:data:`core.mixln.placements.PLACEMENTS`): a variant (``deepnet``) sets its constants."""
+    registry name (:data:`core.mixln.placements.PLACEMENTS`): a variant (``deepnet``) sets its constants. ``dtype``
+    "float64" builds it in float64 without a float32 step: constructed on the meta device, then its float64 weights
+    drawn by :meth:`~core.mixln.model.MixLNForCausalLM.reset_parameters` (the float32 draws, done in float64)."""
     norm, variant = placement_model(norm)
     sizes = {**sizes, **variant}
     if not isinstance(alpha, (int, float)) or math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
         raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
                             fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
     config = MixLNConfig(norm=norm, post_ln_ratio=float(alpha), **sizes)
-    with constructing(seed=seed):
-        model = MixLNForCausalLM(config)
+    if dtype == "float64":
+        with constructing(), torch.device("meta"):
+            model = MixLNForCausalLM(config)
+        model = model.to(torch.float64).to_empty(device="cpu")
+    else:
+        with constructing(seed=seed):
+            model = MixLNForCausalLM(config)
     model.reset_parameters(seed)
     return model
 
@@ -158,7 +165,7 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
     report(progress, 0.0, "note: tokenizing the corpora and building the model")
     corpus = prepare_corpus(sizes.get("vocab_size", DEFAULT_VOCAB), tokenizer)
     sizes["vocab_size"] = corpus.tokenizer.get_vocab_size()
-    model = build_model(norm, alpha, seed=tcfg.get("seed", 0), **sizes)
+    model = build_model(norm, alpha, seed=tcfg.get("seed", 0), dtype=tcfg.get("dtype", "float32"), **sizes)
     check_fits(model.config, tcfg.get("batch_size", 8), tcfg.get("seq_len", 128), training=True)
     ckpt_dir = str(out_path / "checkpoints") if out_path is not None and rank == 0 else None
     config = TrainConfig(**{**tcfg, "checkpoint_dir": ckpt_dir, "checkpoint_every": checkpoint_every})

@@ -27,6 +27,7 @@ import torch.nn.functional as F
 
 from core.errors import BadInputError, ModelLoadError
 from core.mixln.config import MixLNConfig, check_fits
+from core.mixln.rng import normal_float64
 from core.files import atomic_write
 from kernels.rmsnorm import add_rmsnorm
 
@@ -47,10 +48,12 @@ class RMSNorm(nn.Module):
 # ---- rotary position embedding ---------------------------------------------------------------------
 
 def rotary_cos_sin(config: MixLNConfig, seq_len: int, device, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos, sin: (T, head_dim), the half-split layout of transformers' Llama."""
+    """cos, sin: (T, head_dim), the half-split layout of transformers' Llama; computed in float32 (float64 for a
+    float64 model), returned in ``dtype``."""
+    acc = torch.promote_types(dtype, torch.float32)
     inv_freq = 1.0 / (config.rope_theta ** (torch.arange(0, config.head_dim, 2, device=device,
-                                                         dtype=torch.int64).float() / config.head_dim))
-    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+                                                         dtype=torch.int64).to(acc) / config.head_dim))
+    freqs = torch.outer(torch.arange(seq_len, device=device, dtype=acc), inv_freq)
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
@@ -216,13 +219,15 @@ class MixLNForCausalLM(nn.Module):
     def reset_parameters(self, seed: int | None = None) -> None:
         """Normal(0, initializer_range) for every Linear, Normal(0, embedding_std) for the embedding, ones for
         norms; DeepNorm layers draw their query/key weights Xavier-normal with gain 1 and their value, output
-        and MLP weights Xavier-normal with gain ``config.deepnorm_gain`` (see :mod:`core.mixln.config`)."""
+        and MLP weights Xavier-normal with gain ``config.deepnorm_gain`` (see :mod:`core.mixln.config`). The draws
+        are torch's float32 ones; a float64 model gets the same draws computed in float64, the same on every CPU
+        (:func:`core.mixln.rng.normal_float64`)."""
         gen = torch.Generator().manual_seed(seed) if seed is not None else None
         std = self.config.initializer_range
         for module in self.modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 s = self.config.embedding_std if isinstance(module, nn.Embedding) else std
-                module.weight.copy_(torch.empty(module.weight.shape).normal_(0.0, s, generator=gen))
+                module.weight.copy_(initial_normal(module.weight.shape, s, gen, module.weight.dtype))
             elif isinstance(module, RMSNorm):
                 module.weight.fill_(1.0)
         for layer in self.model.layers:
@@ -231,7 +236,7 @@ class MixLNForCausalLM(nn.Module):
                 for lin, gain in ((attn.q_proj, 1.0), (attn.k_proj, 1.0), (attn.v_proj, self.config.deepnorm_gain),
                                   (attn.o_proj, self.config.deepnorm_gain), (mlp.gate_proj, self.config.deepnorm_gain),
                                   (mlp.up_proj, self.config.deepnorm_gain), (mlp.down_proj, self.config.deepnorm_gain)):
-                    lin.weight.copy_(xavier_normal(lin.weight.shape, gain, gen))
+                    lin.weight.copy_(xavier_normal(lin.weight.shape, gain, gen, lin.weight.dtype))
 
     @property
     def layers(self) -> nn.ModuleList:
@@ -300,15 +305,32 @@ class MixLNForCausalLM(nn.Module):
                            attention_bias=False, mlp_bias=False, attn_implementation="sdpa")
 
 
-def xavier_normal(shape: torch.Size, gain: float, generator: torch.Generator | None = None) -> torch.Tensor:
+def initial_normal(shape: torch.Size, std: float, generator: torch.Generator | None = None,
+                   dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Normal(0, ``std``) initial values of ``shape``: torch's float32 draw, or for a float64 weight the same draw
+    computed in float64 (:func:`core.mixln.rng.normal_float64`: the same values on every CPU, where torch's float32
+    draw differs between AVX2 / AVX-512 and other CPUs). Either consumes the same words of ``generator``."""
+    if dtype == torch.float64:
+        return normal_float64(shape, std, generator)
+    return torch.empty(shape).normal_(0.0, std, generator=generator)
+
+
+def xavier_normal(shape: torch.Size, gain: float, generator: torch.Generator | None = None,
+                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Normal(0, gain * sqrt(2 / (fan_in + fan_out))) for a Linear weight of ``shape`` (out, in)."""
     fan_out, fan_in = shape
-    return torch.empty(shape).normal_(0.0, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator=generator)
+    return initial_normal(shape, gain * math.sqrt(2.0 / (fan_in + fan_out)), generator, dtype)
+
+
+def upcast(t: torch.Tensor) -> torch.Tensor:
+    """``t`` in float32 (from bfloat16 or float16), float64 kept: sums and losses of a float64 run stay float64."""
+    return t.to(torch.promote_types(t.dtype, torch.float32))
 
 
 def causal_lm_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
-    """Next-token cross-entropy: logits (B, T, V) at t predict labels (B, T) at t + 1; -100 ignored.
-    The labels are shifted (padded with -100) rather than the logits, which would copy (B, T, V)."""
+    """Next-token cross-entropy in float32 (float64 for float64 logits): logits (B, T, V) at t predict labels (B, T)
+    at t + 1; -100 ignored. The labels are shifted (padded with -100) rather than the logits, which would copy
+    (B, T, V)."""
     shifted = F.pad(labels, (0, 1), value=-100)[:, 1:]
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), shifted.reshape(-1),
+    return F.cross_entropy(upcast(logits.reshape(-1, logits.shape[-1])), shifted.reshape(-1),
                            ignore_index=-100, reduction=reduction)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from core.checks import check_number
 from core.errors import BadInputError
-from core.mixln.folders import resolve_run
+from core.mixln.folders import fingerprint_of, resolve_run, run_name
 from core.mixln.placements import PLACEMENTS
 from core.mixln.recipe import ASSETS, LIVE_MODEL, LIVE_TRAIN, RUN_SETS, Job, recipe_jobs
 
@@ -187,6 +187,10 @@ class AngularRequest:
     def params(self) -> dict:
         return {"samples": self.samples, "seq_len": self.seq_len, "position": self.position,
                 "corpus": _corpus(self.run)}
+
+    def key(self) -> tuple[str, str, dict]:
+        """(the run's or model's name, its weights' fingerprint, :attr:`params`): how the result is stored."""
+        return run_name(self.run) if self.run is not None else self.ref, fingerprint_of(self.ref, self.run), self.params
 
 
 @dataclass(frozen=True)

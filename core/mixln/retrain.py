@@ -5,6 +5,7 @@
 - :func:`compact_run`     float16 weights, re-evaluated
 - :func:`thin_history`    every step up to 100, then every 10th
 - :func:`float64_prefix`  the first 50 steps again in float64 (what the reproducibility test compares)
+- :func:`record_prefixes` re-record the float64 prefix of committed runs in their run.json (``mixln prefix``)
 
 ``core.mixln.reproduce_result`` passes ``diagnostics=core.mixln.write_run_diagnostics`` so each run's diagnostics are
 precomputed while its weights are there; this module does not import the analyses.
@@ -113,9 +114,11 @@ CHECK_STEPS = 50  # the prefix every committed run records in float64 (inside th
 def float64_prefix(job: Job, root: str | os.PathLike = ASSETS, steps: int = CHECK_STEPS) -> dict:
     """The first ``steps`` steps of ``job`` trained again in float64 (same data, initialisation and schedule): the
     training losses, global gradient norms, per-layer weight-gradient norms at step 1 and the held-out loss at the
-    last step. Float64 rounding differs between CPUs (summation order, vector width) by ~1e-16 per operation, so
-    these numbers are the same to ~1e-12 on any x86-64 CPU, where float32 runs drift apart by up to ~1e-3 within
-    50 steps (measured: README, Mix-LN). What the reproducibility test retrains and compares, tightly."""
+    last step. Every floating-point operation is float64 (tested op by op): the initial weights are torch's float32
+    draws computed in float64 (:mod:`core.mixln.rng`), the norms, rotary tables, loss and gradient norms are float64.
+    Float64 rounding differs between CPU paths (vector width, summation order, libm) by ~1e-16 per operation, so
+    these numbers agree across x86-64 CPUs to the measured spread (``assets/mixln/prefix_spread.json``), where
+    float32 runs drift apart by up to ~1e-3 within 50 steps. What the reproducibility test retrains and compares."""
     spec = RECIPE[job.name]
     hist = train_run(None, spec["norm"], spec["alpha"], job.model,
                      {**job.train, "steps": steps, "eval_every": steps, "dtype": "float64"},
@@ -123,6 +126,50 @@ def float64_prefix(job: Job, root: str | os.PathLike = ASSETS, steps: int = CHEC
     return {"steps": steps, "dtype": "float64", "loss": [r["loss"] for r in hist["train"]],
             "grad_norm": [r["grad_norm"] for r in hist["train"]], "grad_norms_step1": hist["grad_norms"][0]["param"],
             "eval_loss": hist["eval"][-1]["loss"]}
+
+
+def record_prefixes(root: str | os.PathLike = ASSETS, jobs: list[Job] | None = None,
+                    progress: Progress | None = None, steps: int = CHECK_STEPS) -> dict[str, float | None]:
+    """Train the float64 prefix (:func:`float64_prefix`) of each committed run of ``jobs`` (default: every recipe run)
+    again and store it in the run's run.json, nothing else changed. Runs not trained yet under ``root`` are left out.
+    Returns per job key the largest relative change of the recorded losses, gradient norms and held-out loss
+    (:func:`prefix_change`; None for a run that had no prefix). ``steps``: the recorded length (tests shorten it)."""
+    root = Path(root)
+    todo = [j for j in (recipe_jobs() if jobs is None else jobs) if (root / j.relative_folder / "run.json").is_file()]
+    changes = {}
+    for i, job in enumerate(todo):
+        report(progress, i / len(todo), f"note: float64 prefix {i + 1}/{len(todo)}: {job.key}")
+        path = root / job.relative_folder / "run.json"
+        new = float64_prefix(job, root, steps)
+        meta = json.loads(path.read_text())  # read after the training: a run.json written meanwhile is kept
+        old = meta.get("float64_prefix")
+        meta["float64_prefix"] = new
+        atomic_write(path, json.dumps(meta, indent=1))
+        changes[job.key] = prefix_change(old, new) if old else None
+    report(progress, 1.0, f"note: {len(todo)} float64 prefixes recorded")
+    return changes
+
+
+PREFIX_QUANTITIES = ("loss", "grad_norm", "grad_norms_step1", "eval_loss")  # what a prefix records
+
+
+def prefix_changes(a: dict, b: dict) -> dict[str, float]:
+    """Per recorded quantity (training losses, global gradient norms, per-layer gradient norms at step 1, held-out
+    loss), the largest relative difference between two prefixes of the same run (relative to ``b``), over the steps
+    both have; the held-out loss only when both end at the same step."""
+    out = {}
+    for key in PREFIX_QUANTITIES:
+        if key == "eval_loss":
+            if a["steps"] == b["steps"]:
+                out[key] = abs(a[key] - b[key]) / abs(b[key])
+        else:
+            out[key] = max(abs(x - y) / abs(y) for x, y in zip(a[key], b[key]))
+    return out
+
+
+def prefix_change(a: dict, b: dict) -> float:
+    """The largest of :func:`prefix_changes`."""
+    return max(prefix_changes(a, b).values())
 
 
 HISTORY_EVERY_STEP = 100   # a committed history keeps every training step up to here (the prefix checks) ...

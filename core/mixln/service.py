@@ -17,107 +17,75 @@
     reference_result()                        unigram / bigram levels of the training data on the held-out windows
     write_run_diagnostics(run)                precompute a run's diagnostics into its folder
 
-Each parses its raw inputs once into its request (:mod:`core.mixln.requests`, through the registry's
-:func:`~core.mixln.views.request`), computes the data or looks it up (:func:`core.runner.lookup`, here only), and
-hands what it found to :func:`core.mixln.views.view`, which builds the Result.
+Each parses its raw inputs once into its request (:mod:`core.mixln.requests`) and is answered by
+:func:`analysis_result` (:func:`core.analyses.answer`): the entry's compute function (:mod:`core.mixln.compute`) reads
+the committed runs or finds a diagnostic by the weights' fingerprint (a run's precomputed ``diagnostics.json``, the
+results cache) and the entry in :data:`core.mixln.views.ANALYSES` shows it. The live run, training and reproducing
+build their data themselves (they stream or write files) and are shown by their entries.
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Iterator
 
-from core.errors import BadInputError
-from core.mixln import analysis, folders, launch, reference, retrain, summary
-from core.mixln.placements import placement_colour
-from core.mixln.recipe import LIVE_MODEL, LIVE_TRAIN, RUN_SETS, recipe_command
+from core.analyses import answer
+from core.mixln import folders, launch, reference, retrain
+from core.mixln.recipe import LIVE_MODEL, LIVE_TRAIN, recipe_command
 from core.mixln.requests import DEFAULT_RUNS
 from core.mixln.views import ANALYSES, request, view
-from core.progress import Progress, report
+from core.progress import Progress
 from core.results import Result
-from core.runner import Found, digest, has_fields, lookup, precompute, result_key
+from core.runner import Found, precompute
 
 
-def _read(name: str, data) -> Found:
-    """What an analysis of the committed runs read from their folders, keyed by its content."""
-    return Found(data, "computed", result_key(digest(data), f"mixln/{name}", {}))
+def _run_examples(name: str, req):
+    """A diagnostic of a run is answered first from the run's own precomputed ``diagnostics.json``."""
+    return folders.run_examples(getattr(req, "run", None))
 
 
-def _colour(run, i: int = 0) -> str:
-    return placement_colour(run.placement, run.meta["alpha"], i)
+def analysis_result(name: str, *raw, progress: Progress | None = None, **named) -> Result:
+    """Analysis ``name`` of :data:`core.mixln.views.ANALYSES` for the raw inputs (its request type's ``parse``
+    arguments): read, found or computed, and shown."""
+    return answer(ANALYSES, name, request(name, *raw, **named), examples=_run_examples, progress=progress)
 
 
 # ---- committed runs -----------------------------------------------------------------------------------------------
 def loss_result(names=DEFAULT_RUNS) -> Result:
     """Training (thin) and held-out (thick) loss against the step, one colour per run."""
-    req = request("loss", names)
-    loaded = [folders.load_run(n) for n in req.runs]
-    return view("loss", _read("loss", [{"run": r.name, "label": r.label, "colour": _colour(r, i),
-                                        "history": r.history} for i, r in enumerate(loaded)]), req)
+    return analysis_result("loss", names)
 
 
 def gradnorms_result(names=DEFAULT_RUNS, kind: str = "param", step: float | None = None) -> Result:
     """Each run's per-layer gradient norm at initialisation (dotted) and at ``step`` (solid; default: the end)."""
-    req = request("gradnorms", names, kind, step)
-    results = [analysis.run_gradnorms(n, req.kind) for n in req.runs]
-    if req.step is not None:
-        for r in results:
-            k = max([i for i, s in enumerate(r["steps"]) if s <= max(req.step, r["steps"][0])] or [0])
-            r["final_step"], r["final"] = r["steps"][k], r["per_step"][k]
-    return view("gradnorms", _read("gradnorms", results), req)
+    return analysis_result("gradnorms", names, kind, step)
 
 
 def compare_result(names=None, sets=("main", "depth-24")) -> Result:
     """One row per committed run and depth: placement, alpha, steps, status, final held-out loss and perplexity over
     the seeds (mean, std, min, max, n; :func:`core.mixln.summary.compare_table`); the chart draws min-max error bars."""
-    req = request("compare", names, sets)
-    rows = []
-    for s in req.sets:
-        root = folders.ASSETS / RUN_SETS[s].folder
-        present = folders.list_runs(root)
-        picked = [n for n in (req.runs or present) if n in present]
-        rows += summary.compare_table(picked, root) if picked else []
-    if not rows:
-        raise BadInputError("no committed runs found.", fix="run `python -m core mixln reproduce` first.")
-    return view("compare", _read("compare", rows), req)
+    return analysis_result("compare", names, sets)
 
 
 def sweep_result() -> Result:
     """Final held-out perplexity against Mix-LN's alpha (0 = all Pre-LN, 1 = all Post-LN), over seeds, at 12 and 24
     layers."""
-    req = request("sweep")
-    rows = summary.sweep_table()
-    if not rows:
-        raise BadInputError("no sweep runs found.", fix="run `python -m core mixln reproduce` first.")
-    return view("sweep", _read("sweep", rows), req)
+    return analysis_result("sweep")
 
 
 def curves_result(names=None, set_name: str = "main", metric: str = "loss") -> Result:
     """Held-out loss (or perplexity) curves of the committed placements over their seeds: mean line, min-max band."""
-    req = request("curves", names, set_name, metric)
-    bands = summary.loss_bands(list(req.runs) if req.runs else None, req.set_name)
-    if not bands:
-        raise BadInputError(f"no runs of the set {req.set_name} found.", fix="run `python -m core mixln reproduce`.")
-    return view("curves", _read("curves", {"set": req.set_name, "metric": req.metric, "bands": bands}), req)
+    return analysis_result("curves", names, set_name, metric)
 
 
 def lr_sweep_result() -> Result:
     """Final held-out loss per placement and peak learning rate (one seed per rate): what makes the comparison fair."""
-    req = request("lr-sweep")
-    rows = summary.lr_sweep_table()
-    if not rows:
-        raise BadInputError("no learning-rate sweep runs found.",
-                            fix="run `python -m core mixln reproduce --set lr-sweep` first.")
-    return view("lr-sweep", _read("lr-sweep", rows), req)
+    return analysis_result("lr-sweep")
 
 
 def depth_result(names=None) -> Result:
     """12 vs 24 layers: per-layer angular distance d(h_l, h_l+1), weight-gradient norm at the end of training and
     loss increase when the layer is skipped, per placement, mean and min-max over seeds."""
-    req = request("depth", names)
-    profiles = summary.depth_profiles(list(req.runs) if req.runs else None)
-    if not profiles:
-        raise BadInputError("no runs with diagnostics found.", fix="run `python -m core mixln reproduce` first.")
-    return view("depth", _read("depth", profiles), req)
+    return analysis_result("depth", names)
 
 
 def reproduces_result(docs: bool = False) -> Result:
@@ -125,67 +93,26 @@ def reproduces_result(docs: bool = False) -> Result:
     figure from the committed runs (n, spread) and a verdict; the embedding-init comparison; the follow-ups'
     published table beside the runs (:mod:`core.mixln.reproduces`). ``docs``: also rewrite the generated tables of
     ``docs/mixln-reproduces.md``."""
-    from core.mixln import reproduces
-    req = request("reproduces", docs)
-    data = {"claims": reproduces.claims(), "init": reproduces.init_rows(), "followups": reproduces.followup_rows(),
-            "sources": reproduces.markdown_sources()}
-    data["markdown"] = {"claims": reproduces.claims_markdown(data["claims"]),
-                        "init": reproduces.init_markdown(data["init"]),
-                        "followups": reproduces.followup_markdown(data["followups"])}
-    if req.docs:
-        data["docs"] = str(reproduces.update_docs())
-    return view("reproduces", _read("reproduces", data), req)
+    return analysis_result("reproduces", docs)
 
 
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
-def _diagnostic(name: str, ref: str, run: Path | None, params: dict, compute) -> Found:
-    """The result of diagnostic ``name`` for a run or a zoo model, found by the weights' fingerprint without loading
-    them (a run's precomputed diagnostics, then the results cache); ``compute(subject)`` runs only when neither has
-    it, on the model and its held-out windows."""
-    a = ANALYSES[name]
-    subject = lambda: analysis.load_subject(ref, run, params["samples"], params["seq_len"])  # noqa: E731
-    return lookup(analysis.fingerprint_of(ref, run), a.cached_as, params, lambda: compute(subject()),
-                  examples=folders.run_examples(run), check=has_fields(*a.fields),
-                  model=folders.run_name(run) if run is not None else ref)
-
-
 def angular_distance_result(ref: str, samples: int | None = None, seq_len: int = 64, position: str = "last",
                             progress: Progress | None = None) -> Result:
     """The paper's (first layer l, block size n) heatmap of d(h_l, h_l+n), raw and scaled per block size."""
-    req = request("angular", ref, samples, seq_len, position)
-    report(progress, 0.1, f"loading {req.ref}")
-    found = _diagnostic("angular", req.ref, req.run, req.params,
-                        lambda subject: analysis.angular_data(subject, req.params, progress))
-    return view("angular", found, req)
+    return analysis_result("angular", ref, samples, seq_len, position, progress=progress)
 
 
 def layer_removal_result(refs, samples: int | None = None, seq_len: int = 64, progress: Progress | None = None
                          ) -> Result:
     """Held-out loss increase when each layer is skipped, one bar group per run or model (``samples``: held-out
     windows, None for the default: 64 spread over a run's held-out stream, 8 of a model's)."""
-    req = request("removal", refs, samples, seq_len)
-    results, sources = [], []
-    for i, (ref, run) in enumerate(zip(req.refs, req.runs)):
-        report(progress, 0.05, f"loading {ref}")
-        params = req.params_of(run)
-        found = _diagnostic("removal", ref, run, params,
-                            lambda subject: analysis.removal_data(subject, params, progress))
-        r = found.data
-        if run is not None:
-            loaded = folders.load_run(ref)
-            r = {**r, "label": loaded.label, "colour": _colour(loaded, i)}
-        results.append(r)
-        sources.append(found.source)
-    source = "computed" if "computed" in sources else sources[0]
-    return view("removal", Found(results, source, result_key(digest(results), "mixln/removal", {})), req)
+    return analysis_result("removal", refs, samples, seq_len, progress=progress)
 
 
 def model_gradnorms_result(ref: str, samples: int = 4, seq_len: int = 64) -> Result:
     """Per-layer gradient norms of one batch of held-out text for any causal LM at its current weights."""
-    req = request("model-gradnorms", ref, samples, seq_len)
-    found = _diagnostic("model-gradnorms", req.ref, req.run, req.params,
-                        lambda subject: analysis.gradnorm_data(subject, req.params))
-    return view("model-gradnorms", Found([found.data], found.source, found.key), req)
+    return analysis_result("model-gradnorms", ref, samples, seq_len)
 
 
 def write_run_diagnostics(ref: str) -> Path:
@@ -219,9 +146,7 @@ def reference_result(write: bool = False) -> Result:
     """The unigram and bigram levels of the training data on the committed runs' held-out windows, computed now
     (:func:`core.mixln.reference.reference_levels`); ``write`` stores them in ``assets/mixln/reference.json``, which
     the charts read."""
-    req = request("reference", write)
-    levels = reference.write_reference() if req.write else reference.reference_levels()
-    return view("reference", Found(levels, "computed", None), req)
+    return analysis_result("reference", write)
 
 
 def train_result(out, placement: str = "mix", alpha: float = 0.25, model_sizes: dict | None = None,

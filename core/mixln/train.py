@@ -41,7 +41,7 @@ import torch.nn as nn
 from core.errors import BadInputError, Cancelled
 from core.mixln.config import check_fits
 from core.mixln.diagnostics import find_decoder_layers, grad_norms_from_backward
-from core.mixln.model import MixLNForCausalLM, causal_lm_loss
+from core.mixln.model import MixLNForCausalLM, causal_lm_loss, upcast
 from core.files import atomic_write
 from core.progress import Progress, report
 
@@ -285,7 +285,7 @@ class _Ranks:
         if self.world == 1:
             return float(loss.detach())
         import torch.distributed as dist
-        t = loss.detach().float().clone()
+        t = upcast(loss.detach()).clone()
         dist.all_reduce(t, group=self.group)
         return float(t) / self.world
 
@@ -307,6 +307,17 @@ class _Ranks:
 
 
 # ---- the loop --------------------------------------------------------------------------------------
+
+def _float64_adam_state(optimizer: torch.optim.Optimizer) -> None:
+    """Create Adam's state before the first step, its step counter in float64: torch makes it a float32 tensor (torch's
+    default dtype), so a float64 run would otherwise run one float32 op per parameter and step (exact, as the counts
+    are integers, but the float64 run is tested to have no float32 op at all)."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            optimizer.state[p] = {"step": torch.tensor(0.0, dtype=torch.float64),
+                                  "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
+                                  "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format)}
+
 
 def _stop_asked(progress: Progress | None, fraction: float, message: str) -> bool:
     """Report to ``progress``; True when it raised :class:`Cancelled` (the user asked to stop)."""
@@ -336,6 +347,8 @@ def train_iter(model: nn.Module, train_tokens, eval_tokens, config: TrainConfig,
     layers = find_decoder_layers(model)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=config.betas,
                                   weight_decay=config.weight_decay)
+    if config.dtype == "float64":
+        _float64_adam_state(optimizer)
     history = TrainHistory()
     if resume_from is not None:
         ckpt = latest_checkpoint(resume_from)

@@ -1,74 +1,39 @@
-"""The Mix-LN analyses as the tab and the CLI show them: one registry, :data:`ANALYSES` (name -> its request type,
-status text, tables, figures, file stem), and one :func:`view` that turns what the service found (a
-:class:`core.runner.Found`: data, where it came from, its key) into a :class:`core.results.Result`.
+"""The Mix-LN analyses as the tab and the CLI show them: :data:`ANALYSES`, entries of the one
+:class:`core.analyses.Analysis` type (name -> its request type, compute function (:mod:`core.mixln.compute`),
+status text, tables, figures, file stem). :func:`core.mixln.service.analysis_result` answers any of them.
 
-Adding an analysis is an :class:`Analysis` entry here and its compute function in :mod:`core.mixln.service`, which
-parses its raw inputs with :func:`request`, computes (or looks up) the data and returns ``view(name, found, req)``.
+Adding an analysis is an entry here (with its compute function); the service answers it by name, and an action of
+its own (a ``*_result`` function of :mod:`core.mixln.service`) is one line. The entries without a compute function
+(the live run, training, reproducing the runs) are shown by their actions, which stream or write files.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
 
+from core import analyses
+from core.analyses import Analysis, Shown
 from core.figures import PALETTE
-from core.mixln import figures
+from core.mixln import compute, figures
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.mixln.recipe import RECIPE_DEVIATIONS, RUN_SETS
 from core.mixln.reference import load_reference
 from core.mixln.summary import difference, mean_std_text
-from core.mixln.requests import (RUN_SAMPLES, RUN_WINDOWS, AngularRequest, CompareRequest, CurvesRequest, DepthRequest, GradnormsRequest,
-                                 LiveRequest, ModelGradnormsRequest, NoInput, ReferenceRequest, RemovalRequest,
-                                 ReproduceRequest, ReproducesRequest, RunsRequest, TrainRequest)
-from core.results import Result, source_text
+from core.mixln.requests import (RUN_SAMPLES, RUN_WINDOWS, AngularRequest, CompareRequest, CurvesRequest,
+                                 DepthRequest, GradnormsRequest, LiveRequest, ModelGradnormsRequest, NoInput,
+                                 ReferenceRequest, RemovalRequest, ReproduceRequest, ReproducesRequest, RunsRequest,
+                                 TrainRequest)
+from core.results import Result
 from core.runner import Found
-
-
-def _no_parts(data, req) -> dict:
-    return {}
-
-
-def _same(data):
-    return data
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """One analysis as it is shown.
-
-    Attributes
-    ----------
-    request : the request dataclass its action parses the raw inputs into (:mod:`core.mixln.requests`).
-    status : ``(data, request, source) -> str``, the status text (Markdown).
-    tables : ``(data, request) -> {name: rows}`` (the CSV files, the tab's tables).
-    figures : ``(data, request) -> {name: plotly figure}`` (the HTML files, the tab's plots).
-    stem : the file name stem, or ``request -> stem``.
-    json : ``data -> what the JSON file holds`` (default: the data itself).
-    fields : the fields of a looked-up result that its view reads (a stored result without them is computed again).
-    cached_as : the analysis name its results are looked up under (results cache, a run's precomputed diagnostics).
-    """
-
-    request: type
-    status: Callable[[Any, Any, str], str]
-    tables: Callable[[Any, Any], dict] = _no_parts
-    figures: Callable[[Any, Any], dict] = _no_parts
-    stem: str | Callable[[Any], str] = "mixln"
-    json: Callable[[Any], Any] = _same
-    fields: tuple[str, ...] = ()
-    cached_as: str | None = None
 
 
 def request(name: str, *raw, **named):
     """The request of analysis ``name`` parsed from the raw inputs (one :class:`BadInputError` per bad input)."""
-    return ANALYSES[name].request.parse(*raw, **named)
+    return analyses.request_for(ANALYSES, name, *raw, **named)
 
 
 def view(name: str, found: Found, req=None) -> Result:
     """What analysis ``name`` shows of ``found`` (asked for by ``req``): status, JSON data, tables, figures, files."""
-    a = ANALYSES[name]
-    return Result(a.status(found.data, req, found.source), a.json(found.data), tables=a.tables(found.data, req),
-                  figures=a.figures(found.data, req), source=found.source, key=found.key,
-                  stem=a.stem(req) if callable(a.stem) else a.stem)
+    return analyses.view(ANALYSES[name], found, req)
 
 
 def settings_text() -> str:
@@ -116,14 +81,14 @@ def _fmt(x) -> str:
 
 
 # ---- committed runs -----------------------------------------------------------------------------------------------
-def _loss_tables(runs: list[dict], req) -> dict:
+def _loss_tables(runs: list[dict], shown: Shown) -> dict:
     return {"loss": [{"run": r["run"], "split": split, "step": e["step"], "loss": e["loss"]} for r in runs
                      for split in ("train", "eval") for e in r["history"].get(split, [])]}
 
 
-def _gradnorm_figures(results: list[dict], req: GradnormsRequest) -> dict:
+def _gradnorm_figures(results: list[dict], shown: Shown) -> dict:
     title = f"Grad norm per layer: init (dotted), step {results[0]['final_step']}, seed 0"
-    return {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results), title, req.kind)}
+    return {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results), title, shown.request.kind)}
 
 
 PAPER_CLAIM = "The paper reports Mix-LN ahead of Pre-LN at 71 M to 1 B parameters (by 0.049 nats of loss at 71 M)"
@@ -169,7 +134,7 @@ def versus_pre_text(rows: list[dict]) -> str:
             "difference over seeds): " + "; ".join(parts) + ".") if parts else ""
 
 
-def _compare_status(rows: list[dict], req, source) -> str:
+def _compare_status(rows: list[dict], shown: Shown) -> str:
     parts = _best_per_depth(rows, lambda best: f"lowest mean held-out perplexity **{best['label']}**")
     diverged = sum(r["diverged"] for r in rows)
     versus = mix_vs_pre_text(rows)
@@ -182,7 +147,7 @@ def _curve_key(metric: str) -> str:
     return "eval_loss" if metric == "loss" else "eval_perplexity"
 
 
-def _curves_status(data: dict, req, source) -> str:
+def _curves_status(data: dict, shown: Shown) -> str:
     key, layers = _curve_key(data["metric"]), RUN_SETS[data["set"]].model["num_layers"]
     nd = 3 if data["metric"] == "loss" else 1
     ends = [f"{b['label']} {mean_std_text(b[key]['mean'][-1], b[key]['std'][-1], b[key]['n'][-1], nd)}"
@@ -190,21 +155,21 @@ def _curves_status(data: dict, req, source) -> str:
     return f"Final held-out {data['metric']}, {layers} layers, mean ± std over seeds: " + "; ".join(ends) + "."
 
 
-def _curves_tables(data: dict, req) -> dict:
+def _curves_tables(data: dict, shown: Shown) -> dict:
     key = _curve_key(data["metric"])
     return {"curves": [{"run": b["run"], "label": b["label"], "n": b["n"], "step": t, "mean": m, "std": sd, "min": lo,
                         "max": hi} for b in data["bands"]
                        for t, m, sd, lo, hi in zip(*(b[key][f] for f in ("steps", "mean", "std", "min", "max")))]}
 
 
-def _curves_figures(data: dict, req) -> dict:
+def _curves_figures(data: dict, shown: Shown) -> dict:
     metric, layers = data["metric"], RUN_SETS[data["set"]].model["num_layers"]
     return {"curves": figures.loss_band_figure(
         data["bands"], metric, f"Held-out {metric} over seeds at {layers} layers (mean, band min-max)",
         reference=load_reference())}
 
 
-def _lr_sweep_status(rows: list[dict], req, source) -> str:
+def _lr_sweep_status(rows: list[dict], shown: Shown) -> str:
     best = {}
     for r in rows:
         if r["eval_loss"] is not None and (r["run"] not in best or r["eval_loss"] < best[r["run"]]["eval_loss"]):
@@ -215,7 +180,7 @@ def _lr_sweep_status(rows: list[dict], req, source) -> str:
             + (f" Diverged: {', '.join(diverged)}." if diverged else ""))
 
 
-def _depth_status(profiles: list[dict], req, source) -> str:
+def _depth_status(profiles: list[dict], shown: Shown) -> str:
     n = sorted({p["n"] for p in profiles})
     diag = sorted({p["angular"]["n"] for p in profiles})
     return (f"Per-layer profiles of {len(profiles)} placement-depth groups: gradient norms over n = "
@@ -224,7 +189,7 @@ def _depth_status(profiles: list[dict], req, source) -> str:
             f"{RUN_SAMPLES} held-out windows of 64 tokens spread over Wikipedia, OpenWebText and the Python docs.")
 
 
-def _depth_tables(profiles: list[dict], req) -> dict:
+def _depth_tables(profiles: list[dict], shown: Shown) -> dict:
     return {"depth": [{"set": p["set"], "run": p["run"], "layers": p["layers"], "n": p["n"], "layer": layer,
                        **{f"{k}_{stat}": p[k][stat][layer] if layer < len(p[k][stat]) else None
                           for k in ("angular", "grad_norm", "removal") for stat in ("mean", "min", "max")}}
@@ -232,26 +197,26 @@ def _depth_tables(profiles: list[dict], req) -> dict:
 
 
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
-def _angular_tables(res: dict, req) -> dict:
+def _angular_tables(res: dict, shown: Shown) -> dict:
     return {"angular": [{"block_size": n, "first_layer": layer, "raw": res["raw"][i][j], "scaled": res["scaled"][i][j]}
                         for i, n in enumerate(res["block_sizes"]) for j, layer in enumerate(res["first_layers"])
                         if res["raw"][i][j] is not None]}
 
 
-def _angular_figures(res: dict, req: AngularRequest) -> dict:
-    kind = "committed run " if req.run is not None else ""
+def _angular_figures(res: dict, shown: Shown) -> dict:
+    kind = "committed run " if shown.request.run is not None else ""
     return {"angular": figures.angular_figure(res, f"Angular distance d(h_l, h_l+n): {kind}{res['subject']}")}
 
 
-def _removal_status(results: list[dict], req, source) -> str:
+def _removal_status(results: list[dict], shown: Shown) -> str:
     one = results[0]
     worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
     return (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
             f"skipping layer {worst} hurts most (+{one['loss_increase'][worst]:.3f} nats); {windows_text(one)} "
-            f"({source_text(source)}).")
+            f"({shown.source_text}).")
 
 
-def _removal_figures(results: list[dict], req) -> dict:
+def _removal_figures(results: list[dict], shown: Shown) -> dict:
     one = results[0]
     title = ("Layer removal: held-out loss increase when one layer is skipped"
              + (" (seed 0; the spread over seeds is in the depth chart)" if "label" in one else "")
@@ -265,7 +230,8 @@ def _live_label(req: LiveRequest) -> str:
     return placement_label(req.placement, req.alpha if PLACEMENTS[req.placement].has_alpha else None)
 
 
-def _live_status(data: dict, req: LiveRequest, source) -> str:
+def _live_status(data: dict, shown: Shown) -> str:
+    req = shown.request
     history, label = data["history"], _live_label(req)
     if history["status"] == "stopped":
         return (f"**{label}**: **stopped** at step {history['train'][-1]['step'] if history['train'] else 0}; the "
@@ -279,7 +245,8 @@ def _live_status(data: dict, req: LiveRequest, source) -> str:
     return msg
 
 
-def _live_figures(data: dict, req: LiveRequest, kind: str = "param") -> dict:
+def _live_figures(data: dict, shown: Shown, kind: str = "param") -> dict:
+    req = shown.request
     history, label, colour = data["history"], _live_label(req), placement_colour(req.placement, req.alpha)
     loss = figures.loss_figure([{"label": label, "colour": colour, "history": history}],
                                f"Live run ({label}): training and held-out loss", data["levels"])
@@ -295,22 +262,22 @@ def _live_figures(data: dict, req: LiveRequest, kind: str = "param") -> dict:
                                                                kind)}
 
 
-def _reference_status(levels: dict, req: ReferenceRequest, source) -> str:
+def _reference_status(levels: dict, shown: Shown) -> str:
     uni, bi = levels["unigram"], levels["bigram"]
     return (f"On {levels['targets']:,} held-out targets ({levels['windows'][0]} windows of {levels['windows'][1]} "
             f"tokens): unigram {uni['loss']:.3f} nats (perplexity {uni['perplexity']:,.0f}), bigram {bi['loss']:.3f} "
             f"nats (perplexity {bi['perplexity']:,.0f}), counted on {levels['train_tokens']:,} training tokens"
-            + (" (stored)" if req.write else "") + ".")
+            + (" (stored)" if shown.request.write else "") + ".")
 
 
-def _train_status(meta: dict, req, source) -> str:
+def _train_status(meta: dict, shown: Shown) -> str:
     return (f"{meta['status']}: {meta['folder']} ({meta['norm']}, alpha {meta['alpha']}, {meta['steps_done']} steps, "
             f"{meta['wall_seconds']} s, {meta['train_tokens_per_s']} tokens/s)\nfinal held-out perplexity "
             f"{_fmt(meta['final_eval_perplexity'])} (loss {_fmt(meta['final_eval_loss'])})"
             + (f"\n{meta['message']}" if meta["message"] else ""))
 
 
-def _reproduces_status(data: dict, req, source) -> str:
+def _reproduces_status(data: dict, shown: Shown) -> str:
     counts = {}
     for r in data["claims"]:
         for v in (r.get("depths") or {"": r["verdict"]}).values():
@@ -324,14 +291,14 @@ def _reproduces_status(data: dict, req, source) -> str:
             + (f" Wrote {data['docs']}." if data.get("docs") else ""))
 
 
-def _reproduces_tables(data: dict, req) -> dict:
+def _reproduces_tables(data: dict, shown: Shown) -> dict:
     keep = ("claim", "source", "paper", "ours", "verdict")
     return {"claims": [{k: r[k] for k in keep} for r in data["claims"]],
             "init": [{k: v for k, v in r.items() if k not in ("delta", "se", "n")} for r in data["init"]],
             "followups": data["followups"]}
 
 
-def _reproduce_status(data: dict, req, source) -> str:
+def _reproduce_status(data: dict, shown: Shown) -> str:
     return "\n".join(f"{k}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'])}, {v['wall_seconds']} s"
                      for k, v in data["runs"].items())
 
@@ -340,65 +307,69 @@ def _reproduce_status(data: dict, req, source) -> str:
 ANALYSES: dict[str, Analysis] = {
     # committed runs (data: read from their folders)
     "loss": Analysis(
-        RunsRequest, lambda runs, req, source: f"Loss of {', '.join(r['label'] for r in runs)}.", _loss_tables,
-        lambda runs, req: {"loss": figures.loss_figure(runs, "Loss, seed 0 (the spread over seeds: below)",
-                                                       load_reference())},
-        "mixln-loss", json=lambda runs: {"runs": [r["run"] for r in runs]}),
+        RunsRequest, lambda runs, shown: f"Loss of {', '.join(r['label'] for r in runs)}.", compute.loss,
+        tables=_loss_tables,
+        figures=lambda runs, shown: {"loss": figures.loss_figure(runs, "Loss, seed 0 (the spread over seeds: below)",
+                                                                 load_reference())},
+        stem="mixln-loss", json=lambda runs: {"runs": [r["run"] for r in runs]}),
     "gradnorms": Analysis(
         GradnormsRequest,
-        lambda results, req, source: f"{req.kind} gradient norms at initialisation and at step "
-                                     f"{results[0]['final_step']}.",
-        lambda results, req: {"gradnorms": [{"subject": r["run"], "layer": layer, "init": r["init"][layer],
-                                             "final": r["final"][layer]} for r in results for layer in r["layers"]]},
-        _gradnorm_figures, "mixln-gradnorms"),
+        lambda results, shown: f"{shown.request.kind} gradient norms at initialisation and at step "
+                               f"{results[0]['final_step']}.", compute.gradnorms,
+        tables=lambda results, shown: {"gradnorms": [{"subject": r["run"], "layer": layer, "init": r["init"][layer],
+                                                       "final": r["final"][layer]}
+                                                      for r in results for layer in r["layers"]]},
+        figures=_gradnorm_figures, stem="mixln-gradnorms"),
     "compare": Analysis(
-        CompareRequest, _compare_status, lambda rows, req: {"compare": rows},
-        lambda rows, req: {"compare": figures.compare_figure(rows, reference=load_reference())}, "mixln-compare"),
+        CompareRequest, _compare_status, compute.compare, tables=lambda rows, shown: {"compare": rows},
+        figures=lambda rows, shown: {"compare": figures.compare_figure(rows, reference=load_reference())},
+        stem="mixln-compare"),
     "sweep": Analysis(
-        NoInput, lambda rows, req, source: f"Alpha sweep over {len(rows)} run groups; " + "; ".join(
-            _best_per_depth(rows, lambda best: f"best alpha {best['alpha']:g}")) + ".",
-        lambda rows, req: {"sweep": rows},
-        lambda rows, req: {"sweep": figures.sweep_figure(rows, reference=load_reference())}, "mixln-sweep"),
-    "curves": Analysis(CurvesRequest, _curves_status, _curves_tables, _curves_figures,
-                       lambda req: f"mixln-{req.metric}-curves"),
+        NoInput, lambda rows, shown: f"Alpha sweep over {len(rows)} run groups; " + "; ".join(
+            _best_per_depth(rows, lambda best: f"best alpha {best['alpha']:g}")) + ".", compute.sweep,
+        tables=lambda rows, shown: {"sweep": rows},
+        figures=lambda rows, shown: {"sweep": figures.sweep_figure(rows, reference=load_reference())},
+        stem="mixln-sweep"),
+    "curves": Analysis(CurvesRequest, _curves_status, compute.curves, tables=_curves_tables, figures=_curves_figures,
+                       stem=lambda data, shown: f"mixln-{shown.request.metric}-curves"),
     "lr-sweep": Analysis(
-        NoInput, _lr_sweep_status, lambda rows, req: {"lr-sweep": rows},
-        lambda rows, req: {"lr-sweep": figures.lr_sweep_figure(rows, reference=load_reference())}, "mixln-lr-sweep"),
-    "reproduces": Analysis(ReproducesRequest, _reproduces_status, _reproduces_tables, stem="mixln-reproduces"),
-    "depth": Analysis(DepthRequest, _depth_status, _depth_tables,
-                      lambda profiles, req: {"depth": figures.depth_figure(profiles)}, "mixln-depth"),
+        NoInput, _lr_sweep_status, compute.lr_sweep, tables=lambda rows, shown: {"lr-sweep": rows},
+        figures=lambda rows, shown: {"lr-sweep": figures.lr_sweep_figure(rows, reference=load_reference())},
+        stem="mixln-lr-sweep"),
+    "reproduces": Analysis(ReproducesRequest, _reproduces_status, compute.reproduces, tables=_reproduces_tables,
+                           stem="mixln-reproduces"),
+    "depth": Analysis(DepthRequest, _depth_status, compute.depth, tables=_depth_tables,
+                      figures=lambda profiles, shown: {"depth": figures.depth_figure(profiles)}, stem="mixln-depth"),
     # diagnostics of a run or any causal LM (data: looked up under the weights' fingerprint)
     "angular": Analysis(
         AngularRequest,
-        lambda res, req, source: f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, "
-                                 f"{windows_text(res)} ({source_text(source)}).",
-        _angular_tables, _angular_figures, lambda req: f"mixln-angular-{Path(req.ref).name}",
-        fields=("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers", "adjacent_se",
-                "adjacent_per_window"),
-        cached_as="mixln/angular"),
+        lambda res, shown: f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, "
+                           f"{windows_text(res)} ({shown.source_text}).",
+        compute.angular, stored_as="mixln/angular", fields=compute.ANGULAR_FIELDS, tables=_angular_tables,
+        figures=_angular_figures, stem=lambda res, shown: f"mixln-angular-{Path(shown.request.ref).name}"),
     "removal": Analysis(
-        RemovalRequest, _removal_status,
-        lambda results, req: {"removal": [row for r in results
-                                          for row in _rows_of({k: v for k, v in r.items() if k != "colour"})]},
-        _removal_figures, "mixln-removal",
-        fields=("subject", "baseline_loss", "baseline_perplexity", "layers", "losses", "loss_increase",
-                "perplexities", "perplexity_increase", "loss_increase_se", "loss_increase_per_window"),
-        cached_as="mixln/removal"),
+        RemovalRequest, _removal_status, compute.removal,
+        tables=lambda results, shown: {"removal": [row for r in results for row in
+                                                   _rows_of({k: v for k, v in r.items() if k != "colour"})]},
+        figures=_removal_figures, stem="mixln-removal"),
     "model-gradnorms": Analysis(
         ModelGradnormsRequest,
-        lambda results, req, source: f"Gradient norms of **{results[0]['subject']}** on {req.samples} held-out "
-                                     "sequences.",
-        lambda results, req: {"gradnorms": [{"subject": r["subject"], "layer": layer, "param": r["param"][layer],
-                                             "input": r["input"][layer]} for r in results for layer in r["layers"]]},
-        lambda results, req: {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results))},
-        "mixln-gradnorms", fields=("subject", "layers", "param", "input", "loss"), cached_as="mixln/gradnorms"),
-    # training (data: the live run's history and reference levels, a run.json, the reproduced runs)
+        lambda results, shown: f"Gradient norms of **{results[0]['subject']}** on {shown.request.samples} held-out "
+                               "sequences.", compute.model_gradnorms,
+        tables=lambda results, shown: {"gradnorms": [{"subject": r["subject"], "layer": layer,
+                                                       "param": r["param"][layer], "input": r["input"][layer]}
+                                                      for r in results for layer in r["layers"]]},
+        figures=lambda results, shown: {"gradnorms": figures.gradnorm_figure(figures.gradnorm_series(results))},
+        stem="mixln-gradnorms"),
+    # training (data: the live run's history and reference levels, a run.json, the reproduced runs): the live run,
+    # training and reproducing are shown by their actions (they stream and write files), the levels computed
     "live": Analysis(LiveRequest, _live_status, figures=_live_figures, stem="mixln-live",
                      json=lambda data: data["history"]),
     "reference": Analysis(
-        ReferenceRequest, _reference_status,
-        lambda levels, req: {"reference": [{"model": m, "loss_nats": levels[m]["loss"],
-                                            "perplexity": levels[m]["perplexity"]} for m in ("unigram", "bigram")]},
+        ReferenceRequest, _reference_status, compute.reference_levels,
+        tables=lambda levels, shown: {"reference": [{"model": m, "loss_nats": levels[m]["loss"],
+                                                     "perplexity": levels[m]["perplexity"]}
+                                                    for m in ("unigram", "bigram")]},
         stem="mixln-reference"),
     "train": Analysis(TrainRequest, _train_status, stem="mixln-train"),
     "reproduce": Analysis(ReproduceRequest, _reproduce_status, stem="mixln-reproduce"),

@@ -5,48 +5,30 @@ the exponent (pairs of exponents, chunked rANS with 8 interleaved states, :mod:`
 and keeps sign and mantissa raw (lossless, about 10.6 bits per weight), or keeps only the top ``k`` mantissa bits
 (``k in {0, 1, 3}``), with an optional per-block normaliser, for inference.
 
-Public API (what the tab, the CLI and a notebook use)
------------------------------------------------------
-- the codec: :func:`compress` -> :class:`CompressedTensor` (``.nbytes``, ``.shape``, ``.decompress()``);
-  :func:`save_compressed` / :func:`load_compressed`: a checksummed safetensors checkpoint
-- compressed models: :func:`compress_model`, :class:`CompressedLinear`, :func:`memory_report`, :func:`device_memory`
-  (on a GPU), :func:`compressed_tensors`, :func:`apply_compressed` (put loaded compressed weights into a freshly built
-  model), :func:`set_decode_ahead` (decode the next layers in a background thread while one computes),
-  :func:`decompress_model` (back to plain layers, for evaluations with many forwards)
-- the registries: :data:`CODECS` (the codecs :func:`codec_comparison` sets side by side) and
-  :data:`TRADEOFF_METHODS` (the weight formats of the memory / perplexity trade-off: :class:`Method`, :class:`Style`)
-- the service (each returns a ``core.results.Result``; the views are registered in :mod:`core.neuzip.views`):
-  :func:`weights_result`, :func:`histograms_result`, :func:`table_result`, :func:`tradeoff_result`,
-  :func:`throughput_result`, :func:`device_memory_result`, :func:`compress_result`, :func:`decompress_result`,
-  :func:`shown_result`, :func:`example_parts`, :func:`precompute_examples`, :func:`linear_weights`
-- the choices and defaults of the inputs (:mod:`core.neuzip.requests`): ``K_CHOICES``, ``BLOCK_SIZES``,
-  ``NO_BLOCK``, ``DEFAULT_BLOCK``, ``MIN_WORDS``, ``MAX_WORDS``, ``DEFAULT_WORDS``, ``DEFAULT_WINDOW``,
-  ``THROUGHPUT_NUMEL``; the committed example: ``EXAMPLE_MODEL``, ``EXAMPLE_PARTS``, ``EXAMPLE_VIEWS``
+The public API: what the tab, the CLI and a notebook import, each name once, grouped by what it is for (the rest
+lives in the submodules). :func:`compress` returns a :class:`CompressedTensor` (``.nbytes``, ``.shape``,
+``.decompress()``); every action of the service returns a ``core.results.Result``.
 """
-from core.neuzip.checkpoint import load_compressed, save_compressed
+# the codec, and its checksummed safetensors checkpoints
 from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
+from core.neuzip.checkpoint import load_compressed, save_compressed
+# compressed models: linear layers decoded per forward (decode ahead in a background thread), their memory, the
+# compressed weights put into a freshly built model, and back to plain layers
+from core.neuzip.modules import (CompressedLinear, apply_compressed, compress_model, compressed_tensors,
+                                 decompress_model, set_decode_ahead)
+from core.neuzip.memory import cuda_present, device_memory, memory_report
+# the registries: the codecs set side by side, the weight formats of the memory / perplexity trade-off
 from core.neuzip.compare import CODECS, codec_comparison
 from core.neuzip.formats import METHODS as TRADEOFF_METHODS
 from core.neuzip.formats import Method, Style
-from core.neuzip.memory import cuda_present, device_memory, memory_report
-from core.neuzip.modules import (CompressedLinear, apply_compressed, compress_model, compressed_tensors,
-                                 decompress_model, set_decode_ahead)
-from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, K_CHOICES, MAX_WORDS, MIN_WORDS,
-                                  NO_BLOCK, THROUGHPUT_NUMEL)
-from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, compress_result, decompress_result,
+# the analyses (core.analyses.Analysis entries) and the service: one function per user action
+from core.neuzip.views import ANALYSES
+from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, analysis_result, compress_result, decompress_result,
                                  device_memory_result, example_parts, histograms_result, linear_weights,
                                  precompute_examples, shown_result, table_result, throughput_result, tradeoff_result,
                                  weights_result)
-from core.neuzip.examples import EXAMPLE_VIEWS  # the views a speaker shows (core.examples)
-
-__all__ = [
-    "compress", "CompressedTensor", "save_compressed", "load_compressed",
-    "compress_model", "CompressedLinear", "memory_report", "device_memory", "cuda_present", "compressed_tensors", "apply_compressed",
-    "set_decode_ahead", "decompress_model",
-    "CODECS", "codec_comparison", "TRADEOFF_METHODS", "Method", "Style",
-    "weights_result", "histograms_result", "table_result", "tradeoff_result", "throughput_result",
-    "device_memory_result", "compress_result", "decompress_result", "shown_result", "example_parts",
-    "precompute_examples", "linear_weights",
-    "K_CHOICES", "BLOCK_SIZES", "NO_BLOCK", "DEFAULT_BLOCK", "MIN_WORDS", "MAX_WORDS", "DEFAULT_WORDS",
-    "DEFAULT_WINDOW", "THROUGHPUT_NUMEL", "EXAMPLE_MODEL", "EXAMPLE_PARTS", "EXAMPLE_VIEWS",
-]
+# the choices and defaults of the inputs
+from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, K_CHOICES, MAX_WORDS, MIN_WORDS,
+                                  NO_BLOCK, THROUGHPUT_NUMEL)
+# the views a speaker shows (core.examples)
+from core.neuzip.examples import EXAMPLE_VIEWS

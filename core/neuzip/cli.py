@@ -19,7 +19,7 @@ from pathlib import Path
 
 import core.neuzip as nz
 from core.batch import kind as batch_kind, register as register_batch
-from core.cli import ProgressBar, emit, table
+from core.cli_common import ProgressBar, emit, table
 from core.errors import BadInputError
 from core.zoo import add_placement_args
 
@@ -193,7 +193,7 @@ def run_precompute(args):
 
 
 def register(groups) -> None:
-    """Add the ``neuzip`` commands to the CLI registry (see :mod:`core.cli`)."""
+    """Add the ``neuzip`` commands to the CLI registry (:class:`core.cli_common.CommandGroups`)."""
     cmd = lambda name, help, add: groups.command("neuzip", name, help, add)  # noqa: E731
     cmd("histograms", "sign / exponent / mantissa histograms and entropies of a model's linear weights",
         _histograms_args)(run_histograms)

@@ -126,7 +126,7 @@ class CompressedLinear(nn.Module):
         if arrays.device != out.device:
             _warn_not_resident(arrays.device, out.device)
             arrays, errors = ct.device_arrays(out.device), None  # a copy per call: checked at once
-        out.view(-1).copy_(ct.decode_arrays(arrays, errors))
+        ct.decode_arrays(arrays, errors, out=out.view(-1))  # on CUDA: one kernel, straight into ``out``
         return out.view(ct.shape)
 
     def decompressed_weight(self, device: torch.device | None = None) -> torch.Tensor:
@@ -251,7 +251,8 @@ def _watch(model: nn.Module) -> None:
         model._neuzip_watch = model.register_forward_hook(_check_decodes)
 
 
-DECODE_KERNELS = ("pair_rans_decode", "merge_bf16")  # pair_rans_gemv: opt-in, never chosen in auto mode
+DECODE_KERNELS = ("pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16")  # the fused decode + merge, and
+# the two it replaces (lossy weights, or where it failed its check); pair_rans_gemv: opt-in, never chosen in auto
 
 
 def _warm_decoder(model: nn.Module) -> None:

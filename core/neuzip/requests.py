@@ -91,6 +91,10 @@ class HistogramsRequest:
     def params(self) -> dict:
         return {"skip": list(SKIP), "version": CACHE_VERSION}
 
+    def key(self) -> tuple[str, str, dict]:
+        """(model name, the weights' fingerprint, :meth:`params`): how the result is stored and looked up."""
+        return _key(self)
+
 
 @dataclass(frozen=True)
 class TableRequest:
@@ -108,6 +112,9 @@ class TableRequest:
 
     def params(self) -> dict:
         return {"k": self.k, "block_size": self.block_size, "skip": list(SKIP), "version": CACHE_VERSION}
+
+    def key(self) -> tuple[str, str, dict]:
+        return _key(self)
 
 
 @dataclass(frozen=True)
@@ -204,10 +211,11 @@ class TradeoffRequest:
     baselines: bool = True
     dataset: str | None = None
     settings: tuple[dict, ...] = field(default=(), compare=False)
+    cache: bool = True  # answered from (and stored in) the examples and the results cache, the result and each point
 
     @classmethod
     def parse(cls, ref, ks=K_CHOICES, block_size=DEFAULT_BLOCK, words=DEFAULT_WORDS, window=DEFAULT_WINDOW,
-              baselines=True, dataset=None) -> "TradeoffRequest":
+              baselines=True, dataset=None, cache=True) -> "TradeoffRequest":
         ref = parse_model(ref)
         ks = tuple(parse_k(k) for k in (ks if isinstance(ks, (list, tuple)) else [ks]))
         b = parse_block(block_size)
@@ -219,7 +227,7 @@ class TradeoffRequest:
         window = check_number(window, "window", 8, whole=True)
         dataset = str(dataset).strip() if dataset else None
         return cls(ref, ks, b, words, window, bool(baselines), dataset,
-                   tuple(default_settings(ks, b, bool(baselines))))
+                   tuple(default_settings(ks, b, bool(baselines))), bool(cache))
 
     def params(self) -> dict:
         from core.settings import is_online
@@ -228,3 +236,12 @@ class TradeoffRequest:
                 "baselines": self.baselines,
                 "dataset": self.dataset or ("online" if is_online() else "wikipedia-paragraphs"),
                 "version": CACHE_VERSION}
+
+    def key(self) -> tuple[str, str, dict]:
+        return _key(self)
+
+
+def _key(request) -> tuple[str, str, dict]:
+    from core.zoo import fingerprint
+
+    return request.ref, fingerprint(request.ref), request.params()

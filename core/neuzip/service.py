@@ -10,118 +10,44 @@
     shown_result(parts)                       the files of what a page shows
     example_parts(), precompute_examples()    the committed example (``assets/neuzip/examples.json``)
 
-Each parses its inputs once into its request (:mod:`core.neuzip.requests`), finds the result with
-:func:`core.runner.lookup` (keyed by the weights' fingerprint, read without loading the model: the committed example
-or the results cache answers a repeated request at once) or computes it, and returns its view
-(:func:`core.neuzip.views.view`). The compute function of each analysis is registered here under its name.
+Each parses its inputs once into its request (:mod:`core.neuzip.requests`) and answers it with
+:func:`core.analyses.answer`: found with :func:`core.runner.lookup` (keyed by the weights' fingerprint, read without
+loading the model: the committed example or the results cache answers a repeated request at once) or computed by
+its entry's compute function (:mod:`core.neuzip.compute`), and shown by its entry in
+:data:`core.neuzip.views.ANALYSES`.
 """
 from __future__ import annotations
 
-import os
-import warnings
 from pathlib import Path
-from typing import Callable
 
-import torch
-from torch import nn
-
+from core.analyses import answer, named, request_for, together
 from core.errors import BadInputError, LayerwiseError
-from core.neuzip.codec import compress
-from core.neuzip.compare import codec_comparison
-from core.neuzip.measure import bitfield_histograms, compression_table
-from core.neuzip.modules import linear_layers
-from core.neuzip.perplexity import DEFAULT_WINDOW, DEFAULT_WORDS, eval_text
+from core.neuzip.compute import EXAMPLES, first_weights, linear_weights, point_lookup  # noqa: F401  (re-exported)
+from core.neuzip.perplexity import DEFAULT_WINDOW, DEFAULT_WORDS
 from core.neuzip.requests import CACHE_VERSION, DEFAULT_BLOCK, K_CHOICES, THROUGHPUT_NUMEL
-from core.neuzip.tradeoff import tradeoff_for_model
-from core.neuzip.views import ANALYSES, page, view
-from core.paths import ASSETS_DIR
-from core.progress import item_progress, report, scaled
+from core.neuzip.views import ANALYSES, PAGE, page, view
+from core.progress import scaled
 from core.results import Result
-from core.runner import ExampleStore, Found, lookup, precompute, result_key
-from core.zoo.placement import ParameterValues, offloaded_names
+from core.runner import ExampleStore, Found, precompute, result_key
 
 EXAMPLE_MODEL = "smollm2-135m"
 EXAMPLE_PARTS = ("histograms", "table", "throughput", "tradeoff")  # the analyses of the committed example
 
 
-class _Examples(ExampleStore):
-    """The committed example store, read without the in-band provenance that its older entries carry (a ``cached``
-    flag on each trade-off point): where a result came from is :class:`core.runner.Found`'s to say."""
-
-    def get(self, fingerprint: str, analysis: str, params: dict):
-        return _without_provenance(super().get(fingerprint, analysis, params))
-
-    def entries(self, analysis: str | None = None) -> list[dict]:
-        return [{**e, "data": _without_provenance(e["data"])} for e in super().entries(analysis)]
-
-
-def _without_provenance(data):
-    if isinstance(data, dict) and isinstance(data.get("points"), list):
-        return {**data, "points": [{k: v for k, v in p.items() if k != "cached"} for p in data["points"]]}
-    return data
-
-
-EXAMPLES = _Examples(ASSETS_DIR / "neuzip" / "examples.json")
-
-
-# ---- finding a result ---------------------------------------------------------------------------------------------
-_COMPUTE: dict[str, Callable] = {}
-
-
-def _computes(name: str):
-    """Register the compute function of analysis ``name``: ``(request, progress=None, use_cache=True) -> data``."""
-    def register(fn):
-        _COMPUTE[name] = fn
-        return fn
-    return register
-
-
+# ---- the one way an analysis is answered ----------------------------------------------------------------------------
 def analysis_result(name: str, *, use_cache: bool = True, progress=None, options: dict | None = None,
                     **inputs) -> Result:
     """Analysis ``name`` of :data:`core.neuzip.views.ANALYSES` for the raw ``inputs`` (parsed by its request type,
     before anything loads): found (the example store, the results cache) or computed, then viewed (``options``:
     e.g. ``log_x``)."""
-    request = ANALYSES[name].request.parse(**inputs)
-    return view(name, _find(name, request, use_cache, progress), **(options or {}))
-
-
-def _find(name: str, request, use_cache: bool = True, progress=None) -> Found:
-    a = ANALYSES[name]
-    if a.parts:  # a view of other analyses, found one after the other
-        parts = request.parts()
-        found = [_find(p, parts[p], use_cache, scaled(progress, i / len(a.parts), (i + 1) / len(a.parts)))
-                 for i, p in enumerate(a.parts)]
-        return _together(name, _fingerprint(request.ref), dict(zip(a.parts, found)))
-
-    def compute():
-        return _COMPUTE[name](request, progress=progress, use_cache=use_cache)
-    if a.store is None:
-        return Found(compute(), "computed", None)
-    found = lookup(_fingerprint(request.ref), a.store, request.params(), compute,
-                   examples=EXAMPLES if a.cached else None, cache=use_cache and a.cached,
-                   check=lambda data: view(name, _named(Found(data, "computed", ""), request.ref)), model=request.ref)
-    return _named(found, request.ref)
+    return answer(ANALYSES, name, request_for(ANALYSES, name, **inputs), examples=EXAMPLES, progress=progress,
+                  use_cache=use_cache, options=options)
 
 
 def _fingerprint(ref: str) -> str:
     from core.zoo import fingerprint
 
     return fingerprint(ref)
-
-
-def _named(found: Found, ref: str) -> Found:
-    """A result names its model (the bit-field and table results are stored without it)."""
-    if isinstance(found.data, dict) and "model" not in found.data:
-        return Found({"model": ref, **found.data}, found.source, found.key)
-    return found
-
-
-def _together(name: str, fingerprint: str, parts: dict[str, Found]) -> Found:
-    """The found parts of analysis ``name`` as one: their data by part, the freshest source, one key."""
-    sources = {f.source for f in parts.values()}
-    return Found({p: f.data for p, f in parts.items()},
-                 next(s for s in ("computed", "cache", "precomputed") if s in sources),
-                 result_key(fingerprint, f"neuzip/{name}", {"parts": [f.key for f in parts.values()]}))
 
 
 # ---- the actions --------------------------------------------------------------------------------------------------
@@ -149,7 +75,7 @@ def tradeoff_result(ref: str, ks=K_CHOICES, block_size: int | None = DEFAULT_BLO
     registry's baselines, with the Pareto front (:func:`core.neuzip.tradeoff.tradeoff_for_model`; each point is looked
     up on its own, so a stopped run keeps the points it finished)."""
     return analysis_result("tradeoff", ref=ref, ks=ks, block_size=block_size, words=words, window=window,
-                           baselines=baselines, dataset=dataset, use_cache=use_cache, progress=progress,
+                           baselines=baselines, dataset=dataset, cache=use_cache, progress=progress,
                            options={"log_x": bool(log_x)})
 
 
@@ -183,7 +109,7 @@ def shown_result(parts: dict, log_x: bool = False) -> Result:
     parts = {k: v for k, v in (parts or {}).items() if v}
     if not parts:
         raise BadInputError("nothing to download yet.", fix="run one of the measurements first")
-    unknown = [k for k in parts if k not in ANALYSES or not ANALYSES[k].store]
+    unknown = [k for k in parts if k not in ANALYSES or not ANALYSES[k].stored_as]
     if unknown:
         raise BadInputError(f"no such part of a page: {', '.join(unknown)}.")
     return page(parts, log_x=bool(log_x))
@@ -199,13 +125,13 @@ def example_parts(ref: str = EXAMPLE_MODEL) -> tuple[dict, dict[str, Result]]:
         return {}, {}
     stored = {e["analysis"]: e for e in EXAMPLES.entries()
               if e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION}  # not a stale codec's
-    found = {name: _named(Found(e["data"], "precomputed", result_key(fp, e["analysis"], e["params"])), ref)
-             for name, a in ANALYSES.items() if (e := stored.get(a.store)) is not None}
+    found = {name: named(Found(e["data"], "precomputed", result_key(fp, e["analysis"], e["params"])), ref)
+             for name, a in ANALYSES.items() if a.stored_as and (e := stored.get(a.stored_as)) is not None}
     for name, a in ANALYSES.items():
         if a.parts and all(p in found for p in a.parts):
-            found[name] = _together(name, fp, {p: found[p] for p in a.parts})
-    parts = {name: f.data for name, f in found.items() if ANALYSES[name].store}
-    return parts, {name: view(name, f) for name, f in found.items() if ANALYSES[name].page}
+            found[name] = together(name, fp, {p: found[p] for p in a.parts})
+    parts = {name: f.data for name, f in found.items() if ANALYSES[name].stored_as}
+    return parts, {name: view(name, f) for name, f in found.items() if name in PAGE}
 
 
 def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, block_size: int = DEFAULT_BLOCK,
@@ -226,7 +152,7 @@ def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, bl
         return e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION
 
     kept = {e["analysis"] for e in ExampleStore(path).entries() if current(e)}
-    missing = [p for p in EXAMPLE_PARTS if p not in only and ANALYSES[p].store not in kept]
+    missing = [p for p in EXAMPLE_PARTS if p not in only and ANALYSES[p].stored_as not in kept]
     if missing:
         raise BadInputError(f"{path} holds no current {', '.join(missing)} of {ref} to keep.",
                             fix="precompute every part (leave out --only)")
@@ -235,153 +161,6 @@ def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, bl
              "throughput": lambda: throughput_result(ref, 3, block_size, progress=scaled(progress, 0.1, 0.15)),
              "tradeoff": lambda: tradeoff_result(ref, K_CHOICES, block_size, words,
                                                  progress=scaled(progress, 0.15, 1.0))}
-    measured = {ANALYSES[p].store for p in only}
+    measured = {ANALYSES[p].stored_as for p in only}
     keep = None if len(only) == len(EXAMPLE_PARTS) else (lambda e: current(e) and e["analysis"] not in measured)
     return precompute([calls[p] for p in EXAMPLE_PARTS if p in only], path, keep=keep)
-
-
-# ---- computing ----------------------------------------------------------------------------------------------------
-def linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    """``{qualified name + '.weight': weight}`` of the linear layers NeuZip compresses
-    (:func:`core.neuzip.modules.linear_layers`); for a model part of which ``--device-map`` offloaded, a mapping that
-    reads each weight when it is looked up (one at a time)."""
-    chosen = {f"{n}.weight": m.weight.detach() for n, m in linear_layers(model)}
-    if offloaded_names(model):  # spread by --device-map: read each weight when it is used, one at a time
-        return ParameterValues(model, list(chosen))
-    return chosen
-
-
-def _weights(ref: str, progress=None) -> dict[str, torch.Tensor]:
-    from core.zoo import load_model
-
-    report(progress, 0.0, f"loading {ref}")
-    return linear_weights(load_model(ref).model)
-
-
-@_computes("histograms")
-def _histograms(request, progress=None, **_) -> dict:
-    return bitfield_histograms(_weights(request.ref, progress), progress=progress)
-
-
-@_computes("table")
-def _table(request, progress=None, **_) -> dict:
-    return compression_table(_weights(request.ref, progress), request.k, request.block_size, progress=progress)
-
-
-@_computes("tradeoff")
-def _tradeoff(request, progress=None, use_cache: bool = True) -> dict:
-    """Loads the model (refused when spread by ``--device-map`` or without a tokenizer) and measures every setting,
-    each point looked up on its own (analysis ``neuzip/tradeoff``)."""
-    from core.zoo import load_model, require_kind
-    from core.zoo.placement import is_dispatched
-
-    ref = request.ref
-    text, dataset = eval_text(request.words, request.dataset)
-    report(progress, 0.0, f"loading {ref}")
-    lm = require_kind(load_model(ref), ("causal-lm",), "The memory / perplexity trade-off")
-    if is_dispatched(lm.model):
-        raise BadInputError(f"the memory / perplexity trade-off evaluates a float32 copy of the whole of {ref}, so it "
-                            "needs the model on one device, not spread by --device-map.",
-                            fix="leave out --device-map / --max-memory for `neuzip tradeoff`; `neuzip compress` reads "
-                                "a spread model layer by layer.")
-    if lm.tokenizer is None:
-        raise BadInputError(f"{ref} has no tokenizer, so its perplexity cannot be measured.",
-                            fix="pick a causal language model with a tokenizer")
-    result = tradeoff_for_model(lm.model, lm.tokenizer, text, list(request.settings), request.window,
-                                point_lookup(lm.fingerprint, ref, dataset, use_cache), progress)
-    return {"model": ref, "fingerprint": lm.fingerprint, "dataset": dataset, "ks": list(request.ks),
-            "block_size": request.block_size, **result}
-
-
-def point_lookup(fingerprint: str, ref: str, dataset: str, use_cache: bool = True):
-    """How the trade-off has each of its points: looked up (analysis ``neuzip/tradeoff``, keyed by the model's
-    fingerprint, the evaluation text and the setting), so a repeated or a stopped request reuses what was measured."""
-    def point(params: dict, compute) -> dict:
-        return lookup(fingerprint, "neuzip/tradeoff", {**params, "dataset": dataset, "version": CACHE_VERSION},
-                      compute, examples=EXAMPLES, cache=use_cache, model=ref).data
-    return point
-
-
-def first_weights(ref: str, numel: int = THROUGHPUT_NUMEL, progress=None) -> dict[str, torch.Tensor]:
-    """The model's linear weights in order, whole tensors, until they hold at least ``numel`` weights."""
-    chosen, total = {}, 0
-    for name, w in _weights(ref, progress).items():
-        chosen[name] = w
-        total += w.numel()
-        if total >= numel:
-            break
-    return chosen
-
-
-@_computes("throughput")
-def _throughput(request, progress=None, **_) -> dict:
-    """:func:`core.neuzip.codec_comparison` of every installed codec (NeuZip, ZipNN, zstd, a memory copy) and the
-    lossy NeuZip setting asked for, on the first linear weights of the model (whole tensors, at least ``numel``
-    weights), one thread each, side by side: its dict plus ``model``, ``numel`` and ``names``."""
-    weights = first_weights(request.ref, request.numel, progress)
-    report(progress, 0.1, f"timing the codecs on {len(weights)} tensors")
-    r = codec_comparison(weights, repeats=request.repeats, lossy=tuple(request.lossy),
-                         progress=scaled(progress, 0.1, 1.0))
-    return {"model": request.ref, "numel": r["weights"], "names": list(weights), "device": "cpu", **r}
-
-
-@_computes("device-memory")
-def _device_memory(request, progress=None, **_) -> dict:
-    from core.neuzip.memory import device_memory
-    from core.zoo import load_model, require_kind
-
-    loaded = require_kind(load_model(request.ref), ("causal-lm",), "The NeuZip device memory")
-    return {"model": request.ref, **device_memory(loaded.model, request.device, request.k, request.block_size,
-                                                  request.tokens)}
-
-
-@_computes("compress")
-def _compress(request, progress=None, **_) -> dict:
-    from core.neuzip.checkpoint import save_compressed
-
-    weights = _weights(request.ref, progress)
-    tensors, step = {}, item_progress(progress, "compressing")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)
-        for i, (name, w) in enumerate(weights.items()):
-            if step:
-                step(i, len(weights), name)
-            tensors[name.removesuffix(".weight")] = compress(w, request.k, request.block_size)
-    path = save_compressed(request.out, tensors)
-    numel = sum(c.numel for c in tensors.values())
-    stored = sum(c.nbytes for c in tensors.values())
-    return {"model": request.ref, "file": str(path), "tensors": len(tensors), "weights": numel,
-            "mantissa_bits": request.k, "block_size": request.block_size, "stored_bytes": stored,
-            "file_bytes": os.path.getsize(path), "bits_per_weight": 8.0 * stored / numel, "bf16_bytes": 2 * numel}
-
-
-@_computes("decompress")
-def _decompress(request, progress=None, **_) -> dict:
-    from safetensors.torch import save_file
-
-    from core.files import atomic_write
-    from core.neuzip.checkpoint import load_compressed
-    from core.zoo import load_model
-
-    src = request.file
-    tensors = load_compressed(src)  # raises BadInputError for a truncated or tampered file
-    decoded = {f"{name}.weight": ct.decompress() for name, ct in tensors.items()}
-    numel = max(1, sum(c.numel for c in tensors.values()))
-    data = {"file": str(src), "tensors": len(tensors), "weights": sum(c.numel for c in tensors.values()),
-            "mantissa_bits": sorted({c.mantissa_bits for c in tensors.values()}),
-            "bits_per_weight": 8.0 * sum(c.nbytes for c in tensors.values()) / numel}
-    if request.model:
-        ref = linear_weights(load_model(request.model).model)
-        missing = [n for n in decoded if n not in ref]
-        if missing:
-            raise BadInputError(f"{len(missing)} tensors of the file are not linear weights of {request.model} "
-                                f"(e.g. {missing[0]}).", fix="compare with the model the file was made from")
-        exact = all(torch.equal(decoded[n].view(torch.int16), ref[n].to(torch.bfloat16).view(torch.int16))
-                    for n in decoded)
-        err = max(float((decoded[n].float() - ref[n].to(torch.bfloat16).float()).abs().max()) for n in decoded)
-        data.update({"model": request.model, "bit_exact": exact, "max_abs_error": err})
-    if request.out:
-        plain = {k: v.contiguous() for k, v in decoded.items()}
-        atomic_write(request.out, lambda tmp: save_file(plain, str(tmp), metadata={"source": src.name}))
-        data["out"] = str(request.out)
-    return data

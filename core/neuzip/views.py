@@ -1,75 +1,45 @@
-"""What each NeuZip analysis looks like, registered once.
+"""What each NeuZip analysis is and shows, registered once: :data:`ANALYSES`, entries of the one
+:class:`core.analyses.Analysis` type (the request type that asks for it (:mod:`core.neuzip.requests`), its compute
+function (:mod:`core.neuzip.compute`), the name it is stored under, its status text, tables and figures).
 
-:data:`ANALYSES` maps an analysis name to its :class:`Analysis`: the request type that asks for it
-(:mod:`core.neuzip.requests`), the store entry it is looked up as, its status text, its tables and its figures.
 :func:`view` turns what the service found (:class:`core.runner.Found`) into the :class:`core.results.Result` a tab
 shows and the CLI prints and writes; :func:`page` is the files of several analyses shown together (the tab's
-downloads). A new analysis is an entry here and its compute function in :mod:`core.neuzip.service`.
+downloads): :data:`PAGE` names the analyses that are sections of the tab's page (it opens on their committed
+example), and :data:`FIGURE_ONLY` those whose table the page leaves out (the bit fields: their CSV is the CLI's
+``neuzip histograms --out``). A new analysis is an entry here.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
+from core import analyses
+from core.analyses import Analysis, Shown
+from core.figures import fit
+from core.neuzip import compute
 from core.neuzip.figures import histogram_figure, table_figure, throughput_figure, tradeoff_figure
 from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
                                   TableRequest, ThroughputRequest, TradeoffRequest, WeightsRequest)
-from core.results import Result, source_text
+from core.results import Result
 from core.runner import Found, digest
 
-__all__ = ["Analysis", "ANALYSES", "view", "page"]
+__all__ = ["ANALYSES", "PAGE", "FIGURE_ONLY", "view", "page"]
 
-
-def _nothing(data: dict, **options) -> dict:
-    return {}
-
-
-@dataclass(frozen=True)
-class Analysis:
-    """One NeuZip analysis.
-
-    Attributes
-    ----------
-    request : the request type that asks for it (``parse`` checks the inputs, ``params()`` key the result)
-    status : ``(data, source) -> Markdown``, what was measured, on which weights, and where it came from
-    tables : ``data -> {name: rows}`` (the CSV files; the first is the main one)
-    figures : ``(data, **options) -> {name: plotly figure}`` (the HTML files; ``log_x`` for the trade-off)
-    stem : the file name stem
-    store : its analysis name in :func:`core.runner.lookup` and the example store (None: not stored)
-    cached : answered from the examples and the results cache (False: measured each time, e.g. timings)
-    parts : for a view of other analyses shown together (the tab's *Analyse weights*), their names
-    page : a section of the tab's page, which opens on its committed example
-    page_tables : its tables are among the page's downloads (False: its figure only, as the bit fields: their CSV is
-        the CLI's ``neuzip histograms --out``)
-    """
-
-    request: type
-    status: Callable[[dict, str], str]
-    stem: str
-    tables: Callable[[dict], dict[str, list[dict]]] = _nothing
-    figures: Callable[..., dict[str, Any]] = _nothing
-    store: str | None = None
-    cached: bool = True
-    parts: tuple[str, ...] = ()
-    page: bool = False
-    page_tables: bool = True
+PAGE = ("weights", "tradeoff", "throughput")  # the sections of the tab's page
+FIGURE_ONLY = ("histograms",)  # on the page's downloads, its figure only
 
 
 def view(name: str, found: Found, **options) -> Result:
     """The :class:`Result` of analysis ``name`` for what :func:`core.runner.lookup` (or the service) found."""
-    a = ANALYSES[name]
-    data = found.data
-    return Result(a.status(data, found.source), data, tables=a.tables(data), figures=a.figures(data, **options),
-                  source=found.source, key=found.key if a.cached else None, stem=a.stem)  # no key: files afresh
+    return analyses.view(ANALYSES[name], found, options=options)
 
 
 def page(parts: dict[str, dict], **options) -> Result:
     """The files of what a page shows: the tables and figures of each analysis in ``parts`` (name -> its data)."""
-    tables, figures = {}, {}
+    tables, figures, shown = {}, {}, Shown(options=options)
     for name, data in parts.items():
-        if ANALYSES[name].page_tables:
-            tables.update(ANALYSES[name].tables(data))
-        figures.update(ANALYSES[name].figures(data, **options))
+        if name not in FIGURE_ONLY:
+            tables.update(ANALYSES[name].tables(data, shown))
+        figures.update({k: fit(f) for k, f in ANALYSES[name].figures(data, shown).items()})
     model = next(iter(parts.values())).get("model", "")
     return Result(f"{', '.join(parts)} of {model}", parts, tables=tables, figures=figures,
                   key="neuzip-" + digest(parts, options), stem="neuzip", main_first=False)
@@ -86,7 +56,7 @@ def histogram_rows(h: dict) -> list[dict]:
             if c]
 
 
-def _histograms_status(h: dict, source: str) -> str:
+def _histograms_status(h: dict, shown: Shown) -> str:
     e = h["entropy"]
     return (f"{h['model']}: {h['numel']:,} linear weights in {len(h['tensors'])} tensors\nentropy (bits): sign "
             f"{e['sign']:.4f}, exponent {e['exponent']:.4f} of 8, mantissa {e['mantissa']:.4f} of 7"
@@ -103,18 +73,18 @@ def table_rows(table: dict) -> list[dict]:
     return [row(table["total"])] + [row(r) for r in table["rows"]]
 
 
-def _table_status(t: dict, source: str) -> str:
+def _table_status(t: dict, shown: Shown) -> str:
     tot = t["total"]
     return (f"NeuZip {_what(t['mantissa_bits'], t.get('block_size'))}: **{tot['bits_per_weight']:.3f} bits/weight** "
             f"against an entropy bound of {tot['entropy_bound']:.3f}")
 
 
-def _weights_status(data: dict, source: str) -> str:
+def _weights_status(data: dict, shown: Shown) -> str:
     h, table = data["histograms"], data["table"]
     e, t = h["entropy"], table["total"]
     zstd = ("" if t.get("zstd_bits_per_weight") is None
             else f"; zstd on the raw bytes: **{t['zstd_bits_per_weight']:.2f}**")
-    return (f"**{h['numel']:,}** linear weights of `{h.get('model', '')}` ({source_text(source)}). Entropy: sign "
+    return (f"**{h['numel']:,}** linear weights of `{h.get('model', '')}` ({shown.source_text}). Entropy: sign "
             f"{e['sign']:.3f}, exponent **{e['exponent']:.3f}** of 8, mantissa {e['mantissa']:.3f} of 7 bits. NeuZip "
             f"{_what(table['mantissa_bits'], table.get('block_size'))}: **{t['bits_per_weight']:.3f} bits/weight** "
             f"against an entropy bound of {t['entropy_bound']:.3f} (bf16: 16){zstd}.")
@@ -128,8 +98,8 @@ def tradeoff_rows(result: dict) -> list[dict]:
              "token_perplexity": round(p["token_perplexity"], 3), "pareto": p["pareto"]} for p in result["points"]]
 
 
-def _tradeoff_status(r: dict, source: str) -> str:
-    return (f"{source_text(source)}: word-level perplexity of `{r['model']}` on **{r['words']:,} words** "
+def _tradeoff_status(r: dict, shown: Shown) -> str:
+    return (f"{shown.source_text}: word-level perplexity of `{r['model']}` on **{r['words']:,} words** "
             f"({r['tokens']:,} tokens) of {r['dataset']}, windows of {r['window']} tokens. Pareto front: "
             f"{' → '.join(r['pareto'])}. " + " ".join(r.get("notes", [])))
 
@@ -148,13 +118,13 @@ def throughput_rows(result: dict) -> list[dict]:
              else round(copy / r["decompress_MBps"], 1)} for r in result["rows"]]
 
 
-def _throughput_status(r: dict, source: str) -> str:
+def _throughput_status(r: dict, shown: Shown) -> str:
     def speed(v):
         return "-" if v is None else f"{v:,.0f}" if v >= 100 else f"{v:.3g}"
     parts = [f"{x['label']}: {x['bits_per_weight']:.3f} bits/weight, compress {speed(x['compress_MBps'])} / "
              f"decompress **{speed(x['decompress_MBps'])}** MB/s" for x in r["rows"] if x["codec"] != "memcpy"]
     copy = [x for x in r["rows"] if x["codec"] == "memcpy"]
-    src = "Precomputed example" if source == "precomputed" else "Measured now"
+    src = "Precomputed example" if shown.source == "precomputed" else "Measured now"
     status = (f"{src}, one thread each, the codecs taking turns (median of {r['repeats']}; every round trip checked "
               f"bit for bit), on the first {r['tensors']} linear weight tensors of `{r['model']}` "
               f"({2 * r['numel'] / 1e6:.3g} MB of bf16; entropy bound {r['entropy_bound']:.3f} bits/weight): "
@@ -172,7 +142,7 @@ def device_memory_rows(r: dict) -> list[dict]:
              "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2)} for name in ("bf16", "compressed")]
 
 
-def _device_memory_status(r: dict, source: str) -> str:
+def _device_memory_status(r: dict, shown: Shown) -> str:
     def mib(b):
         return f"{b / 2**20:,.1f} MiB"
     return (f"On {r['device']}: `{r['model']}` holds **{mib(r['compressed']['loaded'])}** NeuZip-compressed "
@@ -184,13 +154,13 @@ def _device_memory_status(r: dict, source: str) -> str:
 
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------
-def _compress_status(d: dict, source: str) -> str:
+def _compress_status(d: dict, shown: Shown) -> str:
     return (f"compressed {d['tensors']} linear weights ({d['weights']:,}) of {d['model']} with k={d['mantissa_bits']}"
             + (f", B={d['block_size']}" if d["block_size"] else "") + f": {d['bits_per_weight']:.3f} bits/weight, "
             f"{d['stored_bytes'] / 1e6:.1f} MB (bf16: {d['bf16_bytes'] / 1e6:.1f} MB) -> {d['file']}")
 
 
-def _decompress_status(d: dict, source: str) -> str:
+def _decompress_status(d: dict, shown: Shown) -> str:
     status = (f"{d['file']}: {d['tensors']} tensors, {d['weights']:,} weights, {d['bits_per_weight']:.3f} "
               f"bits/weight, k={d['mantissa_bits']}")
     if "model" in d:
@@ -198,28 +168,33 @@ def _decompress_status(d: dict, source: str) -> str:
     return status + (f"\nwrote {d['out']}" if "out" in d else "")
 
 
+def _figures(make) -> Any:
+    return lambda data, shown: make(data, **shown.options)
+
+
 ANALYSES: dict[str, Analysis] = {
-    "histograms": Analysis(HistogramsRequest, _histograms_status, "neuzip-histograms",
-                           tables=lambda h: {"histograms": histogram_rows(h)},
-                           figures=lambda h, **_: {"histograms": histogram_figure(h)}, store="neuzip/histograms",
-                           page_tables=False),
-    "table": Analysis(TableRequest, _table_status, "neuzip-table", tables=lambda t: {"table": table_rows(t)},
-                      figures=lambda t, **_: {"table": table_figure(t)}, store="neuzip/table"),
-    "weights": Analysis(WeightsRequest, _weights_status, "neuzip-weights",
-                        tables=lambda d: {"table": table_rows(d["table"])},
-                        figures=lambda d, **_: {"histograms": histogram_figure(d["histograms"]),
-                                                "table": table_figure(d["table"])},
-                        parts=("histograms", "table"), page=True),
-    "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, "neuzip-tradeoff",
-                         tables=lambda r: {"tradeoff": tradeoff_rows(r)},
-                         figures=lambda r, log_x=False, **_: {"tradeoff": tradeoff_figure(r, log_x)},
-                         store="neuzip/tradeoff-result", page=True),
-    "throughput": Analysis(ThroughputRequest, _throughput_status, "neuzip-throughput",
-                           tables=lambda r: {"throughput": throughput_rows(r)},
-                           figures=lambda r, **_: {"throughput": throughput_figure(r)}, store="neuzip/throughput",
-                           cached=False, page=True),
-    "device-memory": Analysis(DeviceMemoryRequest, _device_memory_status, "neuzip-device-memory",
-                              tables=lambda r: {"device-memory": device_memory_rows(r)}, cached=False),
-    "compress": Analysis(CompressRequest, _compress_status, "neuzip-compress"),
-    "decompress": Analysis(DecompressRequest, _decompress_status, "neuzip-decompress"),
+    "histograms": Analysis(HistogramsRequest, _histograms_status, compute.histograms, "neuzip/histograms",
+                           named=True, stem="neuzip-histograms",
+                           tables=lambda h, shown: {"histograms": histogram_rows(h)},
+                           figures=lambda h, shown: {"histograms": histogram_figure(h)}),
+    "table": Analysis(TableRequest, _table_status, compute.table, "neuzip/table", named=True, stem="neuzip-table",
+                      tables=lambda t, shown: {"table": table_rows(t)},
+                      figures=lambda t, shown: {"table": table_figure(t)}),
+    "weights": Analysis(WeightsRequest, _weights_status, parts=("histograms", "table"), stem="neuzip-weights",
+                        tables=lambda d, shown: {"table": table_rows(d["table"])},
+                        figures=lambda d, shown: {"histograms": histogram_figure(d["histograms"]),
+                                                  "table": table_figure(d["table"])}),
+    "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, compute.tradeoff, "neuzip/tradeoff-result", named=True,
+                         stem="neuzip-tradeoff", tables=lambda r, shown: {"tradeoff": tradeoff_rows(r)},
+                         figures=_figures(lambda r, log_x=False, **_: {"tradeoff": tradeoff_figure(r, log_x)})),
+    "throughput": Analysis(ThroughputRequest, _throughput_status, compute.throughput, "neuzip/throughput",
+                           cached=False, named=True, stem="neuzip-throughput",
+                           tables=lambda r, shown: {"throughput": throughput_rows(r)},
+                           figures=lambda r, shown: {"throughput": throughput_figure(r)}),
+    "device-memory": Analysis(DeviceMemoryRequest, _device_memory_status, compute.device_memory,
+                              stem="neuzip-device-memory",
+                              tables=lambda r, shown: {"device-memory": device_memory_rows(r)}),
+    "compress": Analysis(CompressRequest, _compress_status, compute.compress_checkpoint, stem="neuzip-compress"),
+    "decompress": Analysis(DecompressRequest, _decompress_status, compute.decompress_checkpoint,
+                           stem="neuzip-decompress"),
 }

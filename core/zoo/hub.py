@@ -3,9 +3,15 @@
 Shared deployments (a Hugging Face Space, a lab server) should let visitors use the papers' checkpoints without
 letting them make the server download anything they like. ``LAYERWISE_HUB_MODELS`` is that allow-list:
 
-- unset: any hub id on a personal machine; :data:`PAPER_CHECKPOINTS` on a Space (``SPACE_ID`` is set);
+- unset: any hub id on a personal machine; :data:`PAPER_CHECKPOINTS` on a Space (``SPACE_ID`` is set) and in public
+  mode (:func:`core.settings.is_public`);
 - ``a/b,c/d``: only these ids (the pickers offer them);
-- ``*``: any hub id, also on a Space.
+- ``*``: any hub id, also on a Space, but not in public mode (there the list stays :data:`PAPER_CHECKPOINTS`: a
+  hub-shaped id such as ``assets/models`` could name a folder beside the app, which transformers would read).
+
+In public mode every model reference that is neither registered nor allowed gets the same message,
+:func:`not_offered`, whatever it names (a folder, a file, a missing path, a hub id): the message and the work done
+before it never depend on the server's files.
 
 The hub's own failures (no such repository, a missing file, a gated repo, no answer) become
 :class:`core.errors.ModelLoadError` with the fix; ``transformers`` wraps them in ``OSError``, so the cause
@@ -15,7 +21,7 @@ from __future__ import annotations
 
 import os
 
-from core.errors import ModelLoadError
+from core.errors import ModelLoadError, NotOffered
 
 # The papers' checkpoints small enough for a CPU Space, with the tabs that use them (MambaLRP: Mamba-130m/370m;
 # MathNeuro, Mix-LN and NeuZip: Llama-architecture causal LMs: SmolLM2, Llama 3.2 1B (gated: needs HF_TOKEN),
@@ -47,13 +53,33 @@ def hub_choices(tab: str | None = None) -> list[str]:
 
 def allowed_hub_models() -> tuple[str, ...] | None:
     """The hub ids that may be loaded, or None when any id may (see the module docstring)."""
+    from core.settings import is_public
+
     raw = os.environ.get("LAYERWISE_HUB_MODELS")
-    if raw is None:
-        return tuple(PAPER_CHECKPOINTS) if os.environ.get("SPACE_ID") else None
+    if raw is None or (raw.strip() == "*" and is_public()):
+        return tuple(PAPER_CHECKPOINTS) if os.environ.get("SPACE_ID") or is_public() else None
     raw = raw.strip()
     if raw == "*":
         return None
     return tuple(dict.fromkeys(x.strip() for x in raw.split(",") if x.strip()))
+
+
+def offered_models() -> list[str]:
+    """What a visitor may name as a model in public mode: the registered models, then the allowed hub ids (those only
+    when the server is online)."""
+    from core.settings import is_online
+    from core.zoo.registry import registered_names
+
+    return registered_names() + (list(allowed_hub_models() or ()) if is_online() else [])
+
+
+PUBLIC_REFUSAL = "This public server opens only the models and runs it lists, never a folder or file of its own."
+
+
+def not_offered() -> NotOffered:
+    """The one message public mode gives every model (or run) reference it refuses, the same whatever the reference
+    names: it names no path and does not depend on whether anything exists there."""
+    return NotOffered(PUBLIC_REFUSAL, fix=f"choose one of: {', '.join(offered_models())}.")
 
 
 def check_allowed(ref: str) -> None:

@@ -6,7 +6,6 @@ default. Every failure a user can fix raises :class:`core.errors.ModelLoadError`
 from __future__ import annotations
 
 import hashlib
-import importlib
 import json
 import os
 import re
@@ -18,12 +17,12 @@ from typing import Any
 import torch
 
 from core.errors import ModelLoadError
-from core.settings import bound_hub_requests, is_online
+from core.settings import bound_hub_requests, is_online, is_public
 from core.zoo import registry
 from core.zoo.card import ModelCard
 from core.zoo.construction import constructing
 from core.zoo.device import on_model_device
-from core.zoo.hub import check_allowed, hub_error, kind_from_config
+from core.zoo.hub import allowed_hub_models, check_allowed, hub_error, kind_from_config, not_offered
 from core.zoo.safetensors_check import read_header
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
@@ -250,9 +249,7 @@ def _load_project_class(folder: Path, model_class: str):
     if model_class not in registry.MODEL_CLASSES:
         raise ModelLoadError(f"card.json names model_class {model_class!r}, which is not a Layerwise class.",
                              fix=f"use 'hf' or one of: {', '.join(registry.MODEL_CLASSES)}.")
-    module_name, _, attr = model_class.partition(":")
-    cls = getattr(importlib.import_module(module_name), attr)
-    model = cls.from_pretrained(folder)
+    model = registry.MODEL_CLASSES[model_class]().from_pretrained(folder)
     tokenizer = None
     if (folder / "tokenizer.json").exists():
         from transformers import PreTrainedTokenizerFast
@@ -298,7 +295,9 @@ def _card_kind(folder: Path | None) -> str | None:
 
 
 def resolve(ref: str) -> tuple[str, Path | None]:
-    """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``."""
+    """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``. In public mode
+    (:func:`core.settings.is_public`) only registered names and allowed hub ids pass; every other reference gets
+    :func:`core.zoo.hub.not_offered` before anything on the server is looked at."""
     if not isinstance(ref, str):
         raise ModelLoadError(f"{ref!r} is not a model name.", fix="choose a model from `python -m core models list`.")
     ref = ref.strip()
@@ -306,6 +305,11 @@ def resolve(ref: str) -> tuple[str, Path | None]:
         raise ModelLoadError("no model given.", fix="choose a model from `python -m core models list`.")
     if ref in registry.registered_names():
         return "registered", registry.folder_of(ref)
+    if is_public():  # a registered name or an allowed hub id; anything else, one message, no file system call
+        allowed = allowed_hub_models() or ()
+        if ref in allowed and _HUB_ID.match(ref):
+            return "hub", None
+        raise not_offered()
     path = Path(os.path.expanduser(ref))
     try:
         exists = path.exists()
@@ -377,6 +381,8 @@ def load_model(ref: str, *, dtype: torch.dtype | None = None, trust_remote_code:
         :func:`core.zoo.placement.placed` (the CLI's options), else none (one device).
     """
     from core.zoo.placement import current_placement
+    if is_public():
+        resolve(ref)  # a reference public mode refuses is refused even if this process loaded it before
     placement = placement if placement is not None else current_placement()
     key = (ref, str(dtype), trust_remote_code, allow_pickle, kind, placement)
     with _lock:

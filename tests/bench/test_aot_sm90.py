@@ -25,7 +25,7 @@ def test_the_scan_tiles_and_the_decode_block_compile_for_sm90_without_spills(tmp
     assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-3000:]
     rows = {r["label"]: r for r in map(json.loads, done.stdout.splitlines())}
     scans = [f"scan {way} {d}x16x{c} stages=2" for way in ("fwd", "bwd") for d, c in TILES]
-    decodes = [f"rans {mode} block={DECODE_ROWS}" for mode in ("decode", "gemv")]
+    decodes = [f"rans {mode} block={DECODE_ROWS}" for mode in ("decode", "merge", "gemv")]
     assert set(rows) == set(scans + decodes)
     for label, row in rows.items():
         assert row["ok"] and not row["spills"] and row["stack"] == 0 and row["registers"] <= 255, (label, row)

@@ -87,22 +87,34 @@ def test_smoke_kernels_agree_with_their_twins_and_pass_the_self_check(smoke):
 
 @pytest.mark.slow
 def test_smoke_explains_end_to_end_and_agrees_with_the_cpu(smoke):
-    row = smoke["comparisons"]["lrp_explain"]
-    assert "error" not in row and row["self_check"]["ok"] is True
-    assert set(row["lengths"]) == {"L8", "L16"}
-    for r in row["lengths"].values():
+    """Each length is its own row (a slow one cannot starve the others); explain's peer is its own forward through
+    the same scan, transformers' forward is timed beside it (once, on its PyTorch reference path) and agrees."""
+    rows = {k: v for k, v in smoke["comparisons"].items() if k.startswith("lrp_explain")}
+    assert set(rows) == {"lrp_explain_L8", "lrp_explain_L16", "lrp_explain_L24"}
+    assert {"lrp_explain_512", "lrp_explain_2048", "lrp_explain_8192"} <= set(smoke["rows"])
+    for r in rows.values():
+        assert "error" not in r and r["self_check"]["ok"] is True
+        assert set(r["median_s"]) == {"explain", "forward", "forward_transformers"}
         assert all(v > 0 for v in r["median_s"].values()) and math.isfinite(r["ratio_explain_over_forward"])
         assert r["conservation_abs"] <= 1e-5 * max(1.0, abs(r["logit"]))
+        assert r["forward_max_abs_diff_vs_transformers"] <= 1e-4  # the peer computes transformers' logits
+        if not r["forward_transformers_path"]["fast"]:
+            assert r["rounds"]["forward_transformers"] == 1  # the slow reference path: one round
     for name in ("profile_explain", "profile_forward"):  # where the time goes, for the GPU run to read
-        profile = row["lengths"]["L16"][name]
+        profile = rows["lrp_explain_L16"][name]
         assert profile["top"] and all(op["self_ms"] >= 0 and op["calls"] > 0 for op in profile["top"])
         assert 0 < sum(op["share"] for op in profile["top"]) <= 1 + 1e-9 and profile["total_ms"] > 0
-    cpu = row["lengths"]["L8"]["vs_cpu"]
+    cpu = rows["lrp_explain_L8"]["vs_cpu"]
     assert cpu["max_abs_diff"] <= 1e-4 * cpu["relevance_scale"] and cpu["same_top10_tokens"] is True
+    explains = [t for t in smoke["targets"] if t["target"].startswith("explain / forward")]
+    assert [t["target"] for t in explains] == [f"explain / forward, {n} tokens" for n in (8, 16, 24)]
     forward = smoke["comparisons"]["neuzip_forward"]
     # tiny layers: the resident decode tables (32 KB each) outweigh the weights; SmolLM2's: tests/core, docs/gpu.md
     assert forward["compressed_arrays_on"] == ["cpu"] and forward["linear_weights_bytes"]["ratio"] > 0
-    assert forward["chunk_layout_same_logits"] is True
+    assert forward["unfused_same_logits"] is True and "compressed_unfused" in forward["median_s"]
+    decode = smoke["comparisons"]["neuzip_decode_tiny_64x96"]
+    assert set(decode["profile"]) == {"app", "app_unfused", "copy"} and decode["median_s"]["app_unfused"] > 0
+    assert decode["bit_exact_vs_original"] is True  # every contestant, the unfused path included
 
 
 @pytest.mark.slow
@@ -118,8 +130,32 @@ def test_the_compute_paths_need_only_the_compute_stack(tmp_path):
                           timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout)
-    assert report["failed"] == [] and set(report["comparisons"]) == {"lrp_explain", "neuzip_decode_tiny_64x96",
-                                                                  "neuzip_forward", "neuzip_generate"}
+    assert report["failed"] == [] and set(report["comparisons"]) == {
+        "lrp_explain_L8", "lrp_explain_L16", "lrp_explain_L24", "neuzip_decode_tiny_64x96", "neuzip_forward",
+        "neuzip_generate"}  # --only's group names: lrp_explain (every length), neuzip_model (forward, generation)
+
+
+def test_a_rows_extras_stop_at_its_deadline_and_keep_the_timed_part(tmp_path, monkeypatch):
+    """A row saves its timed part first, then each extra (profiles, peaks, sync counts) while its share allows: an
+    extra past the deadline is listed as not measured, and what was saved stays in the row's JSON."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    gpu = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "bench_gpu", gpu)  # its dataclasses look their module up
+    spec.loader.exec_module(gpu)
+    ctx = gpu.RowContext(time.time() + 60, tmp_path / "row.json")
+    result = {"median_s": {"compressed": 1.0}}
+
+    def first():
+        assert json.loads((tmp_path / "row.json").read_text())["neuzip_forward"] == result  # saved before
+        ctx.deadline = 0.0  # this part takes the rest of the share
+        return 1.5
+
+    gpu._extras(ctx, "neuzip_forward", result, {"peak_bytes": first, "profile": lambda: pytest.fail("past it")})
+    saved = json.loads((tmp_path / "row.json").read_text())["neuzip_forward"]
+    assert saved == {"median_s": {"compressed": 1.0}, "peak_bytes": 1.5, "not_measured": ["profile"]}
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this host has CUDA")

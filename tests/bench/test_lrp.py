@@ -1,6 +1,7 @@
 """bench/lrp.py --smoke: MambaLRP against a plain forward + backward and Integrated Gradients on the embedded models,
 the selective scan's memory (reference, interpreted Triton kernel, chunked path), a random 2-layer Mamba in a fresh
-process (the chunked and the previous path) and the committed evaluation tables."""
+process (the chunked and the previous path), Mamba-2 and Falcon-H1 at one real-width layer, and the committed
+evaluation tables."""
 import pytest
 
 from tests.bench.smoke import assert_finite, run_smoke
@@ -11,7 +12,7 @@ MODELS = ("vision-mamba-mnist", "mamba-sentiment", "mamba-lm")
 
 def test_smoke_runs_every_part(tmp_path):
     report = run_smoke(tmp_path, "lrp.py")
-    assert_finite(report, ("time", "scan_memory", "real_size", "evaluation"))
+    assert_finite(report, ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation"))
     assert set(report["time"]) == set(MODELS)
     for name, row in report["time"].items():
         assert row["plain_forward_backward_ms"] > 0 and row["mambalrp_ms"] > 0 and row["integrated_gradients_ms"] > 0
@@ -30,4 +31,10 @@ def test_smoke_runs_every_part(tmp_path):
         assert real[case]["config"]["layers"] == 2 and real[case]["conservation_rel_error"] < 1e-4
         assert real[case]["mambalrp_over_forward"] > 0
     assert real[cases[1]]["config"]["path"] == "reference scan (previous)"
-    assert set(report["evaluation"]) <= set(MODELS) and report["evaluation"]
+    ssm2 = report["ssm2_size"]
+    keys = ["mamba2-130m-random_1_layers_16_tokens_cpu", "falcon-h1-0.5b-random_1_layers_16_tokens_cpu"]
+    assert all("error" not in ssm2[k] for k in keys), {k: ssm2[k] for k in keys}
+    assert ssm2[keys[0]]["absorbed"] != 0 and ssm2[keys[1]]["mambalrp_over_forward"] > 0  # conv bias; softmax
+    cons = report["ssm2_conservation"]
+    assert all(cons[n]["residual_over_logit"] < 1e-6 for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
+    assert report["evaluation"]

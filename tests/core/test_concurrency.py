@@ -129,11 +129,11 @@ def test_layer_removal_and_explanations_never_change_the_shared_model():
 class _NeverHit:
     """A results cache that computes every time (and stores nothing): each call below really runs."""
 
-    def get_or_compute(self, fingerprint, analysis, params, compute, check=None):
+    def get_or_compute(self, fingerprint, analysis, params, compute, check=None, schema=None):
         from core.cache import check_entry
 
         entry = compute()
-        check_entry(entry, check, analysis)
+        check_entry(entry, check, analysis, schema)
         return entry, False
 
 

@@ -1,6 +1,5 @@
 """The registry of the views a speaker shows (core.examples): every tab has precomputed examples that draw without a
 model, every link reads back as the view it was written from, and nothing in a link fails."""
-import time
 from urllib.parse import parse_qsl, urlsplit
 
 import pytest
@@ -43,13 +42,10 @@ def no_model_loads(monkeypatch):
 def test_every_example_is_precomputed_and_draws_its_chart_without_a_model(tab, name, no_model_loads):
     view = ex.default_view(tab, name)
     assert view.precomputed
-    t0 = time.perf_counter()
-    res = ex.show(view)
-    seconds = time.perf_counter() - t0
+    res = ex.show(view)  # how fast: bench/talk.py (examples_draw)
     fig = res.figures[view.example.figure]
     assert fig.layout.title.text and len(fig.data) > 0, (tab, name)
     assert res.source in ("precomputed", "computed", "cache"), res.source
-    assert seconds < 5, f"{tab}/{name} took {seconds:.1f} s to draw"  # generous: a loaded 2-core machine
 
 
 @pytest.mark.parametrize("tab,name", ALL)
@@ -147,14 +143,14 @@ def test_a_method_subset_of_a_precomputed_explanation_is_drawn_from_it(no_model_
     assert list(shown.figures["heatmap"].data[0].y) == ["Integrated Gradients", "MambaLRP"]
 
 
-def test_the_readme_names_every_example_and_its_inputs():
+def test_the_talks_page_names_every_example_and_its_inputs():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text()
-    # the talk section of the README, and the docs pages that add examples of their own (issue 37: docs/*.md)
-    section = readme.split("## Giving a talk", 1)[1].split("\n## ", 1)[0] + "".join(
-        p.read_text() for p in sorted((root / "docs").glob("*.md")))
+    page = (root / "docs" / "talks.md").read_text()
+    # the talks page's table, and the docs pages that add examples of their own (issue 37: docs/*.md)
+    section = page.split("## Links", 1)[1].split("\n## ", 1)[0] + "".join(
+        p.read_text() for p in sorted((root / "docs").glob("*.md")) if p.name != "talks.md")
     for tab, exs in ex.registry().items():
         assert f"`{tab}`" in section, tab
         for e in exs:

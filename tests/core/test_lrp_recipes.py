@@ -89,13 +89,11 @@ def test_quick_sentiment_and_lm_recipes_save_folders_the_zoo_loads(tmp_path):
 
 
 def test_quick_word_level_sentiment_recipe_is_fast_seeded_and_conserves_relevance(tmp_path):
-    import time
-
     cfg = recipes.recipe_for("sentiment", seed=1, quick=True)
     assert cfg.tokenizer == "word-split" and cfg.init_from == "" and cfg.extra_data == ""
-    t0 = time.perf_counter()
+    # the smoke run stays a smoke run: one epoch over 256 texts with a 1-layer, 16-wide model
+    assert (cfg.epochs, cfg.train_limit, cfg.eval_limit, cfg.num_layers, cfg.hidden_size) == (1, 256, 100, 1, 16)
     m1 = recipes.train_sentiment(cfg, tmp_path / "a", recipe_command="x")
-    assert time.perf_counter() - t0 < 60  # the smoke run stays a smoke run
     m2 = recipes.train_sentiment(cfg, tmp_path / "b", recipe_command="x")
     assert m1["accuracy"] == m2["accuracy"] and 0 <= m1["accuracy"] <= 1
     assert m1["lexicon_words_initialised"] > 1000  # the VADER lexicon's words are in the vocabulary

@@ -128,7 +128,7 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "compare", "--json", "--out", str(tmp_path / "c.csv"))
     rows = json.loads(out)
     assert code == 0 and {r["run"] for r in rows} >= {"pre-ln", "post-ln", "mix-ln-0.25"}
-    assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
+    assert (tmp_path / "c.csv").read_text().startswith("run,norm,placement,alpha")
     sets = {s.model["num_layers"]: s for s in (runs.RUN_SETS["main"], runs.RUN_SETS["depth-24"])}
     assert all(r["n_seeds"] + r["diverged"] == len(sets[r["layers"]].seeds_of(r["run"])) for r in rows
                if r["run"] in runs.RECIPE)

@@ -9,13 +9,12 @@ import pytest
 from core.errors import BadInputError
 from core.mixln import folders, views
 from core.mixln.requests import RunsRequest
-from core.runner import Found
 
 
 def test_every_registered_analysis_parses_its_request_and_names_its_files():
     for name, a in views.ANALYSES.items():
         assert hasattr(a.request, "parse"), name
-        assert a.cached_as is None or a.fields, f"{name}: a cached analysis says which fields its view reads"
+        assert a.stored_as is None or a.fields, f"{name}: a cached analysis says which fields its view reads"
     req = views.request("loss", ["pre-ln"])
     assert isinstance(req, RunsRequest) and req.runs == ("pre-ln",)
     with pytest.raises(BadInputError, match="no run chosen"):
@@ -23,18 +22,23 @@ def test_every_registered_analysis_parses_its_request_and_names_its_files():
 
 
 def test_a_new_analysis_is_one_registry_entry_and_its_compute_function(monkeypatch, tmp_path):
-    def final_loss_status(rows, req, source):
-        return f"Final training loss of {len(rows)} runs ({source})."
+    from core.analyses import Analysis
+    from core.mixln import service
 
-    monkeypatch.setitem(views.ANALYSES, "final-loss", views.Analysis(
-        RunsRequest, final_loss_status, lambda rows, req: {"final-loss": rows},
-        lambda rows, req: {"final-loss": go.Figure(go.Bar(x=[r["run"] for r in rows], y=[r["loss"] for r in rows]))},
-        "mixln-final-loss"))
+    def final_loss_status(rows, shown):
+        return f"Final training loss of {len(rows)} runs ({shown.source})."
 
-    def final_loss_result(names):  # the compute function, shaped like every action of core.mixln.service
-        req = views.request("final-loss", names)
-        rows = [{"run": r.name, "loss": r.history["train"][-1]["loss"]} for r in map(folders.load_run, req.runs)]
-        return views.view("final-loss", Found(rows, "computed", None), req)
+    def final_loss(req, progress=None):  # the compute function: the request parsed, the data read
+        return [{"run": r.name, "loss": r.history["train"][-1]["loss"]} for r in map(folders.load_run, req.runs)]
+
+    monkeypatch.setitem(views.ANALYSES, "final-loss", Analysis(
+        RunsRequest, final_loss_status, final_loss, tables=lambda rows, shown: {"final-loss": rows},
+        figures=lambda rows, shown: {"final-loss": go.Figure(go.Bar(x=[r["run"] for r in rows],
+                                                                    y=[r["loss"] for r in rows]))},
+        stem="mixln-final-loss"))
+
+    def final_loss_result(names):  # an action, shaped like every action of core.mixln.service
+        return service.analysis_result("final-loss", names)
 
     res = final_loss_result(["pre-ln", "post-ln"])
     assert res.status == "Final training loss of 2 runs (computed)."

@@ -9,6 +9,7 @@ from core.neuzip import (
     memory_report, save_compressed, set_decode_ahead,
 )
 from core.neuzip.codec import compress
+from kernels.dispatch import triton_available
 
 
 class TinyLM(nn.Module):
@@ -283,6 +284,32 @@ def test_a_layer_is_laid_out_for_the_device_it_lands_on(monkeypatch):
             n = m.weight_compressed.numel
             assert m.segment == decode_layout(n, m.weight_compressed.exponents.chunk_size, 132) < n
             assert m.nz_states.device.type == "meta" and m.nz_states.shape == (-(-n // m.segment), 8)
+
+
+@pytest.mark.skipif(not triton_available(), reason="triton not installed")
+@pytest.mark.parametrize("mantissa_bits", [7, 3])
+def test_a_lossless_weight_is_decoded_and_merged_by_one_kernel_into_the_buffer(monkeypatch, mantissa_bits):
+    """On the kernel path (dispatch opened to CPU tensors: the interpreter stands in for CUDA) a lossless weight is
+    decoded and merged by the fused kernel straight into the buffer it is given, bit for bit; a lossy one takes
+    the exponent decode, then the bit merge, and is copied into the buffer."""
+    import core.neuzip.codec as codec
+    import kernels.neuzip_rans as rans
+
+    asked, fused = [], []
+    monkeypatch.setattr(codec, "merge_chosen", lambda *t: asked.append("pair_rans_decode_bf16") or True)  # the choice
+    real = rans._launch
+    monkeypatch.setattr(rans, "_launch", lambda *a, **k: fused.append(a[5] is not None) or real(*a, **k))
+    torch.manual_seed(0)
+    w = torch.randn(48, 32).to(torch.bfloat16)
+    ct = compress(w, mantissa_bits, chunk_size=512)
+    arrays = ct.device_arrays(None, 64)
+    out = torch.full((w.numel(),), float("nan"), dtype=torch.bfloat16)
+    assert ct.decode_arrays(arrays, out=out) is out
+    assert torch.equal(out.view(torch.int16), ct.decompress().reshape(-1).view(torch.int16))
+    if mantissa_bits == 7:
+        assert asked == ["pair_rans_decode_bf16"] and fused == [True]  # one launch, no exponent tensor
+    else:
+        assert asked == [] and fused == []  # lossy: the dispatched decode and merge (their twins on the CPU)
 
 
 def test_the_decode_tables_are_built_once_not_per_decode(monkeypatch):

@@ -1,6 +1,5 @@
 """core.neuzip's service: the committed example answers without loading the model, a repeated measurement is a cache
 hit, and the registry gives every setting a label, a family and a style."""
-import time
 
 import pytest
 
@@ -15,10 +14,9 @@ def test_the_committed_example_answers_without_loading(fresh_cache):
     if not card_of(nz.EXAMPLE_MODEL).ready:
         pytest.skip("smollm2-135m not prepared")
     clear_loaded()
-    t0 = time.perf_counter()
     weights = nz.weights_result(nz.EXAMPLE_MODEL, 7, None)
     tradeoff = nz.tradeoff_result(nz.EXAMPLE_MODEL, block_size=128, words=2000)
-    assert weights.source == tradeoff.source == "precomputed" and time.perf_counter() - t0 < 5
+    assert weights.source == tradeoff.source == "precomputed"
     assert not loading._loaded  # the fingerprint came from the weight files, the model was never loaded
     parts, shown = nz.example_parts()
     assert set(parts) == {"histograms", "table", "tradeoff", "throughput"} and shown["tradeoff"].files()
@@ -58,9 +56,9 @@ def _synthetic(ref, progress=None):
 def synthetic_model(monkeypatch):
     """``any-model``: three synthetic weights (its fingerprint made up: nothing is read from disk)."""
     import core.zoo
-    from core.neuzip import service as S
+    from core.neuzip import compute as C
 
-    monkeypatch.setattr(S, "_weights", _synthetic)
+    monkeypatch.setattr(C, "_weights", _synthetic)
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "fp-" + ref)
 
 
@@ -101,11 +99,11 @@ def test_throughput_without_zipnn_says_how_to_add_it(synthetic_model, monkeypatc
 
 def test_precompute_only_the_throughput_keeps_the_other_parts(monkeypatch, tmp_path):
     import core.zoo
-    from core.neuzip import service as S
+    from core.neuzip import compute as C
     from core.neuzip.requests import CACHE_VERSION
     from core.runner import ExampleStore
 
-    monkeypatch.setattr(S, "_weights", _synthetic)
+    monkeypatch.setattr(C, "_weights", _synthetic)
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "fp-" + ref)
     store = tmp_path / "examples.json"
     old = [{"model": "m", "fingerprint": "fp-m", "analysis": a, "params": {"x": a, "version": CACHE_VERSION},

@@ -216,12 +216,11 @@ def test_only_registered_layerwise_classes_may_be_named_in_a_card(assets, named)
 
 
 def test_every_registered_model_class_loads_from_a_folder():
-    import importlib
-
     from core.zoo.registry import MODEL_CLASSES
-    for named in MODEL_CLASSES:
-        module, _, attr = named.partition(":")
-        assert callable(getattr(getattr(importlib.import_module(module), attr), "from_pretrained"))
+    for named, model_class in MODEL_CLASSES.items():
+        cls = model_class()  # the class itself, imported when asked for (not found by its name)
+        assert callable(getattr(cls, "from_pretrained"))
+        assert named.endswith(f":{cls.__name__}") and cls.__module__.startswith(named.partition(":")[0])
 
 
 def test_missing_packaged_model_names_the_command(tmp_path, monkeypatch):

@@ -165,12 +165,15 @@ def allowed_roots() -> list[str]:
 
 
 def leaked_paths(message: str, inputs, extra_roots=()) -> list[str]:
-    """Absolute paths in ``message`` outside the project's folders (and not under a path the user gave)."""
+    """Absolute paths in ``message`` outside the project's folders (and not a path the user gave, under it, or one of
+    its folders)."""
     given = _PATH.findall(json.dumps(inputs, default=str, ensure_ascii=False).replace("\\/", "/"))
     roots = [*allowed_roots(), *map(str, extra_roots), *(g for g in given if g.count("/") >= 2)]
     leaks = []
     for m in _PATH.findall(message):
         if m.count("/") < 2 or any(m == r or m.startswith(r.rstrip("/") + "/") for r in roots):
+            continue
+        if any(g.startswith(m.rstrip("/") + "/") for g in given):  # a folder of a path the user gave
             continue
         leaks.append(m)
     return leaks

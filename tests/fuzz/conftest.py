@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, free_port, linked_home, stop_process, wait_http
+from tests.conftest import REPO, free_port, gradio_client, linked_home, stop_process, wait_http
 from tests.fuzz.common import summary_lines
 
 
@@ -39,9 +39,7 @@ class AppServer:
         return self.log.stat().st_size
 
     def client(self):
-        from gradio_client import Client
-
-        return Client(self.url, verbose=False, download_files=str(self.root / "downloads"))
+        return gradio_client(self.url, download_files=str(self.root / "downloads"))
 
 
 def start_app(root: Path, *args: str, **env_extra) -> tuple[subprocess.Popen, Path, str]:
@@ -70,8 +68,9 @@ def serving(root: Path, *args: str, **env_extra):
         stop_process(proc)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def app_server(tmp_path_factory):
+    """One app for the fuzz and load tests of the session (an app takes a while to start on a small machine)."""
     with serving(tmp_path_factory.mktemp("app-fuzz")) as server:
         yield server
 

@@ -22,6 +22,7 @@ import signal
 import tempfile
 import time
 import traceback
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -199,4 +200,71 @@ def test_every_cli_command_answers_bad_input_with_one_clear_line(group, command,
     for root in {results_dir(), results_cache().root}:
         bad += [f"{group} {command}: {p}" for p in cache_problems(root)]
     tally.bad += bad
+    assert not bad, "\n".join(bad)
+
+
+# ---- every --out path: written or refused in one line, before any work (issue 38) -----------------------------------
+OUT_COMMANDS = [(g, c) for g, c, p in COMMANDS if any(a.dest == "out" for a in p._actions)]
+
+
+def _required(parser: argparse.ArgumentParser) -> list[str]:
+    """The least argv argparse takes for a command, --out aside: a value for each positional and required option."""
+    argv = []
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction) or action.dest == "out":
+            continue
+        if action.option_strings and not action.required:
+            continue
+        if not action.option_strings and action.nargs in ("*", "?"):
+            continue
+        value = str(action.choices[0] if action.choices else "mamba-sentiment" if action.dest == "model" else "x")
+        argv += ([action.option_strings[-1]] if action.option_strings else []) + [value]
+    return argv
+
+
+@pytest.fixture(scope="module")
+def bad_outs(cli_home):
+    """``--out`` values that cannot be written, each with what must be left as it was."""
+    root = cli_home["out"].parent / "bad-outs"
+    folder = root / "a-folder.json"  # a folder where a file is named
+    folder.mkdir(parents=True)
+    read_only = root / "read-only"
+    read_only.mkdir()
+    text_file = cli_home["files"]["text_file"]
+    return {"traversal to /proc": "../../../../../../../../proc/self/x.json", "/proc": "/proc/x.json",
+            "/sys": "/sys/x.json", "a folder": str(folder), "under a file": str(text_file / "sub.json"),
+            "read-only folder": str(read_only / "x.json"), "empty": "", "a NUL": "x\x00.json"}
+
+
+@pytest.mark.parametrize("group, command", OUT_COMMANDS)
+def test_every_out_path_is_written_or_refused_with_one_line_and_exit_2(group, command, cli_home, bad_outs,
+                                                                       monkeypatch):
+    """Issue 38: ``lrp explain ... --out ../../../../../../proc/self/x.json`` ended in a FileNotFoundError traceback
+    from the atomic write. Each bad --out now gets one ``error:`` line naming --out and exit code 2, before the
+    command does any work (a precompute or a training run is refused at once), and nothing is written. A read-only
+    folder is simulated (the tests run as root, which may write anywhere): creating a file there fails with EROFS."""
+    import errno
+
+    import core.files
+
+    parser = next(p for g, c, p in COMMANDS if (g, c) == (group, command))
+    read_only = bad_outs["read-only folder"].rsplit("/", 1)[0]
+    real_mkstemp = core.files.tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):
+        if dir is not None and str(dir) == read_only:
+            raise OSError(errno.EROFS, "Read-only file system", str(dir))
+        return real_mkstemp(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(core.files.tempfile, "mkstemp", mkstemp)
+    before = sorted(p.name for p in Path(read_only).parent.rglob("*"))
+    bad = []
+    for kind, out in bad_outs.items():
+        argv = [group, command, *_required(parser), "--out", out]
+        code, stdout, stderr, seconds = run_cli(argv)
+        errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
+        if code != 2 or len(errors) != 1 or "--out" not in errors[0] or "Traceback" in stderr:
+            bad.append(f"{kind}: exit {code}, {stderr.strip()[-300:]!r}")
+        TALLIES["cli"].record(f"{group} {command}", "clear" if not bad else "bad", "", " ".join(argv), [])
+    assert sorted(p.name for p in Path(read_only).parent.rglob("*")) == before  # nothing written, no probe left
     assert not bad, "\n".join(bad)

@@ -13,7 +13,6 @@ import weakref
 
 import pytest
 
-from tests.fuzz.conftest import serving
 from tests.fuzz.load import ask, folder_copies, percentile, run_load, run_loading
 
 pytestmark = pytest.mark.slow
@@ -21,9 +20,9 @@ PEAK_RSS_LIMIT_MIB = 4096  # the app idles near 0.6 GiB; SmolLM2-135M (f32) and 
 
 
 @pytest.fixture(scope="module")
-def load_server(tmp_path_factory):
-    with serving(tmp_path_factory.mktemp("app-load")) as server:
-        yield server
+def load_server(app_server):
+    """The fuzz tests' app (tests/fuzz/conftest.py): the load runs on an app that has been fuzzed."""
+    return app_server
 
 
 def test_ten_users_at_once_each_get_their_own_answer(load_server):
@@ -63,7 +62,7 @@ def test_a_session_loading_models_never_changes_another_sessions_answers(load_se
     it gets with nothing else running; every load succeeds. Before the construction lock, 134 of 139 calls failed in
     40 s (KeyError 'lm_head.weight')."""
     downloads = str(load_server.root / "downloads")
-    run, quiet = run_loading(load_server.client, folder_copies(load_server.root / "folders"), LOADING_SECONDS,
+    run, quiet = run_loading(load_server.client, folder_copies(load_server.root / "folders-load"), LOADING_SECONDS,
                              downloads)
     print(f"\nloading session: {run.calls} MathNeuro calls in {run.seconds} s while {run.loads} models loaded: "
           f"{len(run.failed)} failed, {len(run.different)} different")

@@ -6,9 +6,10 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import (decode_layout, decode_programs, gemv_eligible, pair_rans_decode,
-                                 pair_rans_decode_ref, pair_rans_decode_triton, pair_rans_gemv, pair_rans_gemv_ref,
-                                 pair_rans_gemv_triton)
+from kernels.neuzip_rans import (MAX_SEGMENT, decode_layout, decode_programs, gemv_eligible, merge_eligible,
+                                 pair_rans_decode, pair_rans_decode_bf16, pair_rans_decode_bf16_ref,
+                                 pair_rans_decode_bf16_triton, pair_rans_decode_ref, pair_rans_decode_triton,
+                                 pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton)
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
@@ -74,7 +75,13 @@ def test_the_layout_fills_an_h100_at_the_apps_chunk():
     assert decode_programs(n, segment) >= 2 * 132
     assert decode_layout(n, chunk, None) == chunk
     assert decode_layout(n, chunk, 132, min_segment=chunk) == chunk  # a floor that forbids cutting
-    assert decode_layout(4 * chunk * 1000, chunk, 132) == chunk  # a matrix big enough already fills it
+    # a large matrix: segments no longer than MAX_SEGMENT (1024: the H200 run decoded 24576x576 at 92 GB/s in
+    # segments of 8192, at 216 GB/s in segments of 1024), however many programs that makes
+    assert decode_layout(24576 * 576, chunk, 132) == MAX_SEGMENT == 1024
+    assert decode_programs(24576 * 576, MAX_SEGMENT) == 3456
+    assert decode_layout(4 * chunk * 1000, chunk, 132) == MAX_SEGMENT
+    assert decode_layout(4 * chunk * 1000, chunk, 132, max_segment=chunk) == chunk  # big enough to fill it
+    assert decode_layout(n, chunk, 132) == 512  # SmolLM2-135M's matrices: the floor, as before
 
 
 @needs_triton
@@ -151,6 +158,70 @@ def test_bad_arguments():
         pair_rans_decode_ref(*args[:9], 48, args[10])  # chunk size that does not match the states
     with pytest.raises(TypeError):
         pair_rans_decode_ref(args[0], args[1], args[2].to(torch.int16), *args[3:])
+
+
+# ---- the exponent decode fused with the bit merge (the weight straight into the decompression buffer) ----
+def _weight(n, seed, escapes=0):
+    """Random bf16 bits (the exponents skewed as a weight's, escapes among them) and their split."""
+    e = _exponents(n, seed, escapes)
+    fields = torch.from_numpy(np.random.default_rng(seed + 1).integers(0, 256, n).astype(np.uint8))
+    bits = (((fields.to(torch.int32) & 0x80) << 8) | (torch.from_numpy(e).to(torch.int32) << 7)
+            | (fields.to(torch.int32) & 0x7F))
+    return e, fields, bits.to(torch.int16)
+
+
+@needs_triton
+@pytest.mark.parametrize("n,chunk,escapes,block,segment", [
+    (2, 32, 0, 4, None),        # one pair
+    (640, 64, 30, 4, None),     # dense escapes, chunk layout
+    (1000, 128, 0, 1, 32),      # segments of 32 (every round its own lane), one per program, a ragged last chunk
+    (9 * 64 + 18, 64, 200, 64, 32),  # escapes in both bytes of a pair, many segments per program
+    (704, 192, 12, 2, 64),      # segments of 64 in chunks of 192
+])
+def test_fused_decode_and_merge_writes_the_weight_bit_for_bit(n, chunk, escapes, block, segment):
+    """One kernel decodes the exponents and merges them with the sign/mantissa bytes: the original bf16 bits,
+    bit-identical to the twin (decode, then merge_bf16), written into ``out`` when given; the flag stays clean."""
+    e, fields, bits = _weight(n, n + chunk, escapes)
+    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=chunk), segment=segment), fields)
+    flag = torch.zeros(1, dtype=torch.int32)
+    got = pair_rans_decode_bf16_triton(*args, segment=segment, block=block, errors=flag)
+    want = pair_rans_decode_bf16_ref(*args, segment=segment)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.view(torch.int16), bits)
+    assert torch.equal(want.view(torch.int16), bits) and int(flag) == 0
+    out = torch.full((n,), float("nan"), dtype=torch.bfloat16)
+    assert pair_rans_decode_bf16_triton(*args, segment=segment, block=block, out=out) is out
+    assert torch.equal(out.view(torch.int16), bits)
+    assert torch.equal(pair_rans_decode_bf16(*args, segment=segment).view(torch.int16), bits)  # CPU: the twin
+
+
+@needs_triton
+def test_fused_decode_and_merge_flags_a_corrupt_stream():
+    e, fields, _ = _weight(512, 4, escapes=5)
+    args = list(pairs.kernel_args(pairs.encode(e, chunk_size=128), segment=64)) + [fields]
+    args[2] = args[2].clone()
+    args[2][3] ^= 0x1234
+    with pytest.raises(ValueError, match="corrupt"):
+        pair_rans_decode_bf16_triton(*args, segment=64)
+    flag = torch.zeros(1, dtype=torch.int32)
+    pair_rans_decode_bf16_triton(*args, segment=64, errors=flag)
+    assert int(flag) != 0
+
+
+def test_fused_decode_and_merge_eligibility_and_bad_arguments():
+    """Lossless, unnormalised, an even number of weights: anything else (and a bad ``out``) is refused, and the
+    codec takes the two-kernel path instead."""
+    assert merge_eligible(1536 * 576, 7, False)
+    assert not merge_eligible(1536 * 576, 3, False) and not merge_eligible(1536 * 576, 7, True)
+    assert not merge_eligible(7, 7, False) and not merge_eligible(0, 7, False)
+    e, fields, _ = _weight(64, 0)
+    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=32)), fields)
+    with pytest.raises(ValueError, match="even"):
+        pair_rans_decode_bf16_ref(*pairs.kernel_args(pairs.encode(e[:63], chunk_size=32)), fields[:63])
+    with pytest.raises(ValueError, match="sign/mantissa"):
+        pair_rans_decode_bf16_ref(*args[:-1], fields[:32])
+    for out in (torch.empty(64), torch.empty(65, dtype=torch.bfloat16)[1:], torch.empty(32, dtype=torch.bfloat16)):
+        with pytest.raises(ValueError, match="out"):
+            pair_rans_decode_bf16_ref(*args, out=out)
 
 
 # ---- the exponent decode fused with a matrix-vector product (batch-1 inference) ----

@@ -1,9 +1,9 @@
 """The app as a client sees it: every event has an API name, the API answers, bad input is an error
 message and the app keeps serving."""
 import pytest
-from gradio_client import Client
 
 import app
+from tests.conftest import gradio_client
 from ui import TABS, build_app
 
 
@@ -29,7 +29,7 @@ def test_launch_defaults_are_safe():
 
 @pytest.fixture(scope="module")
 def client(app_url):
-    return Client(app_url, verbose=False)
+    return gradio_client(app_url)
 
 
 def test_api_lists_and_samples(client):

@@ -2,7 +2,6 @@
 table and downloads; rule toggles reach core; bad input becomes gr.Error."""
 import json
 import threading
-import time
 
 import gradio as gr
 import numpy as np
@@ -31,11 +30,10 @@ def test_rule_toggles_become_core_options():
 @needs
 def test_example_text_is_precomputed_and_complete():
     kind, inputs = core_lrp.default_requests()[0]
-    t0 = time.perf_counter()
     status, page, table, target, files = lrp.explain_text(inputs["model"], inputs["text"], inputs["methods"],
                                                           lrp.TOP, *RULES_ON)
     files = files["value"]
-    assert "precomputed" in status and time.perf_counter() - t0 < 5
+    assert "precomputed" in status
     assert "MambaLRP" in page and "linear-gradient" in page
     assert list(table["method"]) == [core_lrp.METHODS[m].label for m in inputs["methods"]]
     assert [c[1] for c in target["choices"]] == [lrp.TOP, 0, 1]

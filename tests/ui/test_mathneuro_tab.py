@@ -42,13 +42,14 @@ def assert_labelled(fig, legend=True):
 def test_precomputed_default_view_is_labelled():
     ex = {name: res.data for name, res in demo.example_results().items()}
     assert set(ex) == {"layers", "effect", "proportion-sweep", "scale-sweep", "consistency", "drill"}
+    from core.analyses import Shown
     from core.mathneuro.views import ANALYSES
     for name, result in ex.items():
-        titles = assert_labelled(ANALYSES[name].figure(result), legend=name != "drill")
+        titles = assert_labelled(ANALYSES[name].figures(result, Shown())[name], legend=name != "drill")
         assert any("(" in t for t in titles), f"{name}: no unit in {titles}"
     effect = ex["effect"]
     assert {r["method"] for r in effect["rows"]} == set(demo.DEFAULTS["methods"])
-    names = [t.name for t in ANALYSES["effect"].figure(effect).data]
+    names = [t.name for t in ANALYSES["effect"].figures(effect, Shown())["effect"].data]
     assert "unmodified model" in names and "ideal: math lost, non-math kept" in names
 
 

@@ -1,6 +1,7 @@
 """The NeuZip tab's handlers, called directly: figures with titles, axis labels and legends, tables,
 downloads, and bad input as ``gr.Error``. The example is made from a tiny model so nothing heavy runs."""
 import copy
+import dataclasses
 from pathlib import Path
 
 import gradio as gr
@@ -11,7 +12,9 @@ import torch
 import core.neuzip as nz
 import ui.neuzip as tab
 from core.neuzip import CODECS, codec_comparison
+from core.neuzip import compute as C
 from core.neuzip import service as S
+from core.neuzip import views as V
 from core.neuzip.measure import bitfield_histograms, compression_table
 from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
@@ -44,7 +47,8 @@ def with_example(example, monkeypatch, fresh_cache, tmp_path):
     monkeypatch.setattr(core.zoo, "fingerprint", lambda ref: "example-fp" if ref == "smollm2-135m" else real(ref))
     with pytest.MonkeyPatch.context() as stand_in:
         for part in nz.EXAMPLE_PARTS:
-            stand_in.setitem(S._COMPUTE, part, lambda request, data=copy.deepcopy(example[part]), **_: data)
+            stand_in.setitem(V.ANALYSES, part, dataclasses.replace(
+                V.ANALYSES[part], compute=lambda request, progress=None, data=copy.deepcopy(example[part]): data))
         path = nz.precompute_examples("smollm2-135m", path=tmp_path / "examples.json")
     monkeypatch.setattr(S, "EXAMPLES", ExampleStore(path))
     return example
@@ -87,7 +91,7 @@ def test_tradeoff_view_marks_the_pareto_front(with_example):
 
 def test_throughput_view_compares_the_codecs(with_example, monkeypatch):
     weights = {n: torch.randn(96, 64).to(torch.bfloat16) * 0.02 for n in ("a.weight", "b.weight")}
-    monkeypatch.setattr(S, "_weights", lambda ref, progress=None: weights)
+    monkeypatch.setattr(C, "_weights", lambda ref, progress=None: weights)
     summary, fig, table, state = tab.measure_throughput("smollm2-135m", 3, "32", None)
     lay = fig.layout
     assert lay.title.text.startswith("Throughput on this machine") and "MB/s of bf16 input" in lay.yaxis.title.text

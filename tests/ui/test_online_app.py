@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from tests.conftest import REPO, free_port, online_env, stop_process, wait_http
+from tests.conftest import REPO, free_port, gradio_client, online_env, stop_process, wait_http
 from tests.hub_repos import LLAMA_ID, MAMBA_ID
 
 pytestmark = pytest.mark.slow
@@ -15,8 +15,6 @@ ALLOWED = [MAMBA_ID, LLAMA_ID, "layerwise-test/nothing-here"]
 
 @pytest.fixture(scope="module")
 def client(hub_stand_in, tmp_path_factory):
-    from gradio_client import Client
-
     tmp = tmp_path_factory.mktemp("online-app")
     env = online_env(hub_stand_in, tmp, LAYERWISE_HUB_MODELS=",".join(ALLOWED), GRADIO_TEMP_DIR=tmp / "gradio")
     port = free_port()
@@ -26,7 +24,7 @@ def client(hub_stand_in, tmp_path_factory):
     url = f"http://127.0.0.1:{port}/"
     try:
         wait_http(url, 180)
-        yield Client(url, verbose=False, download_files=str(tmp / "downloads"))
+        yield gradio_client(url, download_files=str(tmp / "downloads"))
     finally:
         stop_process(proc)
         log.close()

@@ -1,5 +1,7 @@
-"""Adding an attribution method, a norm placement or a NeuZip baseline is one registry entry (plus its
-implementation): registered here, each appears in the CLI and in the tab without touching either."""
+"""Adding an attribution method, a norm placement, a NeuZip baseline or an analysis is one registry entry (plus its
+implementation): registered here, each appears in the CLI and in the tab (an analysis: in its service and a link
+too) without touching either."""
+import dataclasses
 import json
 
 import gradio as gr
@@ -99,3 +101,94 @@ def test_a_new_neuzip_baseline_reaches_the_cli_and_the_tab(monkeypatch, capsys, 
     assert {"bf16", "NeuZip k=7 (lossless)", "NeuZip k=0", "INT4 (absmax)"} <= set(points)
     assert points["INT4 (absmax)"]["bits_per_weight"] < 5 and points["INT4 (absmax)"]["family"] == "absmax INT4"
     assert out["source"] == "cache"
+
+
+# ---- an analysis --------------------------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class NormsRequest:
+    """The request of the toy analysis: a causal LM, checked once; ``key()`` stores its result by the weights."""
+
+    model: str
+
+    @classmethod
+    def parse(cls, model="mathneuro-tiny"):
+        from core.errors import BadInputError
+
+        if not str(model).strip():
+            raise BadInputError("no model chosen.", fix="name a model, e.g. mathneuro-tiny")
+        return cls(str(model).strip())
+
+    def key(self):
+        from core.zoo import fingerprint
+
+        return self.model, fingerprint(self.model), {"norm": "frobenius"}
+
+
+def weight_norms(req, progress=None) -> dict:
+    """The compute function: the Frobenius norm of each 2-D weight (known answer: the norms of the loaded tensors)."""
+    from core.zoo import load_model
+
+    model = load_model(req.model).model
+    return {"model": req.model, "rows": [{"matrix": n, "norm": float(p.detach().double().norm())}
+                                         for n, p in model.named_parameters() if p.ndim == 2]}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif("mathneuro-tiny" not in registered_names(), reason="mathneuro-tiny not committed")
+def test_a_new_analysis_is_one_entry_and_reaches_the_service_the_cli_a_link_and_the_tab(monkeypatch, capsys,
+                                                                                       fresh_cache):
+    """The recipe of docs/architecture.md: one Analysis entry (request type, compute function, cache policy, view,
+    inputs and an example) in a paper's registry. Its service answers it (computed, then from the cache), the CLI
+    lists and runs it, a link opens it and the tab's stage lists it: nothing else is edited."""
+    import plotly.graph_objects as go
+
+    import core.examples as ex
+    import core.mathneuro as mn
+    from core.analyses import Analysis, Example, Param
+    from core.zoo import load_model
+    from ui.stage import build_stage
+
+    monkeypatch.setitem(mn.ANALYSES, "weight-norms", Analysis(
+        NormsRequest, lambda d, shown: f"{len(d['rows'])} matrices of **{d['model']}** ({shown.source_text}).",
+        weight_norms, stored_as="toy/weight-norms", fields=("rows",), stem="weight-norms",
+        tables=lambda d, shown: {"norms": d["rows"]},
+        figures=lambda d, shown: {"norms": go.Figure(go.Bar(x=[r["matrix"] for r in d["rows"]],
+                                                            y=[r["norm"] for r in d["rows"]], name="Frobenius norm"),
+                                                     layout={"title": {"text": f"Weight norms of {d['model']}"}})},
+        inputs=(Param("model", "model", "choice", ("mathneuro-tiny",), open=True),),
+        examples=(Example("weight-norms", "Weight norms", "norms", defaults={"model": "mathneuro-tiny"}),)))
+    monkeypatch.setattr(ex, "_registry", {})  # the examples registry is built again, with the new entry's
+    monkeypatch.setattr(ex, "_shown", {})
+
+    # the service: computed once (a known answer), then from the results cache
+    first = mn.analysis_result("weight-norms", model="mathneuro-tiny")
+    again = mn.analysis_result("weight-norms", model="mathneuro-tiny")
+    weights = {n: p for n, p in load_model("mathneuro-tiny").model.named_parameters() if p.ndim == 2}
+    assert [r["matrix"] for r in first.data["rows"]] == list(weights)
+    assert all(abs(r["norm"] - float(weights[r["matrix"]].detach().double().norm())) < 1e-9 for r in first.data["rows"])
+    assert (first.source, again.source) == ("computed", "cache") and again.data == first.data
+    assert first.status == f"{len(weights)} matrices of **mathneuro-tiny** (computed now)."
+    assert sorted(f.rsplit("/", 1)[1] for f in first.files()) == ["weight-norms-long.csv", "weight-norms-long.parquet",
+                                                                  "weight-norms.csv", "weight-norms.html",
+                                                                  "weight-norms.json"]
+
+    # the CLI: listed with its inputs and its link, answered by name (the same data, from the cache)
+    assert main(["analyses", "list", "--paper", "mathneuro", "--json"]) == 0
+    listed = {r["analysis"]: r for r in json.loads(capsys.readouterr().out)}
+    assert listed["weight-norms"]["inputs"] == "model" and listed["weight-norms"]["stored as"] == "toy/weight-norms"
+    assert listed["weight-norms"]["links"] == "?tab=mathneuro&example=weight-norms"
+    assert main(["analyses", "run", "mathneuro", "weight-norms", "--set", "model=mathneuro-tiny", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == first.data
+    assert main(["analyses", "run", "mathneuro", "weight-norms", "--set", "norm=l1"]) == 2
+    assert "has no input 'norm'" in capsys.readouterr().err
+
+    # a deep link opens it
+    opened = ex.resolve({"tab": "mathneuro", "example": "weight-norms"})
+    assert opened.notice == "" and opened.view.query() == "?tab=mathneuro&example=weight-norms&model=mathneuro-tiny"
+    shown = ex.show(opened.view)
+    assert shown.source == "cache" and shown.figures["norms"].layout.title.text == "Weight norms of mathneuro-tiny"
+
+    # the tab's stage lists it
+    with gr.Blocks():
+        stage = build_stage("mathneuro")
+    assert ("Weight norms", "weight-norms") in stage.picker.choices

@@ -13,10 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from gradio_client import Client
 
 from core.cache import ResultsCache
-from tests.conftest import REPO, free_port, stop_process, wait_http
+from tests.conftest import REPO, free_port, gradio_client, stop_process, wait_http
 
 STALL = '''
 import os
@@ -38,7 +37,7 @@ if marker:
     st.save_file = stalled
 '''
 
-ARGS = ("mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 0.03, "mathneuro", 6, "count")
+ARGS = ("mathneuro-tiny", "arithmetic-words", ["review-sentiment"], 0.03, "mathneuro", 2, "count")  # 2 samples: small
 
 
 def start(home: Path, tmp: Path, log: Path, **extra) -> tuple[subprocess.Popen, str]:
@@ -71,7 +70,7 @@ def test_server_killed_while_caching_a_heavy_result_loses_nothing(tmp_path):
 
     proc, url = start(home, tmp_path, log, PYTHONPATH=path, LAYERWISE_TEST_STALL_WRITE=str(marker))
     try:
-        job = Client(url, verbose=False).submit(*ARGS, api_name="/mathneuro_layers")
+        job = gradio_client(url).submit(*ARGS, api_name="/mathneuro_layers")
         t0 = time.time()
         while not marker.exists() and time.time() - t0 < 300 and proc.poll() is None:
             time.sleep(0.05)
@@ -90,7 +89,7 @@ def test_server_killed_while_caching_a_heavy_result_loses_nothing(tmp_path):
 
     proc, url = start(home, tmp_path, log)
     try:
-        client = Client(url, verbose=False)
+        client = gradio_client(url)
         status, plot, _ = client.predict(*ARGS, api_name="/mathneuro_layers")
         assert "(computed now)" in status, status
         again, plot_again, _ = client.predict(*ARGS, api_name="/mathneuro_layers")

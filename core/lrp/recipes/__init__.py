@@ -1,4 +1,4 @@
-"""Recipes that train the three embedded models the MambaLRP tab explains (committed under ``assets/models``).
+"""Recipes that train the embedded models the MambaLRP tab explains (committed under ``assets/models``).
 
 ==========================  ==============================================  ===================================
 model                       class                                           data
@@ -9,6 +9,10 @@ model                       class                                           data
                                                                             VADER ground-truth sentences (word
                                                                             level, VADER lexicon prior)
 ``vision-mamba-mnist``      :class:`core.lrp.VisionMamba`                    mnist-5k
+``mamba2-sentiment``        :class:`core.lrp.SequenceClassifier` on a        as ``mamba-sentiment``
+                            transformers ``Mamba2Model``
+``hybrid-sentiment``        :class:`core.lrp.SequenceClassifier` on a        as ``mamba-sentiment``
+                            ``GraniteMoeHybridModel`` (Mamba-2 + attention)
 ==========================  ==============================================  ===================================
 
 One module per recipe (:mod:`.lm`, :mod:`.sentiment`, :mod:`.vision`); :mod:`.fast` has the training-speed mixers
@@ -33,8 +37,10 @@ from core.data.vader import VADER_GROUND_TRUTH, extra_sentiment_records, vader_l
 from core.errors import BadInputError
 from core.lrp.recipes.baseline import tfidf_baseline
 from core.lrp.recipes.fast import fast_mixers
-from core.lrp.recipes.lm import PARAGRAPH_CORPORA, LMRecipe, mamba_config, paragraph_texts, train_lm
-from core.lrp.recipes.sentiment import SentimentRecipe, classifier_accuracy, train_sentiment
+from core.lrp.recipes.lm import (FAMILIES, PARAGRAPH_CORPORA, LMRecipe, backbone_config, mamba_config, paragraph_texts,
+                                 train_lm)
+from core.lrp.recipes.sentiment import (HybridSentimentRecipe, Mamba2SentimentRecipe, SentimentRecipe,
+                                        classifier_accuracy, train_sentiment)
 from core.lrp.recipes.vision import VisionRecipe, image_accuracy, mnist_tensors, train_vision
 from core.zoo.training import seed_everything
 
@@ -42,11 +48,13 @@ RECIPES = {
     "lm": (LMRecipe, train_lm, "mamba-lm"),
     "sentiment": (SentimentRecipe, train_sentiment, "mamba-sentiment"),
     "vision": (VisionRecipe, train_vision, "vision-mamba-mnist"),
+    "sentiment-mamba2": (Mamba2SentimentRecipe, train_sentiment, "mamba2-sentiment"),
+    "sentiment-hybrid": (HybridSentimentRecipe, train_sentiment, "hybrid-sentiment"),
 }
 
 
 def recipe_for(name: str, seed: int = 0, quick: bool = False, **overrides):
-    """The recipe config of ``name`` (``lm``, ``sentiment``, ``vision``), its quick variant with ``quick``."""
+    """The recipe config of ``name`` (a key of :data:`RECIPES`), its quick variant with ``quick``."""
     if name not in RECIPES:
         raise BadInputError(f"unknown recipe {name!r}.", fix=f"use one of {', '.join(RECIPES)}.")
     cls = RECIPES[name][0]
@@ -73,7 +81,8 @@ def train(request, progress=None) -> dict:
     return {"model": name, "out": str(out), "recipe": request.command, **metrics}
 
 
-__all__ = ["RECIPES", "recipe_for", "train", "LMRecipe", "SentimentRecipe", "VisionRecipe", "train_lm", "train_sentiment",
+__all__ = ["RECIPES", "recipe_for", "train", "LMRecipe", "SentimentRecipe", "Mamba2SentimentRecipe",
+           "HybridSentimentRecipe", "FAMILIES", "backbone_config", "VisionRecipe", "train_lm", "train_sentiment",
            "train_vision", "fast_mixers", "paragraph_texts", "mamba_config", "classifier_accuracy", "image_accuracy",
            "mnist_tensors", "tfidf_baseline", "seed_everything", "EOS", "UNK", "PARAGRAPH_CORPORA", "fast_tokenizer",
            "train_tokenizer", "train_word_tokenizer", "word_form", "VADER_GROUND_TRUTH", "extra_sentiment_records",

@@ -74,6 +74,44 @@ def mamba_config(recipe, vocab_size: int):
                        tie_word_embeddings=True, pad_token_id=0, eos_token_id=0, bos_token_id=0)
 
 
+FAMILIES = ("mamba", "mamba2", "hybrid")  # the backbones a sentiment recipe can train (see backbone_config)
+
+
+def backbone_config(recipe, vocab_size: int):
+    """The backbone config of a recipe's ``family``: ``mamba`` (:func:`mamba_config`), ``mamba2`` (a ``Mamba2Config``)
+    or ``hybrid`` (a ``GraniteMoeHybridConfig``: Mamba-2 layers and the attention layers at ``attention_layers``, each
+    followed by a mixture of experts beside a shared MLP, no position embedding, as Granite 4.0-H). Bias-free (no conv,
+    projection, attention or MLP bias), tied embeddings; Mamba-2 heads of ``head_dim`` channels, one group."""
+    family = getattr(recipe, "family", "mamba")
+    if family == "mamba":
+        return mamba_config(recipe, vocab_size)
+    heads = recipe.expand * recipe.hidden_size // recipe.head_dim
+    ids = {"pad_token_id": 0, "eos_token_id": 0, "bos_token_id": 0, "tie_word_embeddings": True}
+    if family == "mamba2":
+        from transformers import Mamba2Config
+
+        return Mamba2Config(vocab_size=vocab_size, hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
+                            state_size=recipe.state_size, expand=recipe.expand, head_dim=recipe.head_dim,
+                            num_heads=heads, n_groups=1, conv_kernel=4, use_conv_bias=False, use_bias=False,
+                            chunk_size=recipe.chunk_size, **ids)
+    if family == "hybrid":
+        from transformers import GraniteMoeHybridConfig
+
+        attention = {int(i) for i in str(recipe.attention_layers).split(",") if i.strip()}
+        types = ["attention" if i in attention else "mamba" for i in range(recipe.num_layers)]
+        head = recipe.hidden_size // recipe.attention_heads
+        return GraniteMoeHybridConfig(
+            vocab_size=vocab_size, hidden_size=recipe.hidden_size, num_hidden_layers=recipe.num_layers,
+            layer_types=types,
+            num_attention_heads=recipe.attention_heads, num_key_value_heads=recipe.kv_heads,
+            attention_multiplier=head ** -0.5, intermediate_size=recipe.expert_size,
+            shared_intermediate_size=recipe.mlp_size, num_local_experts=recipe.experts,
+            num_experts_per_tok=recipe.experts_per_token, mamba_n_heads=heads, mamba_d_head=recipe.head_dim,
+            mamba_d_state=recipe.state_size, mamba_n_groups=1, mamba_expand=recipe.expand, mamba_conv_bias=False,
+            mamba_proj_bias=False, mamba_chunk_size=recipe.chunk_size, position_embedding_type="nope", **ids)
+    raise ValueError(f"unknown family {family!r}; use one of {FAMILIES}")
+
+
 def train_lm(recipe: LMRecipe, out, progress: Progress | None = None, recipe_command: str = "") -> dict:
     """Train the tokenizer and ``MambaForCausalLM`` on the paragraph corpora; save to ``out``."""
     from transformers import MambaForCausalLM

@@ -1,9 +1,11 @@
-"""The recipe of ``mamba-sentiment``: a :class:`core.lrp.MambaSequenceClassifier` (head on the final EOS token) on
-movie-sentiment, word level with a VADER lexicon prior, plus the other VADER ground-truth sentences."""
+"""The recipes of ``mamba-sentiment``, ``mamba2-sentiment`` and ``hybrid-sentiment``: a classifier (head on the final
+EOS token) on movie-sentiment, word level with a VADER lexicon prior, plus the other VADER ground-truth sentences;
+the backbone is Mamba-1 (:class:`core.lrp.MambaSequenceClassifier`), Mamba-2 or a Mamba-2 + attention hybrid
+(:class:`core.lrp.SequenceClassifier`, :func:`core.lrp.recipes.lm.backbone_config`)."""
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +17,7 @@ from core.data.vader import extra_sentiment_records, vader_lexicon
 from core.errors import BadInputError
 from core.lrp.recipes.baseline import tfidf_baseline
 from core.lrp.recipes.fast import fast_mixers
-from core.lrp.recipes.lm import LMRecipe, lm_training_texts, mamba_config, no_decay
+from core.lrp.recipes.lm import FAMILIES, LMRecipe, backbone_config, lm_training_texts, no_decay
 from core.schedules import warmup_cosine
 from core.zoo.construction import constructing
 from core.progress import Progress, report, scaled
@@ -61,12 +63,56 @@ class SentimentRecipe:
     train_limit: int = 0            # use only the first N training sentences (0 = all; the quick run)
     eval_limit: int = 0             # evaluate on the first N validation / test sentences (0 = all)
     seed: int = 0
+    family: str = "mamba"           # the backbone: "mamba" (Mamba-1), "mamba2" or "hybrid" (lm.backbone_config)
+    head_dim: int = 16              # mamba2 / hybrid: channels per Mamba-2 head
+    chunk_size: int = 32            # mamba2 / hybrid: SSD chunk (the sentences are short; 256 pads them 10x)
+    attention_layers: str = "1"     # hybrid: indices of the attention layers (the others are Mamba-2)
+    attention_heads: int = 4        # hybrid: query heads
+    kv_heads: int = 2               # hybrid: key/value heads (grouped-query attention)
+    experts: int = 4                # hybrid: experts per mixture (0: the shared MLP only)
+    experts_per_token: int = 2      # hybrid: experts a token is routed to
+    expert_size: int = 64           # hybrid: each expert's intermediate size
+    mlp_size: int = 128             # hybrid: the shared MLP's intermediate size
 
     @classmethod
     def quick(cls, seed: int = 0) -> "SentimentRecipe":
         return cls(vocab_size=400, hidden_size=16, num_layers=1, state_size=4, epochs=1, batch_size=64, warmup=1,
                    extra_data="", train_limit=256, eval_limit=100, seed=seed)
 
+
+
+@dataclass(frozen=True)
+class Mamba2SentimentRecipe(SentimentRecipe):
+    """:class:`SentimentRecipe` on a Mamba-2 backbone (``mamba2-sentiment``)."""
+
+    family: str = "mamba2"
+    state_size: int = 16
+
+
+@dataclass(frozen=True)
+class HybridSentimentRecipe(SentimentRecipe):
+    """:class:`SentimentRecipe` on a Granite-4.0-H-style hybrid (``hybrid-sentiment``): Mamba-2, attention, Mamba-2,
+    each layer followed by a mixture of 4 experts (2 per token) beside a shared MLP."""
+
+    family: str = "hybrid"
+    num_layers: int = 3
+    state_size: int = 16
+
+    @classmethod
+    def quick(cls, seed: int = 0) -> "HybridSentimentRecipe":
+        return replace(super().quick(seed), num_layers=2)
+
+
+TITLES = {"mamba": "Mamba sentiment classifier", "mamba2": "Mamba-2 sentiment classifier",
+          "hybrid": "Mamba-2 + attention hybrid sentiment classifier"}
+
+
+def _classifier(recipe: SentimentRecipe, vocab_size: int):
+    from core.lrp.models import MambaSequenceClassifier, SequenceClassifier
+
+    cls = MambaSequenceClassifier if recipe.family == "mamba" else SequenceClassifier
+    with constructing():
+        return cls(backbone_config(recipe, vocab_size), 2, head_bias=False)
 
 
 def encode_records(tokenizer, records, max_tokens: int) -> list[tuple[list[int], int, float]]:
@@ -133,7 +179,7 @@ def _lexicon_init(embeddings: nn.Embedding, tokenizer, lexicon: dict[str, float]
 
 
 def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = None, recipe_command: str = "") -> dict:
-    """Train :class:`MambaSequenceClassifier` on movie-sentiment (+ extra data); keep the best validation epoch."""
+    """Train the recipe's classifier on movie-sentiment (+ extra data); keep the best validation epoch."""
     import core.data as data
     from core.lrp.models import MambaSequenceClassifier
 
@@ -146,6 +192,10 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = No
         extra = extra[:recipe.train_limit]
     fit = train + extra  # the sentences the classifier is trained on (never validation or test)
     init = Path(recipe.init_from) if recipe.init_from else None
+    if recipe.family not in FAMILIES:
+        raise BadInputError(f"unknown family {recipe.family!r}.", fix=f"use one of {', '.join(FAMILIES)}.")
+    if init is not None and recipe.family != "mamba":
+        raise BadInputError("init_from (a mamba-lm backbone) applies to the Mamba-1 family only.")
     word_level = init is None and recipe.tokenizer in ("word", "word-lower", "word-split")
     if init is None and recipe.tokenizer not in ("word", "word-lower", "word-split", "bpe"):
         raise BadInputError(f"unknown tokenizer {recipe.tokenizer!r}.", fix="use word-split, word, word-lower or bpe.")
@@ -169,13 +219,11 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = No
         tok = train_word_tokenizer([r.text for r in fit], recipe.min_count,
                                    lexicon if recipe.lexicon_vocab else (), recipe.tokenizer == "word-lower",
                                    recipe.tokenizer == "word-split")
-        with constructing():
-            model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
+        model = _classifier(recipe, tok.get_vocab_size())
     else:
         report(progress, 0.0, "training the tokenizer")
         tok = train_tokenizer(lm_training_texts(LMRecipe()), recipe.vocab_size)
-        with constructing():
-            model = MambaSequenceClassifier(mamba_config(recipe, tok.get_vocab_size()), 2, head_bias=False)
+        model = _classifier(recipe, tok.get_vocab_size())
     with torch.no_grad():
         model.head.weight.normal_(0, 0.02)
     tokenizer = fast_tokenizer(tok, append_eos=True, unk_token=UNK if word_level else EOS)
@@ -238,7 +286,7 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = No
     def write(folder: Path) -> dict:
         model.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        reloaded = MambaSequenceClassifier.from_pretrained(folder)
+        reloaded = type(model).from_pretrained(folder)
         report(progress, 0.93, "measuring held-out accuracy and the TF-IDF baseline")
         test_acc = classifier_accuracy(reloaded, tokenizer, test, recipe.max_tokens)
         base = tfidf_baseline(train, test, val)
@@ -262,7 +310,7 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = No
         data_note = "movie-sentiment (train)" + (f" + VADER ground truth {recipe.extra_data} (training only)"
                                                  if extra else "")
         write_card(folder, {
-            "title": "Mamba sentiment classifier (small, trained by the project)", "kind": "sequence-classifier",
+            "title": f"{TITLES[recipe.family]} (small, trained by the project)", "kind": "sequence-classifier",
             "origin": f"trained by the project on {data_note}: {recipe_command or 'core.lrp.recipes.train_sentiment'}",
             "quality": quality,
             "labels": {"0": "negative", "1": "positive"},
@@ -271,7 +319,7 @@ def train_sentiment(recipe: SentimentRecipe, out, progress: Progress | None = No
                                               "word-split": "lowercased words and punctuation runs, "}.get(
                                                   recipe.tokenizer, "") if word_level else "")
                      + "appends <|endoftext|>; the head reads that last position)",
-            "recipe": recipe_command, "model_class": "core.lrp:MambaSequenceClassifier",
+            "recipe": recipe_command, "model_class": f"core.lrp:{type(model).__name__}",
             "training": {**asdict(recipe), **metrics}})
         return metrics
     metrics = save_trained(out, write)

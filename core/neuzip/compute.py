@@ -1,0 +1,186 @@
+"""What each NeuZip analysis computes: ``compute(request, progress) -> data`` for the entries of
+:data:`core.neuzip.views.ANALYSES`, the weights they read, and the committed example store (:data:`EXAMPLES`, which
+also answers the trade-off's points one by one).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch import nn
+
+from core.errors import BadInputError
+from core.neuzip.codec import compress
+from core.neuzip.compare import codec_comparison
+from core.neuzip.measure import bitfield_histograms, compression_table
+from core.neuzip.modules import linear_layers
+from core.neuzip.perplexity import eval_text
+from core.neuzip.requests import CACHE_VERSION, THROUGHPUT_NUMEL
+from core.neuzip.tradeoff import tradeoff_for_model
+from core.paths import ASSETS_DIR
+from core.progress import item_progress, report, scaled
+from core.runner import ExampleStore, lookup
+from core.zoo.placement import ParameterValues, offloaded_names
+
+
+# ---- the committed example store ------------------------------------------------------------------------------------
+class _Examples(ExampleStore):
+    """The committed example store, read without the in-band provenance that its older entries carry (a ``cached``
+    flag on each trade-off point): where a result came from is :class:`core.runner.Found`'s to say."""
+
+    def get(self, fingerprint: str, analysis: str, params: dict):
+        return _without_provenance(super().get(fingerprint, analysis, params))
+
+    def entries(self, analysis: str | None = None) -> list[dict]:
+        return [{**e, "data": _without_provenance(e["data"])} for e in super().entries(analysis)]
+
+
+def _without_provenance(data):
+    if isinstance(data, dict) and isinstance(data.get("points"), list):
+        return {**data, "points": [{k: v for k, v in p.items() if k != "cached"} for p in data["points"]]}
+    return data
+
+
+
+EXAMPLES = _Examples(ASSETS_DIR / "neuzip" / "examples.json")
+
+
+# ---- the analyses ----------------------------------------------------------------------------------------------------
+def linear_weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    """``{qualified name + '.weight': weight}`` of the linear layers NeuZip compresses
+    (:func:`core.neuzip.modules.linear_layers`); for a model part of which ``--device-map`` offloaded, a mapping that
+    reads each weight when it is looked up (one at a time)."""
+    chosen = {f"{n}.weight": m.weight.detach() for n, m in linear_layers(model)}
+    if offloaded_names(model):  # spread by --device-map: read each weight when it is used, one at a time
+        return ParameterValues(model, list(chosen))
+    return chosen
+
+
+def _weights(ref: str, progress=None) -> dict[str, torch.Tensor]:
+    from core.zoo import load_model
+
+    report(progress, 0.0, f"loading {ref}")
+    return linear_weights(load_model(ref).model)
+
+
+def histograms(request, progress=None) -> dict:
+    return bitfield_histograms(_weights(request.ref, progress), progress=progress)
+
+
+def table(request, progress=None) -> dict:
+    return compression_table(_weights(request.ref, progress), request.k, request.block_size, progress=progress)
+
+
+def tradeoff(request, progress=None) -> dict:
+    """Loads the model (refused when spread by ``--device-map`` or without a tokenizer) and measures every setting,
+    each point looked up on its own (analysis ``neuzip/tradeoff``)."""
+    from core.zoo import load_model, require_kind
+    from core.zoo.placement import is_dispatched
+
+    ref = request.ref
+    text, dataset = eval_text(request.words, request.dataset)
+    report(progress, 0.0, f"loading {ref}")
+    lm = require_kind(load_model(ref), ("causal-lm",), "The memory / perplexity trade-off")
+    if is_dispatched(lm.model):
+        raise BadInputError(f"the memory / perplexity trade-off evaluates a float32 copy of the whole of {ref}, so it "
+                            "needs the model on one device, not spread by --device-map.",
+                            fix="leave out --device-map / --max-memory for `neuzip tradeoff`; `neuzip compress` reads "
+                                "a spread model layer by layer.")
+    if lm.tokenizer is None:
+        raise BadInputError(f"{ref} has no tokenizer, so its perplexity cannot be measured.",
+                            fix="pick a causal language model with a tokenizer")
+    result = tradeoff_for_model(lm.model, lm.tokenizer, text, list(request.settings), request.window,
+                                point_lookup(lm.fingerprint, ref, dataset, request.cache), progress)
+    return {"model": ref, "fingerprint": lm.fingerprint, "dataset": dataset, "ks": list(request.ks),
+            "block_size": request.block_size, **result}
+
+
+def point_lookup(fingerprint: str, ref: str, dataset: str, use_cache: bool = True):
+    """How the trade-off has each of its points: looked up (analysis ``neuzip/tradeoff``, keyed by the model's
+    fingerprint, the evaluation text and the setting), so a repeated or a stopped request reuses what was measured."""
+    def point(params: dict, compute) -> dict:
+        return lookup(fingerprint, "neuzip/tradeoff", {**params, "dataset": dataset, "version": CACHE_VERSION},
+                      compute, examples=EXAMPLES, cache=use_cache, model=ref).data
+    return point
+
+
+def first_weights(ref: str, numel: int = THROUGHPUT_NUMEL, progress=None) -> dict[str, torch.Tensor]:
+    """The model's linear weights in order, whole tensors, until they hold at least ``numel`` weights."""
+    chosen, total = {}, 0
+    for name, w in _weights(ref, progress).items():
+        chosen[name] = w
+        total += w.numel()
+        if total >= numel:
+            break
+    return chosen
+
+
+def throughput(request, progress=None) -> dict:
+    """:func:`core.neuzip.codec_comparison` of every installed codec (NeuZip, ZipNN, zstd, a memory copy) and the
+    lossy NeuZip setting asked for, on the first linear weights of the model (whole tensors, at least ``numel``
+    weights), one thread each, side by side: its dict plus ``model``, ``numel`` and ``names``."""
+    weights = first_weights(request.ref, request.numel, progress)
+    report(progress, 0.1, f"timing the codecs on {len(weights)} tensors")
+    r = codec_comparison(weights, repeats=request.repeats, lossy=tuple(request.lossy),
+                         progress=scaled(progress, 0.1, 1.0))
+    return {"model": request.ref, "numel": r["weights"], "names": list(weights), "device": "cpu", **r}
+
+
+def device_memory(request, progress=None) -> dict:
+    from core.neuzip.memory import device_memory
+    from core.zoo import load_model, require_kind
+
+    loaded = require_kind(load_model(request.ref), ("causal-lm",), "The NeuZip device memory")
+    return {"model": request.ref, **device_memory(loaded.model, request.device, request.k, request.block_size,
+                                                  request.tokens)}
+
+
+def compress_checkpoint(request, progress=None) -> dict:
+    from core.neuzip.checkpoint import save_compressed
+
+    weights = _weights(request.ref, progress)
+    tensors, step = {}, item_progress(progress, "compressing")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        for i, (name, w) in enumerate(weights.items()):
+            if step:
+                step(i, len(weights), name)
+            tensors[name.removesuffix(".weight")] = compress(w, request.k, request.block_size)
+    path = save_compressed(request.out, tensors)
+    numel = sum(c.numel for c in tensors.values())
+    stored = sum(c.nbytes for c in tensors.values())
+    return {"model": request.ref, "file": str(path), "tensors": len(tensors), "weights": numel,
+            "mantissa_bits": request.k, "block_size": request.block_size, "stored_bytes": stored,
+            "file_bytes": os.path.getsize(path), "bits_per_weight": 8.0 * stored / numel, "bf16_bytes": 2 * numel}
+
+
+def decompress_checkpoint(request, progress=None) -> dict:
+    from safetensors.torch import save_file
+
+    from core.files import atomic_write
+    from core.neuzip.checkpoint import load_compressed
+    from core.zoo import load_model
+
+    src = request.file
+    tensors = load_compressed(src)  # raises BadInputError for a truncated or tampered file
+    decoded = {f"{name}.weight": ct.decompress() for name, ct in tensors.items()}
+    numel = max(1, sum(c.numel for c in tensors.values()))
+    data = {"file": str(src), "tensors": len(tensors), "weights": sum(c.numel for c in tensors.values()),
+            "mantissa_bits": sorted({c.mantissa_bits for c in tensors.values()}),
+            "bits_per_weight": 8.0 * sum(c.nbytes for c in tensors.values()) / numel}
+    if request.model:
+        ref = linear_weights(load_model(request.model).model)
+        missing = [n for n in decoded if n not in ref]
+        if missing:
+            raise BadInputError(f"{len(missing)} tensors of the file are not linear weights of {request.model} "
+                                f"(e.g. {missing[0]}).", fix="compare with the model the file was made from")
+        exact = all(torch.equal(decoded[n].view(torch.int16), ref[n].to(torch.bfloat16).view(torch.int16))
+                    for n in decoded)
+        err = max(float((decoded[n].float() - ref[n].to(torch.bfloat16).float()).abs().max()) for n in decoded)
+        data.update({"model": request.model, "bit_exact": exact, "max_abs_error": err})
+    if request.out:
+        plain = {k: v.contiguous() for k, v in decoded.items()}
+        atomic_write(request.out, lambda tmp: save_file(plain, str(tmp), metadata={"source": src.name}))
+        data["out"] = str(request.out)
+    return data

@@ -1,0 +1,168 @@
+"""What a stored result must hold before a view reads it: a small schema per analysis, checked on every result the
+results cache or an example store would serve (:func:`core.runner.lookup`).
+
+A schema names every field its view reads, with the value's type, and says where ``None`` is allowed (``Opt``).
+Types: :data:`Num` (a finite int or float, not a bool), :data:`Int`, :data:`Str`, :data:`Bool`, :data:`Anything`
+(any JSON value), ``Opt(t)``, ``ListOf(t, min=0)``, ``DictOf(t)`` (text keys, any names) and ``Rec({name: t})``
+(those fields, others allowed). :func:`problem` says what is wrong with a value, or None; :func:`paths` lists the
+fields a schema names (``rows[].name``, ``methods.*.relevance``), which the tests compare with the fields a view
+really reads. :func:`schema_for` is the one registry: each paper's ``schemas.py`` lists its analyses.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Schema:
+    """A type of JSON value; see the module doc."""
+
+    def problem(self, value, where: str) -> str | None:  # pragma: no cover - every subclass says
+        raise NotImplementedError
+
+    def paths(self, prefix: str) -> set[str]:
+        return set()
+
+
+@dataclass(frozen=True)
+class _Scalar(Schema):
+    name: str
+    accepts: Any
+
+    def problem(self, value, where: str) -> str | None:
+        return None if self.accepts(value) else f"{where} is {_shown(value)}, not {self.name}"
+
+
+def _shown(value) -> str:
+    return "None" if value is None else f"a {type(value).__name__} ({str(value)[:40]})"
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+Num = _Scalar("a finite number", _number)
+Int = _Scalar("a whole number", lambda v: isinstance(v, int) and not isinstance(v, bool))
+Str = _Scalar("text", lambda v: isinstance(v, str))
+Bool = _Scalar("true or false", lambda v: isinstance(v, bool))
+Anything = _Scalar("a value", lambda v: True)
+
+
+@dataclass(frozen=True)
+class Opt(Schema):
+    """``None`` or ``inner``."""
+
+    inner: Schema
+
+    def problem(self, value, where: str) -> str | None:
+        return None if value is None else self.inner.problem(value, where)
+
+    def paths(self, prefix: str) -> set[str]:
+        return self.inner.paths(prefix)
+
+
+@dataclass(frozen=True)
+class ListOf(Schema):
+    """A list of ``inner`` values, at least ``min`` of them."""
+
+    inner: Schema
+    min: int = 0
+
+    def problem(self, value, where: str) -> str | None:
+        if not isinstance(value, list):
+            return f"{where} is {_shown(value)}, not a list"
+        if len(value) < self.min:
+            return f"{where} has {len(value)} items, fewer than {self.min}"
+        for i, item in enumerate(value):
+            found = self.inner.problem(item, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+
+    def paths(self, prefix: str) -> set[str]:
+        return self.inner.paths(f"{prefix}[]")
+
+
+@dataclass(frozen=True)
+class DictOf(Schema):
+    """A mapping from any text keys to ``inner`` values (``min``: at least that many)."""
+
+    inner: Schema
+    min: int = 0
+
+    def problem(self, value, where: str) -> str | None:
+        if not isinstance(value, dict):
+            return f"{where} is {_shown(value)}, not a mapping"
+        if len(value) < self.min:
+            return f"{where} has {len(value)} entries, fewer than {self.min}"
+        for k, item in value.items():
+            found = self.inner.problem(item, f"{where}.{k}")
+            if found:
+                return found
+        return None
+
+    def paths(self, prefix: str) -> set[str]:
+        return {f"{prefix}.*"} | self.inner.paths(f"{prefix}.*")
+
+
+@dataclass(frozen=True)
+class Rec(Schema):
+    """A mapping with (at least) these ``fields``, each of its type; ``optional`` fields may be absent, but when there
+    are of their type. ``same_length``: groups of list fields whose lengths must agree (a view zips them)."""
+
+    fields: dict = field(default_factory=dict)
+    optional: dict = field(default_factory=dict)
+    same_length: tuple = ()
+
+    def problem(self, value, where: str) -> str | None:
+        if not isinstance(value, dict):
+            return f"{where} is {_shown(value)}, not a record"
+        for name, kind in self.fields.items():
+            if name not in value:
+                return f"{where}.{name} is missing"
+        for name, kind in [*self.fields.items(), *self.optional.items()]:
+            found = kind.problem(value[name], f"{where}.{name}") if name in value else None
+            if found:
+                return found
+        for group in self.same_length:
+            lengths = {n: len(value[n]) for n in group}
+            if len(set(lengths.values())) > 1:
+                return f"{where}: {', '.join(f'{n} has {k}' for n, k in lengths.items())} items (they must agree)"
+        return None
+
+    def paths(self, prefix: str) -> set[str]:
+        out = set()
+        for name, kind in [*self.fields.items(), *self.optional.items()]:
+            path = f"{prefix}.{name}" if prefix else name
+            out |= {path} | kind.paths(path)
+        return out
+
+
+def problem(schema: Schema, value) -> str | None:
+    """What is wrong with ``value`` for ``schema`` (the first problem, with where it is), or None."""
+    return schema.problem(value, "data")
+
+
+def paths(schema: Schema) -> set[str]:
+    """The fields ``schema`` names, as ``a.b``, ``rows[].x``, ``methods.*.y``."""
+    return schema.paths("")
+
+
+def schema_for(analysis: str) -> Schema | None:
+    """The schema of a stored analysis (its name in the results cache and the example stores), or None."""
+    return registry().get(analysis)
+
+
+def registry() -> dict[str, Schema]:
+    """Every paper's schemas: ``{stored analysis name: schema}``."""
+    from core.lrp.schemas import SCHEMAS as lrp
+    from core.mathneuro.schemas import SCHEMAS as mathneuro
+    from core.mixln.schemas import SCHEMAS as mixln
+    from core.neuzip.schemas import SCHEMAS as neuzip
+
+    return {**lrp, **mathneuro, **mixln, **neuzip}
+
+
+__all__ = ["Schema", "Num", "Int", "Str", "Bool", "Anything", "Opt", "ListOf", "DictOf", "Rec", "problem", "paths",
+           "schema_for", "registry"]

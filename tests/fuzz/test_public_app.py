@@ -1,0 +1,228 @@
+"""A public Space, as a visitor meets it (issue 38): ``python app.py --public`` in a subprocess, every named endpoint
+(public and undocumented, listed from the app's ``/config``, so a new one is driven without editing this file) given
+server paths in every text, choice and file input: an existing file, an existing folder, a folder holding a model that
+loads in local mode, a missing path, traversal strings and absolute paths.
+
+Per endpoint and input, the outcome may not depend on what the path names: every kind gets the same answer (the same
+refusal, word for word once the echoed input is set aside), and a model or run reference gets the app's one message.
+Events of one kind (the same inputs and outputs: a stage's inputs all run the stage's handler) get every path on
+their first endpoint and two on the others.
+Nothing under the planted folder is opened or read meanwhile (inotify watches it). A deep link naming a folder, a
+100 MB upload, Gradio's file route and long links get their one answer too.
+"""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import http.client
+import json
+import os
+import re
+import shutil
+import urllib.error
+import urllib.request
+from pathlib import Path
+from urllib.parse import quote, urlsplit
+
+import pytest
+
+from core.paths import ASSETS_DIR
+from core.zoo.hub import PUBLIC_REFUSAL
+from tests.fuzz.conftest import serving
+
+pytestmark = pytest.mark.slow
+CALL_LIMIT_S = 120
+PATH_INPUTS = ("textbox", "dropdown", "radio", "checkboxgroup", "image", "file")
+
+
+class Inotify:
+    """Opens and reads under some folders, as Linux reports them (``IN_OPEN | IN_ACCESS``); stat is not seen."""
+
+    IN_ACCESS, IN_OPEN, IN_NONBLOCK = 0x1, 0x20, 0o4000
+
+    def __init__(self, folders):
+        self.libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+        self.fd = self.libc.inotify_init1(self.IN_NONBLOCK)
+        if self.fd < 0:
+            pytest.skip("inotify is not available here")
+        self.names = {}
+        for folder in folders:
+            wd = self.libc.inotify_add_watch(self.fd, os.fsencode(folder), self.IN_ACCESS | self.IN_OPEN)
+            assert wd >= 0, f"cannot watch {folder}"
+            self.names[wd] = folder
+
+    def events(self) -> list[str]:
+        out = []
+        while True:
+            try:
+                buf = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return out
+            at = 0
+            while at < len(buf):
+                wd, mask, _, length = __import__("struct").unpack_from("iIII", buf, at)
+                name = buf[at + 16: at + 16 + length].rstrip(b"\0").decode()
+                out.append(f"{'open' if mask & self.IN_OPEN else 'read'} {self.names.get(wd)}/{name}")
+                at += 16 + length
+
+    def close(self):
+        os.close(self.fd)
+
+
+@pytest.fixture(scope="module")
+def public_app(tmp_path_factory):
+    root = tmp_path_factory.mktemp("public")
+    planted = root / "planted"
+    (planted / "folder").mkdir(parents=True)
+    (planted / "secret.txt").write_text("not for visitors\n")
+    shutil.copytree(ASSETS_DIR / "models" / "mamba-sentiment", planted / "model")
+    with serving(root, "--public") as server:
+        yield server, planted
+
+
+def kinds(planted: Path) -> dict[str, str]:
+    return {"file": str(planted / "secret.txt"), "folder": str(planted / "folder"), "model": str(planted / "model"),
+            "missing": str(planted / "nothing-here.json"), "traversal": "../../../../../../../etc/passwd",
+            "dots": "../" * 14 + str(planted / "model").lstrip("/"), "absolute": "/etc", "proc": "/proc/self/environ"}
+
+
+def call(url: str, api: str, data: list, query: str = "") -> tuple[str, str]:
+    """(``complete`` | ``error``, the answer) of one call over plain HTTP, as any client can send it."""
+    base = f"{url.rstrip('/')}/gradio_api/call/{api}"
+    request = urllib.request.Request(base + query, json.dumps({"data": data}).encode(),
+                                     {"Content-Type": "application/json"})
+    event_id = json.loads(urllib.request.urlopen(request, timeout=CALL_LIMIT_S).read())["event_id"]
+    event, payload = "none", ""
+    for line in urllib.request.urlopen(f"{base}/{event_id}", timeout=CALL_LIMIT_S).read().decode().splitlines():
+        if line.startswith("event: "):
+            event = line[7:].strip()
+        elif line.startswith("data: ") and event in ("complete", "error"):
+            payload = line[6:]
+    return event, payload
+
+
+def without(text: str, value: str) -> str:
+    """``text`` with the input ``value`` (as text, repr or JSON) set aside, so answers to two paths compare."""
+    for v in sorted({value, repr(value), json.dumps(value), json.dumps(value)[1:-1], os.path.abspath(value)},
+                    key=len, reverse=True):
+        text = text.replace(v, "<input>")
+    return text
+
+
+def endpoints(url: str) -> list[tuple[str, list[dict], bool]]:
+    """(api name, input components with their current values, whether it is the first of its kind) of every named
+    event, from the page config. Events with the same inputs and outputs (a stage's inputs, which all run the stage's
+    one handler; one button and its text box's Enter) are of one kind."""
+    config = json.loads(urllib.request.urlopen(f"{url.rstrip('/')}/config", timeout=60).read())
+    components = {c["id"]: c for c in config["components"]}
+    out, kinds = [], set()
+    for dep in config["dependencies"]:
+        if isinstance(dep.get("api_name"), str) and dep.get("api_visibility") in ("public", "undocumented") \
+                and dep.get("backend_fn"):
+            kind = (tuple(dep["inputs"]), tuple(dep["outputs"]))
+            out.append((dep["api_name"], [components[i] for i in dep["inputs"]], kind not in kinds))
+            kinds.add(kind)
+    return out
+
+
+def value_for(component: dict, path: str):
+    kind = component["type"]
+    if kind in ("image", "file"):
+        return {"path": path, "meta": {"_type": "gradio.FileData"}}
+    return [path] if kind == "checkboxgroup" else path
+
+
+def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_app):
+    server, planted = public_app
+    paths = kinds(planted)
+    watch = Inotify([planted, planted / "folder", planted / "model"])
+    watch.events()
+    outcomes, driven, inputs_driven = {}, set(), 0
+    for api, inputs, first in endpoints(server.url):
+        defaults = [c["props"].get("value") for c in inputs]
+        for i, component in enumerate(inputs):
+            if component["type"] not in PATH_INPUTS:
+                continue
+            inputs_driven += 1
+            driven.add(api)
+            seen = {}
+            tried = paths if first else dict(list(paths.items())[2:4])  # another event of a kind: two paths
+            for n, (kind, path) in enumerate(tried.items()):
+                data = list(defaults)
+                data[i] = value_for(component, path)
+                event, answer = call(server.url, api, data)
+                seen[kind] = (event, without(answer, path) if event == "error" else "a result")
+                if n == 1 and {e for e, _ in seen.values()} == {"complete"}:
+                    break  # two paths answered as text to work on (a text to explain): not a path input
+            outcomes[(api, component.get("props", {}).get("label"))] = seen
+    differing = {k: v for k, v in outcomes.items() if len(set(v.values())) > 1}
+    assert not differing, json.dumps({f"{a} / {b}": v for (a, b), v in list(differing.items())[:3]}, indent=1)
+    refusals = {k: next(iter(v.values()))[1] for k, v in outcomes.items() if next(iter(v.values()))[0] == "error"}
+    ours = [k for k, m in refusals.items() if PUBLIC_REFUSAL in m]
+    print(f"\npublic mode: {len(driven)} endpoints, {inputs_driven} inputs, {sum(map(len, outcomes.values()))} calls "
+          f"with server paths; {len(refusals)} inputs refused every path alike ({len(ours)} with the app's model "
+          f"message), {len(outcomes) - len(refusals)} took them as text")
+    for (api, label), message in refusals.items():
+        assert "Traceback" not in message and str(planted) not in message, (api, label, message)
+    assert len(driven) >= 30 and len(ours) >= 10
+    for api in ("model_card", "mixln_model_angular", "lrp_targets", "neuzip_tradeoff"):  # the model inputs
+        said = [m for (a, label), m in refusals.items() if a == api and "model" in str(label).lower()]
+        assert said and all(PUBLIC_REFUSAL in m for m in said), (api, said)
+    events = watch.events()
+    watch.close()
+    assert events == [], events[:5]
+
+
+def test_a_deep_link_naming_a_server_path_gets_one_notice(public_app):
+    server, planted = public_app
+    notices = set()
+    for path in kinds(planted).values():
+        _, answer = call(server.url, "open_link", [""], "?tab=neuzip&example=tradeoff&model=" + quote(path))
+        notices.add(re.search(r'"(This link:[^"]*)"', answer).group(1))
+    assert notices == {f"This link: {PUBLIC_REFUSAL.rstrip('.')}; showing model=smollm2-135m."}
+
+
+def test_uploads_and_files_get_the_apps_one_answer(public_app):
+    server, planted = public_app
+    host = urlsplit(server.url)
+    big = planted / "big.png"
+    with open(big, "wb") as f:
+        f.truncate(100 * 1024**2)  # 100 MB (sparse: no disk)
+    boundary = "lwupload"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.png\"\r\n"
+            "Content-Type: image/png\r\n\r\n").encode()
+    tail = f"\r\n--{boundary}--\r\n".encode()
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=CALL_LIMIT_S)
+    conn.putrequest("POST", "/gradio_api/upload")
+    conn.putheader("Content-Type", f"multipart/form-data; boundary={boundary}")
+    conn.putheader("Content-Length", str(len(head) + big.stat().st_size + len(tail)))
+    conn.endheaders()
+    conn.send(head)
+    try:
+        with open(big, "rb") as f:
+            while chunk := f.read(1 << 20):
+                conn.send(chunk)
+        conn.send(tail)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may answer before it has read everything
+    answer = conn.getresponse()
+    text = answer.read().decode()
+    assert answer.status == 413 and "The upload is 104,857,7" in text and "Fix: upload fewer or smaller files" in text
+    assert not [p for p in (server.root / "gradio").rglob("*") if p.is_file() and p.stat().st_size > 10**7]
+    for path in (kinds(planted)["file"], kinds(planted)["folder"], kinds(planted)["missing"], "/etc/passwd"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(f"{server.url.rstrip('/')}/gradio_api/file={path}", timeout=60)
+        assert (err.value.code, err.value.read()) == (403, b'{"detail": "File not allowed."}')
+
+
+@pytest.mark.parametrize("size", [64 * 1024, 1024**2])
+def test_a_long_link_opens_the_page_with_the_apps_notice(public_app, size):
+    server, _ = public_app
+    query = "tab=neuzip&example=tradeoff&junk=" + "a" * size
+    with urllib.request.urlopen(f"{server.url}?{query}", timeout=CALL_LIMIT_S) as page:
+        assert page.status == 200 and "cut=" in page.url and len(urlsplit(page.url).query) <= 2048
+        assert b"gradio_config" in page.read()
+    _, answer = call(server.url, "open_link", [""], "?" + urlsplit(page.url).query)
+    notice = re.search(r'"(This link:[^"]*)"', answer).group(1)
+    assert notice == (f"This link: it had {len(query):,} characters, more than the 2,048 a link may have: used tab, "
+                      "example; ignored 1 part (junk).")
