@@ -4,7 +4,7 @@
 - :data:`RECIPE_MODEL`, :data:`RECIPE_TRAIN`, :data:`RECIPE_DEVIATIONS`  the settings (the Mix-LN authors', smaller)
 - :data:`RECIPE`            the placements: run name -> norm placement and alpha
 - :data:`RUN_SETS`          the committed run sets (12 layers x 3 seeds, 24 layers, a learning-rate sweep, the
-  embedding-init comparison)
+  embedding-init comparison); :data:`PENDING` the recipe runs not committed yet
 - :class:`Job`, :func:`recipe_jobs`, :func:`recipe_command`  one run of the recipe, every run, its ``mixln train`` line
 - :data:`LIVE_MODEL`, :data:`LIVE_TRAIN`  the tab's live run
 
@@ -110,6 +110,16 @@ RUN_SETS = {
     "init-0.02": RunSet("init-0.02", {**RECIPE_MODEL, "embedding_init_std": 0.02}, ("pre-ln", "mix-ln-0.25", "lns"),
                         diagnostics=False, weights_for_seed=None, title="12 layers, width 64, embedding init std 0.02"),
 }
+# Recipe runs not committed yet (Job.key): issue 35's runs take 15-40 minutes each at 12 layers and about twice that
+# at 24 on the shared 2-core machine, and these did not fit its time. `python -m core mixln reproduce --skip-done`
+# trains them (and nothing already committed); a test holds this list to what is missing, so a run that is committed
+# leaves it.
+PENDING = frozenset({
+    "main/deepnorm-deepnet/seed-2/lr-0.001", "main/lns/seed-2/lr-0.001", "main/peri-ln/seed-2/lr-0.001",
+    *(f"depth-24/{n}/seed-0/lr-0.001" for n in ("lns", "peri-ln", "deepnorm-deepnet")),
+    *(f"init-0.02/{n}/seed-{k}/lr-0.001" for n in ("pre-ln", "mix-ln-0.25") for k in (0, 1, 2)),
+    *(f"init-0.02/lns/seed-{k}/lr-0.001" for k in (0, 1, 2)),
+})
 LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
 
 
@@ -144,6 +154,11 @@ class Job:
     @property
     def train(self) -> dict:
         return {**RECIPE_TRAIN, "seed": self.seed, "lr": self.lr}
+
+    @property
+    def pending(self) -> bool:
+        """Whether this run is in the recipe but not committed yet (:data:`PENDING`)."""
+        return self.key in PENDING
 
     @property
     def keep_weights(self) -> bool:

@@ -69,9 +69,12 @@ def _jobs_present():
 @needs_runs
 def test_every_recipe_run_is_committed_with_weights_only_for_seed_0():
     jobs = runs.recipe_jobs()
-    missing = [j.key for j in jobs if not (runs.ASSETS / j.relative_folder / "run.json").is_file()]
-    assert not missing, f"run `python -m core mixln reproduce` for {missing[:5]}"
-    for job in jobs:
+    present = {j.key for j in _jobs_present()}
+    missing = [j.key for j in jobs if j.key not in present and not j.pending]
+    assert not missing, f"run `python -m core mixln reproduce --skip-done` for {missing[:5]}"
+    # the pending runs are in the recipe and not committed (one that is committed leaves recipe.PENDING)
+    assert runs.PENDING <= {j.key for j in jobs} and not runs.PENDING & present, runs.PENDING & present
+    for job in (j for j in jobs if j.key in present):
         folder = runs.ASSETS / job.relative_folder
         assert (folder / "model.safetensors").is_file() == job.keep_weights, job.key
         assert (folder / "diagnostics.json").is_file() == runs.RUN_SETS[job.set].diagnostics, job.key
@@ -244,7 +247,8 @@ def test_retraining_a_prefix_in_float32_follows_the_recorded_run(job, steps, sin
 
 @needs_runs
 @pytest.mark.slow
-@pytest.mark.parametrize("job", [j for j in runs.recipe_jobs(seeds=[0]) if j.keep_weights], ids=lambda j: j.key)
+@pytest.mark.parametrize("job", [j for j in runs.recipe_jobs(seeds=[0]) if j.keep_weights and not j.pending],
+                         ids=lambda j: j.key)
 def test_committed_weights_reproduce_the_recorded_perplexity(job):
     folder = runs.ASSETS / job.relative_folder
     run = runs.load_run(folder)
