@@ -42,10 +42,12 @@ def runs_compare():
 
 
 def runs_reproduces() -> tuple[str, str, str, str]:
-    """(status, claims table, init table, follow-ups table) as Markdown, computed from the committed runs."""
+    """(status, claims table, init table, follow-ups table) as Markdown, computed from the committed runs; the runs
+    of the recipe not committed yet follow the follow-ups' table."""
     res = mixln.reproduces_result()
     md = res.data["markdown"]
-    return res.status, md["claims"], md["init"], md["followups"] + f"\n\nSources: {res.data['sources']}"
+    return res.status, md["claims"], md["init"], (md["followups"] + f"\n\nSources: {res.data['sources']}\n\n"
+                                                  f"**Runs of the recipe not committed yet**\n\n{md['pending']}")
 
 
 def runs_sweep():

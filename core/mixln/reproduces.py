@@ -354,6 +354,21 @@ def followup_rows(root: str | os.PathLike = ASSETS) -> list[dict]:
     return rows
 
 
+def pending_rows() -> list[dict]:
+    """The recipe runs not committed yet (:data:`core.mixln.recipe.PENDING`), one row per run set and placement: its
+    seeds and the command that trains them (and nothing already committed)."""
+    from core.mixln.placements import placement_label
+    from core.mixln.recipe import RECIPE, recipe_jobs
+    groups: dict[tuple[str, str], list[int]] = {}
+    for j in recipe_jobs():
+        if j.pending:
+            groups.setdefault((j.set, j.name), []).append(j.seed)
+    return [{"set": s, "title": RUN_SETS[s].title, "run": n,
+             "label": placement_label(RECIPE[n]["norm"], RECIPE[n]["alpha"]), "seeds": ", ".join(map(str, seeds)),
+             "command": f"python -m core mixln reproduce --skip-done --set {s} --only {n} --seeds "
+                        + " ".join(map(str, seeds))} for (s, n), seeds in groups.items()]
+
+
 def _ppl(v) -> str:
     if v is None:
         return "-"
@@ -387,20 +402,28 @@ def followup_markdown(rows: list[dict]) -> str:
     return _table(rows, cols)
 
 
+def pending_markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "Every run of the recipe is committed."
+    return _table([{**r, "command": f"`{r['command']}`"} for r in rows],
+                  [("title", "run set"), ("label", "placement"), ("seeds", "seeds not committed"),
+                   ("command", "trains them")])
+
+
 def markdown_sources() -> str:
     return f"71M: {MIXLN_SOURCE}. 130M-1B: {FOLLOWUP_SOURCE}."
 
 
 def markdown(root: str | os.PathLike = ASSETS) -> dict[str, str]:
-    """{claims, init, followups}: the three tables as Markdown (what ``docs/mixln-reproduces.md`` holds between its
+    """{claims, init, followups, sources, pending}: the tables as Markdown (what ``docs/mixln-reproduces.md`` holds between its
     generated markers, and what the tab shows)."""
     return {"claims": claims_markdown(claims(root)), "init": init_markdown(init_rows(root)),
             "followups": followup_markdown(followup_rows(root)),
-            "sources": markdown_sources()}
+            "sources": markdown_sources(), "pending": pending_markdown(pending_rows())}
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "mixln-reproduces.md"
-BLOCKS = ("claims", "init", "followups", "sources")
+BLOCKS = ("claims", "init", "followups", "sources", "pending")
 
 
 def _marker(name: str, end: bool = False) -> str:

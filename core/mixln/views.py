@@ -295,7 +295,7 @@ def _reproduces_tables(data: dict, shown: Shown) -> dict:
     keep = ("claim", "source", "paper", "ours", "verdict")
     return {"claims": [{k: r[k] for k in keep} for r in data["claims"]],
             "init": [{k: v for k, v in r.items() if k not in ("delta", "se", "n")} for r in data["init"]],
-            "followups": data["followups"]}
+            "followups": data["followups"], "pending": data["pending"]}
 
 
 def _reproduce_status(data: dict, shown: Shown) -> str:

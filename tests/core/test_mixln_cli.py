@@ -117,6 +117,25 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     assert len(runs.recipe_jobs()) == 9 * 3 + 2 + (7 + 1) + 3 * 2 + 3 * 3
 
 
+def test_each_pending_command_trains_exactly_its_pending_runs(monkeypatch, tmp_path, capsys):
+    """docs/mixln-reproduces.md lists the recipe runs not committed yet with the command that trains them: each
+    command trains exactly its row's runs, and the rows together are recipe.PENDING."""
+    from core.mixln import reproduces
+    rows = reproduces.pending_rows()
+    assert sum(len(r["seeds"].split(", ")) for r in rows) == len(runs.PENDING)
+    monkeypatch.setattr(mixln.reference, "write_reference", lambda root=None: None)
+    for row in rows:
+        done = []
+        monkeypatch.setattr(retrain, "train_job", lambda job, root, progress=None, keep_all_weights=False,
+                            diagnostics=None: done.append(job) or {"status": "finished", "wall_seconds": 0,
+                                                                   "final_eval_perplexity": 1.0})
+        args = row["command"].split()[4:] + ["--out", str(tmp_path)]
+        code, _, _ = run_cli(capsys, *args)
+        assert code == 0 and done and {j.key for j in done} <= runs.PENDING
+        assert {(j.set, j.name) for j in done} == {(row["set"], row["run"])}
+        assert [str(j.seed) for j in done] == row["seeds"].split(", ")
+
+
 def test_exit_code_2_from_the_real_command():
     out = subprocess.run([sys.executable, "-m", "core", "mixln", "train", "--alpha", "2", "--out", "x"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)
