@@ -132,11 +132,11 @@ def build(ctx: AppContext) -> None:
         _plot(compare.figures["compare"] if compare else None, "Comparison", "mixln-compare")
         status, claims, init, followups = runs_reproduces() if have else ("", "", "", "")
         gr.Markdown("#### What reproduces\n" + status, elem_id="mixln-reproduces-status")
-        gr.Markdown(claims, elem_id="mixln-reproduces")
+        gr.Markdown(claims, elem_id="mixln-reproduces", elem_classes="lw-table")
         gr.Markdown("#### The init question: embedding std 0.02 against the recipe's sqrt(2/5)\n" + init,
-                    elem_id="mixln-init")
+                    elem_id="mixln-init", elem_classes="lw-table")
         gr.Markdown("#### The follow-ups' published perplexities beside these runs\n" + followups,
-                    elem_id="mixln-followups")
+                    elem_id="mixln-followups", elem_classes="lw-table")
         _plot(runs_sweep() if have else None, "Alpha sweep", "mixln-sweep")
         curves = runs_curves() if have else (None, None, "")
         depth_set = gr.Radio(mixln.set_choices(), value="main", label="Seed curves of the run set", elem_id="mixln-curves-set")

@@ -174,33 +174,37 @@ def at_unigram_level(loss: float | None, reference: dict | None) -> bool:
     return loss >= uni - 0.25 * (uni - bi)
 
 
-def _run_label(r: dict) -> tuple[str, str, bool]:
-    """(x label, registry name, whether it is of the deeper set) of a compare_table row."""
+def _run_label(r: dict, depth: bool = True) -> tuple[str, str, bool]:
+    """(x label, registry name, whether it is of the deeper set) of a compare_table row; ``depth``: a deeper run's
+    label names its layer count (where runs of both depths share an axis)."""
     norm = r.get("placement") or next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
     has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
     label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
     deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
     label = label.replace(" (", "<br>(")  # "DeepNorm<br>(DeepNet's formula)": tick labels stay short
-    return (label + (f"<br>({r['layers']} layers)" if deeper else ""), norm, deeper)
+    return (label + (f"<br>({r['layers']} layers)" if deeper and depth else ""), norm, deeper)
 
 
 def compare_figure(rows: list[dict], title: str = "Final held-out loss against Pre-LN (equal steps)",
                    note: str | None = None, reference: dict | None = None) -> go.Figure:
-    """rows: :func:`core.mixln.summary.compare_table`. Left: each run's final held-out loss minus Pre-LN's mean at
-    the same depth (marker: mean over seeds; bars: min-max over its seeds, Pre-LN's own at 0 its seed spread), so
-    gaps of hundredths of a nat are visible. Right (only when some run is there): the runs at the unigram level
-    (:func:`at_unigram_level`), in absolute loss beside the unigram / bigram levels, so they do not flatten the
-    rest. A depth without Pre-LN is drawn in absolute loss on the right too."""
+    """rows: :func:`core.mixln.summary.compare_table`. One panel per depth: each run's final held-out loss minus
+    Pre-LN's mean at that depth (marker: mean over seeds; bars: min-max over its seeds, Pre-LN's own at 0 its seed
+    spread), on one shared axis, so gaps of hundredths of a nat are visible. Last panel (only when some run is
+    there): the runs at the unigram level (:func:`at_unigram_level`), in absolute loss beside the unigram / bigram
+    levels, so they do not flatten the rest. A depth without Pre-LN is drawn in absolute loss there too."""
     pre = {r["layers"]: r for r in rows if (r.get("placement") or "") == "pre" or r.get("norm") == "Pre-LN"}
     apart = [r for r in rows if at_unigram_level(r.get("eval_loss_mean"), reference) or r["layers"] not in pre
              or pre[r["layers"]].get("eval_loss_mean") is None]
     near = [r for r in rows if r not in apart]
-    cols = 2 if apart else 1
-    fig = make_subplots(rows=1, cols=cols, column_widths=[0.74, 0.26] if cols == 2 else None, horizontal_spacing=0.12,
-                        subplot_titles=("difference from Pre-LN's mean at the same depth",
-                                        "at the unigram level (absolute)")[:cols])
+    depths = list(dict.fromkeys(r["layers"] for r in near))
+    counts = [sum(r["layers"] == d for r in near) for d in depths] + ([max(len(apart), 3)] if apart else [])
+    cols = len(counts)
+    fig = make_subplots(rows=1, cols=cols, column_widths=[c / sum(counts) for c in counts],
+                        horizontal_spacing=0.05,
+                        subplot_titles=[f"{d} layers" for d in depths] + (["at the unigram level"] if apart else []))
     for i, r in enumerate(near):
-        label, norm, deeper = _run_label(r)
+        label, norm, deeper = _run_label(r, depth=False)
+        col = depths.index(r["layers"]) + 1
         base = pre[r["layers"]]["eval_loss_mean"]
         mean = r.get("eval_loss_mean")
         d = mean - base if mean is not None else None
@@ -210,36 +214,41 @@ def compare_figure(rows: list[dict], title: str = "Final held-out loss against P
         err = dict(type="data", symmetric=False, thickness=1.5, width=6, color="#334155",
                    array=[r["eval_loss_max"] - mean], arrayminus=[mean - r["eval_loss_min"]]) if mean is not None \
             else None
-        fig.add_trace(go.Scatter(x=[label], y=[d], name=label, mode="markers", error_y=err,
+        fig.add_trace(go.Scatter(x=[label], y=[d], name=label.replace("<br>", " ") + (
+                                     f" ({r['layers']} layers)" if deeper else ""), mode="markers", error_y=err,
                                  marker=dict(color=placement_colour(norm, r["alpha"], i), size=13,
                                              symbol="diamond" if deeper else "circle",
                                              line=dict(color="#0f172a", width=1)),
-                                 text=[text], hovertemplate="%{x}: %{text}<extra></extra>"), 1, 1)
-    fig.add_hline(y=0, line=dict(color="#0072B2", width=1.2, dash="dot"), row=1, col=1)
+                                 text=[text], hovertemplate=f"%{{x}}, {r['layers']} layers: %{{text}}<extra></extra>"),
+                      1, col)
+    for col in range(1, len(depths) + 1):
+        fig.add_hline(y=0, line=dict(color="#0072B2", width=1.2, dash="dot"), row=1, col=col)
+        if col > 1:  # one scale for every depth's differences, labelled once
+            fig.update_yaxes(matches="y", showticklabels=False, row=1, col=col)
     for i, r in enumerate(apart):
         label, norm, deeper = _run_label(r)
         mean = r.get("eval_loss_mean")
-        fig.add_trace(go.Scatter(x=[label], y=[mean], name=label, mode="markers",
+        fig.add_trace(go.Scatter(x=[label], y=[mean], name=label.replace("<br>", " "), mode="markers",
                                  error_y=_minmax_error([r], "eval_loss") if mean is not None else None,
                                  marker=dict(color=placement_colour(norm, r["alpha"], i), size=13,
                                              symbol="diamond" if deeper else "circle",
                                              line=dict(color="#0f172a", width=1)),
                                  text=[_std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3)],
-                                 hovertemplate="%{x}: %{text}<extra></extra>"), 1, 2)
+                                 hovertemplate="%{x}: %{text}<extra></extra>"), 1, cols)
     if apart and reference:
         for name, dash, text in REFERENCE_LINES:
             v = reference[name]["loss"]
-            fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6), row=1, col=2,
-                          annotation_text=f"{name} {v:.3f}", annotation_position="bottom right",
+            fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6), row=1, col=cols,
+                          annotation_text=f"{name} {v:.3f}", annotation_position="bottom",
                           annotation_font=dict(size=11, color="#334155"))
     style(fig, _title(title + ": mean, bars min-max over seeds (below 0: better than Pre-LN)",
                       note if note is not None else settings_note()), height=660)
-    fig.update_yaxes(title_text="loss − Pre-LN's mean (nats / token)", row=1, col=1)
-    if apart:
-        fig.update_yaxes(title_text="loss (nats / token)", row=1, col=2)
+    fig.update_yaxes(title_text="loss − Pre-LN's mean at that depth (nats / token)", row=1, col=1)
+    if apart:  # its axis on the right: the panels sit close, each axis labelled on its outer side
+        fig.update_yaxes(title_text="loss, absolute (nats / token)", side="right", row=1, col=cols)
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=12))
-    fig.update_xaxes(title_text="run (norm placement; diamonds: 24 layers)", row=1, col=1)
-    fig.update_layout(margin=dict(t=170, b=170, l=90), showlegend=False)  # every marker is named on the x axis
+    fig.update_xaxes(title_text="norm placement", row=1, col=1)
+    fig.update_layout(margin=dict(t=170, b=170, l=90, r=90), showlegend=False)  # every marker is named on the x axis
     return fig
 
 

@@ -390,6 +390,8 @@ def claims_markdown(rows: list[dict]) -> str:
 
 
 def init_markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "No run of the init set (embedding std 0.02) is committed yet: see the runs not committed yet."
     return _table(rows, [("label", "placement (12 layers)"), ("std_0.02", "embedding std 0.02"),
                          ("std_sqrt(2/5)", "embedding std sqrt(2/5) (the committed set)"),
                          ("difference", "0.02 minus sqrt(2/5) (nats ± se)"), ("0.02 is", "0.02 is")])

@@ -124,6 +124,12 @@ def test_charts_draw_the_spread_and_state_n(root):
     assert "6.200 ± 0.200 (n = 3)" in pre.text[0]
     post = next(t for t in bars.data if t.name == "Post-LN")
     assert post.y[0] == pytest.approx(1.0, abs=1e-4) and "1 diverged" in post.text[0]  # 7.2 - 6.2; n = 2 finished
+    # each depth has its panel (its tick labels need no layer count), on the 12-layer panel's scale
+    both = figures.compare_figure(runs.compare_table(root=root) + runs.compare_table(root=root / "depth-24"))
+    deep = next(t for t in both.data if t.name == "Pre-LN (24 layers)")
+    assert (next(t for t in both.data if t.name == "Pre-LN").xaxis, deep.xaxis) == ("x", "x2")
+    assert (deep.x[0], deep.marker.symbol, deep.y[0]) == ("Pre-LN", "diamond", pytest.approx(0.0, abs=1e-9))
+    assert both.layout.yaxis2.matches == "y" and "24 layers" in both.layout.annotations[1].text
     # a run at the unigram level is drawn apart, in absolute loss, so it does not flatten the others
     levels = {"unigram": {"loss": 7.3, "perplexity": math.exp(7.3)}, "bigram": {"loss": 5.3, "perplexity": 200.0}}
     apart = figures.compare_figure(runs.compare_table(root=root), reference=levels)
