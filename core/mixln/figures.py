@@ -243,7 +243,7 @@ def compare_figure(rows: list[dict], title: str = "Final held-out loss against P
                           annotation_font=dict(size=11, color="#334155"))
     style(fig, _title(title + ": mean, bars min-max over seeds (below 0: better than Pre-LN)",
                       note if note is not None else settings_note()), height=660)
-    fig.update_yaxes(title_text="loss − Pre-LN's mean at that depth (nats / token)", row=1, col=1)
+    fig.update_yaxes(title_text="loss − Pre-LN's mean (nats / token)", row=1, col=1)
     if apart:  # its axis on the right: the panels sit close, each axis labelled on its outer side
         fig.update_yaxes(title_text="loss, absolute (nats / token)", side="right", row=1, col=cols)
     fig.update_xaxes(tickangle=-40, tickfont=dict(size=12))

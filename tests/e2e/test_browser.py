@@ -45,7 +45,7 @@ EXPECTED = {
     "Mix-LN": [("#mixln-runs", "pre-ln"), ("#mixln-compare-table", "mix-ln-0.25"), ("#mixln-loss", "Pre-LN held-out"),
                ("#mixln-gradnorms", "Grad norm per layer"), ("#mixln-sweep", "Alpha sweep"),
                ("#mixln-settings", "no clipping"), ("#mixln-compare-status", "against Pre-LN"),
-               ("#mixln-compare", "difference from Pre-LN"), ("#mixln-reproduces", "Mix-LN trains to a lower loss"),
+               ("#mixln-compare", "against Pre-LN (equal steps)"), ("#mixln-reproduces", "Mix-LN trains to a lower loss"),
                ("#mixln-followups", "LayerNorm Scaling"), ("#mixln-curves-loss", "Held-out loss over seeds"),
                ("#mixln-curves-perplexity", "n = 3 seeds"), ("#mixln-lr-sweep", "Learning-rate sweep"),
                ("#mixln-depth", "12 and 24 layers"),
