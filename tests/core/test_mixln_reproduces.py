@@ -92,6 +92,21 @@ def test_opposite_when_the_difference_points_the_other_way(root):
     assert _claim(reproduces.claims(root, LEVELS), "Mix-LN trains to")["verdict"] == "opposite"
 
 
+def test_the_init_set_is_judged_apart_and_the_init_table_pairs_each_placement(root):
+    """Mix-LN against Pre-LN is judged again with the embedding init std 0.02 (its own measurement of the claim), and
+    the init table puts each placement's 0.02 runs beside its sqrt(2/5) runs."""
+    for seed in range(2):  # std 0.02: Pre-LN 4.80 / 4.81, Mix-LN 4.95 / 4.96 (behind)
+        _write(root, runs.Job("init-0.02", "pre-ln", seed), 4.8 + 0.01 * seed, [1.0] * 12, [1.0] * 12)
+        _write(root, runs.Job("init-0.02", "mix-ln-0.25", seed), 4.95 + 0.01 * seed, [1.0] * 12, [1.0] * 12)
+    mix = _claim(reproduces.claims(root, LEVELS), "Mix-LN trains to a lower loss")
+    assert mix["depths"] == {"12 layers": "reproduced", "12 layers, embedding init std 0.02": "opposite"}
+    assert "+0.150 ± 0.007 nats (n = 2 / 2 seeds)" in mix["ours"]  # std 0.007 each side, n = 2
+    rows = {r["run"]: r for r in reproduces.init_rows(root)}
+    assert set(rows) == {"pre-ln", "mix-ln-0.25"}  # LNS has no runs in either setting here
+    assert rows["pre-ln"]["delta"] == pytest.approx(4.805 - 5.01) and rows["pre-ln"]["0.02 is"] == "better"
+    assert rows["mix-ln-0.25"]["0.02 is"] == "worse" and "(n = 2)" in rows["mix-ln-0.25"]["std_0.02"]
+
+
 def test_difference_borrows_the_seed_spread_of_the_side_with_seeds():
     a = {"eval_loss_mean": 5.0, "eval_loss_std": 0.0, "n": 1}
     b = {"eval_loss_mean": 4.9, "eval_loss_std": 0.03, "n": 3}
