@@ -277,8 +277,10 @@ def flow_figure(result: dict) -> go.Figure:
                       row=2, col=1)
     style(fig, f"Where the relevance for {result['target_name']!r} passes ({result['model']}, {result['family']})",
           height=max(620, 400 + 24 * len(blocks)))
-    fig.update_layout(barmode="group", legend={"orientation": "h", "x": 0.5, "xanchor": "center", "y": -0.4,
-                                               "yanchor": "top"}, margin={"b": 150})
+    # the legend beside the bar chart, under the colour bar: below the plot, the rotated tokens and the x title
+    # leave it no fixed place at every screen size
+    fig.update_layout(barmode="group", legend={"orientation": "v", "x": 1.02, "xanchor": "left", "y": 0.2,
+                                               "yanchor": "middle"}, margin={"b": 150})
     fig.update_yaxes(autorange="reversed", title_text="layer", tickmode="array", tickvals=y, ticktext=y,
                      tickfont={"size": 11 if len(blocks) > 6 else 13}, row=1, col=1)  # every row named
     fig.update_yaxes(title_text="relevance (logit units)", row=2, col=1)
