@@ -85,6 +85,7 @@ class RunSet:
     diagnostics: bool = True
     weights_for_seed: int | None = 0
     title: str = ""
+    choice: str = ""  # its name among the run sets a user picks (default: its layer count)
     fewer_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (placement, its seeds) where it has fewer than seeds
 
     def seeds_of(self, name: str) -> tuple[int, ...]:
@@ -108,7 +109,8 @@ RUN_SETS = {
     # the init question: the Mix-LN code's embedding init N(0, sqrt(2/5)) (the main set's) against N(0, 0.02), which
     # the LayerNorm-Scaling code uses and its authors say produced their numbers (their repository's issue 6)
     "init-0.02": RunSet("init-0.02", {**RECIPE_MODEL, "embedding_init_std": 0.02}, ("pre-ln", "mix-ln-0.25", "lns"),
-                        diagnostics=False, weights_for_seed=None, title="12 layers, width 64, embedding init std 0.02"),
+                        diagnostics=False, weights_for_seed=None, title="12 layers, width 64, embedding init std 0.02",
+                        choice="12 layers, embedding init std 0.02"),
 }
 # Recipe runs not committed yet (Job.key): issue 35's runs take 15-40 minutes each at 12 layers and about twice that
 # at 24 on the shared 2-core machine, and these did not fit its time. `python -m core mixln reproduce --skip-done`

@@ -37,8 +37,9 @@ MODEL_SAMPLES = 8   # ... of a model from the picker (a 135 M model skips each o
 
 
 def set_choices() -> list[tuple[str, str]]:
-    """``(label, name)`` of the run sets that have seed curves: ``("12 layers", "main")``, ..."""
-    return [(f"{RUN_SETS[s].model['num_layers']} layers", s) for s in CURVE_SETS]
+    """``(label, name)`` of the run sets that have seed curves: ``("12 layers", "main")``, ... (a set's ``choice``,
+    else its layer count: no two labels are the same)."""
+    return [(RUN_SETS[s].choice or f"{RUN_SETS[s].model['num_layers']} layers", s) for s in CURVE_SETS]
 
 
 def _names(names) -> tuple[str, ...]:
