@@ -118,7 +118,6 @@ RUN_SETS = {
 # leaves it.
 PENDING = frozenset({
     *(f"depth-24/{n}/seed-0/lr-0.001" for n in ("lns", "peri-ln", "deepnorm-deepnet")),
-    *(f"init-0.02/{n}/seed-2/lr-0.001" for n in ("pre-ln", "mix-ln-0.25")),
     *(f"init-0.02/lns/seed-{k}/lr-0.001" for k in (1, 2)),
 })
 LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
