@@ -18,8 +18,11 @@ INTRO = ("**Mix-LN** puts Post-LN in the first alpha x L layers and Pre-LN in th
          "parameters: Pre-LN's deep layers get small gradients and barely change the hidden state, and Mix-LN puts them "
          "to work and trains to a lower loss. Below: small deep-and-narrow runs committed with the project (1.1 M "
          "parameters at 12 layers, 1.7 M at 24; 3,000 steps, equal data), with the unigram and bigram levels of the "
-         "training text on every loss chart; what they show at this scale is in each status line. Then a learning-"
-         "rate sweep, a live run, and the same diagnostics for any model in the picker.")
+         "training text on every loss chart; what they show at this scale is in each status line. Beside them: the "
+         "two follow-ups (LayerNorm Scaling, from the same lab, and Peri-LN), DeepNorm with the Mix-LN authors' "
+         "constants and with DeepNet's own formula, and the embedding init both ways; *What reproduces* says claim "
+         "by claim what the runs show. Then a learning-rate sweep, a live run, and the same diagnostics for any "
+         "model in the picker.")
 LIVE = mixln.LiveRequest()  # the live run's defaults
 
 
@@ -36,6 +39,15 @@ def runs_gradnorms(names, kind="param", step=None):
 def runs_compare():
     res = mixln.compare_result()
     return frame(res.tables["compare"]), res.figures["compare"]
+
+
+def runs_reproduces() -> tuple[str, str, str, str]:
+    """(status, claims table, init table, follow-ups table) as Markdown, computed from the committed runs; the runs
+    of the recipe not committed yet follow the follow-ups' table."""
+    res = mixln.reproduces_result()
+    md = res.data["markdown"]
+    return res.status, md["claims"], md["init"], (md["followups"] + f"\n\nSources: {res.data['sources']}\n\n"
+                                                  f"**Runs of the recipe not committed yet**\n\n{md['pending']}")
 
 
 def runs_sweep():
@@ -110,6 +122,7 @@ def build(ctx: AppContext) -> None:
             gstep = finite_slider(0, mixln.RECIPE_TRAIN["steps"], value=mixln.RECIPE_TRAIN["steps"], step=10,
                                   label="Training step shown (solid lines)", scale=2)
         gr.Markdown(mixln.settings_text(), elem_id="mixln-settings", elem_classes="lw-explain")
+        gr.Markdown(compare.status if compare else "", elem_id="mixln-compare-status")
         gr.Dataframe(value=frame(compare.tables["compare"]) if compare else None, interactive=False,
                      label="Comparison at equal steps (mean, std, min, max over n_seeds)", elem_id="mixln-compare-table")
         downloads_box(compare, "Downloads: the comparison (JSON, CSV, HTML)", "mixln-compare-downloads")
@@ -117,6 +130,13 @@ def build(ctx: AppContext) -> None:
             loss_plot = _plot(runs_loss(default) if default else None, "Loss", "mixln-loss")
             grad_plot = _plot(runs_gradnorms(default) if default else None, "Gradient norms", "mixln-gradnorms")
         _plot(compare.figures["compare"] if compare else None, "Comparison", "mixln-compare")
+        status, claims, init, followups = runs_reproduces() if have else ("", "", "", "")
+        gr.Markdown("#### What reproduces\n" + status, elem_id="mixln-reproduces-status")
+        gr.Markdown(claims, elem_id="mixln-reproduces", elem_classes="lw-table")
+        gr.Markdown("#### The init question: embedding std 0.02 against the recipe's sqrt(2/5)\n" + init,
+                    elem_id="mixln-init", elem_classes="lw-table")
+        gr.Markdown("#### The follow-ups' published perplexities beside these runs\n" + followups,
+                    elem_id="mixln-followups", elem_classes="lw-table")
         _plot(runs_sweep() if have else None, "Alpha sweep", "mixln-sweep")
         curves = runs_curves() if have else (None, None, "")
         depth_set = gr.Radio(mixln.set_choices(), value="main", label="Seed curves of the run set", elem_id="mixln-curves-set")

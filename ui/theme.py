@@ -20,4 +20,6 @@ CSS = """
 .lw-status-missing {color: #b91c1c; font-weight: 600;}
 footer {display: none !important;}
 table th .header {word-break: normal !important; overflow-wrap: normal !important; hyphens: none;}
+.lw-table td, .lw-table th {word-break: normal !important; overflow-wrap: normal !important; hyphens: none;}
+.lw-table td:last-child {min-width: 7.5em;}
 """

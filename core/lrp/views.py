@@ -149,6 +149,28 @@ def evaluation_rows(res: dict) -> list[dict]:
     return _method_rows(res, cells)
 
 
+def _af_text(f: dict) -> str:
+    sem = f.get("delta_af_sem")
+    return f"{f['delta_af']:.3f}" + (f" ± {sem:.3f}" if sem is not None else "")
+
+
+def delta_af_leader_text(faith: dict, scored: list[str], best: str) -> str:
+    """Who has the highest ΔA^F, said as measured: the methods whose ΔA^F is within one standard error of the best
+    (the larger of the two standard errors of the mean over samples) are named as tied with it, not behind it."""
+    f0 = faith[best]
+    tied = [n for n in scored if n != best and faith[n].get("delta_af_sem") is not None
+            and f0.get("delta_af_sem") is not None
+            and f0["delta_af"] - faith[n]["delta_af"] <= max(f0["delta_af_sem"], faith[n]["delta_af_sem"])]
+    head = f"Highest ΔA^F (± standard error over samples): **{figures.method_label(best)}** ({_af_text(f0)})"
+    others = [n for n in scored if n != best]
+    if not others or f0.get("delta_af_sem") is None or any(faith[n].get("delta_af_sem") is None for n in others):
+        return head + "."  # one method, or one sample: no standard error to compare with
+    if not tied:
+        return head + ", ahead of the others by more than one standard error."
+    return (head + ", **tied within one standard error** with "
+            + ", ".join(f"{figures.method_label(n)} ({_af_text(faith[n])})" for n in tied) + ".")
+
+
 def evaluation_status(res: dict, source: str) -> str:
     faith = res.get("faithfulness") or {}
     scored = [n for n in faith if faith[n].get("delta_af") is not None]  # none when stopped before the first sample
@@ -160,7 +182,7 @@ def evaluation_status(res: dict, source: str) -> str:
     if not res.get("complete", True):
         parts.append(f"Stopped early: {res['n_done']} of {res['n']} samples.")
     if best:
-        parts.append(f"Highest ΔA^F: **{figures.method_label(best)}** ({faith[best]['delta_af']:.3f}).")
+        parts.append(delta_af_leader_text(faith, scored, best))
     if cons:
         parts.append(f"MambaLRP conservation: mean |sum − logit| = **{cons['mean_abs_error']:.2g}**.")
     return " ".join(parts)

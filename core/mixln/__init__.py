@@ -33,6 +33,6 @@ from core.mixln.views import ANALYSES, settings_text
 from core.mixln.service import (analysis_result, angular_distance_result, compare_result, curves_result,
                                 depth_result, gradnorms_result, layer_removal_result, live_run, loss_result,
                                 lr_sweep_result, model_gradnorms_result, reference_result, reproduce_result,
-                                sweep_result, train_result, write_run_diagnostics)
+                                reproduces_result, sweep_result, train_result, write_run_diagnostics)
 # the views a speaker shows (core.examples)
 from core.mixln.examples import EXAMPLE_VIEWS

@@ -23,8 +23,8 @@ import torch
 
 from core.errors import BadInputError
 from core.mixln.data import pack
-from core.mixln.diagnostics import (angular_distance_heatmap, find_decoder_layers, layer_gradient_norms,
-                                    layer_removal, mean_angular_distance)
+from core.mixln.diagnostics import (angular_distance_heatmap, angular_profile, find_decoder_layers,
+                                    layer_gradient_norms, layer_removal, standard_error)
 from core.mixln.folders import fingerprint_of, load_run, run_model, sample_windows  # noqa: F401
 from core.mixln.requests import TEXT_CORPUS
 from core.progress import Progress, report, scaled
@@ -54,7 +54,7 @@ def zoo_tokens(tokenizer, samples: int, seq_len: int, split: str = "validation")
     return pack(torch.tensor(ids), seq_len)[:samples]
 
 
-def load_subject(ref: str, run: Path | None, samples: int = 8, seq_len: int = 64) -> Subject:
+def load_subject(ref: str, run: Path | None, samples: int = 64, seq_len: int = 64) -> Subject:
     """The model of ``ref`` (``run``: its run folder, None for a zoo model) and ``samples`` held-out windows."""
     if run is not None:
         if not any(run.glob("*.safetensors")):
@@ -80,24 +80,38 @@ def _grid(t: torch.Tensor) -> list[list[float | None]]:
     return [[_clean(v) for v in row] for row in t.tolist()]
 
 
+def _short(t: torch.Tensor | None) -> list[list[float | None]] | None:
+    """A (windows, layers) grid to 5 significant digits (what contrasts between layers are computed from, paired
+    per window: :mod:`core.mixln.reproduces`), small enough to keep in a run's diagnostics.json."""
+    if t is None:
+        return None
+    return [[None if not math.isfinite(v) else float(f"{v:.5g}") for v in row] for row in t.tolist()]
+
+
 def angular_data(subject: Subject, params: dict, progress: Progress | None = None) -> dict:
     """{subject, block_sizes, first_layers, raw, scaled, num_layers, **params}; ``params["position"]``: last | mean."""
     report(progress, 0.4, "forward pass with hidden states")
-    d = mean_angular_distance(subject.model, subject.tokens, -1 if params["position"] == "last" else None,
-                              batch_size=4)
+    d, per_window = angular_profile(subject.model, subject.tokens, -1 if params["position"] == "last" else None,
+                                    batch_size=4)
     hm = angular_distance_heatmap(d)
     return {"subject": subject.name, "block_sizes": hm.block_sizes, "first_layers": hm.first_layers,
-            "raw": _grid(hm.raw), "scaled": _grid(hm.scaled), "num_layers": len(hm.first_layers), **params}
+            "raw": _grid(hm.raw), "scaled": _grid(hm.scaled), "num_layers": len(hm.first_layers),
+            "adjacent_se": [_clean(x) for x in standard_error(per_window).tolist()],
+            "adjacent_per_window": _short(per_window), "windows": int(per_window.shape[0]), **params}
 
 
 def removal_data(subject: Subject, params: dict, progress: Progress | None = None) -> dict:
     """{subject, baseline_loss, baseline_perplexity, layers, loss_increase, perplexity_increase, ..., **params}."""
-    r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=scaled(progress, 0.1, 1.0))
+    r = layer_removal(subject.model, subject.tokens, batch_size=4, progress=scaled(progress, 0.1, 1.0),
+                      per_sample=True)
     return {"subject": subject.name, "baseline_loss": r.baseline_loss,
             "baseline_perplexity": _clean(r.baseline_perplexity), "layers": list(range(len(r.losses))),
             "losses": [_clean(x) for x in r.losses], "loss_increase": [_clean(x) for x in r.loss_increase],
             "perplexities": [_clean(x) for x in r.perplexities],
-            "perplexity_increase": [_clean(x) for x in r.perplexity_increase], **params}
+            "perplexity_increase": [_clean(x) for x in r.perplexity_increase],
+            "loss_increase_se": [_clean(x) for x in r.loss_increase_se],
+            "loss_increase_per_window": _short(r.increase_per_window), "windows": int(subject.tokens.shape[0]),
+            **params}
 
 
 def gradnorm_data(subject: Subject, params: dict) -> dict:
@@ -114,7 +128,7 @@ def run_gradnorms(ref: str, kind: str = "param") -> dict:
     logs = run.history.get("grad_norms", [])
     if not logs:
         raise BadInputError(f"run {run.name} logged no gradient norms.", fix="train it with --grad-every > 0.")
-    return {"run": run.name, "label": run.label, "norm": run.meta["norm"], "kind": kind,
+    return {"run": run.name, "label": run.label, "norm": run.placement, "kind": kind,
             "layers": list(range(len(logs[0][kind]))), "init_step": logs[0]["step"], "init": logs[0][kind],
             "final_step": logs[-1]["step"], "final": logs[-1][kind],
             "steps": [g["step"] for g in logs], "per_step": [g[kind] for g in logs]}

@@ -255,11 +255,12 @@ def run_runs(args) -> None:
                                             "n_seeds", "eval_perplexity_mean", "eval_perplexity_std", "wall_s"]))
 
 
-def _subject_args(p, samples=8):
+def _subject_args(p, samples=None):
     p.add_argument("--run", dest="run_ref", default=None, help="a committed run (see `mixln runs`) or a run folder")
     p.add_argument("--model", default=None, help="any causal LM for core.zoo.load_model, e.g. smollm2-135m")
     add_placement_args(p)
-    p.add_argument("--samples", type=int, default=samples, help="held-out sequences")
+    p.add_argument("--samples", type=int, default=samples,
+                   help="held-out sequences (default: 64 spread over a run's held-out stream, 8 of a --model's)")
     p.add_argument("--seq", type=int, default=64, help="tokens per sequence")
     p.add_argument("--out", default=None, help="FILE.json, FILE.csv or FILE.html (a plotly figure)")
 
@@ -377,6 +378,20 @@ def run_depth(args) -> None:
     emit(args, res.data, "\n".join(lines), res)
 
 
+def _reproduces_args(p):
+    p.add_argument("--docs", action="store_true", help="also rewrite the generated tables of docs/mixln-reproduces.md")
+    _table_out_args(p)
+
+
+def run_reproduces(args) -> None:
+    res = mixln.reproduces_result(docs=args.docs)
+    claims = res.tables["claims"]
+    lines = [f"- {r['claim']} [{r['source']}]\n    paper: {r['paper']}\n    ours:  {r['ours']}\n    => {r['verdict']}"
+             for r in claims]
+    emit(args, res.data, res.status + "\n" + "\n".join(lines) + "\n\nEmbedding init (12 layers):\n"
+         + table(res.tables["init"], ["label", "std_0.02", "std_sqrt(2/5)", "difference", "0.02 is"]), res)
+
+
 def register(groups) -> None:
     g = "mixln"
     groups.command(g, "train", TRAIN_HELP, _train_args)(run_train)
@@ -401,3 +416,6 @@ def register(groups) -> None:
                    "windows (the reference levels of the loss charts)", _reference_args)(run_reference)
     groups.command(g, "depth", "12 vs 24 layers: per-layer angular distance, gradient norm and removal loss over "
                    "seeds", _table_out_args)(run_depth)
+    groups.command(g, "reproduces", "what reproduces: each claim of the Mix-LN paper (and LNS, Peri-LN) with the "
+                   "paper's figure, the committed runs' (n, spread) and a verdict; the embedding-init comparison; "
+                   "the follow-ups' published table", _reproduces_args)(run_reproduces)

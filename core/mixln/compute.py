@@ -19,9 +19,10 @@ from core.progress import report
 from core.runner import Found, digest, has_fields, lookup, result_key
 
 # the fields each diagnostic's view reads (a stored result without them is computed again)
-ANGULAR_FIELDS = ("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers")
+ANGULAR_FIELDS = ("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers", "adjacent_se",
+                  "adjacent_per_window")
 REMOVAL_FIELDS = ("subject", "baseline_loss", "baseline_perplexity", "layers", "losses", "loss_increase",
-                  "perplexities", "perplexity_increase")
+                  "perplexities", "perplexity_increase", "loss_increase_se", "loss_increase_per_window")
 GRADNORM_FIELDS = ("subject", "layers", "param", "input", "loss")
 # the analyses assembled from one lookup per run or model: entry -> the name each subject's result is stored under (in
 # a run's diagnostics.json and the results cache; core.mixln.schemas checks what is read back)
@@ -29,7 +30,7 @@ STORED = {"removal": "mixln/removal", "model-gradnorms": "mixln/gradnorms"}
 
 
 def colour(run, i: int = 0) -> str:
-    return placement_colour(run.meta["norm"], run.meta["alpha"], i)
+    return placement_colour(run.placement, run.meta["alpha"], i)
 
 
 # ---- committed runs -----------------------------------------------------------------------------------------------
@@ -91,6 +92,22 @@ def depth(req, progress=None) -> list[dict]:
     return profiles
 
 
+def reproduces(req, progress=None) -> dict:
+    """What reproduces (:mod:`core.mixln.reproduces`): one row per claim of the paper and its follow-ups (the paper's
+    figure, the committed runs' with n and spread, a verdict), the embedding-init comparison, the follow-ups'
+    published table, the recipe runs not committed yet, and each as Markdown; ``req.docs`` also rewrites
+    docs/mixln-reproduces.md's tables."""
+    from core.mixln import reproduces as rep
+    data = {"claims": rep.claims(), "init": rep.init_rows(), "followups": rep.followup_rows(),
+            "pending": rep.pending_rows(), "sources": rep.markdown_sources()}
+    data["markdown"] = {"claims": rep.claims_markdown(data["claims"]), "init": rep.init_markdown(data["init"]),
+                        "followups": rep.followup_markdown(data["followups"]),
+                        "pending": rep.pending_markdown(data["pending"])}
+    if req.docs:
+        data["docs"] = str(rep.update_docs())
+    return data
+
+
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
 def diagnostic(cached_as: str, fields: tuple[str, ...], ref: str, run: Path | None, params: dict, compute) -> Found:
     """The result of a diagnostic for a run or a zoo model, found by the weights' fingerprint without loading them (a
@@ -114,8 +131,9 @@ def removal(req, progress=None) -> Found:
     results, sources = [], []
     for i, (ref, run) in enumerate(zip(req.refs, req.runs)):
         report(progress, 0.05, f"loading {ref}")
-        found = diagnostic(STORED["removal"], REMOVAL_FIELDS, ref, run, req.params,
-                           lambda subject: analysis.removal_data(subject, req.params, progress))
+        params = req.params_of(run)  # a run's windows and a model's differ (core.mixln.requests.RUN_SAMPLES)
+        found = diagnostic(STORED["removal"], REMOVAL_FIELDS, ref, run, params,
+                           lambda subject: analysis.removal_data(subject, params, progress))
         r = found.data
         if run is not None:
             loaded = folders.load_run(ref)

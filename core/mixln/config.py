@@ -8,6 +8,11 @@ Norm placements (``norm``), per decoder layer, with N an RMSNorm and F the atten
 - ``deepnorm``: N(a * x + F(x)), Post-LN with the residual up-scaled by a and a Xavier-normal branch init
   (constants below)
 - ``sandwich``: x + N(F(N(x)))                   (CogView, Gemma 2)
+- ``peri``:     x + N(F(N(x))) and a norm on the embedding output (Peri-LN, Kim et al. 2025; its layers are
+  Sandwich-LN's, the embedding norm is what the Peri-LN paper adds)
+- ``lns``:      x + F(N(x) / sqrt(l)), l = layer index + 1 (LayerNorm Scaling, Sun et al. 2025: both pre-norm
+  outputs of layer l scaled, no new parameters; the authors' code scales by 1 / sqrt(layer_index + 1) with a
+  0-based layer_index, so the first layer is unscaled)
 
 The final norm before the head is kept in every placement.
 
@@ -32,9 +37,9 @@ from decimal import Decimal
 from pathlib import Path
 
 from core.errors import BadInputError
-from core.mixln.placements import PLACEMENTS
+from core.mixln.placements import MODEL_NORMS, model_norms
 
-NORMS = tuple(PLACEMENTS)  # the registry's names (core.mixln.placements)
+NORMS = MODEL_NORMS  # the norms of the registry (core.mixln.placements; ``deepnet`` is ``deepnorm`` with DeepNet's formula)
 DEEPNORM_FORMULAS = ("mixln", "deepnet")
 
 
@@ -59,8 +64,9 @@ class MixLNConfig:
     def __post_init__(self) -> None:
         if self.num_kv_heads is None:
             self.num_kv_heads = self.num_heads
-        if self.norm not in PLACEMENTS:
-            raise BadInputError(f"unknown norm placement {self.norm!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
+        if self.norm not in model_norms():
+            raise BadInputError(f"unknown norm placement {self.norm!r}.",
+                                fix=f"use one of: {', '.join(model_norms())}.")
         if self.deepnorm_formula not in DEEPNORM_FORMULAS:
             raise BadInputError(f"unknown DeepNorm formula {self.deepnorm_formula!r}.",
                                 fix=f"use one of: {', '.join(DEEPNORM_FORMULAS)}.")
@@ -100,11 +106,17 @@ class MixLNConfig:
         return math.floor(Decimal(repr(float(self.post_ln_ratio))) * self.num_layers)
 
     def layer_norms(self) -> list[str]:
-        """The placement of each layer: ``pre``, ``post``, ``deepnorm`` or ``sandwich``."""
+        """The placement of each layer: ``pre``, ``post``, ``deepnorm``, ``sandwich`` or ``lns`` (Peri-LN's layers
+        are ``sandwich``; its embedding norm is the model's, :attr:`embedding_norm`)."""
         if self.norm == "mix":
             k = self.num_post_ln_layers
             return ["post"] * k + ["pre"] * (self.num_layers - k)
-        return [self.norm] * self.num_layers
+        return ["sandwich" if self.norm == "peri" else self.norm] * self.num_layers
+
+    @property
+    def embedding_norm(self) -> bool:
+        """Whether the embedding output is normalised before the first layer (Peri-LN)."""
+        return self.norm == "peri"
 
     @property
     def deepnorm_alpha(self) -> float:
@@ -128,10 +140,10 @@ class MixLNConfig:
     def num_parameters(self) -> int:
         d, i, v, L = self.hidden_size, self.intermediate_size, self.vocab_size, self.num_layers
         kv = self.num_kv_heads * self.head_dim
-        norms_per_layer = 4 if self.norm == "sandwich" else 2
+        norms_per_layer = 4 if self.norm in ("sandwich", "peri") else 2
         per_layer = d * d * 2 + d * kv * 2 + 3 * d * i + norms_per_layer * d
         head = 0 if self.tie_word_embeddings else v * d
-        return v * d + L * per_layer + d + head
+        return v * d + L * per_layer + d * (2 if self.embedding_norm else 1) + head
 
     # ---- serialisation --------------------------------------------------------------------------
     def to_dict(self) -> dict:

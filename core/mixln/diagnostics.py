@@ -177,6 +177,42 @@ def mean_angular_distance(model: nn.Module, tokens, position: int | None = -1, b
     return total / count
 
 
+def adjacent_angular_per_sample(hidden_states: Sequence[torch.Tensor], position: int | None = -1) -> torch.Tensor:
+    """(B, S-1): per sequence, d(h_l, h_l+1) = arccos(cos) / pi between consecutive states at ``position`` (None:
+    the mean over all tokens), float64; its mean over the batch is the first row of :func:`angular_distance`'s
+    heatmap, and its spread over sequences is what a standard error is taken from."""
+    h = torch.stack([s.detach().double() for s in hidden_states])      # (S, B, T, D)
+    if position is not None:
+        h = h[:, :, position].unsqueeze(2)
+    h = h / h.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    cos = (h[:-1] * h[1:]).sum(-1).clamp(-1.0, 1.0)                  # (S-1, B, T')
+    return (torch.arccos(cos) / math.pi).mean(dim=2).T
+
+
+def angular_profile(model: nn.Module, tokens, position: int | None = -1, batch_size: int = 8
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the (S, S) :func:`angular_distance` matrix averaged over all sequences, the (N, S-1) per-sequence
+    distances between consecutive states): one forward pass per batch."""
+    total, count, per_sample = None, 0, []
+    with _eval_mode(model), torch.no_grad():
+        for batch in as_batches(tokens, batch_size):
+            b = batch.shape[0]
+            states = hidden_states_of(model, batch.to(_device(model)))
+            d = angular_distance(states, position) * b
+            total = d if total is None else total + d
+            count += b
+            per_sample.append(adjacent_angular_per_sample(states, position))
+    return total / count, torch.cat(per_sample)
+
+
+def standard_error(values: torch.Tensor) -> torch.Tensor:
+    """Standard error of the mean over dim 0 (std with ddof 1 / sqrt(N)); NaN for fewer than two rows."""
+    n = values.shape[0]
+    if n < 2:
+        return torch.full(values.shape[1:], float("nan"), dtype=torch.float64)
+    return values.double().std(dim=0, unbiased=True) / math.sqrt(n)
+
+
 @dataclass
 class AngularHeatmap:
     """Rows: block size n = 1..S-1; columns: first layer l = 0..S-2; cell d(h_l, h_{l+n}), NaN where
@@ -256,6 +292,22 @@ def evaluate_loss(model: nn.Module, tokens, batch_size: int = 8) -> float:
     return total / count
 
 
+def window_losses(model: nn.Module, tokens, batch_size: int = 8) -> torch.Tensor:
+    """(N,) float64: each sequence's mean next-token loss (sequences of equal length: their mean is
+    :func:`evaluate_loss`)."""
+    out = []
+    with _eval_mode(model), torch.no_grad():
+        for batch in as_batches(tokens, batch_size):
+            batch = batch.to(_device(model))
+            if batch.shape[1] < 2:
+                raise BadInputError("sequences are too short to evaluate (need at least two tokens).",
+                                    fix="use sequences of two or more tokens.")
+            logits = model(batch, use_cache=False).logits
+            per_token = causal_lm_loss(logits, batch, reduction="none").view(batch.shape[0], -1)[:, :-1]
+            out.append(per_token.double().mean(dim=1).cpu())
+    return torch.cat(out)
+
+
 @dataclass
 class LayerRemovalResult:
     baseline_loss: float
@@ -264,6 +316,8 @@ class LayerRemovalResult:
     baseline_perplexity: float = math.nan
     perplexities: list[float] = field(default_factory=list)
     perplexity_increase: list[float] = field(default_factory=list)
+    loss_increase_se: list[float] = field(default_factory=list)  # standard error over the sequences (per_sample)
+    increase_per_window: torch.Tensor | None = None  # (sequences, layers) loss increase per sequence (per_sample)
 
 
 def _output_tuple_len(model: nn.Module, layers: nn.ModuleList, batch: torch.Tensor) -> int:
@@ -278,8 +332,10 @@ def _output_tuple_len(model: nn.Module, layers: nn.ModuleList, batch: torch.Tens
 
 
 def layer_removal(model: nn.Module, tokens, layers: Sequence[int] | None = None, batch_size: int = 8,
-                  progress: Progress | None = None) -> LayerRemovalResult:
+                  progress: Progress | None = None, per_sample: bool = False) -> LayerRemovalResult:
     """Eval loss and perplexity when each single layer is skipped, and their increase over the full model.
+    ``per_sample`` (sequences of equal length): losses are the mean of the per-sequence losses, and
+    ``loss_increase_se`` the standard error over the sequences of each layer's increase (paired per sequence).
     ``progress(fraction, message)`` (:mod:`core.progress`) hears each skipped layer; it may raise ``Cancelled``.
 
     ``model`` is never changed: the layers are skipped in a private view of it (:func:`core.zoo.private_view`), so
@@ -289,12 +345,19 @@ def layer_removal(model: nn.Module, tokens, layers: Sequence[int] | None = None,
     decoder = find_decoder_layers(model)
     indices = list(range(len(decoder))) if layers is None else list(layers)
     tuple_len = _output_tuple_len(model, decoder, batches[0])
-    base = evaluate_loss(model, batches)
-    losses = []
+    score = window_losses if per_sample else evaluate_loss
+    base_w = score(model, batches)
+    base = float(base_w.mean()) if per_sample else base_w
+    losses, se, per_window = [], [], []
     for k, i in enumerate(indices):
         with skip_layer(model, i, tuple_len):
-            losses.append(evaluate_loss(model, batches))
+            w = score(model, batches)
+        losses.append(float(w.mean()) if per_sample else w)
+        if per_sample:
+            per_window.append(w - base_w)
+            se.append(float(standard_error(per_window[-1][:, None])[0]))
         report(progress, (k + 1) / len(indices), f"skipped layer {k + 1}/{len(indices)}")
     ppl = [math.exp(min(x, 700.0)) for x in losses]
     base_ppl = math.exp(min(base, 700.0))
-    return LayerRemovalResult(base, losses, [x - base for x in losses], base_ppl, ppl, [p - base_ppl for p in ppl])
+    return LayerRemovalResult(base, losses, [x - base for x in losses], base_ppl, ppl, [p - base_ppl for p in ppl],
+                              se, torch.stack(per_window, dim=1) if per_window else None)

@@ -13,6 +13,7 @@ import math
 from core.figures import PALETTE, go, make_subplots, style
 from core.mixln.placements import MIX_ALPHA_COLOURS, PLACEMENTS, placement_colour  # every colour comes from here
 from core.mixln.recipe import RECIPE_MODEL, RECIPE_TRAIN
+from core.mixln.summary import mean_std_text
 
 
 def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = 400) -> go.Figure:
@@ -164,34 +165,90 @@ def sweep_figure(rows: list[dict], note: str | None = None, reference: dict | No
     return fig
 
 
-def compare_figure(rows: list[dict], title: str = "Held-out loss per norm placement (equal steps)",
+def at_unigram_level(loss: float | None, reference: dict | None) -> bool:
+    """Whether a final held-out loss sits at the unigram level: within a quarter of the unigram-bigram gap of the
+    unigram's loss, or above it (the run predicts token frequencies and ignores its context)."""
+    if loss is None or not reference:
+        return False
+    uni, bi = reference["unigram"]["loss"], reference["bigram"]["loss"]
+    return loss >= uni - 0.25 * (uni - bi)
+
+
+def _run_label(r: dict, depth: bool = True) -> tuple[str, str, bool]:
+    """(x label, registry name, whether it is of the deeper set) of a compare_table row; ``depth``: a deeper run's
+    label names its layer count (where runs of both depths share an axis)."""
+    norm = r.get("placement") or next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
+    has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
+    label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
+    deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
+    label = label.replace(" (", "<br>(")  # "DeepNorm<br>(DeepNet's formula)": tick labels stay short
+    return (label + (f"<br>({r['layers']} layers)" if deeper and depth else ""), norm, deeper)
+
+
+def compare_figure(rows: list[dict], title: str = "Final held-out loss against Pre-LN (equal steps)",
                    note: str | None = None, reference: dict | None = None) -> go.Figure:
-    """rows: :func:`core.mixln.runs.compare_table`: marker = mean final held-out loss over seeds, error bar = min-max,
-    text mean ± std (n); the unigram / bigram levels as dashed lines."""
-    fig = go.Figure()
-    for i, r in enumerate(rows):
-        norm = next((k for k, p in PLACEMENTS.items() if p.label == r["norm"]), r["norm"])
-        has_alpha = getattr(PLACEMENTS.get(norm), "has_alpha", False)
-        label = f"{r['norm']} alpha {r['alpha']:g}" if has_alpha else r["norm"]
-        deeper = r.get("layers") not in (None, RECIPE_MODEL["num_layers"])
-        if deeper:
-            label += f" ({r['layers']} layers)"
+    """rows: :func:`core.mixln.summary.compare_table`. One panel per depth: each run's final held-out loss minus
+    Pre-LN's mean at that depth (marker: mean over seeds; bars: min-max over its seeds, Pre-LN's own at 0 its seed
+    spread), on one shared axis, so gaps of hundredths of a nat are visible. Last panel (only when some run is
+    there): the runs at the unigram level (:func:`at_unigram_level`), in absolute loss beside the unigram / bigram
+    levels, so they do not flatten the rest. A depth without Pre-LN is drawn in absolute loss there too."""
+    pre = {r["layers"]: r for r in rows if (r.get("placement") or "") == "pre" or r.get("norm") == "Pre-LN"}
+    apart = [r for r in rows if at_unigram_level(r.get("eval_loss_mean"), reference) or r["layers"] not in pre
+             or pre[r["layers"]].get("eval_loss_mean") is None]
+    near = [r for r in rows if r not in apart]
+    depths = list(dict.fromkeys(r["layers"] for r in near))
+    counts = [sum(r["layers"] == d for r in near) for d in depths] + ([max(len(apart), 3)] if apart else [])
+    cols = len(counts)
+    fig = make_subplots(rows=1, cols=cols, column_widths=[c / sum(counts) for c in counts],
+                        horizontal_spacing=0.05,
+                        subplot_titles=[f"{d} layers" for d in depths] + (["at the unigram level"] if apart else []))
+    for i, r in enumerate(near):
+        label, norm, deeper = _run_label(r, depth=False)
+        col = depths.index(r["layers"]) + 1
+        base = pre[r["layers"]]["eval_loss_mean"]
         mean = r.get("eval_loss_mean")
-        text = _std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3) \
-            + (f", {r['diverged']} diverged" if r.get("diverged") else "")
-        fig.add_trace(go.Scatter(x=[label], y=[mean], name=label, mode="markers",
+        d = mean - base if mean is not None else None
+        text = _std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3) + (
+            f", {d:+.3f} nats from Pre-LN" if d is not None else "") + (
+            f", {r['diverged']} diverged" if r.get("diverged") else "")
+        err = dict(type="data", symmetric=False, thickness=1.5, width=6, color="#334155",
+                   array=[r["eval_loss_max"] - mean], arrayminus=[mean - r["eval_loss_min"]]) if mean is not None \
+            else None
+        fig.add_trace(go.Scatter(x=[label], y=[d], name=label.replace("<br>", " ") + (
+                                     f" ({r['layers']} layers)" if deeper else ""), mode="markers", error_y=err,
                                  marker=dict(color=placement_colour(norm, r["alpha"], i), size=13,
                                              symbol="diamond" if deeper else "circle",
                                              line=dict(color="#0f172a", width=1)),
+                                 text=[text], hovertemplate=f"%{{x}}, {r['layers']} layers: %{{text}}<extra></extra>"),
+                      1, col)
+    for col in range(1, len(depths) + 1):
+        fig.add_hline(y=0, line=dict(color="#0072B2", width=1.2, dash="dot"), row=1, col=col)
+        if col > 1:  # one scale for every depth's differences, labelled once
+            fig.update_yaxes(matches="y", showticklabels=False, row=1, col=col)
+    for i, r in enumerate(apart):
+        label, norm, deeper = _run_label(r)
+        mean = r.get("eval_loss_mean")
+        fig.add_trace(go.Scatter(x=[label], y=[mean], name=label.replace("<br>", " "), mode="markers",
                                  error_y=_minmax_error([r], "eval_loss") if mean is not None else None,
-                                 text=[text], hovertemplate="%{x}: %{text}<extra></extra>"))
-    fig = _layout(reference_lines(fig, reference),
-                  _title(title + ": mean, bars min-max over seeds (lower is better)",
-                         note if note is not None else settings_note()),
-                  "run (norm placement; diamonds: the deeper run set)", "final held-out loss (nats / token)",
-                  height=560)
-    fig.update_xaxes(tickangle=-30)
-    fig.update_layout(margin=dict(t=130), showlegend=False)  # every marker is named on the x axis
+                                 marker=dict(color=placement_colour(norm, r["alpha"], i), size=13,
+                                             symbol="diamond" if deeper else "circle",
+                                             line=dict(color="#0f172a", width=1)),
+                                 text=[_std_text(mean, r.get("eval_loss_std"), r.get("n_seeds"), nd=3)],
+                                 hovertemplate="%{x}: %{text}<extra></extra>"), 1, cols)
+    if apart and reference:
+        for name, dash, text in REFERENCE_LINES:
+            v = reference[name]["loss"]
+            fig.add_hline(y=v, line=dict(dash=dash, color="#475569", width=1.6), row=1, col=cols,
+                          annotation_text=f"{name} {v:.3f}", annotation_position="bottom",
+                          annotation_font=dict(size=11, color="#334155"))
+    style(fig, _title(title + ": mean, bars min-max over seeds (below 0: better than Pre-LN)",
+                      note if note is not None else settings_note()), height=660)
+    fig.update_yaxes(title_text="loss − Pre-LN's mean (nats / token)", row=1, col=1)
+    if apart:  # its axis on the right: the panels sit close, each axis labelled on its outer side
+        fig.update_yaxes(title_text="loss, absolute (nats / token)", side="right", row=1, col=cols)
+    fig.update_xaxes(tickangle=-40, tickfont=dict(size=12))
+    fig.update_xaxes(title_text="norm placement", row=1, col=1)
+    fig.update_layout(margin=dict(t=170, b=170, l=90, r=90), showlegend=False)  # every marker is named on the x axis
     return fig
 
 
@@ -252,7 +309,9 @@ def depth_figure(profiles: list[dict], title: str = "Depth: what each layer does
             fig.add_trace(go.Scatter(x=x, y=_finite(v["mean"]), mode="lines+markers",
                                      line=dict(color=colour, width=2.2),
                                      marker=dict(size=5), legendgroup=group, showlegend=group not in seen,
-                                     name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth)",
+                                     name=f"{group} ({_n_text(p['n'], p.get('diverged', 0))} per depth"
+                                          + (f"; angular distance and removal: n = {p['angular']['n']}"
+                                             if 0 < p["angular"]["n"] != p["n"] else "") + ")",
                                      hovertemplate=f"{group}, layer %{{x}}: %{{y:.3g}} (mean of {v['n']})"
                                                    "<extra></extra>"),
                           row=row, col=col)
@@ -277,9 +336,15 @@ def settings_note(model: dict | None = None, train: dict | None = None) -> str:
     clip = "no clipping" if not t.get("grad_clip") else f"clipping {t['grad_clip']:g}"
     return (f"The Mix-LN authors' settings: Adam lr {t['lr']:g}, betas {t['betas'][0]:g}/{t['betas'][1]:g}, "
             f"weight decay {t['weight_decay']:g}, {clip}, warmup {t['warmup_steps']} steps then cosine to "
-            f"{t['min_lr_ratio']:g} x lr.<br>Smaller: {t['steps']} steps of {t['batch_size']}x{t['seq_len']} "
-            f"tokens, width {m['hidden_size']}, float32 on CPU. "
-            f"DeepNorm: {DEEPNORM_NOTES[m.get('deepnorm_formula', 'mixln')]}.")
+            f"{t['min_lr_ratio']:g} x lr, embedding init std {_std_name(m.get('embedding_init_std'))}.<br>Smaller: "
+            f"{t['steps']} steps of {t['batch_size']}x{t['seq_len']} tokens, width {m['hidden_size']}, float32 on CPU. "
+            f"DeepNorm twice: {DEEPNORM_NOTES['mixln']}; {DEEPNORM_NOTES['deepnet']}.")
+
+
+def _std_name(std) -> str:
+    if std is None:
+        return "0.02"
+    return "sqrt(2/5)" if abs(std - (2 / 5) ** 0.5) < 1e-12 else f"{std:g}"
 
 
 # How the settings line names the DeepNorm constants (core.mixln.config.DEEPNORM_FORMULAS).
@@ -346,6 +411,4 @@ def _minmax_error(rows: list[dict], prefix: str) -> dict:
 
 
 def _std_text(mean, std, n, nd=1) -> str:
-    if mean is None:
-        return "no finished seed"
-    return f"{mean:.{nd}f} ± {std:.{nd}f} (n={n})"
+    return mean_std_text(mean, std, n, nd)

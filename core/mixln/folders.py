@@ -22,7 +22,7 @@ import torch
 from core.errors import BadInputError
 from core.mixln.data import load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
-from core.mixln.placements import placement_label
+from core.mixln.placements import placement_label, placement_of
 from core.mixln.recipe import ASSETS, RECIPE
 from core.mixln.train import TrainConfig, eval_batches, evaluate
 from core.runner import ExampleStore
@@ -61,8 +61,14 @@ class Run:
     config: dict = field(default_factory=dict)
 
     @property
+    def placement(self) -> str:
+        """Its entry in the placement registry (the model's norm and, for a variant such as DeepNet's DeepNorm, its
+        constants)."""
+        return placement_of(self.meta.get("norm", "?"), self.meta.get("model"))
+
+    @property
     def label(self) -> str:
-        return placement_label(self.meta.get("norm", "?"), self.meta.get("alpha"))
+        return placement_label(self.placement, self.meta.get("alpha"))
 
     @property
     def final_perplexity(self) -> float | None:
@@ -165,11 +171,16 @@ def evaluate_run(ref, root=ASSETS) -> dict:
 
 
 def sample_windows(ref, root=ASSETS, n: int = 16, seq_len: int | None = None) -> torch.Tensor:
-    """(n, T) held-out windows of a run for diagnostics."""
+    """(n, T) held-out windows of a run for diagnostics: ``n`` of its evaluation windows spread evenly over them
+    (window ``i * N // n`` of the N), so the three corpora of the held-out stream (Wikipedia, OpenWebText, the Python
+    docs) are in them in proportion to their size, not only the first corpus."""
     windows = eval_tokens_of(ref, root)
     if seq_len is not None and seq_len != windows.shape[1]:
         windows = pack(windows.reshape(-1), seq_len)
-    return windows[:n]
+    total = windows.shape[0]
+    if n >= total:
+        return windows
+    return windows[[i * total // n for i in range(n)]]
 
 
 def fingerprint_of(ref: str, run: Path | None) -> str:

@@ -36,6 +36,7 @@ from core.files import atomic_write
 from core.mixln.config import MixLNConfig, check_fits
 from core.mixln.data import DEFAULT_VOCAB, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
+from core.mixln.placements import placement_model
 from core.mixln.recipe import RECIPE_DEVIATIONS, RECIPE_MODEL, RECIPE_TRAIN
 from core.mixln.train import TrainConfig, TrainEvent, TrainHistory, check_world, latest_checkpoint, train_iter
 from core.progress import Progress, report
@@ -43,9 +44,12 @@ from core.zoo.construction import constructing
 
 
 def build_model(norm: str, alpha: float = 0.25, seed: int = 0, dtype: str = "float32", **sizes) -> MixLNForCausalLM:
-    """A fresh model; Linear weights depend only on ``seed`` and the sizes, not on the norm placement. ``dtype``
+    """A fresh model; Linear weights depend only on ``seed`` and the sizes, not on the norm placement. ``norm`` is a
+    registry name (:data:`core.mixln.placements.PLACEMENTS`): a variant (``deepnet``) sets its constants. ``dtype``
     "float64" builds it in float64 without a float32 step: constructed on the meta device, then its float64 weights
     drawn by :meth:`~core.mixln.model.MixLNForCausalLM.reset_parameters` (the float32 draws, done in float64)."""
+    norm, variant = placement_model(norm)
+    sizes = {**sizes, **variant}
     if not isinstance(alpha, (int, float)) or math.isnan(alpha) or not 0.0 <= alpha <= 1.0:
         raise BadInputError(f"alpha = {alpha} is outside [0, 1].",
                             fix="choose alpha between 0 (all Pre-LN) and 1 (all Post-LN); the paper uses 0.25.")
@@ -153,6 +157,8 @@ def train_run_iter(out: str | os.PathLike | None, norm: str = "mix", alpha: floa
         if tokenizer is None and (resume / "tokenizer.json").is_file():
             tokenizer = resume / "tokenizer.json"
         out_path = out_path or resume
+    norm, variant = placement_model(norm)  # a registry variant (deepnet): the model's norm and its constants
+    sizes.update(variant)
     check_world(int(tcfg.get("batch_size", 8)), world)
     if tokenizer is not None and not Path(tokenizer).is_file():
         raise BadInputError(f"no tokenizer file {tokenizer}.", fix="omit --tokenizer to train one, or fix the path.")

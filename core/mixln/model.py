@@ -1,14 +1,16 @@
-"""A LLaMA-style decoder whose norm placement is chosen per layer: Pre-LN, Post-LN, Mix-LN, DeepNorm
-or Sandwich-LN (see :mod:`core.mixln.config`). Read it top to bottom.
+"""A LLaMA-style decoder whose norm placement is chosen per layer: Pre-LN, Post-LN, Mix-LN, DeepNorm,
+Sandwich-LN, Peri-LN or LayerNorm Scaling (see :mod:`core.mixln.config`). Read it top to bottom.
 
 Parameter names follow transformers' Llama (``model.layers.3.self_attn.q_proj.weight``), so a Pre-LN
 model's weights load unchanged into ``LlamaForCausalLM``. The norms a layer owns depend on its placement:
 
-- pre:            input_layernorm (before attention), post_attention_layernorm (before the MLP)  [Llama]
+- pre, lns:       input_layernorm (before attention), post_attention_layernorm (before the MLP)  [Llama]; LayerNorm
+                  Scaling multiplies both norms' outputs by 1 / sqrt(index + 1) (``norm_scale``, no parameter)
 - post, deepnorm: post_attention_layernorm (after attention + residual), post_feedforward_layernorm
                   (after MLP + residual)
 - sandwich:       input_layernorm, post_attention_layernorm (on the attention output),
                   pre_feedforward_layernorm, post_feedforward_layernorm (on the MLP output)      [Gemma 2]
+- peri:           sandwich layers, and the model's ``embed_norm`` on the embedding output          [Peri-LN]
 
 Every residual-add followed by a norm goes through the fused op :func:`kernels.rmsnorm.add_rmsnorm`.
 """
@@ -109,13 +111,17 @@ class MLP(nn.Module):
 # ---- one decoder layer, five placements ------------------------------------------------------------
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: MixLNConfig, placement: str):
+    def __init__(self, config: MixLNConfig, placement: str, index: int = 0):
+        """``placement``: this layer's (``config.layer_norms()[index]``); ``index``: 0 for the first layer."""
         super().__init__()
         self.placement = placement
+        # LayerNorm Scaling: the authors' code multiplies each pre-norm output by 1 / sqrt(layer_index + 1), with
+        # layer_index 0 for the first layer (lmsdss/LayerNorm-Scaling, modeling_llama.py); 1.0 everywhere else
+        self.norm_scale = 1.0 / math.sqrt(index + 1) if placement == "lns" else 1.0
         self.self_attn = Attention(config)
         self.mlp = MLP(config)
         d, eps = config.hidden_size, config.rms_norm_eps
-        if placement in ("pre", "sandwich"):
+        if placement in ("pre", "lns", "sandwich"):
             self.input_layernorm = RMSNorm(d, eps)
         self.post_attention_layernorm = RMSNorm(d, eps)
         if placement == "sandwich":
@@ -132,6 +138,11 @@ class DecoderLayer(nn.Module):
             a = self.self_attn(self.input_layernorm(x)[0], cos, sin, mask)
             n, h = self.post_attention_layernorm(a, x)
             return h + self.mlp(n)
+        if self.placement == "lns":
+            # h = x + Attn(s * N(x)); y = h + MLP(s * N(h)); s = 1 / sqrt(index + 1)
+            a = self.self_attn(self.input_layernorm(x)[0] * self.norm_scale, cos, sin, mask)
+            n, h = self.post_attention_layernorm(a, x)
+            return h + self.mlp(n * self.norm_scale)
         if self.placement in ("post", "deepnorm"):
             # h = N(scale * x + Attn(x)); y = N(scale * h + MLP(h)); scale = 1 for Post-LN
             h = self.post_attention_layernorm(self.self_attn(x, cos, sin, mask), x, self.residual_scale)[0]
@@ -157,7 +168,9 @@ class MixLNModel(nn.Module):
         super().__init__()
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList([DecoderLayer(config, p) for p in config.layer_norms()])
+        self.layers = nn.ModuleList([DecoderLayer(config, p, i) for i, p in enumerate(config.layer_norms())])
+        if config.embedding_norm:  # Peri-LN: the embedding output is normalised too
+            self.embed_norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
     def forward(self, input_ids: torch.Tensor, output_hidden_states: bool = False,
@@ -170,6 +183,8 @@ class MixLNModel(nn.Module):
             raise BadInputError(f"sequence of {t} tokens is longer than the model's "
                                 f"{self.config.max_position_embeddings} positions.", fix="use shorter sequences.")
         x = self.embed_tokens(input_ids)
+        if self.config.embedding_norm:
+            x = self.embed_norm(x)[0]
         cos, sin = rotary_cos_sin(self.config, t, x.device, x.dtype)
         mask = None
         if attention_mask is not None and not bool(attention_mask.all()):

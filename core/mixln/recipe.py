@@ -3,7 +3,8 @@
 
 - :data:`RECIPE_MODEL`, :data:`RECIPE_TRAIN`, :data:`RECIPE_DEVIATIONS`  the settings (the Mix-LN authors', smaller)
 - :data:`RECIPE`            the placements: run name -> norm placement and alpha
-- :data:`RUN_SETS`          the committed run sets (12 layers x 3 seeds, 24 layers, a learning-rate sweep)
+- :data:`RUN_SETS`          the committed run sets (12 layers x 3 seeds, 24 layers, a learning-rate sweep, the
+  embedding-init comparison); :data:`PENDING` the recipe runs not committed yet
 - :class:`Job`, :func:`recipe_jobs`, :func:`recipe_command`  one run of the recipe, every run, its ``mixln train`` line
 - :data:`LIVE_MODEL`, :data:`LIVE_TRAIN`  the tab's live run
 
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from core.errors import BadInputError
 from core.mixln.data import DEFAULT_VOCAB
-from core.mixln.placements import placement_label, sweep_alpha
+from core.mixln.placements import placement_label, placement_model, sweep_alpha
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets" / "mixln"
 
@@ -48,6 +49,11 @@ RECIPE = {
     "mix-ln-0.5": dict(norm="mix", alpha=0.5),
     "deepnorm": dict(norm="deepnorm", alpha=1.0),
     "sandwich-ln": dict(norm="sandwich", alpha=0.0),
+    # DeepNet's own formula beside the Mix-LN authors' constants (the registry's variant: norm deepnorm, constants)
+    "deepnorm-deepnet": dict(norm="deepnet", alpha=1.0),
+    # the follow-ups: Peri-LN (Kim et al. 2025) and LayerNorm Scaling (Sun et al. 2025, the Mix-LN authors' lab)
+    "peri-ln": dict(norm="peri", alpha=0.0),
+    "lns": dict(norm="lns", alpha=0.0),
 }
 # Alpha sweep: Mix-LN with alpha = 0 is Pre-LN and alpha = 1 is Post-LN, layer for layer (the registry's
 # sweep_alpha): alpha -> run name.
@@ -79,6 +85,7 @@ class RunSet:
     diagnostics: bool = True
     weights_for_seed: int | None = 0
     title: str = ""
+    choice: str = ""  # its name among the run sets a user picks (default: its layer count)
     fewer_seeds: tuple[tuple[str, tuple[int, ...]], ...] = ()  # (placement, its seeds) where it has fewer than seeds
 
     def seeds_of(self, name: str) -> tuple[int, ...]:
@@ -91,13 +98,28 @@ RUN_SETS = {
     "main": RunSet("", RECIPE_MODEL, tuple(RECIPE), fewer_seeds=(("deepnorm", (0, 1)),), title="12 layers, width 64"),
     # 24 layers: one seed per placement and a second Pre-LN seed (its seed-to-seed spread beside the gaps between
     # placements); 3,000 steps of 24 layers take about 13 minutes a run on one thread here
-    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24}, ("pre-ln", "post-ln", "mix-ln-0.25", "deepnorm"),
-                       seeds=(0, 1), fewer_seeds=(("post-ln", (0,)), ("mix-ln-0.25", (0,)), ("deepnorm", (0,))),
+    "depth-24": RunSet("depth-24", {**RECIPE_MODEL, "num_layers": 24},
+                       ("pre-ln", "post-ln", "mix-ln-0.25", "deepnorm", "deepnorm-deepnet", "peri-ln", "lns"),
+                       seeds=(0, 1), fewer_seeds=tuple((n, (0,)) for n in ("post-ln", "mix-ln-0.25", "deepnorm",
+                                                                         "deepnorm-deepnet", "peri-ln", "lns")),
                        title="24 layers, width 64"),
     "lr-sweep": RunSet("lr-sweep", RECIPE_MODEL, ("pre-ln", "post-ln", "mix-ln-0.25"), seeds=(0,),
                        lrs=(3e-4, 3e-3), diagnostics=False, weights_for_seed=None,
                        title="12 layers, width 64, one seed per rate"),
+    # the init question: the Mix-LN code's embedding init N(0, sqrt(2/5)) (the main set's) against N(0, 0.02), which
+    # the LayerNorm-Scaling code uses and its authors say produced their numbers (their repository's issue 6)
+    "init-0.02": RunSet("init-0.02", {**RECIPE_MODEL, "embedding_init_std": 0.02}, ("pre-ln", "mix-ln-0.25", "lns"),
+                        diagnostics=False, weights_for_seed=None, title="12 layers, width 64, embedding init std 0.02",
+                        choice="12 layers, embedding init std 0.02"),
 }
+# Recipe runs not committed yet (Job.key): issue 35's runs take 15-40 minutes each at 12 layers and about twice that
+# at 24 on the shared 2-core machine, and these did not fit its time. `python -m core mixln reproduce --skip-done`
+# trains them (and nothing already committed); a test holds this list to what is missing, so a run that is committed
+# leaves it.
+PENDING = frozenset({
+    *(f"depth-24/{n}/seed-0/lr-0.001" for n in ("lns", "peri-ln", "deepnorm-deepnet")),
+    *(f"init-0.02/lns/seed-{k}/lr-0.001" for k in (1, 2)),
+})
 LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
 
 
@@ -126,11 +148,17 @@ class Job:
 
     @property
     def model(self) -> dict:
-        return dict(RUN_SETS[self.set].model)
+        """The set's model sizes with the constants of the run's placement variant (DeepNet's formula)."""
+        return {**RUN_SETS[self.set].model, **placement_model(RECIPE[self.name]["norm"])[1]}
 
     @property
     def train(self) -> dict:
         return {**RECIPE_TRAIN, "seed": self.seed, "lr": self.lr}
+
+    @property
+    def pending(self) -> bool:
+        """Whether this run is in the recipe but not committed yet (:data:`PENDING`)."""
+        return self.key in PENDING
 
     @property
     def keep_weights(self) -> bool:

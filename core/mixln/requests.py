@@ -29,11 +29,17 @@ CURVE_SETS = tuple(name for name, s in RUN_SETS.items() if len(s.seeds) > 1)  # 
 METRICS = ("loss", "perplexity")
 POSITIONS = {"last": "the last token's states (the paper)", "mean": "the mean over all tokens"}
 TEXT_CORPUS = "wikipedia-paragraphs"  # the held-out text a model from the zoo is diagnosed on
+# what a committed run is diagnosed on: its own held-out windows (the validation paragraphs of Wikipedia, OpenWebText
+# and the Python docs, in that order), RUN_SAMPLES of them spread evenly (core.mixln.folders.sample_windows)
+RUN_WINDOWS = "held-out stream of wikipedia, openwebtext and pydoc, windows spread evenly"
+RUN_SAMPLES = 64    # windows of 64 tokens per diagnostic of a run (4,032 targets): small models, seconds
+MODEL_SAMPLES = 8   # ... of a model from the picker (a 135 M model skips each of its 30 layers in turn)
 
 
 def set_choices() -> list[tuple[str, str]]:
-    """``(label, name)`` of the run sets that have seed curves: ``("12 layers", "main")``, ..."""
-    return [(f"{RUN_SETS[s].model['num_layers']} layers", s) for s in CURVE_SETS]
+    """``(label, name)`` of the run sets that have seed curves: ``("12 layers", "main")``, ... (a set's ``choice``,
+    else its layer count: no two labels are the same)."""
+    return [(RUN_SETS[s].choice or f"{RUN_SETS[s].model['num_layers']} layers", s) for s in CURVE_SETS]
 
 
 def _names(names) -> tuple[str, ...]:
@@ -56,9 +62,17 @@ def _alpha(alpha) -> float:
                             "(all Post-LN); the paper uses 0.25.") from None
 
 
-def _sizes(samples, seq_len) -> tuple[int, int]:
-    """(samples, seq_len) as whole numbers in the diagnostics' ranges, or one clear message."""
+def _sizes(samples, seq_len, run: Path | None = None) -> tuple[int, int]:
+    """(samples, seq_len) as whole numbers in the diagnostics' ranges, or one clear message; ``samples=None`` is
+    :data:`RUN_SAMPLES` for a run, :data:`MODEL_SAMPLES` for a model."""
+    if samples is None:
+        samples = RUN_SAMPLES if run is not None else MODEL_SAMPLES
     return (check_number(samples, "samples", 1, 256, whole=True), check_number(seq_len, "seq_len", 4, 2048, whole=True))
+
+
+def _corpus(run: Path | None) -> str:
+    """Where a diagnostic's windows come from (part of its cache key)."""
+    return RUN_WINDOWS if run is not None else TEXT_CORPUS
 
 
 def _subject(ref) -> tuple[str, Path | None]:
@@ -157,21 +171,23 @@ class AngularRequest:
 
     ref: str
     run: Path | None
-    samples: int = 8
+    samples: int = RUN_SAMPLES
     seq_len: int = 64
     position: str = "last"
 
     @classmethod
-    def parse(cls, ref, samples=8, seq_len=64, position: str = "last") -> "AngularRequest":
-        samples, seq_len = _sizes(samples, seq_len)
+    def parse(cls, ref, samples=None, seq_len=64, position: str = "last") -> "AngularRequest":
+        ref, run = _subject(ref)
+        samples, seq_len = _sizes(samples, seq_len, run)
         if position not in POSITIONS:
             raise BadInputError(f"unknown position {position!r}.",
                                 fix="use 'last' (last token) or 'mean' (all tokens).")
-        return cls(*_subject(ref), samples, seq_len, position)
+        return cls(ref, run, samples, seq_len, position)
 
     @property
     def params(self) -> dict:
-        return {"samples": self.samples, "seq_len": self.seq_len, "position": self.position, "corpus": TEXT_CORPUS}
+        return {"samples": self.samples, "seq_len": self.seq_len, "position": self.position,
+                "corpus": _corpus(self.run)}
 
     def key(self) -> tuple[str, str, dict]:
         """(the run's or model's name, its weights' fingerprint, :attr:`params`): how the result is stored."""
@@ -184,19 +200,23 @@ class RemovalRequest:
 
     refs: tuple[str, ...]
     runs: tuple[Path | None, ...]
-    samples: int = 8
+    samples: int = RUN_SAMPLES
     seq_len: int = 64
 
     @classmethod
-    def parse(cls, refs, samples=8, seq_len=64) -> "RemovalRequest":
+    def parse(cls, refs, samples=None, seq_len=64) -> "RemovalRequest":
         refs = _names(refs)
-        samples, seq_len = _sizes(samples, seq_len)
         subjects = [_subject(r) for r in refs]
+        samples, seq_len = _sizes(samples, seq_len, subjects[0][1])
         return cls(tuple(r for r, _ in subjects), tuple(f for _, f in subjects), samples, seq_len)
+
+    def params_of(self, run: Path | None) -> dict:
+        """The parameters of one subject's result (its windows depend on whether it is a run)."""
+        return {"samples": self.samples, "seq_len": self.seq_len, "corpus": _corpus(run)}
 
     @property
     def params(self) -> dict:
-        return {"samples": self.samples, "seq_len": self.seq_len, "corpus": TEXT_CORPUS}
+        return self.params_of(self.runs[0])
 
 
 @dataclass(frozen=True)
@@ -210,12 +230,13 @@ class ModelGradnormsRequest:
 
     @classmethod
     def parse(cls, ref, samples=4, seq_len=64) -> "ModelGradnormsRequest":
-        samples, seq_len = _sizes(samples, seq_len)
-        return cls(*_subject(ref), samples, seq_len)
+        ref, run = _subject(ref)
+        samples, seq_len = _sizes(samples, seq_len, run)
+        return cls(ref, run, samples, seq_len)
 
     @property
     def params(self) -> dict:
-        return {"samples": self.samples, "seq_len": self.seq_len, "corpus": TEXT_CORPUS}
+        return {"samples": self.samples, "seq_len": self.seq_len, "corpus": _corpus(self.run)}
 
 
 @dataclass(frozen=True)
@@ -235,6 +256,17 @@ class LiveRequest:
             raise BadInputError(f"unknown norm placement {placement!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
         return cls(placement, alpha, check_number(layers, "layers", 1, 64, whole=True),
                    check_number(steps, "steps", 1, 100_000, whole=True))
+
+
+@dataclass(frozen=True)
+class ReproducesRequest:
+    """The "what reproduces" tables; ``docs`` also rewrites the generated tables of docs/mixln-reproduces.md."""
+
+    docs: bool = False
+
+    @classmethod
+    def parse(cls, docs: bool = False) -> "ReproducesRequest":
+        return cls(bool(docs))
 
 
 @dataclass(frozen=True)

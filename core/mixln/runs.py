@@ -11,16 +11,16 @@ Each name lives in the module that does its one job; this module only gathers th
 from core.mixln.folders import (Run, eval_tokens_of, evaluate_run, list_runs, load_run, resolve_run, run_model,
                                 run_tokenizer, sample_windows, tokenizer_file, weights_fingerprint)
 from core.mixln.launch import build_model, dist_info, run_settings, train_run, train_run_iter
-from core.mixln.recipe import (ASSETS, LIVE_MODEL, LIVE_TRAIN, LR_SWEEP, RECIPE, RECIPE_DEVIATIONS, RECIPE_MODEL,
-                               RECIPE_TRAIN, RUN_SETS, SEEDS, SWEEP, Job, RunSet, recipe_command, recipe_jobs,
-                               recipe_label)
+from core.mixln.recipe import (ASSETS, LIVE_MODEL, LIVE_TRAIN, LR_SWEEP, PENDING, RECIPE, RECIPE_DEVIATIONS,
+                               RECIPE_MODEL, RECIPE_TRAIN, RUN_SETS, SEEDS, SWEEP, Job, RunSet, recipe_command,
+                               recipe_jobs, recipe_label)
 from core.mixln.retrain import (CHECK_STEPS, HISTORY_EVERY_STEP, HISTORY_STRIDE, compact_run, float64_prefix,
                                 prefix_change, prefix_changes, record_prefixes, reproduce, thin_history, train_job)
 from core.mixln.summary import compare_table, sweep_table
 
 __all__ = ["Run", "eval_tokens_of", "evaluate_run", "list_runs", "load_run", "resolve_run", "run_model",
            "run_tokenizer", "sample_windows", "tokenizer_file", "weights_fingerprint", "build_model", "dist_info",
-           "run_settings", "train_run", "train_run_iter", "ASSETS", "LIVE_MODEL", "LIVE_TRAIN", "LR_SWEEP", "RECIPE",
+           "run_settings", "train_run", "train_run_iter", "ASSETS", "LIVE_MODEL", "LIVE_TRAIN", "LR_SWEEP", "PENDING", "RECIPE",
            "RECIPE_DEVIATIONS", "RECIPE_MODEL", "RECIPE_TRAIN", "RUN_SETS", "SEEDS", "SWEEP", "Job", "RunSet",
            "recipe_command", "recipe_jobs", "recipe_label", "CHECK_STEPS", "HISTORY_EVERY_STEP", "HISTORY_STRIDE",
            "compact_run", "float64_prefix", "prefix_change", "prefix_changes", "record_prefixes", "reproduce", "thin_history", "train_job", "compare_table", "sweep_table"]

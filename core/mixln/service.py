@@ -8,6 +8,7 @@
     curves_result(runs, set, metric)          held-out loss / perplexity curves over seeds (mean, min-max band)
     lr_sweep_result()                         final held-out loss per placement and peak learning rate (one seed)
     depth_result()                            12 vs 24 layers: per-layer angular distance, gradient norm, removal
+    reproduces_result(docs)                   what reproduces: claim, paper's figure, ours (n, spread), verdict
     angular_distance_result(ref)              d(h_l, h_l+n) heatmap of a run or any causal LM (precomputed / cached)
     layer_removal_result(refs)                held-out loss increase when each layer is skipped
     model_gradnorms_result(ref)               gradient norms of one batch for any causal LM
@@ -87,15 +88,25 @@ def depth_result(names=None) -> Result:
     return analysis_result("depth", names)
 
 
+def reproduces_result(docs: bool = False) -> Result:
+    """What reproduces: one row per claim of the paper (and its follow-ups) with the paper's figure, the project's
+    figure from the committed runs (n, spread) and a verdict; the embedding-init comparison; the follow-ups'
+    published table beside the runs (:mod:`core.mixln.reproduces`). ``docs``: also rewrite the generated tables of
+    ``docs/mixln-reproduces.md``."""
+    return analysis_result("reproduces", docs)
+
+
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
-def angular_distance_result(ref: str, samples: int = 8, seq_len: int = 64, position: str = "last",
+def angular_distance_result(ref: str, samples: int | None = None, seq_len: int = 64, position: str = "last",
                             progress: Progress | None = None) -> Result:
     """The paper's (first layer l, block size n) heatmap of d(h_l, h_l+n), raw and scaled per block size."""
     return analysis_result("angular", ref, samples, seq_len, position, progress=progress)
 
 
-def layer_removal_result(refs, samples: int = 8, seq_len: int = 64, progress: Progress | None = None) -> Result:
-    """Held-out loss increase when each layer is skipped, one bar group per run or model."""
+def layer_removal_result(refs, samples: int | None = None, seq_len: int = 64, progress: Progress | None = None
+                         ) -> Result:
+    """Held-out loss increase when each layer is skipped, one bar group per run or model (``samples``: held-out
+    windows, None for the default: 64 spread over a run's held-out stream, 8 of a model's)."""
     return analysis_result("removal", refs, samples, seq_len, progress=progress)
 
 

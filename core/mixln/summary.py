@@ -24,6 +24,7 @@ from core.errors import BadInputError
 from core.mixln.folders import Run, list_runs, load_run, run_examples
 from core.mixln.placements import placement_label
 from core.mixln.recipe import ASSETS, LR_SWEEP, RECIPE, RECIPE_TRAIN, RUN_SETS, SWEEP, Job, recipe_label
+from core.mixln.requests import RUN_SAMPLES, RUN_WINDOWS
 
 
 def spread(values) -> dict:
@@ -33,6 +34,38 @@ def spread(values) -> dict:
         return {"mean": None, "std": None, "min": None, "max": None, "n": 0}
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if len(v) > 1 else 0.0, "min": float(v.min()),
             "max": float(v.max()), "n": int(len(v))}
+
+
+def mean_std_text(mean, std, n, nd: int = 3, seeds: bool = False) -> str:
+    """``4.960 ± 0.007 (n = 3)``; a single value has no spread to show: ``4.946 (n = 1)`` (``seeds``: ``n = 3
+    seeds``)."""
+    if mean is None:
+        return "no finished seed"
+    unit = (" seeds" if n != 1 else " seed") if seeds else ""
+    spread_part = f" ± {std:.{nd}f}" if n is not None and n > 1 and std is not None else ""
+    return f"{mean:.{nd}f}{spread_part} (n = {n}{unit})"
+
+
+def difference(a: dict, b: dict, prefix: str = "eval_loss") -> dict:
+    """``a`` minus ``b`` (rows with ``<prefix>_mean``, ``_std`` and ``n_seeds`` or ``n``): {delta, se, verdict}.
+
+    se is the standard error of the difference of the two means, sqrt(s_a^2 / n_a + s_b^2 / n_b); a side with one
+    seed has no spread of its own and borrows the other side's seed std (the same recipe, so the same seed-to-seed
+    noise). ``verdict``: ``"lower"`` / ``"higher"`` when |delta| > 2 se, ``"tied"`` within it, ``"unresolved"`` when
+    neither side has two seeds."""
+    ma, mb = a.get(f"{prefix}_mean"), b.get(f"{prefix}_mean")
+    na, nb = a.get("n_seeds", a.get("n")) or 0, b.get("n_seeds", b.get("n")) or 0
+    if ma is None or mb is None:
+        return {"delta": None, "se": None, "verdict": "unresolved", "n": (na, nb)}
+    sa = a.get(f"{prefix}_std") if na > 1 else None
+    sb = b.get(f"{prefix}_std") if nb > 1 else None
+    sa, sb = (sa if sa is not None else sb), (sb if sb is not None else sa)
+    delta = ma - mb
+    if sa is None:
+        return {"delta": delta, "se": None, "verdict": "unresolved", "n": (na, nb)}
+    se = math.sqrt(sa ** 2 / na + sb ** 2 / nb)
+    verdict = "tied" if abs(delta) <= 2 * se else ("lower" if delta < 0 else "higher")
+    return {"delta": delta, "se": se, "verdict": verdict, "n": (na, nb)}
 
 
 def _check_set(set_name: str) -> None:
@@ -67,7 +100,7 @@ def seed_table(set_name: str = "main", root: str | os.PathLike = ASSETS) -> list
         loss = spread([r.meta.get("final_eval_loss") for r in group])
         ppl = spread([r.meta.get("final_eval_perplexity") for r in group])
         m = group[0].meta
-        rows.append({"run": name, "label": _label(name), "norm": m["norm"], "alpha": m["alpha"],
+        rows.append({"run": name, "label": _label(name), "norm": RECIPE[name]["norm"], "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
                      "steps": m["train"]["steps"], "lr": m["train"]["lr"],
                      "seeds": [r.meta["train"]["seed"] for r in group],
@@ -133,16 +166,21 @@ def lr_sweep_table(root: str | os.PathLike = ASSETS) -> list[dict]:
             if not group:
                 continue
             m = group[0].meta
-            rows.append({"run": name, "label": _label(name), "norm": m["norm"], "alpha": m["alpha"], "lr": lr,
+            rows.append({"run": name, "label": _label(name), "norm": RECIPE[name]["norm"], "alpha": m["alpha"], "lr": lr,
                          "status": m.get("status"), "diverged_at": group[0].history.get("diverged_at"),
                          "eval_loss": m.get("final_eval_loss"), "eval_perplexity": m.get("final_eval_perplexity")})
     return rows
 
 
-def _diagnostic(folder: Path, analysis: str) -> dict | None:
-    """A run's precomputed ``analysis`` (its diagnostics.json), or None."""
+def run_diagnostic(folder: Path, analysis: str) -> dict | None:
+    """A run's precomputed ``analysis`` (its diagnostics.json) on the default windows of a run (RUN_SAMPLES spread
+    over its held-out stream), or None: a seed whose weights were dropped before the diagnostics moved to those
+    windows keeps only its old ones (the first 8 windows, all Wikipedia), which are not mixed in."""
     store = run_examples(folder)
-    return next((e["data"] for e in store.entries(analysis)), None) if store is not None else None
+    if store is None:
+        return None
+    return next((e["data"] for e in store.entries(analysis) if e["params"].get("corpus") == RUN_WINDOWS
+                 and e["params"].get("samples") == RUN_SAMPLES), None)
 
 
 def _per_layer(values: list[list[float | None]]) -> dict:
@@ -167,8 +205,8 @@ def depth_profiles(names: list[str] | None = None, sets: tuple[str, ...] = ("mai
                 continue
             angular, removal, grads = [], [], []
             for r in group:
-                ang = _diagnostic(r.folder, "mixln/angular")
-                rem = _diagnostic(r.folder, "mixln/removal")
+                ang = run_diagnostic(r.folder, "mixln/angular")
+                rem = run_diagnostic(r.folder, "mixln/removal")
                 if ang is not None:
                     angular.append(ang["raw"][0])
                 if rem is not None:
@@ -197,7 +235,7 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
         group = seed_runs(name, "main", root) if name in RECIPE and r.folder.parent == Path(root) else [r]
         loss = spread([g.meta.get("final_eval_loss") for g in group])
         ppl = spread([g.meta.get("final_eval_perplexity") for g in group])
-        rows.append({"run": name, "norm": placement_label(m["norm"]), "alpha": m["alpha"],
+        rows.append({"run": name, "norm": placement_label(r.placement), "placement": r.placement, "alpha": m["alpha"],
                      "layers": m["model"]["num_layers"], "width": m["model"]["hidden_size"],
                      "steps": m.get("steps_done"), "lr": m["train"]["lr"], "status": m.get("status"),
                      "n_seeds": loss["n"], "diverged": sum(g.meta.get("status") == "diverged" for g in group),

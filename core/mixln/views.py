@@ -17,9 +17,11 @@ from core.mixln import compute, figures
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.mixln.recipe import RECIPE_DEVIATIONS, RUN_SETS
 from core.mixln.reference import load_reference
-from core.mixln.requests import (AngularRequest, CompareRequest, CurvesRequest, DepthRequest, GradnormsRequest,
-                                 LiveRequest, ModelGradnormsRequest, NoInput, ReferenceRequest, RemovalRequest,
-                                 ReproduceRequest, RunsRequest, TrainRequest)
+from core.mixln.summary import difference, mean_std_text
+from core.mixln.requests import (RUN_SAMPLES, RUN_WINDOWS, AngularRequest, CompareRequest, CurvesRequest,
+                                 DepthRequest, GradnormsRequest, LiveRequest, ModelGradnormsRequest, NoInput,
+                                 ReferenceRequest, RemovalRequest, ReproduceRequest, ReproducesRequest, RunsRequest,
+                                 TrainRequest)
 from core.results import Result
 from core.runner import Found
 
@@ -51,11 +53,8 @@ def _rows_of(result: dict) -> list[dict]:
 
 
 def _spread_text(row: dict, prefix: str = "eval_perplexity", nd: int = 1) -> str:
-    mean, std = row.get(f"{prefix}_mean"), row.get(f"{prefix}_std")
-    n = row.get("n_seeds", row.get("n"))
-    if mean is None:
-        return "no finished seed"
-    return f"{mean:.{nd}f} ± {std:.{nd}f} (n = {n} seeds)"
+    return mean_std_text(row.get(f"{prefix}_mean"), row.get(f"{prefix}_std"), row.get("n_seeds", row.get("n")), nd,
+                         seeds=True)
 
 
 def _best_per_depth(rows: list[dict], name) -> list[str]:
@@ -68,6 +67,13 @@ def _best_per_depth(rows: list[dict], name) -> list[str]:
         if best:
             parts.append(f"{layers} layers: {name(best)}, {_spread_text(best)}")
     return parts
+
+
+def windows_text(res: dict) -> str:
+    """Which held-out windows a diagnostic used, in words (its ``samples``, ``seq_len`` and ``corpus``)."""
+    where = ("spread evenly over the run's held-out stream (Wikipedia, OpenWebText and Python-docs paragraphs)"
+             if res.get("corpus") == RUN_WINDOWS else f"of held-out {res.get('corpus', 'text')}")
+    return f"{res['samples']} windows of {res['seq_len']} tokens {where}"
 
 
 def _fmt(x) -> str:
@@ -105,12 +111,36 @@ def mix_vs_pre_text(rows: list[dict]) -> str:
     return "Final held-out loss, " + "; ".join(parts) + f". {PAPER_CLAIM}; these runs have 1.1 M (12 layers) and 1.7 M (24)."
 
 
+VERDICT_WORDS = {"lower": "ahead", "higher": "behind", "tied": "tied", "unresolved": "one seed each, not resolved"}
+
+
+def versus_pre_text(rows: list[dict]) -> str:
+    """Per depth, every placement's final held-out loss minus Pre-LN's mean (nats), and whether it is ahead, behind
+    or tied (within two standard errors of the difference, :func:`core.mixln.summary.difference`)."""
+    parts = []
+    for layers in dict.fromkeys(r["layers"] for r in rows):
+        at = [r for r in rows if r["layers"] == layers and r["eval_loss_mean"] is not None]
+        pre = next((r for r in at if r.get("placement") == "pre"), None)
+        if pre is None:
+            continue
+        others = []
+        for r in at:
+            if r is pre:
+                continue
+            d = difference(r, pre)
+            others.append(f"{r['label']} {d['delta']:+.3f} ({VERDICT_WORDS[d['verdict']]})")
+        parts.append(f"**{layers} layers**, Pre-LN {_spread_text(pre, 'eval_loss', 3)}: " + ", ".join(others))
+    return ("Final held-out loss against Pre-LN (nats; ahead / behind: beyond two standard errors of the "
+            "difference over seeds): " + "; ".join(parts) + ".") if parts else ""
+
+
 def _compare_status(rows: list[dict], shown: Shown) -> str:
     parts = _best_per_depth(rows, lambda best: f"lowest mean held-out perplexity **{best['label']}**")
     diverged = sum(r["diverged"] for r in rows)
     versus = mix_vs_pre_text(rows)
     return (f"{len(rows)} runs at equal steps, mean ± std over seeds. " + "; ".join(parts) + "."
-            + (f" {diverged} seed(s) diverged." if diverged else "") + (f" {versus}" if versus else ""))
+            + (f" {diverged} seed(s) diverged." if diverged else "") + (f" {versus}" if versus else "")
+            + (f"\n\n{versus_pre_text(rows)}" if versus_pre_text(rows) else ""))
 
 
 def _curve_key(metric: str) -> str:
@@ -119,8 +149,9 @@ def _curve_key(metric: str) -> str:
 
 def _curves_status(data: dict, shown: Shown) -> str:
     key, layers = _curve_key(data["metric"]), RUN_SETS[data["set"]].model["num_layers"]
-    ends = [f"{b['label']} {b[key]['mean'][-1]:.3g} ± {b[key]['std'][-1]:.2g} (n = {b['n']})" for b in data["bands"]
-            if b[key]["mean"] and b[key]["mean"][-1] is not None]
+    nd = 3 if data["metric"] == "loss" else 1
+    ends = [f"{b['label']} {mean_std_text(b[key]['mean'][-1], b[key]['std'][-1], b[key]['n'][-1], nd)}"
+            for b in data["bands"] if b[key]["mean"] and b[key]["mean"][-1] is not None]
     return f"Final held-out {data['metric']}, {layers} layers, mean ± std over seeds: " + "; ".join(ends) + "."
 
 
@@ -151,8 +182,11 @@ def _lr_sweep_status(rows: list[dict], shown: Shown) -> str:
 
 def _depth_status(profiles: list[dict], shown: Shown) -> str:
     n = sorted({p["n"] for p in profiles})
-    return (f"Per-layer profiles of {len(profiles)} placement-depth groups (n = {'/'.join(map(str, n))} seeds "
-            "each; diagnostics on 8 held-out sequences of 64 tokens).")
+    diag = sorted({p["angular"]["n"] for p in profiles})
+    return (f"Per-layer profiles of {len(profiles)} placement-depth groups: gradient norms over n = "
+            f"{'/'.join(map(str, n))} seeds each (logged in training); angular distance and layer removal over the seeds "
+            f"whose weights were kept when the diagnostics were computed (n = {'/'.join(map(str, diag))}), on "
+            f"{RUN_SAMPLES} held-out windows of 64 tokens spread over Wikipedia, OpenWebText and the Python docs.")
 
 
 def _depth_tables(profiles: list[dict], shown: Shown) -> dict:
@@ -178,7 +212,8 @@ def _removal_status(results: list[dict], shown: Shown) -> str:
     one = results[0]
     worst = max(range(len(one["layers"])), key=lambda i: one["loss_increase"][i] or 0)
     return (f"Layer removal on **{one['subject']}**: baseline held-out perplexity {one['baseline_perplexity']:.1f}; "
-            f"skipping layer {worst} hurts most (+{one['loss_increase'][worst]:.3f} nats) ({shown.source_text}).")
+            f"skipping layer {worst} hurts most (+{one['loss_increase'][worst]:.3f} nats); {windows_text(one)} "
+            f"({shown.source_text}).")
 
 
 def _removal_figures(results: list[dict], shown: Shown) -> dict:
@@ -242,6 +277,27 @@ def _train_status(meta: dict, shown: Shown) -> str:
             + (f"\n{meta['message']}" if meta["message"] else ""))
 
 
+def _reproduces_status(data: dict, shown: Shown) -> str:
+    counts = {}
+    for r in data["claims"]:
+        for v in (r.get("depths") or {"": r["verdict"]}).values():
+            counts[v] = counts.get(v, 0) + 1
+    main = [r for r in data["claims"] if r["source"] == "Mix-LN"]
+    return (f"What reproduces, computed now from the committed runs: {len(main)} claims of the Mix-LN paper and "
+            f"{len(data['claims']) - len(main)} of its follow-ups, judged per depth: "
+            + ", ".join(f"{n} {v}" for v, n in counts.items())
+            + ". A difference counts when it is more than two standard errors from zero (seeds for losses and "
+            "gradient norms; the 64 held-out windows for angular distance and layer removal)."
+            + (f" Wrote {data['docs']}." if data.get("docs") else ""))
+
+
+def _reproduces_tables(data: dict, shown: Shown) -> dict:
+    keep = ("claim", "source", "paper", "ours", "verdict")
+    return {"claims": [{k: r[k] for k in keep} for r in data["claims"]],
+            "init": [{k: v for k, v in r.items() if k not in ("delta", "se", "n")} for r in data["init"]],
+            "followups": data["followups"], "pending": data["pending"]}
+
+
 def _reproduce_status(data: dict, shown: Shown) -> str:
     return "\n".join(f"{k}: {v['status']}, ppl {_fmt(v['final_eval_perplexity'])}, {v['wall_seconds']} s"
                      for k, v in data["runs"].items())
@@ -280,14 +336,15 @@ ANALYSES: dict[str, Analysis] = {
         NoInput, _lr_sweep_status, compute.lr_sweep, tables=lambda rows, shown: {"lr-sweep": rows},
         figures=lambda rows, shown: {"lr-sweep": figures.lr_sweep_figure(rows, reference=load_reference())},
         stem="mixln-lr-sweep"),
+    "reproduces": Analysis(ReproducesRequest, _reproduces_status, compute.reproduces, tables=_reproduces_tables,
+                           stem="mixln-reproduces"),
     "depth": Analysis(DepthRequest, _depth_status, compute.depth, tables=_depth_tables,
                       figures=lambda profiles, shown: {"depth": figures.depth_figure(profiles)}, stem="mixln-depth"),
     # diagnostics of a run or any causal LM (data: looked up under the weights' fingerprint)
     "angular": Analysis(
         AngularRequest,
         lambda res, shown: f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, "
-                           f"{res['samples']} held-out Wikipedia sequences of {res['seq_len']} tokens "
-                           f"({shown.source_text}).",
+                           f"{windows_text(res)} ({shown.source_text}).",
         compute.angular, stored_as="mixln/angular", fields=compute.ANGULAR_FIELDS, tables=_angular_tables,
         figures=_angular_figures, stem=lambda res, shown: f"mixln-angular-{Path(shown.request.ref).name}"),
     "removal": Analysis(

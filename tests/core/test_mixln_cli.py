@@ -77,7 +77,8 @@ def test_bad_alpha_and_unknown_run_exit_2(capsys):
 
 
 @pytest.mark.parametrize("job", [runs.Job("main", "deepnorm", 1), runs.Job("depth-24", "mix-ln-0.25", 0),
-                                 runs.Job("lr-sweep", "post-ln", 0, 3e-3)], ids=lambda j: j.key)
+                                 runs.Job("lr-sweep", "post-ln", 0, 3e-3), runs.Job("main", "deepnorm-deepnet", 2),
+                                 runs.Job("init-0.02", "lns", 1)], ids=lambda j: j.key)
 def test_recipe_command_trains_exactly_the_recipe_run(job, monkeypatch, capsys):
     """The printed `mixln train` command of a recipe run passes the same model and training settings."""
     seen = {}
@@ -111,7 +112,28 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     assert set(json.loads(out)["commands"]) == {j.key for j in done}
     assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
     assert [str(r) for r in levels] == [str(tmp_path)]               # and the charts' reference levels, once
-    assert len(runs.recipe_jobs()) == 6 * 3 + 2 + (4 + 1) + 3 * 2    # everything `mixln reproduce` retrains
+    # everything `mixln reproduce` retrains: 12 layers (DeepNorm with the authors' constants: 2 seeds), 24 layers (Pre-LN
+    # 2 seeds), the learning-rate sweep, the embedding-init set
+    assert len(runs.recipe_jobs()) == 9 * 3 + 2 + (7 + 1) + 3 * 2 + 3 * 3
+
+
+def test_each_pending_command_trains_exactly_its_pending_runs(monkeypatch, tmp_path, capsys):
+    """docs/mixln-reproduces.md lists the recipe runs not committed yet with the command that trains them: each
+    command trains exactly its row's runs, and the rows together are recipe.PENDING."""
+    from core.mixln import reproduces
+    rows = reproduces.pending_rows()
+    assert sum(len(r["seeds"].split(", ")) for r in rows) == len(runs.PENDING)
+    monkeypatch.setattr(mixln.reference, "write_reference", lambda root=None: None)
+    for row in rows:
+        done = []
+        monkeypatch.setattr(retrain, "train_job", lambda job, root, progress=None, keep_all_weights=False,
+                            diagnostics=None: done.append(job) or {"status": "finished", "wall_seconds": 0,
+                                                                   "final_eval_perplexity": 1.0})
+        args = row["command"].split()[4:] + ["--out", str(tmp_path)]
+        code, _, _ = run_cli(capsys, *args)
+        assert code == 0 and done and {j.key for j in done} <= runs.PENDING
+        assert {(j.set, j.name) for j in done} == {(row["set"], row["run"])}
+        assert [str(j.seed) for j in done] == row["seeds"].split(", ")
 
 
 def test_exit_code_2_from_the_real_command():
@@ -125,9 +147,11 @@ def test_diagnostics_write_json_csv_html(tmp_path, capsys):
     code, out, _ = run_cli(capsys, "compare", "--json", "--out", str(tmp_path / "c.csv"))
     rows = json.loads(out)
     assert code == 0 and {r["run"] for r in rows} >= {"pre-ln", "post-ln", "mix-ln-0.25"}
-    assert (tmp_path / "c.csv").read_text().startswith("run,norm,alpha")
-    sets = {s.model["num_layers"]: s for s in (runs.RUN_SETS["main"], runs.RUN_SETS["depth-24"])}
-    assert all(r["n_seeds"] + r["diverged"] == len(sets[r["layers"]].seeds_of(r["run"])) for r in rows
+    assert (tmp_path / "c.csv").read_text().startswith("run,norm,placement,alpha")
+    sets = {runs.RUN_SETS[s].model["num_layers"]: s for s in ("main", "depth-24")}
+    committed = {(layers, r): [k for k in runs.RUN_SETS[s].seeds_of(r) if not runs.Job(s, r, k).pending]
+                 for layers, s in sets.items() for r in runs.RECIPE}  # the recipe's seeds, less the pending ones
+    assert all(r["n_seeds"] + r["diverged"] == len(committed[r["layers"], r["run"]]) for r in rows
                if r["run"] in runs.RECIPE)
     code, out, _ = run_cli(capsys, "sweep", "--json", "--out", str(tmp_path / "s.html"))
     rows = json.loads(out)

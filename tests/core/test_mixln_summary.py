@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from core.mixln import figures, runs, summary
+from core.mixln.requests import RUN_SAMPLES, RUN_WINDOWS
 
 
 def _write_run(root, job, final_loss, evals, status="finished", grads=None, angular=None, removal=None):
@@ -24,9 +25,13 @@ def _write_run(root, job, final_loss, evals, status="finished", grads=None, angu
     (folder / "run.json").write_text(json.dumps(meta))
     (folder / "history.json").write_text(json.dumps(hist))
     (folder / "config.json").write_text(json.dumps({"num_layers": layers}))
-    if angular is not None:
-        diag = {"mixln/angular?corpus=x&position=last&samples=8&seq_len=64": {"raw": [angular]},
-                "mixln/removal?corpus=x&samples=8&seq_len=64": {"loss_increase": removal}}
+    if angular is not None:  # on the run default windows (64 spread over the held-out stream)
+        where = {"samples": RUN_SAMPLES, "seq_len": 64, "corpus": RUN_WINDOWS}
+        diag = {"mixln/angular?position=last": {"raw": [angular], "position": "last", **where},
+                "mixln/removal?": {"loss_increase": removal, **where},
+                # an older diagnostic (the first 8 windows, all Wikipedia) is never mixed in
+                "mixln/angular?old": {"raw": [[9.0] * layers], "samples": 8, "seq_len": 64, "position": "last",
+                                      "corpus": "wikipedia-paragraphs"}}
         (folder / "diagnostics.json").write_text(json.dumps(diag))
 
 
@@ -110,14 +115,27 @@ def test_charts_draw_the_spread_and_state_n(root):
     ppl = figures.loss_band_figure(bands, "perplexity")
     assert ppl.layout.yaxis.type == "log"
 
+    # the comparison: each run minus Pre-LN's mean at its depth (Pre-LN's own seeds 6.0, 6.2, 6.4: 0, bars ± 0.2)
     bars = figures.compare_figure(runs.compare_table(root=root))
     pre = next(t for t in bars.data if t.name == "Pre-LN")
-    assert pre.y[0] == pytest.approx(6.2, abs=1e-4)  # mean final held-out loss over the seeds 6.0, 6.2, 6.4
+    assert pre.y[0] == pytest.approx(0.0, abs=1e-9)
     assert pre.error_y.array[0] == pytest.approx(0.2, abs=1e-4)
     assert pre.error_y.arrayminus[0] == pytest.approx(0.2, abs=1e-4)
-    assert "(n=3)" in pre.text[0] and "6.200 ± 0.200" in pre.text[0]
+    assert "6.200 ± 0.200 (n = 3)" in pre.text[0]
     post = next(t for t in bars.data if t.name == "Post-LN")
-    assert "1 diverged" in post.text[0]
+    assert post.y[0] == pytest.approx(1.0, abs=1e-4) and "1 diverged" in post.text[0]  # 7.2 - 6.2; n = 2 finished
+    # each depth has its panel (its tick labels need no layer count), on the 12-layer panel's scale
+    both = figures.compare_figure(runs.compare_table(root=root) + runs.compare_table(root=root / "depth-24"))
+    deep = next(t for t in both.data if t.name == "Pre-LN (24 layers)")
+    assert (next(t for t in both.data if t.name == "Pre-LN").xaxis, deep.xaxis) == ("x", "x2")
+    assert (deep.x[0], deep.marker.symbol, deep.y[0]) == ("Pre-LN", "diamond", pytest.approx(0.0, abs=1e-9))
+    assert both.layout.yaxis2.matches == "y" and "24 layers" in both.layout.annotations[1].text
+    # a run at the unigram level is drawn apart, in absolute loss, so it does not flatten the others
+    levels = {"unigram": {"loss": 7.3, "perplexity": math.exp(7.3)}, "bigram": {"loss": 5.3, "perplexity": 200.0}}
+    apart = figures.compare_figure(runs.compare_table(root=root), reference=levels)
+    post = next(t for t in apart.data if t.name == "Post-LN")
+    assert post.xaxis == "x2" and post.y[0] == pytest.approx(7.2, abs=1e-4)
+    assert next(t for t in apart.data if t.name == "Pre-LN").xaxis == "x"
 
     sweep = figures.sweep_figure(runs.sweep_table(root=root))
     assert list(sweep.data[0].x) == [0.0, 1.0] and sweep.data[0].name.startswith("12 layers (mean of n = 2/3 seeds")

@@ -63,3 +63,12 @@ def test_the_comparison_says_how_far_mix_ln_is_from_pre_ln_per_depth():
     assert "24 layers: Mix-LN 0.25 is **0.020 nats ahead of** Pre-LN" in text
     assert "71 M to 1 B parameters" in text
     assert mix_vs_pre_text([row("pre-ln", 12, 4.95)]) == ""
+
+
+def test_the_run_sets_a_user_picks_have_distinct_names():
+    """The seed-curve sets are told apart by their labels (the init set has 12 layers, as the main set does)."""
+    from core.mixln import set_choices
+    from core.mixln.recipe import RUN_SETS
+    labels = [label for label, _ in set_choices()]
+    assert len(set(labels)) == len(labels) and "init-0.02" in dict(map(reversed, set_choices()))
+    assert dict(set_choices())["12 layers, embedding init std 0.02"] == "init-0.02" and RUN_SETS["main"].choice == ""

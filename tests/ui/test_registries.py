@@ -61,15 +61,15 @@ def test_a_new_norm_placement_reaches_the_cli_and_the_tab(monkeypatch):
     import core.mixln as mixln
     from ui import mixln as tab
 
-    monkeypatch.setitem(mixln.PLACEMENTS, "peri", mixln.Placement("Peri-LN", "#AA3377", "x + N(F(N(x)))",
-                                                                  "Kim et al. (2025)"))
+    monkeypatch.setitem(mixln.PLACEMENTS, "rescale", mixln.Placement("Rescale-LN", "#AA3377", "x + F(N(x)) / 2",
+                                                                     "a made-up placement"))
     parser = build_parser(build_registry("mixln"))
-    args = parser.parse_args(["mixln", "train", "--norm", "peri", "--out", "x"])
-    assert args.norm == "peri"
-    assert mixln.MixLNConfig(norm="peri").norm == "peri"  # the config accepts what the registry lists
+    args = parser.parse_args(["mixln", "train", "--norm", "rescale", "--out", "x"])
+    assert args.norm == "rescale"
+    assert mixln.MixLNConfig(norm="rescale").norm == "rescale"  # the config accepts what the registry lists
     radios = [b for b in _components(_build(tab), gr.Radio) if b.label == "Norm placement"]
-    assert radios and ("Peri-LN", "peri") in radios[0].choices
-    assert mixln.placement_label("peri") == "Peri-LN" and mixln.placement_colour("peri") == "#AA3377"
+    assert radios and ("Rescale-LN", "rescale") in radios[0].choices
+    assert mixln.placement_label("rescale") == "Rescale-LN" and mixln.placement_colour("rescale") == "#AA3377"
 
 
 # ---- a NeuZip baseline --------------------------------------------------------------------------------------------
