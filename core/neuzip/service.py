@@ -112,7 +112,7 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
     from core.neuzip.training_views import EXAMPLE_FILE, example_runs
 
     runs = example_runs()
-    if model not in runs:
+    if not isinstance(model, str) or model not in runs:
         raise BadInputError(f"no precomputed training run of {model!r} in {EXAMPLE_FILE.name}.",
                             fix="pick one of " + (", ".join(runs) or "none: run python -m core neuzip train-example"))
     run = runs[model]
