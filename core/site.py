@@ -155,7 +155,7 @@ def _lab_page(s: Shown, items: list[Shown], titles: dict, first: dict) -> str:
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):
             views += h.table(name, value, None)
         elif isinstance(value, str) and value.lstrip().startswith("<"):
-            views += f"<h3>{h.esc(name)}</h3>{value}"
+            views += f'<div class="lw-view">{value}</div>'
     downloads = "".join(f"<li>{h.link(root + f, f.rsplit('/', 1)[-1])}</li>" for f in s.files)
     body = f"""{h.nav(root, titles, s.tab, first)}
 <div class="lw-picker">{_picker(items, s)}</div>

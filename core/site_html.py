@@ -76,6 +76,11 @@ JS = """
                                                                                             : null;
     if (to) { ev.preventDefault(); window.location.href = to; }
   });
+  const reveal = () => {  // the presenter view's picker scrolls sideways: keep the chosen example in sight
+    const chosen = document.querySelector("html.lw-talk .lw-picker a.selected");
+    if (chosen) chosen.scrollIntoView({inline: "center", block: "nearest"});
+  };
+  document.readyState === "loading" ? document.addEventListener("DOMContentLoaded", reveal) : reveal();
   if (window.Plotly) document.readyState === "loading" ? document.addEventListener("DOMContentLoaded", draw) : draw();
 })();
 """.replace("SLIDE", json.dumps(SLIDE))
