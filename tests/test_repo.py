@@ -62,7 +62,7 @@ def test_imports_flow_one_way():
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")
 SHARED = {"core.errors", "core.figures", "core.runner", "core.progress", "core.files", "core.results", "core.checks",
           "core.cli", "core.cli_common", "core.zoo", "core.data", "core.settings",
-          "core.paths", "core.cache", "core.examples", "core.batch", "core.analyses"}
+          "core.paths", "core.cache", "core.examples", "core.batch", "core.analyses", "core.notices"}
 
 
 def _core_imports(path: Path) -> list[tuple[str, list[str]]]:
