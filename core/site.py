@@ -4,8 +4,8 @@ deploy unchanged on any static host, e.g. a free Static Space (docs/space.md).
     python -m core site --out public/                 # every example of every tab
     python -m core site --out public/ --only lrp,mixln/compare
 
-What it writes into ``--out`` (a new folder, or one a previous build wrote: it keeps anything else there, e.g. a
-Space repository's ``.git``):
+What it writes into ``--out`` (a new folder, a new Static Space's clone, or one a previous build wrote: it keeps
+anything else there, e.g. the clone's ``.git``):
 
 - ``index.html``: every tab's examples, each with its lab page and its presenter page; it also opens an app link
   (``index.html?tab=neuzip&example=tradeoff&view=talk`` goes to that view's page);
@@ -37,6 +37,7 @@ from core.files import atomic_write
 from core.runner import digest
 
 FORMAT = "layerwise-site/1"
+SPACE_FILES = {".git", ".gitattributes", "README.md", "index.html", "style.css"}  # what a new Static Space's clone holds
 MANIFEST = "site.json"
 SPACE_README = """---
 title: Layerwise (static)
@@ -85,7 +86,7 @@ def selection(only: str | None) -> dict[str, list[str]]:
 
 
 @dataclass
-class Shown:
+class SiteView:
     """One view as the site shows it."""
 
     tab: str
@@ -115,9 +116,9 @@ def _check_out(out: Path) -> dict | None:
             return manifest
     except (OSError, ValueError):
         pass
-    if any(p.name != ".git" for p in out.iterdir()):
+    if any(p.name not in SPACE_FILES for p in out.iterdir()):
         raise BadInputError(f"--out {out} holds files that no site build wrote.",
-                            fix="give a new or empty folder (a Space repository's .git may be there).")
+                            fix="give a new or empty folder, or a new Static Space's clone.")
     return None
 
 
@@ -137,14 +138,14 @@ def _downloads(out: Path, res, written: set) -> list[str]:
     return [f"files/{key}/{name}" for name in plan]
 
 
-def _picker(items: list[Shown], here: Shown) -> str:
+def _picker(items: list[SiteView], here: SiteView) -> str:
     """The tab's examples as a row of links (the current one marked), like the app's picker."""
     mark = {id(here): ' class="selected"'}
     return "".join(f'<a href="{h.esc(i.view.example.name)}.html"{mark.get(id(i), "")}>{h.esc(i.view.example.title)}</a>'
                    for i in items)
 
 
-def _lab_page(s: Shown, items: list[Shown], titles: dict, first: dict) -> str:
+def _lab_page(s: SiteView, items: list[SiteView], titles: dict, first: dict) -> str:
     res, v, root = s.result, s.view, "../"
     names = [v.example.figure] + [n for n in res.figures if n != v.example.figure]
     charts = "\n".join(h.chart(res.figures[n], f"figure-{i}") for i, n in enumerate(names))
@@ -169,7 +170,7 @@ def _lab_page(s: Shown, items: list[Shown], titles: dict, first: dict) -> str:
     return h.page(f"{v.example.title} · {titles[s.tab]} · Layerwise", body, root, charts=True)
 
 
-def _talk_page(s: Shown, items: list[Shown], titles: dict) -> str:
+def _talk_page(s: SiteView, items: list[SiteView], titles: dict) -> str:
     res, v, root = s.result, s.view, "../../"
     i = items.index(s)
     prev, nxt = items[i - 1] if i else None, items[i + 1] if i + 1 < len(items) else None
@@ -183,7 +184,7 @@ def _talk_page(s: Shown, items: list[Shown], titles: dict) -> str:
                   nxt=f"{nxt.view.example.name}.html" if nxt else None)
 
 
-def _index(shown: dict[str, list[Shown]], titles: dict, first: dict, skipped: list[str]) -> str:
+def _index(shown: dict[str, list[SiteView]], titles: dict, first: dict, skipped: list[str]) -> str:
     site = {tab: {"title": titles[tab], "order": [s.view.example.name for s in items],
                   "examples": {s.view.example.name: {"inputs": {p.name: p.format(s.view.values[p.name])
                                                                  for p in s.view.example.params},
@@ -239,7 +240,7 @@ def build(out, only: str | None = None, log=None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     titles = paper_titles()
     written: set[str] = set()
-    shown: dict[str, list[Shown]] = {}
+    shown: dict[str, list[SiteView]] = {}
     skipped: list[str] = []
     for tab, names in chosen.items():
         for name in names:
@@ -249,7 +250,7 @@ def build(out, only: str | None = None, log=None) -> dict:
             except LayerwiseError as err:  # e.g. a model not prepared: the app shows a message there too
                 skipped.append(f"{tab}/{name}: {err}")
                 continue
-            s = Shown(tab, v, res)
+            s = SiteView(tab, v, res)
             s.files = _downloads(out, res, written)
             shown.setdefault(tab, []).append(s)
             if log is not None:

@@ -32,4 +32,4 @@ def test_the_lrp_patent_statement_and_the_licence_are_where_a_deployer_reads():
     readme = (REPO / "README.md").read_text()
     assert "](LICENSE)" in readme and "](NOTICE.md)" in readme and "license: apache-2.0" in readme.split("---")[1]
     space = (REPO / "docs" / "space.md").read_text()
-    assert "../NOTICE.md" in space and "patented" in space
+    assert "`NOTICE.md`" in space and "`LICENSE`" in space and "patented" in space
