@@ -15,7 +15,7 @@ from ui.widgets import finite_number
 
 TITLE = "Models & data"
 LICENCES = ("**Licences.** Layerwise is under the Apache License 2.0; each model and dataset keeps its own licence "
-            "(the tables' columns). " + " ".join(f"**{m.split(' (')[0]}**: {what.split('. ')[0]}."
+            "(the datasets' licence column below; a model's card says its own). " + " ".join(f"**{m.split(' (')[0]}**: {what.split('. ')[0]}."
                                                 for m, what, _ in METHOD_TERMS)
             + " NOTICE.md in the repository (and the static site's *Models, data and licences* page) lists them all.")
 PAGE_SIZE = 12
