@@ -37,7 +37,7 @@ from core.files import atomic_write
 from core.runner import digest
 
 FORMAT = "layerwise-site/1"
-SPACE_FILES = {".git", ".gitattributes", "README.md", "index.html", "style.css"}  # what a new Static Space's clone holds
+SPACE_FILES = {".git", ".gitattributes", "README.md", "index.html", "style.css"}  # a new Static Space's clone
 MANIFEST = "site.json"
 SPACE_README = """---
 title: Layerwise (static)
@@ -141,16 +141,18 @@ def _downloads(out: Path, res, written: set) -> list[str]:
 def _picker(items: list[SiteView], here: SiteView) -> str:
     """The tab's examples as a row of links (the current one marked), like the app's picker."""
     mark = {id(here): ' class="selected"'}
-    return "".join(f'<a href="{h.esc(i.view.example.name)}.html"{mark.get(id(i), "")}>{h.esc(i.view.example.title)}</a>'
-                   for i in items)
+    return "".join(f'<a href="{h.esc(i.view.example.name)}.html"{mark.get(id(i), "")}>'
+                   f"{h.esc(i.view.example.title)}</a>" for i in items)
 
 
 def _lab_page(s: SiteView, items: list[SiteView], titles: dict, first: dict) -> str:
     res, v, root = s.result, s.view, "../"
     names = [v.example.figure] + [n for n in res.figures if n != v.example.figure]
     charts = "\n".join(h.chart(res.figures[n], f"figure-{i}") for i, n in enumerate(names))
-    csv = {name: f for name, f in zip(res.tables, [f for f in s.files if f.endswith(".csv") and not f.endswith("-long.csv")])}
-    tables = "".join(h.table(name, rows, root + csv[name] if name in csv else None) for name, rows in res.tables.items())
+    wide = [f for f in s.files if f.endswith(".csv") and not f.endswith("-long.csv")]  # the tables' CSVs, in order
+    csv = dict(zip(res.tables, wide))
+    tables = "".join(h.table(name, rows, root + csv[name] if name in csv else None)
+                     for name, rows in res.tables.items())
     views = ""
     for name, value in res.views.items():  # what the app's lab shows beside the charts: summary tables, HTML
         if isinstance(value, list) and value and all(isinstance(r, dict) for r in value):

@@ -72,8 +72,8 @@ JS = """
   document.addEventListener("keydown", (ev) => {
     if (!document.documentElement.classList.contains("lw-talk")) return;
     if (ev.altKey || ev.ctrlKey || ev.metaKey || ev.shiftKey || typing(ev.target)) return;
-    const to = ev.key === "ArrowRight" ? document.body.dataset.next : ev.key === "ArrowLeft" ? document.body.dataset.prev
-                                                                                            : null;
+    const step = {ArrowRight: "next", ArrowLeft: "prev"}[ev.key];
+    const to = step && document.body.dataset[step];
     if (to) { ev.preventDefault(); window.location.href = to; }
   });
   const reveal = () => {  // the presenter view's picker scrolls sideways: keep the chosen example in sight
