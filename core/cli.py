@@ -212,6 +212,39 @@ def paper_analyses() -> dict[str, tuple[dict, Callable]]:
             "mixln": (mixln.ANALYSES, mixln.analysis_result), "neuzip": (neuzip.ANALYSES, neuzip.analysis_result)}
 
 
+def _register_site(reg: CommandGroups) -> None:
+    reg.group("site", "the static site: every precomputed view as pages that open from disk (no server)")
+    reg.group("notices", "the third-party terms (models, datasets, methods) from the registries: NOTICE.md")
+
+    def site_args(p):
+        p.add_argument("--out", required=True, help="the folder to write (new, empty, or a previous build)")
+        p.add_argument("--only", help="TAB or TAB/EXAMPLE, comma-separated (default: every example of every tab)")
+
+    @reg.command("site", "", "write the static site: every precomputed view, the presenter view and an index",
+                 site_args)
+    def site(args):
+        from core.site import build
+        report = build(args.out, args.only, log=lambda m: progress_line(m))
+        emit_text(args, report, lambda r: f"{r['views']} views, {r['pages']} pages, {r['files']} downloads: "
+                                          f"{r['bytes'] / 1e6:.1f} MB in {r['seconds']} s, written to {r['out']}"
+                                          + "".join(f"\nnot built: {s}" for s in r["skipped"]))
+
+    def notices_args(p):
+        p.add_argument("--write", action="store_true", help="rewrite NOTICE.md from the registries")
+
+    @reg.command("notices", "", "print the third-party terms (NOTICE.md) from the registries; --write rewrites it",
+                 notices_args)
+    def notices(args):
+        from core.notices import NOTICE_PATH, notice_markdown
+        text = notice_markdown()
+        if args.write:
+            from core.files import atomic_write
+            atomic_write(NOTICE_PATH, text)
+            print(f"written to {NOTICE_PATH}")
+        else:
+            print(text)
+
+
 def _register_analyses(reg: CommandGroups) -> None:
     reg.group("analyses", "every paper's analyses: list them, run one with its inputs")
 
@@ -258,6 +291,7 @@ def build_registry(only_group: str | None = None) -> CommandGroups:
     reg = CommandGroups()
     _register_builtin(reg)
     _register_analyses(reg)
+    _register_site(reg)
     for group, (help_text, register) in PAPER_GROUPS.items():
         reg.group(group, help_text)
         if group == only_group:
@@ -282,6 +316,13 @@ def build_parser(reg: CommandGroups | None = None) -> argparse.ArgumentParser:
     groups = parser.add_subparsers(dest="group", metavar="{" + ",".join(reg.groups) + "}", parser_class=_Parser)
     groups.required = True
     for gname, (ghelp, commands) in reg.groups.items():
+        if "" in commands:  # a group that is one command itself (python -m core site --out DIR)
+            _chelp, add_arguments, run = commands[""]
+            gp = groups.add_parser(gname, help=ghelp, description=ghelp, parents=[common])
+            if add_arguments:
+                add_arguments(gp)
+            gp.set_defaults(run=run)
+            continue
         gp = groups.add_parser(gname, help=ghelp, description=ghelp)
         sub = gp.add_subparsers(dest="command", metavar="{" + ",".join(commands) + "}", parser_class=_Parser)
         sub.required = True
@@ -303,7 +344,11 @@ def all_commands() -> list[tuple[str, str, argparse.ArgumentParser]]:
     out = []
     for group in build_registry().groups:
         parser = build_parser(build_registry(group))
-        out += [(group, command, cp) for command, cp in _subparsers(_subparsers(parser)[group]).items()]
+        gp = _subparsers(parser)[group]
+        if any(isinstance(a, argparse._SubParsersAction) for a in gp._actions):
+            out += [(group, command, cp) for command, cp in _subparsers(gp).items()]
+        else:  # the group is its command
+            out.append((group, "", gp))
     return out
 
 

@@ -21,7 +21,7 @@ from urllib.parse import urlencode
 
 from core.analyses import KINDS, Example, Param, linked  # noqa: F401  (the link types, defined with Analysis)
 from core.errors import BadInputError
-from core.results import Result
+from core.results import Result, source_text
 
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")  # the tabs with examples, by their tab id (= the package name)
 CUT_KEYS = ("cut", "ignored", "ignored_n")  # what shorten_query adds about the part of a long link it dropped
@@ -50,6 +50,17 @@ class View:
     def precomputed(self) -> bool:
         """Whether these are the values of the precomputed result."""
         return all(self.values[p.name] == self.example.defaults[p.name] for p in self.example.params)
+
+    def caption(self, res: Result) -> str:
+        """One line of Markdown under the chart: the example and where its result came from (the stage and the
+        static site both show it)."""
+        source = ("committed runs" if self.precomputed else "computed now") if res.source == "computed" else \
+            source_text(res.source)
+        return f"**{self.example.title}** · *{source}*"
+
+    def status(self, res: Result) -> str:
+        """The inputs of the view, then the result's own account of itself (Markdown)."""
+        return (f"Inputs: {self.label()}.\n\n" if self.example.params else "") + res.status
 
     def label(self) -> str:
         """The inputs in words, e.g. ``model smollm2-135m, B 128, log memory axis``."""

@@ -17,6 +17,8 @@ from pathlib import Path
 
 from core.errors import BadInputError
 
+SLIDE = {"width": 960, "height": 540, "scale": 2}  # a chart's export for a slide: 16:9; the PNG is 1920 x 1080 pixels
+
 
 def _plotly(module: str = "plotly.graph_objects"):
     """Import a plotly module on first use (the compute paths import the paper packages, whose figure modules name
@@ -290,11 +292,12 @@ def message_figure(message: str, title: str = "", height: int = 300) -> "go.Figu
     return fig
 
 
-def figure_html(fig: "go.Figure") -> str:
-    """A whole HTML page holding the figure, with plotly.js inlined (works offline)."""
+def figure_html(fig: "go.Figure", plotly_js: bool | str = True) -> str:
+    """A whole HTML page holding the figure, with plotly.js inlined (works offline); ``plotly_js`` a path instead:
+    a ``<script src>`` of that path (relative to the page: the static site's one shared copy)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fig.to_html(include_plotlyjs=True, full_html=True)
+        return fig.to_html(include_plotlyjs=plotly_js, full_html=True)
 
 
-__all__ = ["PALETTE", "FONT", "style", "fit", "place_labels", "message_figure", "figure_html", "go", "make_subplots"]
+__all__ = ["SLIDE", "PALETTE", "FONT", "style", "fit", "place_labels", "message_figure", "figure_html", "go", "make_subplots"]

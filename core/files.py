@@ -69,10 +69,10 @@ def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path]
 
 
 def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
-                 figure=None, frame=None, meta: dict | None = None) -> Path:
-    """Write ``data`` (``.json``), ``rows`` (``.csv``), ``figure`` (``.html``) or a ``pandas.DataFrame`` ``frame``
-    (``.csv``, or ``.parquet`` with ``meta`` as JSON under the file's ``layerwise`` metadata key) to ``path``
-    atomically.
+                 figure=None, frame=None, meta: dict | None = None, plotly_js: bool | str = True) -> Path:
+    """Write ``data`` (``.json``), ``rows`` (``.csv``), ``figure`` (``.html``; ``plotly_js``: see
+    :func:`core.figures.figure_html`) or a ``pandas.DataFrame`` ``frame`` (``.csv``, or ``.parquet`` with ``meta``
+    as JSON under the file's ``layerwise`` metadata key) to ``path`` atomically.
 
     Raises :class:`BadInputError` for another suffix, a missing folder, or a format the result lacks.
     """
@@ -103,7 +103,7 @@ def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = N
         if figure is None:
             raise BadInputError("this result has no figure to write as HTML.", fix="write .json or .csv instead.")
         from core.figures import figure_html
-        text = figure_html(figure)
+        text = figure_html(figure, plotly_js)
     return atomic_write(path, text)
 
 

@@ -155,6 +155,12 @@ class Result:
                  "html": next(iter(self.figures.values()), None)}[kind]
         return [write_output(out, **_payload(kind, value))]
 
+    def write_files(self, folder: str | os.PathLike, plotly_js: bool | str = True) -> list[Path]:
+        """The downloads (the kinds in ``downloads``, named as :meth:`files` names them) written into the existing
+        ``folder``; ``plotly_js``: how an HTML figure gets plotly.js (:func:`core.figures.figure_html`)."""
+        return [write_output(Path(folder) / name, **_payload(kind, value, plotly_js))
+                for name, (kind, value) in self.file_plan(self.downloads).items()]
+
     def files(self) -> list[str]:
         """The tab's downloads (the kinds in ``downloads``), written once per result key into the files folder."""
         plan = self.file_plan(self.downloads)
@@ -181,10 +187,10 @@ class Result:
         return [str(folder / name) for name in plan]
 
 
-def _payload(kind: str, value) -> dict:
+def _payload(kind: str, value, plotly_js: bool | str = True) -> dict:
     if kind == "long":
         return {"frame": value.frame(), "meta": {"stem": value.stem, "source": value.source, "key": value.key}}
-    return {"json": {"data": value}, "csv": {"rows": value}, "html": {"figure": value}}[kind]
+    return {"json": {"data": value}, "csv": {"rows": value}, "html": {"figure": value, "plotly_js": plotly_js}}[kind]
 
 
 def source_text(source: str) -> str:

@@ -162,6 +162,19 @@ def test_images_are_small_and_used():
     assert not unused, f"images no page shows: {unused}"
 
 
+def test_the_pictures_show_the_views_as_they_are():
+    """Each picture of a view (README, docs) was taken of the view as it is now: tools/screenshots.json records the
+    fingerprint of the view each picture shows (its chart's JSON and caption, or the registries' tables) and of the
+    picture itself; a view that changed without its picture fails here, naming the command that takes it again."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("layerwise_screenshots", REPO / "tools" / "screenshots.py")
+    screenshots = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(screenshots)
+    problems = screenshots.stale()
+    assert not problems, "pictures older than their views:\n" + "\n".join(problems)
+
+
 def test_the_readme_stays_short():
     assert len((REPO / "README.md").read_text().splitlines()) <= 220
 

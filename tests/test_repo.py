@@ -20,12 +20,25 @@ def test_ci_runs_the_readme_full_test_command():
     assert full in ci and quick not in ci
 
 
+# What Hugging Face's ZeroGPU documentation lists (docs/hub/spaces-zerogpu.md, "Supported Versions", as of its
+# 2026-08 revision): the Pythons and the torch versions a ZeroGPU Space runs. docs/space.md says where this comes from.
+ZEROGPU_PYTHONS = ("3.10.13", "3.12.12")
+ZEROGPU_TORCH = ("2.8.0", "2.9.1", "2.10.0", "2.11.0")
+
+
 def test_space_front_matter_matches_the_pins():
+    """The Space asks for a Python ZeroGPU lists, and requirements.txt gives that Python a torch ZeroGPU lists (with
+    the triton it needs), while Python 3.11 (this machine, CI) keeps the CPU torch 2.13.0."""
     front = README.split("---")[1]
     reqs = (REPO / "requirements.txt").read_text()
     version = re.search(r"sdk_version: (\S+)", front).group(1)
     assert f"gradio=={version}" in reqs and "app_file: app.py" in front and "sdk: gradio" in front
-    assert "torch==2.13.0" in reqs
+    python = re.search(r'python_version: "([\d.]+)"', front).group(1)
+    assert any(listed.startswith(python + ".") or listed == python for listed in ZEROGPU_PYTHONS), python
+    assert 'torch==2.13.0; python_version == "3.11"' in reqs and 'triton==3.9.0; python_version == "3.11"' in reqs
+    space_torch = re.search(r'^torch==([\d.]+); python_version != "3.11"', reqs, re.M).group(1)
+    assert space_torch in ZEROGPU_TORCH and 'triton==3.6.0; python_version != "3.11"' in reqs
+    assert "license: apache-2.0" in front
 
 
 def _imports(path: Path) -> set[str]:
@@ -49,7 +62,7 @@ def test_imports_flow_one_way():
 PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")
 SHARED = {"core.errors", "core.figures", "core.runner", "core.progress", "core.files", "core.results", "core.checks",
           "core.cli", "core.cli_common", "core.zoo", "core.data", "core.settings",
-          "core.paths", "core.cache", "core.examples", "core.batch", "core.analyses"}
+          "core.paths", "core.cache", "core.examples", "core.batch", "core.analyses", "core.notices"}
 
 
 def _core_imports(path: Path) -> list[tuple[str, list[str]]]:
@@ -92,6 +105,9 @@ def test_every_cli_command_is_in_the_docs():
 
     page = (REPO / "docs" / "cli.md").read_text()
     lines = [line.split("#", 1)[0] for line in page.splitlines() if "python -m core" in line]
-    missing = [f"{group} {command}" for group, command, _ in all_commands()
-               if not any(re.search(rf"core {group} (.*\| )?{re.escape(command)}( |$)", line) for line in lines)]
+    def named(group, command, line):  # a group that is one command itself is named alone (python -m core site)
+        pattern = rf"core {group}( |$)" if not command else rf"core {group} (.*\| )?{re.escape(command)}( |$)"
+        return re.search(pattern, line)
+    missing = [f"{group} {command}".strip() for group, command, _ in all_commands()
+               if not any(named(group, command, line) for line in lines)]
     assert not missing, missing

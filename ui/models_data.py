@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 from PIL import Image
 
+from core.notices import METHOD_TERMS
 from core.data import DATASETS, ImageLabel, get_spec, load, record_to_row, split_sizes, status
 from core.zoo import card_of, list_cards, registered_names
 from ui.errors import user_errors
@@ -13,6 +14,10 @@ from ui.header import AppContext
 from ui.widgets import finite_number
 
 TITLE = "Models & data"
+LICENCES = ("**Licences.** Layerwise is under the Apache License 2.0; each model and dataset keeps its own licence "
+            "(the datasets' licence column below; a model's card says its own). " + " ".join(f"**{m.split(' (')[0]}**: {what.split('. ')[0]}."
+                                                for m, what, _ in METHOD_TERMS)
+            + " NOTICE.md in the repository (and the static site's *Models, data and licences* page) lists them all.")
 PAGE_SIZE = 12
 DEFAULT_DATASET, DEFAULT_SPLIT = "movie-sentiment", "test"
 _TEXT_CHARS = 400
@@ -130,6 +135,7 @@ def build(ctx: AppContext) -> None:
     gr.Markdown("Every model and dataset Layerwise knows, whether it is ready on this machine, and the command "
                 "that gets it when it is not. Pick a dataset to browse its fixed, seeded splits.",
                 elem_classes="lw-explain")
+    gr.Markdown(LICENCES, elem_id="licence-note")
     with gr.Row():
         refresh = gr.Button("Refresh status", size="sm")
         prep = gr.Button("Prepare missing datasets and models", size="sm", variant="primary")

@@ -14,7 +14,6 @@ import gradio as gr
 import core.examples as ex
 from core.errors import BadInputError, LayerwiseError
 from core.figures import message_figure
-from core.results import source_text
 from ui.errors import user_errors
 from ui.stopping import job
 
@@ -59,25 +58,13 @@ def _control(p: ex.Param, value, visible: bool):
     return gr.Dropdown([p.format(c) for c in p.choices], value=p.format(value), allow_custom_value=p.open, **shown)
 
 
-def _caption(v: ex.View, res) -> str:
-    """One line: the example and where its result came from."""
-    source = ("committed runs" if v.precomputed else "computed now") if res.source == "computed" else \
-        source_text(res.source)
-    return f"**{v.example.title}** · *{source}*"
-
-
-def _status(v: ex.View, res) -> str:
-    """The inputs of the view, then the result's own account of itself (folded away in the presenter view)."""
-    return (f"Inputs: {v.label()}.\n\n" if v.example.params else "") + res.status
-
-
 def view_outputs(stage: Stage, v: ex.View, progress=None) -> list:
     """The stage's outputs for a view: picker, chart, caption, status, link, and every input control (the view's
     shown with its values, the others hidden)."""
     res = ex.show(v, progress)
     controls = [gr.update(value=_value(p, v.values[p.name]), visible=True) if p in v.example.params
                 else gr.update(visible=False) for p in stage.controls]
-    return [v.example.name, res.figures[v.example.figure], _caption(v, res), _status(v, res), v.query(), *controls]
+    return [v.example.name, res.figures[v.example.figure], v.caption(res), v.status(res), v.query(), *controls]
 
 
 def _value(p: ex.Param, value):
@@ -93,7 +80,7 @@ def _first(v: ex.View) -> tuple:
         res = ex.show(v)
     except LayerwiseError as err:
         return message_figure(str(err), v.example.title), f"**{v.example.title}** · *not available yet*", str(err)
-    return res.figures[v.example.figure], _caption(v, res), _status(v, res)
+    return res.figures[v.example.figure], v.caption(res), v.status(res)
 
 
 def build_stage(tab: str) -> Stage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-SLIDE = {"width": 960, "height": 540, "scale": 2}  # a chart's export: 16:9; the PNG is 1920 x 1080 pixels
+from core.figures import SLIDE  # a chart's export: 16:9; the PNG is 1920 x 1080 pixels
 
 TALK_CSS = """
 html.lw-talk {--text-xxs: 14px; --text-xs: 16px; --text-sm: 20px; --text-md: 22px; --text-lg: 24px;

@@ -37,7 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
 PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lrp", "key-token"),
               ("lrp", "precompute-examples"),
               ("lrp", "precompute-evaluation"), ("lrp", "precompute-bias"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
-              ("mixln", "reproduce"), ("neuzip", "precompute"), ("neuzip", "train-example")}
+              ("mixln", "reproduce"), ("neuzip", "precompute"), ("neuzip", "train-example"),
+              ("site", ""), ("notices", "")}  # the whole static site (a minute; tests/ui/test_site.py); NOTICE.md
 SPLITS = ["train", "validation", "test", "all"]
 
 
@@ -80,7 +81,7 @@ def _forced(action: argparse.Action) -> bool:
 
 @st.composite
 def argvs(draw, group: str, command: str, parser: argparse.ArgumentParser, files: dict, out_dir):
-    argv = [group, command]
+    argv = [group, command] if command else [group]  # a group that is one command itself (site, notices)
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction) or action.dest == "json":
             continue
@@ -260,7 +261,7 @@ def test_every_out_path_is_written_or_refused_with_one_line_and_exit_2(group, co
     before = sorted(p.name for p in Path(read_only).parent.rglob("*"))
     bad = []
     for kind, out in bad_outs.items():
-        argv = [group, command, *_required(parser), "--out", out]
+        argv = [group, *([command] if command else []), *_required(parser), "--out", out]
         code, stdout, stderr, seconds = run_cli(argv)
         errors = [ln for ln in stderr.splitlines() if ln.startswith("error:")]
         if code != 2 or len(errors) != 1 or "--out" not in errors[0] or "Traceback" in stderr:

@@ -50,7 +50,8 @@ def test_only_the_heavy_handlers_get_the_gpu_and_they_still_answer():
     demo, spaces = _app(), FakeSpaces()
     assert sorted(on_gpu(demo, spaces)) == ["long_work", "streaming"]
     fns = {f.api_name: f.fn for f in demo.fns.values()}
-    assert not hasattr(fns["cheap"], "zerogpu") and fns["long_work"].duration == 120
+    assert not hasattr(fns["cheap"], "zerogpu") and callable(fns["long_work"].duration)
+    assert fns["long_work"].duration("ab") == 120  # nothing in its inputs to size it by: the most a call asks for
     assert fns["long_work"]("ab") == "abab" and spaces.calls == ["long_work"]
     assert heavy(fns["long_work"])  # the wrapper keeps the signature, so Gradio still hands it a Progress
     assert on_gpu(demo, spaces) == []  # wrapped once
@@ -66,11 +67,39 @@ def test_without_spaces_nothing_is_wrapped_and_real_spaces_is_a_no_op_off_zerogp
     assert {f.api_name: f.fn for f in demo.fns.values()} == before
 
 
-def test_the_apps_heavy_handlers_are_the_long_work():
+@pytest.fixture(scope="module")
+def app_on_gpu():
     from ui import build_app
 
-    spaces = FakeSpaces()
-    names = on_gpu(build_app(), spaces)
+    demo = build_app()
+    return demo, on_gpu(demo, FakeSpaces())
+
+
+def test_each_call_asks_for_a_gpu_time_sized_from_its_inputs(app_on_gpu, monkeypatch):
+    """ZeroGPU's duration callable gets the handler's own arguments: more methods, samples or steps ask for more
+    seconds, a bigger model for more, nothing past the cap, and a call with nothing to size it by for the cap."""
+    import ui.gpu as gpu
+
+    demo, _ = app_on_gpu
+    fns = {f.api_name: f.fn for f in demo.fns.values()}
+    text = fns["lrp_explain_text"].duration
+    rules = (True, True, True, True, None, ["ssm"])
+    one, four = (text("mamba-sentiment", "A gorgeous film.", m, "top", *rules)
+                 for m in (["mambalrp"], ["mambalrp", "gradient_x_input", "smoothgrad", "integrated_gradients"]))
+    assert gpu.FLOOR_SECONDS < one < four < gpu.DEFAULT_SECONDS
+    live = fns["mixln_live_train"].duration
+    assert live("pre-ln", 0.25, 4, 20) < live("pre-ln", 0.25, 4, 150) <= gpu.DEFAULT_SECONDS
+    small = fns["mixln_model_angular"].duration("mamba-lm", 4)
+    big = fns["mixln_model_angular"].duration("smollm2-135m", 4)
+    assert small < big  # SmolLM2's 135 M parameters against mamba-lm's few
+    assert fns["open_link_computed"].duration("?tab=neuzip&example=bits&k=3") == gpu.DEFAULT_SECONDS
+    assert fns["lrp_evaluate"].duration("mamba-sentiment", 150, 20, ["mambalrp"] * 8) == gpu.DEFAULT_SECONDS
+    capped = gpu.gpu_seconds(lambda model, steps, progress=None: None, 30)
+    assert capped("mamba-lm", 10_000) == 30 and capped("mamba-lm", 1) == gpu.FLOOR_SECONDS + 1
+
+
+def test_the_apps_heavy_handlers_are_the_long_work(app_on_gpu):
+    demo, names = app_on_gpu
     for expected in ("lrp_explain_text", "lrp_evaluate", "mathneuro_effect", "mixln_live_train", "neuzip_tradeoff",
                      "open_link_computed"):
         assert expected in names, names
