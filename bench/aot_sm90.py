@@ -126,7 +126,7 @@ def rans(blocks: list[int], sass_dir=None) -> list[dict]:
     with the bit merge (the app's lossless decode on CUDA), fused with a matrix-vector product."""
     import kernels.neuzip_rans as R
 
-    jit = R._pair_rans_decode_kernel
+    jit = R.decode_kernel()
     pointers = {"states_ptr": "*i64", "offsets_ptr": "*i64", "words_ptr": "*i32", "slot_ptr": "*u8",
                 "info_ptr": "*i64", "escapes_ptr": "*u8", "escape_offsets_ptr": "*i64", "out_ptr": "*i16",
                 "err_ptr": "*i32", "fields_ptr": "*i16", "vec_ptr": "*i16"}
@@ -135,7 +135,7 @@ def rans(blocks: list[int], sass_dir=None) -> list[dict]:
         sig = _signature(jit, {**pointers, **types})
         for block in blocks:
             rows.append(compile_one(jit, sig, dict(PRECISION=15, LANES_=8, BLOCK=block, **flags),
-                                    f"rans {mode} block={block}", num_warps=R._warps(block), sass_dir=sass_dir))
+                                    f"rans {mode} block={block}", num_warps=R.decode_warps(block), sass_dir=sass_dir))
     return rows
 
 

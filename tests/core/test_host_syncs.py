@@ -41,8 +41,8 @@ def path(request, monkeypatch):
     launched = Counter()
     if request.param == "triton":
         import kernels._scan_triton as scan
+        import kernels._rans_kernel as rans
         import kernels.neuzip_bits as bits
-        import kernels.neuzip_rans as rans
         import kernels.rmsnorm as rmsnorm
 
         monkeypatch.setenv("LAYERWISE_KERNELS", "triton")

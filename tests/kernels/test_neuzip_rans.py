@@ -6,10 +6,10 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import (MAX_SEGMENT, decode_layout, decode_programs, gemv_eligible, merge_eligible,
+from kernels.neuzip_gemv import fused_gemv, gemv_eligible, pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton
+from kernels.neuzip_rans import (MAX_SEGMENT, decode_layout, decode_programs, fused_decode_bf16, merge_eligible,
                                  pair_rans_decode, pair_rans_decode_bf16, pair_rans_decode_bf16_ref,
-                                 pair_rans_decode_bf16_triton, pair_rans_decode_ref, pair_rans_decode_triton,
-                                 pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton)
+                                 pair_rans_decode_bf16_triton, pair_rans_decode_ref, pair_rans_decode_triton)
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
