@@ -75,14 +75,16 @@ if triton_available():
                                  escape_offsets_ptr, out_ptr, err_ptr, marker, n, num_segments, segment, per_chunk,
                                  num_words, num_escapes, max_rounds, fields_ptr, vec_ptr, in_features,
                                  rows_per_segment, PRECISION: tl.constexpr, LANES_: tl.constexpr, BLOCK: tl.constexpr,
-                                 GEMV: tl.constexpr, MERGE: tl.constexpr):
+                                 GEMV: tl.constexpr, MERGE: tl.constexpr, ESC_FLAGS: tl.constexpr = False):
         """Program ``pid`` decodes segments ``pid * BLOCK ...`` for all rounds, their 8 states as one ``(BLOCK, 8)``
         tile: a round is two steps of the whole tile (state ``i`` decodes pair ``16 r + i``, then ``16 r + 8 + i``),
         then one refill of the tile, each state's word found by a prefix sum over the states that need one.
         Escapes are taken in stream order the same way. ``out_ptr``: the decoded bytes as ``int16`` pairs
         (``(num_segments * segment / 2,)``, padded; the wrapper keeps ``[:n]`` bytes). At the end each segment's
         states and pointers are compared with where the next segment starts (``2**31`` at a chunk's end); a
-        mismatch stores 1 at ``err_ptr`` (no atomics needed: every writer writes 1).
+        mismatch stores 1 at ``err_ptr`` (no atomics needed: every writer writes 1). ``ESC_FLAGS``: an escape is
+        known by bits 32 / 33 of its pair's ``pair_info`` entry (tables built on the device, which has no host
+        ``marker`` to compare with), not by its byte.
 
         ``MERGE``: the exponents are not stored either; each pair is merged at once with its two sign/mantissa
         bytes (``fields_ptr``, lossless k = 7) into two bf16 weights, stored as one ``int32`` at ``out_ptr``
@@ -127,8 +129,12 @@ if triton_available():
                 real1 = live[:, None] & (2 * j[None, :] + 1 < count[:, None])
                 e0 = (t >> 16) & 0xFF
                 e1 = (t >> 24) & 0xFF
-                hit0 = (real0 & (e0 == marker)).to(tl.int64)
-                hit1 = (real1 & (e1 == marker)).to(tl.int64)
+                if ESC_FLAGS:  # the pair's escapes flagged in bits 32 / 33 of its pair_info (no marker)
+                    hit0 = (real0 & (((t >> 32) & 1) != 0)).to(tl.int64)
+                    hit1 = (real1 & (((t >> 33) & 1) != 0)).to(tl.int64)
+                else:
+                    hit0 = (real0 & (e0 == marker)).to(tl.int64)
+                    hit1 = (real1 & (e1 == marker)).to(tl.int64)
                 both = hit0 + hit1
                 q0 = q[:, None] + tl.cumsum(both, axis=1) - both  # escapes before this pair, in stream order
                 e0 = tl.where(hit0 != 0, tl.load(escapes_ptr + q0, mask=(hit0 != 0) & (q0 < num_escapes),
@@ -196,10 +202,10 @@ def launch(args: tuple, out: torch.Tensor, block: int, segment: int | None, erro
     _pair_rans_decode_kernel[(triton.cdiv(num, block),)](
         states.to(torch.int64).contiguous(), offsets.to(torch.int64).contiguous(), w.contiguous(),
         slot_pair.contiguous(), pair_info.contiguous(), esc.contiguous(), escape_offsets.to(torch.int64).contiguous(),
-        out, flag, int(marker), n, num, segment, chunk_size // segment,
+        out, flag, -1 if marker is None else int(marker), n, num, segment, chunk_size // segment,
         words.numel(), escapes.numel(), max_rounds(n, segment), out if fields is None else fields.contiguous(),
         vec.contiguous() if gemv else out, in_features, rows_per_segment, PRECISION=precision, LANES_=LANES,
-        BLOCK=block, GEMV=gemv, MERGE=merge, num_warps=warps(block))
+        BLOCK=block, GEMV=gemv, MERGE=merge, ESC_FLAGS=marker is None, num_warps=warps(block))
     if errors is None:
         raise_if_corrupt(flag)
 

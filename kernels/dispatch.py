@@ -240,7 +240,8 @@ def reset_self_checks() -> None:
         _verdicts.clear()
 
 
-KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.neuzip_gemv", "kernels.rmsnorm",
+KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.neuzip_gemv", "kernels.neuzip_encode",
+                  "kernels.rmsnorm",
                   "kernels.selective_scan", "kernels.topk_mask")
 
 

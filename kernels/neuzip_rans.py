@@ -13,7 +13,9 @@ and ``pair_info (A * A,) int64``, per pair: bits 0-15 its frequency, 16-23 / 24-
                      x[j % 8] = (t & 0xFFFF) * (x[j % 8] >> precision) + s - (t >> 48)
     for i in 0..7:   if x[i] < 2**31: x[i] = (x[i] << 32) | words[p]; p += 1
 
-An exponent that decodes to ``marker`` is an escape: it takes the next byte of ``escapes``.
+An exponent that decodes to ``marker`` is an escape: it takes the next byte of ``escapes``. With ``marker=None``
+the escapes are flagged in ``pair_info`` instead (bit 32: the pair's first exponent, bit 33: its second), as the
+tables built on a device by :mod:`kernels.neuzip_encode` are (no host value to compare with, no host sync).
 
 **Segments.** A decoder may start at any *segment* of ``segment`` weights (a multiple of 32 dividing
 ``chunk_size``), not only at a chunk, given the 8 states, word pointer and escape pointer there
@@ -48,7 +50,7 @@ the encoder :mod:`kernels.neuzip_encode`.
 
 Tensor types: ``states (S, 8) int64``, ``offsets (S + 1,) int64``, ``words (W,) int32`` (the uint32 words, bit
 for bit), ``slot_pair (2**precision,) uint8``, ``pair_info (P,) int64`` (``P <= 256``), ``escapes (E,) uint8``,
-``escape_offsets (S + 1,) int64``; ``marker`` an int in [0, 255].
+``escape_offsets (S + 1,) int64``; ``marker`` an int in [0, 255], or None (escape flags in ``pair_info``).
 
 (The CPU path of the codec decodes with numba, ``core.neuzip.pairs.decode_into``; these are the GPU path and its
 reference.)
@@ -141,7 +143,8 @@ def pair_rans_decode_ref(states: torch.Tensor, offsets: torch.Tensor, words: tor
             x[:, lane] = torch.where(act, (t & 0xFFFF) * (xl >> precision) + s - (t >> 48), xl)
             for half in range(2):
                 e = (t >> (16 + 8 * half)) & 0xFF
-                hit = (count > 2 * j + half) & (e == marker)
+                escaped = e == marker if marker is not None else ((t >> (32 + half)) & 1) == 1
+                hit = (count > 2 * j + half) & escaped
                 e = torch.where(hit, esc[q.clamp(max=esc.numel() - 1)], e)
                 q = q + hit.to(torch.int64)
                 out[:, 2 * j + half] = torch.where(count > 2 * j + half, e, 0).to(torch.uint8)
