@@ -392,8 +392,8 @@ def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkey
     before, every generated token's 14 layers use the kernel, and the greedy tokens and logits are the bf16
     model's (within the rounding of a different summation order)."""
     transformers = pytest.importorskip("transformers")
-    import core.neuzip.codec as codec
     import kernels.dispatch as dispatch
+    import kernels.neuzip_gemv as gemv
 
     cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2)
@@ -405,8 +405,8 @@ def test_batch1_generation_multiplies_straight_from_the_compressed_arrays(monkey
     apply_compressed(packed, {name: compress(m.weight.detach(), 7, chunk_size=256)  # 256: the interpreter's speed
                               for name, m in linears})
     calls = []
-    fused = codec.pair_rans_gemv_triton
-    monkeypatch.setattr(codec, "pair_rans_gemv_triton", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
+    fused = gemv.pair_rans_gemv_triton
+    monkeypatch.setattr(gemv, "pair_rans_gemv_triton", lambda *a, **kw: calls.append(1) or fused(*a, **kw))
     monkeypatch.setattr(dispatch, "_verdicts", {})
     monkeypatch.setattr(dispatch, "device_eligible", lambda tensors: bool(tensors))
     one_row = torch.randn(1, 1, 32).to(torch.bfloat16)
