@@ -76,7 +76,8 @@ def test_scaled_counts_and_an_excess_of_bumped_pairs_are_handled_as_the_cpu_enco
 
 
 @needs_triton
-@pytest.mark.parametrize("n,chunk,escapes,block", [(1, 32, 0, 4), (641, 64, 30, 4), (350, 352, 12, 1),
+@pytest.mark.parametrize("n,chunk,escapes,block", [(1, 32, 0, 4), (641, 64, 30, 4),
+                                                   pytest.param(350, 352, 12, 1, marks=pytest.mark.slow),
                                                    pytest.param(5000, 256, 300, 8, marks=pytest.mark.slow)])
 def test_the_kernel_equals_the_twin_bit_for_bit(n, chunk, escapes, block):
     e = torch.from_numpy(_exponents(n, n + 1, escapes))
@@ -112,9 +113,9 @@ def _smollm2_exponents(count: int) -> np.ndarray | None:
 @needs_triton
 @pytest.mark.slow
 def test_real_weights_slice_byte_for_byte():
-    """262,144 weights of SmolLM2-135M (layer 3's up_proj, in bf16) in chunks of 1,024 (the decode's segment on a
+    """65,536 weights of SmolLM2-135M (layer 3's up_proj, in bf16) in chunks of 1,024 (the decode's segment on a
     GPU): the twin and the kernel write the CPU encoder's stream."""
-    e = _smollm2_exponents(1 << 18)
+    e = _smollm2_exponents(1 << 16)
     if e is None:
         pytest.skip("smollm2-135m not prepared (python -m core models prepare)")
     stream = pairs.encode(e, chunk_size=1024)
@@ -152,6 +153,7 @@ def test_a_stream_that_outgrows_its_buffers_writes_nothing(short):
     assert bool(encode_stream(torch.from_numpy(e), 64, words, esc)["ok"])
 
 
+@pytest.mark.slow
 def test_no_host_sync_on_the_meta_device():
     """Every size is known from n and the chunk: the encoder reads nothing back (0 syncs), whatever the data."""
     n = 600
