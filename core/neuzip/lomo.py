@@ -36,12 +36,14 @@ from torch import nn
 from core.neuzip.codec import CompressedTensor, compress
 from core.neuzip.modules import SKIP, linear_layers
 from core.neuzip.resident import ResidentStream, check_streams
+from kernels.dispatch import warm
 
 __all__ = ["fused_sgd_", "attach_lomo", "ZipLinear", "ZipState", "zip_linears", "weights_digest", "UPDATE_SLICE",
            "RESIDENT"]
 
 UPDATE_SLICE = 1 << 18  # weights updated per float32 slice (2 MB of temporaries)
 RESIDENT = None  # ZipState's default for on_device: None = on CUDA devices only (tests set True: the CPU twins)
+RESIDENT_KERNELS = ("split_bf16", "pair_rans_encode", "pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16")
 
 
 @torch.no_grad()
@@ -276,6 +278,9 @@ def zip_linears(model: nn.Module, lr: float, skip: tuple[str, ...] = SKIP, track
     :class:`ZipState`)."""
     state = ZipState(lr, threads, on_device)
     state.tracker = tracker
+    device = next(model.parameters()).device
+    if state.resident_on(device):  # on CUDA: the kernels' self-checks now, not inside the first backward
+        warm(device, RESIDENT_KERNELS)
     for name, linear in linear_layers(model, skip):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
