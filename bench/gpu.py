@@ -6,8 +6,8 @@
 A GPU is lent for minutes, so the run is planned around a budget (``--budget``, seconds):
 
 - **Rows by value, each with its own seconds.** The rows run in the order of :data:`ROWS` (most wanted first); each
-  has its own time budget on an H200 (``Row.seconds``), scaled down when the rows left need more than the budget has
-  left (and up to :data:`SPARE` times when there is spare). Rows that need ``mamba_ssm`` come last: with
+  has its own time budget on an H200 (``Row.seconds``), scaled by what the budget has left over what the rows left
+  need (time a row leaves unused goes to the rows after it). Rows that need ``mamba_ssm`` come last: with
   ``--mamba-ready FILE`` the run waits for FILE (the background build's marker) only while the budget allows.
 - **A row past its limit stops.** On CUDA each row runs in its own process (``--isolate``, the default there) that is
   killed at its limit; inside, the timing loops check a deadline between rounds, and a row saves what it has measured
@@ -64,7 +64,6 @@ __all__ = ["ROWS", "ALIASES", "Row", "RowContext", "Timer", "extras", "main", "s
 
 DEFAULT_BUDGET = 300
 SMOKE_BUDGET = 900  # the interpreter on a shared 2-core machine: every row should finish (timings meaningless)
-SPARE = 1.5  # a row gets at most this many times its own seconds when the budget has spare
 
 
 @dataclass(frozen=True)
@@ -140,7 +139,7 @@ def main(argv=None) -> int:
                     help="tiny shapes on the CPU under TRITON_INTERPRET=1 (proves the script runs; timings meaningless)")
     ap.add_argument("--budget", type=float, default=None,
                     help=f"seconds for all rows (default {DEFAULT_BUDGET:.0f}; smoke {SMOKE_BUDGET:.0f}); each row gets "
-                         "its own seconds (ROWS), scaled down when the rows left need more than is left")
+                         "its own seconds (ROWS), scaled by what is left over what the rows left need")
     ap.add_argument("--out", default=None, help="write the JSON report here after every row")
     ap.add_argument("--isolate", action=argparse.BooleanOptionalAction, default=None,
                     help="each row in its own process, killed at its share (default: on CUDA yes, --smoke no)")
@@ -231,7 +230,7 @@ def main(argv=None) -> int:
             report["rows"][row.name] = {"skipped": f"{left:.0f} s of the budget left (a row needs {MIN_ROW_S})"}
             write()
             continue
-        limit = min(left, row.seconds * min(SPARE, left / sum(r.seconds for r in plan[i:])))
+        limit = left * row.seconds / sum(r.seconds for r in plan[i:])  # its seconds, scaled to what is left
         log(f"{row.name} (share {limit:.0f} s of {left:.0f} s left)")
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
         t0 = time.time()
