@@ -1,10 +1,11 @@
 """Compile the project's Triton kernels for a Hopper GPU (sm_90: H100, H200) on a machine WITHOUT one, and print what
 the compiler made of them: registers, spills, shared memory, barriers, global loads and cp.async per kernel.
 
-    python bench/aot_sm90.py                        # the defaults: the scan's tile (forward and backward),
-                                                    # the decode block (decode and fused GEMV modes)
+    python bench/aot_sm90.py                        # the defaults: the scan's tiles (forward and backward),
+                                                    # the decode block (its four modes), the encoder's two passes
     python bench/aot_sm90.py scan 8x32,4x32 --stages 1,2
     python bench/aot_sm90.py rans 4,8,32
+    python bench/aot_sm90.py encode 4,8
     python bench/aot_sm90.py --json                 # one JSON object per kernel
 
 Triton's ahead-of-time path (``GPUTarget("cuda", 90, 32)``), its bundled ``ptxas`` and ``cuobjdump``: no device, no
@@ -117,6 +118,8 @@ def scan(tiles: list[tuple[int, int]], stages: list[int | None], sass_dir=None) 
 RANS_MODES = {  # mode: (the kernel's constexprs, its pointer types beyond the decode's)
     "decode": (dict(GEMV=False, MERGE=False), {}),
     "merge": (dict(GEMV=False, MERGE=True), {"out_ptr": "*i32", "fields_ptr": "*u8", "vec_ptr": "*i32"}),
+    "merge flags": (dict(GEMV=False, MERGE=True, ESC_FLAGS=True),  # a weight re-encoded on the device (no marker)
+                    {"out_ptr": "*i32", "fields_ptr": "*u8", "vec_ptr": "*i32"}),
     "gemv": (dict(GEMV=True, MERGE=False), {"out_ptr": "*fp32", "fields_ptr": "*u8", "vec_ptr": "*fp32"}),
 }
 
@@ -126,7 +129,7 @@ def rans(blocks: list[int], sass_dir=None) -> list[dict]:
     with the bit merge (the app's lossless decode on CUDA), fused with a matrix-vector product."""
     import kernels.neuzip_rans as R
 
-    jit = R._pair_rans_decode_kernel
+    jit = R.decode_kernel()
     pointers = {"states_ptr": "*i64", "offsets_ptr": "*i64", "words_ptr": "*i32", "slot_ptr": "*u8",
                 "info_ptr": "*i64", "escapes_ptr": "*u8", "escape_offsets_ptr": "*i64", "out_ptr": "*i16",
                 "err_ptr": "*i32", "fields_ptr": "*i16", "vec_ptr": "*i16"}
@@ -135,7 +138,26 @@ def rans(blocks: list[int], sass_dir=None) -> list[dict]:
         sig = _signature(jit, {**pointers, **types})
         for block in blocks:
             rows.append(compile_one(jit, sig, dict(PRECISION=15, LANES_=8, BLOCK=block, **flags),
-                                    f"rans {mode} block={block}", num_warps=R._warps(block), sass_dir=sass_dir))
+                                    f"rans {mode} block={block}", num_warps=R.decode_warps(block), sass_dir=sass_dir))
+    return rows
+
+
+def encode(blocks: list[int], sass_dir=None) -> list[dict]:
+    """The NeuZip encoder's rANS kernel (kernels.neuzip_encode), per chunks-per-program ``block``, its two passes:
+    the final states and word counts, then the words written in decoding order."""
+    import kernels.neuzip_encode as E
+
+    jit = E.encode_kernel()
+    pointers = {"e_ptr": "*u8", "words_ptr": "*i32", "allowed_ptr": "*i32",
+                **{name: "*i64" for name in ("lookup_ptr", "freq_ptr", "cdf_ptr", "alpha_ptr", "pad_ptr", "states_ptr",
+                                             "totals_ptr", "offsets_ptr")}}
+    rows = []
+    for write in (False, True):
+        sig = _signature(jit, {**pointers, **({} if write else {"allowed_ptr": "*i64"})})
+        for block in blocks:
+            rows.append(compile_one(jit, sig, dict(PRECISION_=15, LANES_=8, BLOCK=block, WRITE=write),
+                                    f"encode {'write' if write else 'count'} block={block}",
+                                    num_warps=max(1, min(4, block * 8 // 32)), sass_dir=sass_dir))
     return rows
 
 
@@ -145,10 +167,10 @@ COLUMNS = ("label", "num_warps", "registers", "stack", "spill_ops", "shared", "b
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("which", nargs="?", choices=("all", "scan", "rans"), default="all")
+    ap.add_argument("which", nargs="?", choices=("all", "scan", "rans", "encode"), default="all")
     ap.add_argument("values", nargs="?", default="",
                     help="scan: BLOCK_DxCHUNK tiles (default: kernels.selective_scan.TILES); rans: blocks (default: "
-                         "kernels.neuzip_rans.DECODE_ROWS)")
+                         "kernels.neuzip_rans.DECODE_ROWS); encode: blocks (default: kernels.neuzip_encode.ENCODE_ROWS)")
     ap.add_argument("--stages", default="", help="scan: pipelining depths to compile (default: the kernel's)")
     ap.add_argument("--json", action="store_true", help="one JSON object per kernel instead of the table")
     ap.add_argument("--sass-dir", default=os.environ.get("SASS_DIR"), help="also write each kernel's SASS there")
@@ -171,6 +193,11 @@ def main(argv=None) -> int:
     if args.which in ("all", "rans"):
         blocks = [int(b) for b in args.values.split(",")] if args.which == "rans" and args.values else [DECODE_ROWS]
         rows += rans(blocks, args.sass_dir)
+    if args.which in ("all", "encode"):
+        from kernels.neuzip_encode import ENCODE_ROWS
+
+        blocks = [int(b) for b in args.values.split(",")] if args.which == "encode" and args.values else [ENCODE_ROWS]
+        rows += encode(blocks, args.sass_dir)
     import triton
 
     if args.json:

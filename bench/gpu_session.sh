@@ -1,18 +1,21 @@
 #!/usr/bin/env bash
-# The one device call of a lent GPU (a few minutes in all): install the carried wheels, start mamba_ssm's
-# selective-scan build in the background, check every kernel, run bench/gpu.py within what is left, and print a
+# The one device call of a lent GPU (five minutes: twice within 15 minutes of device time, machine starts included):
+# install the carried wheels, start mamba_ssm's selective-scan build in the background, check every kernel, run
+# bench/gpu.py's session rows within what is left (each its own seconds: batch-1 generation, the compressed forward,
+# LOMO + NeuZip training at llama-1b, the decode, explain at 2048 tokens, the scan against mamba_ssm), and print a
 # short summary last. Everything it writes goes under $OUT (at most 8 files).
 #
-#   bash bench/gpu_session.sh                 # on the device, from the repository root (run it with timeout_s ~540)
+#   bash bench/gpu_session.sh                 # on the device, from the repository root (run it with timeout_s ~330)
 #   bash bench/gpu_session.sh --smoke         # a dry run on the CPU: the same steps on the interpreter, tiny rows
 #
 # Options (or the environment variables in brackets):
-#   --total S          seconds the whole call may take, summary included (LAYERWISE_SESSION_S, default 520)
+#   --total S          seconds the whole call may take, summary included (LAYERWISE_SESSION_S, default 300)
 #   --wheels DIR       wheels to install with pip --no-index --no-deps --target (default .whl)
 #   --build-script F   build_cuda_ext.py (LAYERWISE_BUILD_SCRIPT, default .gpu/build_cuda_ext.py)
 #   --mamba-sdist P    mamba-ssm's sdist, .tar.gz or extracted folder (LAYERWISE_MAMBA_SDIST, default
 #                      .gpu/mamba_ssm-*.tar.gz); without it, or without nvcc, the mamba_ssm row is skipped
-#   --rows LIST        bench/gpu.py rows (--only), default all (smoke: neuzip_decode,selective_scan_vs_mamba_ssm)
+#   --rows LIST        bench/gpu.py rows (--only), default session; all for every row (smoke: neuzip_decode,
+#                      selective_scan_vs_mamba_ssm)
 #
 # Only mamba_ssm's selective_scan extension is built (about 3 minutes on 16 cores; causal_conv1d would take 8 and
 # is not needed: the scan row calls selective_scan_fn, or selective_scan_cuda directly), and only when the rows
@@ -25,7 +28,7 @@ set -u
 cd "$(dirname "$0")/.." || exit 2
 
 SMOKE=0
-TOTAL=${LAYERWISE_SESSION_S:-520}
+TOTAL=${LAYERWISE_SESSION_S:-300}
 WHEELS=.whl
 BUILD=${LAYERWISE_BUILD_SCRIPT:-.gpu/build_cuda_ext.py}
 SDIST=${LAYERWISE_MAMBA_SDIST:-$(ls -d .gpu/mamba_ssm-* 2>/dev/null | head -n 1)}
@@ -38,14 +41,15 @@ while [ $# -gt 0 ]; do
     --build-script) BUILD=$2; shift ;;
     --mamba-sdist) SDIST=$2; shift ;;
     --rows) ROWS=$2; shift ;;
-    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
     *) echo "gpu_session.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 if [ "$SMOKE" = 1 ] && [ -z "$ROWS" ]; then ROWS=neuzip_decode,selective_scan_vs_mamba_ssm; fi
-NEEDS_MAMBA=1  # the scan-vs-mamba_ssm row is planned (all rows, or --rows names it)
-case ",$ROWS," in ,,|*,selective_scan_vs_mamba_ssm,*) ;; *) NEEDS_MAMBA=0 ;; esac
+[ -z "$ROWS" ] && ROWS=session  # bench/gpu.py's SESSION rows
+NEEDS_MAMBA=1  # the scan-vs-mamba_ssm row is planned (the session's rows, all rows, or --rows names it)
+case ",$ROWS," in *,session,*|*,all,*|*,selective_scan_vs_mamba_ssm,*) ;; *) NEEDS_MAMBA=0 ;; esac
 
 OUT=${OUT:-artifacts/gpu-session}
 mkdir -p "$OUT"
@@ -163,7 +167,7 @@ if [ "$BUDGET" -lt 60 ]; then
 else
   say "bench/gpu.py --budget $BUDGET"
   ARGS=(--budget "$BUDGET" --out "$OUT/gpu.json")
-  [ -n "$ROWS" ] && ARGS+=(--only "$ROWS")
+  [ "$ROWS" != all ] && ARGS+=(--only "$ROWS")
   [ -n "$BUILD_PID" ] && ARGS+=(--mamba-ready "$READY")
   [ "$SMOKE" = 1 ] && ARGS+=(--smoke --isolate)
   timeout --kill-after=5 $(( BUDGET + 25 )) python bench/gpu.py "${ARGS[@]}" > /dev/null
@@ -191,7 +195,7 @@ except Exception as exc:
 try:
     report = json.load(open(os.path.join(out, "gpu.json")))
     sys.path.insert(0, "bench")
-    from gpu import target_table, targets
+    from gpu_targets import target_table, targets
     done = {k: v for k, v in report["rows"].items() if "wall_s" in v}
     lines.append(f"bench/gpu.py: exit {bench_exit}, {len(done)} of {len(report['plan'])} rows in "
                  f"{sum(v['wall_s'] for v in done.values()):.0f} s; killed: "

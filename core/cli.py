@@ -176,24 +176,15 @@ def _register_builtin(reg: CommandGroups) -> None:
     @reg.command("kernels", "check", "run every Triton kernel's self-check against its twin (exit 1 if one fails)",
                  kcheck_args)
     def kernels_check(args):
-        import os
-
         import torch
 
-        from kernels.dispatch import check_all, triton_available
+        from kernels.dispatch import cannot_check, check_all
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
             raise LayerwiseError(f"--device {device!r} is not a device.", fix="use cuda, cuda:N or cpu.")
-        if not triton_available():
-            raise LayerwiseError("triton is not installed, so the PyTorch twins run everywhere.",
-                                 fix="pip install -r requirements.txt (it pins triton) to use the kernels on CUDA.")
-        if device.startswith("cpu") and os.environ.get("TRITON_INTERPRET") != "1":
-            raise LayerwiseError("no CUDA device here: Layerwise uses the kernels' PyTorch twins on the CPU.",
-                                 fix="run on a CUDA machine, or check the kernels interpreted on the CPU (slow): "
-                                     "TRITON_INTERPRET=1 python -m core kernels check")
-        if device.startswith("cuda") and not torch.cuda.is_available():
-            raise LayerwiseError(f"--device {device}: torch sees no CUDA device.",
-                                 fix="install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
+        why = cannot_check(device)
+        if why is not None:
+            raise LayerwiseError(*why)
         rows = check_all(device)
         emit_text(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "used", "seconds", "reason"]))
         if not all(r["ok"] for r in rows):

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["HostSyncs", "SyncEvent", "SYNC_OPS"]
+__all__ = ["HostSyncs", "CaptureCheck", "SyncEvent", "SYNC_OPS"]
 
 aten = torch.ops.aten
 
@@ -154,3 +154,38 @@ class HostSyncs(TorchDispatchMode):
         if op == "repeat_interleave":
             return torch.empty(0, dtype=torch.long, device="meta")
         return torch.empty(0, dtype=args[0].dtype, device="meta")  # masked_select, unique: empty
+
+
+def _shapes(out) -> tuple:
+    """The (shape, dtype) of every tensor in an op's output."""
+    if isinstance(out, torch.Tensor):
+        return ((tuple(out.shape), str(out.dtype)),)
+    if isinstance(out, (list, tuple)):
+        return tuple(item for o in out for item in _shapes(o))
+    return ()
+
+
+class CaptureCheck(HostSyncs):
+    """What a CUDA graph cannot hold, recorded (on the ``meta`` device, the stand-in for a GPU): the host syncs (as
+    :class:`HostSyncs` with ``answer=True``), the copies from host memory onto the device (``from_host``: a graph
+    records the copy, not the host data, so it would replay stale values), and the trace of every op with the shapes
+    and dtypes it produced, so two calls with different values can be compared: equal traces mean fixed shapes."""
+
+    def __init__(self):
+        super().__init__(answer=True)
+        self.trace: list[tuple[str, tuple]] = []
+        self.from_host: list[SyncEvent] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        src = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        if func in (aten._to_copy.default, aten.to.device, aten.to.dtype_layout) and src is not None \
+                and src.device.type == "cpu":
+            dst = kwargs.get("device") or (args[1] if len(args) > 1 and isinstance(args[1], torch.device) else None)
+            if dst is not None and torch.device(dst).type != "cpu":
+                self.from_host.append(SyncEvent("from_host", _caller()))
+        if func is aten.copy_.default and args[0].device.type != "cpu" and args[1].device.type == "cpu":
+            self.from_host.append(SyncEvent("from_host", _caller()))
+        out = super().__torch_dispatch__(func, types, args, kwargs)
+        self.trace.append((str(func), _shapes(out)))
+        return out

@@ -240,8 +240,9 @@ def reset_self_checks() -> None:
         _verdicts.clear()
 
 
-KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.rmsnorm", "kernels.selective_scan",
-                  "kernels.topk_mask")
+KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.neuzip_gemv", "kernels.neuzip_encode",
+                  "kernels.rmsnorm",
+                  "kernels.selective_scan", "kernels.topk_mask")
 
 
 def _import_kernels() -> None:
@@ -273,6 +274,23 @@ def check_all(device: torch.device | str | None = None) -> list[dict]:
                          "ok": verdict["ok"], "reason": verdict["reason"], "used": check.auto,
                          "seconds": round(time.perf_counter() - t0, 3)})
     return rows
+
+
+def cannot_check(device: torch.device | str) -> tuple[str, str] | None:
+    """Why the kernels cannot be checked on ``device`` here, as ``(message, fix)``, or None when they can (triton
+    installed; a CUDA device that torch sees, or the CPU under ``TRITON_INTERPRET=1``)."""
+    device = torch.device(device)
+    if not triton_available():
+        return ("triton is not installed, so the PyTorch twins run everywhere.",
+                "pip install -r requirements.txt (it pins triton) to use the kernels on CUDA.")
+    if device.type == "cpu" and not interpreting():
+        return ("no CUDA device here: Layerwise uses the kernels' PyTorch twins on the CPU.",
+                "run on a CUDA machine, or check the kernels interpreted on the CPU (slow): "
+                "TRITON_INTERPRET=1 python -m core kernels check")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        return (f"--device {device}: torch sees no CUDA device.",
+                "install the CUDA build of torch 2.13.0 (see the README), or leave --device out.")
+    return None
 
 
 def device_eligible(tensors) -> bool:

@@ -37,6 +37,7 @@ class DecompressionBuffer:
         self._current: int | None = None
         self._executor: ThreadPoolExecutor | None = None
         self._errors: dict[torch.device, torch.Tensor] = {}
+        self.deferred = False  # the model's forward hook skips check() (core.neuzip.capture checks after replays)
         self.set_ahead(ahead)
 
     def errors(self, device: torch.device) -> torch.Tensor:

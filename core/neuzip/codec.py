@@ -35,8 +35,8 @@ from core.errors import BadInputError
 from core.neuzip import pairs
 from core.neuzip.normaliser import denormalise, normalise
 from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_bf16
-from kernels.neuzip_rans import (DECODE_ROWS, decode_layout, gemv_chosen, gemv_eligible, merge_chosen, merge_eligible,
-                                 multiprocessors, pair_rans_decode, pair_rans_decode_bf16_triton, pair_rans_gemv_triton)
+from kernels.neuzip_gemv import fused_gemv
+from kernels.neuzip_rans import DECODE_ROWS, decode_layout, fused_decode_bf16, multiprocessors, pair_rans_decode
 
 __all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
@@ -305,19 +305,19 @@ class CompressedTensor:
                       out: torch.Tensor | None = None) -> torch.Tensor:
         """Whole-tensor decode from ``arrays`` with the kernel ops, on their device: ``(N,) bfloat16``, written into
         ``out`` when given (contiguous bf16 of N elements, e.g. the shared decompression buffer). On CUDA a lossless
-        weight (the app's default) is decoded and merged by one kernel straight into ``out``
-        (:func:`kernels.neuzip_rans.pair_rans_decode_bf16_triton`); otherwise (a lossy or normalised weight, an odd
+        weight (the app's default) is decoded and merged by one kernel straight into ``out``; otherwise (a lossy or normalised weight, an odd
         size, the fused kernel not chosen there) the Triton exponent decode, then the bit merge (their PyTorch twins
         off CUDA). Reads nothing from the host and waits for nothing when ``errors`` (an int32 device flag) is
-        given: a corrupt segment sets it; without it, the check is made at once (a ``ValueError``)."""
+        given: a corrupt segment sets it; without it, the check is made at once (a ``ValueError``). Which kernel runs
+        is the kernels' choice: :func:`kernels.neuzip_rans.fused_decode_bf16` answers None where it does not apply."""
         t = self.exponents
         stream = (arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info, arrays.escapes,
                   arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision)
-        fused = merge_eligible(t.n, self.mantissa_bits, arrays.scales is not None) and (
-            out is None or (out.is_contiguous() and out.data_ptr() % 4 == 0))
-        if fused and merge_chosen(arrays.states, arrays.fields):
-            return pair_rans_decode_bf16_triton(*stream, arrays.fields, segment=arrays.segment, errors=errors,
-                                                out=out, block=arrays.rows)
+        weight = fused_decode_bf16(*stream, arrays.fields, mantissa_bits=self.mantissa_bits,
+                                   scaled=arrays.scales is not None, segment=arrays.segment, errors=errors, out=out,
+                                   block=arrays.rows)
+        if weight is not None:  # one launch, straight into ``out``
+            return weight
         exponent = pair_rans_decode(*stream, segment=arrays.segment, errors=errors, block=arrays.rows)
         weight = self._finish(exponent, arrays.fields, arrays.scales)
         return weight if out is None else out.copy_(weight)
@@ -331,15 +331,10 @@ class CompressedTensor:
         t = self.exponents
         if len(self.shape) != 2 or vec.numel() != self.shape[1] or vec.device != arrays.device:
             return None
-        if not gemv_eligible(t.n, self.shape[1], self.mantissa_bits, arrays.scales is not None):
-            return None
-        vec = vec.reshape(-1).float()
-        if not gemv_chosen(arrays.states, arrays.fields, vec):
-            return None
-        return pair_rans_gemv_triton(arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info,
-                                     arrays.escapes, arrays.escape_offsets, t.table.marker, t.n, t.chunk_size,
-                                     t.table.precision, arrays.fields, vec, segment=arrays.segment, errors=errors,
-                                     block=arrays.rows)
+        return fused_gemv(arrays.states, arrays.offsets, arrays.words, arrays.slot_pair, arrays.pair_info,
+                          arrays.escapes, arrays.escape_offsets, t.table.marker, t.n, t.chunk_size, t.table.precision,
+                          arrays.fields, vec, mantissa_bits=self.mantissa_bits, scaled=arrays.scales is not None,
+                          segment=arrays.segment, errors=errors, block=arrays.rows)
 
     def _decode_on_device(self, device: torch.device) -> torch.Tensor:
         """Whole-tensor decode on ``device`` from a copy of the arrays made for this call (a weight kept on the

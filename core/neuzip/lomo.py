@@ -15,6 +15,12 @@ none). The learning rate is constant.
   gradients exactly as autograd does for ``F.linear``, applies the fused update to the decompressed weight, and
   compresses it again. Neither a full-precision copy of the weights nor a full gradient is ever held. With lossless
   compression the training is the same as LOMO's, bit for bit (tested).
+
+On a GPU the compressed weights stay on the device and are re-encoded there after each fused update
+(:class:`core.neuzip.resident.ResidentStream`: the device encoder writes the CPU encoder's bytes; nothing goes through
+the host); the step's one check of the device streams (their sizes and the decodes' corruption flag, one host sync)
+comes with :meth:`ZipState.wait` at the end of the step. ``ZipState(on_device=True)`` takes that path on the CPU too
+(the kernels' PyTorch twins: how it is tested without a GPU).
 """
 from __future__ import annotations
 
@@ -29,10 +35,15 @@ from torch import nn
 
 from core.neuzip.codec import CompressedTensor, compress
 from core.neuzip.modules import SKIP, linear_layers
+from core.neuzip.resident import ResidentStream, check_streams
+from kernels.dispatch import warm
 
-__all__ = ["fused_sgd_", "attach_lomo", "ZipLinear", "ZipState", "zip_linears", "weights_digest", "UPDATE_SLICE"]
+__all__ = ["fused_sgd_", "attach_lomo", "ZipLinear", "ZipState", "zip_linears", "weights_digest", "UPDATE_SLICE",
+           "RESIDENT"]
 
 UPDATE_SLICE = 1 << 18  # weights updated per float32 slice (2 MB of temporaries)
+RESIDENT = None  # ZipState's default for on_device: None = on CUDA devices only (tests set True: the CPU twins)
+RESIDENT_KERNELS = ("split_bf16", "pair_rans_encode", "pair_rans_decode_bf16", "pair_rans_decode", "merge_bf16")
 
 
 @torch.no_grad()
@@ -69,15 +80,30 @@ class ZipState:
     largest weight; CPU only), the memory tracker of the run (None when not measuring) and, with ``threads = 1``, a
     background thread that compresses each updated weight while the backward goes on (a copy of the weight waits
     for it: at most ``threads`` copies at a time; the numba encoder releases the GIL). With ``threads = 0`` the
-    backward compresses each weight itself."""
+    backward compresses each weight itself. ``on_device``: keep the weights compressed on their device and re-encode
+    them there (None: on CUDA devices; see the module docstring)."""
 
-    def __init__(self, lr: float, threads: int = 0):
+    def __init__(self, lr: float, threads: int = 0, on_device: bool | None = None):
         self.lr = float(lr)
         self.buffer: torch.Tensor | None = None
         self.tracker = None
         self.threads = int(threads)
+        self.on_device = RESIDENT if on_device is None else on_device
+        self.resident: list["ZipLinear"] = []  # the layers whose weight lives on its device
+        self.last_check: dict = {}
+        self._errors: dict = {}
         self._pool = None
         self._pending: collections.deque = collections.deque()
+
+    def resident_on(self, device: torch.device) -> bool:
+        """Whether a layer on ``device`` keeps its weight compressed there (and re-encodes it there)."""
+        return device.type == "cuda" if self.on_device is None else bool(self.on_device)
+
+    def errors(self, device: torch.device) -> torch.Tensor:
+        """The device flag the resident layers' decodes set on a corrupt stream (read by :meth:`wait`)."""
+        if device not in self._errors:
+            self._errors[device] = torch.zeros(1, dtype=torch.int32, device=device)
+        return self._errors[device]
 
     def decode_buffer(self, numel: int) -> torch.Tensor:
         if self.buffer is None or self.buffer.numel() < numel:
@@ -87,8 +113,8 @@ class ZipState:
     def submit(self, layer: "ZipLinear", weight: torch.Tensor) -> None:
         """Compress ``weight`` (the layer's updated weight) as the layer's new weight: now, or in the background
         (never while a memory tracker measures: the tracked steps compress in the backward's thread)."""
-        if not self.threads or self.tracker is not None:
-            layer.store(weight)
+        if not self.threads or self.tracker is not None or layer.resident is not None:
+            layer.store(weight)  # a resident layer's re-encode is queued on the device: nothing to wait for here
             return
         while len(self._pending) >= self.threads:
             self._finish()
@@ -104,9 +130,16 @@ class ZipState:
         layer.pending = False
 
     def wait(self, layer: "ZipLinear | None" = None) -> None:
-        """Finish the background compressions (up to ``layer``'s; all when None)."""
+        """Finish the background compressions (up to ``layer``'s; all when None). With ``layer`` None (the end of a
+        step) also check the resident layers' device streams: one host sync for all of them
+        (:func:`core.neuzip.resident.check_streams`: buffers grown where needed, an error for an update that did not
+        fit or a corrupt decode)."""
         while self._pending and (layer is None or layer.pending):
             self._finish()
+        if layer is None and self.resident:
+            device = self.resident[0].device
+            self.last_check = check_streams([m.resident for m in self.resident],
+                                            [f"layer {i}" for i in range(len(self.resident))], self.errors(device))
 
     def close(self) -> None:
         self.wait()
@@ -168,6 +201,7 @@ class ZipLinear(nn.Module):
         self.anchor = nn.Parameter(torch.empty(0, dtype=torch.bfloat16, device=weight.device))  # backward runs even
         self.compressed: CompressedTensor | None = None                                           # when x needs none
         self.arrays = None
+        self.resident: ResidentStream | None = None  # the weight compressed on its device (ZipState.resident_on)
         self.pending = False  # a background compression of this layer's weight is under way
         self.store(weight.detach().to(torch.bfloat16))
 
@@ -175,9 +209,23 @@ class ZipLinear(nn.Module):
     def device(self) -> torch.device:
         return self.anchor.device
 
+    @property
+    def numel(self) -> int:
+        return self.out_features * self.in_features
+
     def store(self, weight: torch.Tensor) -> None:
-        """Compress ``weight`` (bf16, this layer's shape) and keep it as this layer's weight."""
+        """Compress ``weight`` (bf16, this layer's shape) and keep it as this layer's weight: on the host, or on its
+        device, re-encoded there (:class:`core.neuzip.resident.ResidentStream`)."""
         with self.state.tracker.category("weights") if self.state.tracker else contextlib.nullcontext():
+            if self.resident is not None:
+                self.resident.reencode(weight)
+                return
+            if self.state.resident_on(self.device):
+                if weight.dtype != torch.bfloat16:
+                    raise ValueError(f"ZipLinear keeps bf16 weights, got {weight.dtype}")
+                self.resident = ResidentStream(weight.to(self.device))
+                self.state.resident.append(self)
+                return
             ct = _compress(weight)
         self.adopt(ct)
 
@@ -204,6 +252,8 @@ class ZipLinear(nn.Module):
         layer decodes), a fresh tensor on a GPU."""
         if self.pending:
             self.state.wait(self)
+        if self.resident is not None:
+            return self.resident.decode(errors=self.state.errors(self.device))
         ct = self.compressed
         if self.arrays is None:
             return ct.decompress(out=self.state.decode_buffer(ct.numel)).view(ct.shape)
@@ -215,25 +265,30 @@ class ZipLinear(nn.Module):
         return _ZipLinearFn.apply(x, self.anchor, self.bias, self)
 
     def extra_repr(self) -> str:
-        return (f"in_features={self.in_features}, out_features={self.out_features}, "
-                f"bits_per_weight={self.compressed.bits_per_weight:.2f}")
+        where = f"resident on {self.device}" if self.resident is not None else \
+            f"bits_per_weight={self.compressed.bits_per_weight:.2f}"
+        return f"in_features={self.in_features}, out_features={self.out_features}, {where}"
 
 
 def zip_linears(model: nn.Module, lr: float, skip: tuple[str, ...] = SKIP, tracker=None,
-                threads: int = 0) -> ZipState:
+                threads: int = 0, on_device: bool | None = None) -> ZipState:
     """Swap the model's linear layers (except those named with a ``skip`` substring: embeddings, LM head) for
     :class:`ZipLinear`, in place; returns their shared :class:`ZipState` (``tracker``: the run's memory tracker;
-    ``threads``: background compression, see :class:`ZipState`)."""
-    state = ZipState(lr, threads)
+    ``threads``: background compression, ``on_device``: weights kept and re-encoded on their device; see
+    :class:`ZipState`)."""
+    state = ZipState(lr, threads, on_device)
     state.tracker = tracker
+    device = next(model.parameters()).device
+    if state.resident_on(device):  # on CUDA: the kernels' self-checks now, not inside the first backward
+        warm(device, RESIDENT_KERNELS)
     for name, linear in linear_layers(model, skip):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, ZipLinear(linear.weight.detach(), linear.bias, state))
         linear.weight = None  # the bf16 weight is gone once compressed
-    if next(model.parameters()).device.type == "cpu":
-        largest = max(m.compressed.numel for m in model.modules() if isinstance(m, ZipLinear))
-        state.decode_buffer(largest)
+    on_host = [m.numel for m in model.modules() if isinstance(m, ZipLinear) and m.compressed is not None]
+    if on_host and next(model.parameters()).device.type == "cpu":
+        state.decode_buffer(max(on_host))
     return state
 
 

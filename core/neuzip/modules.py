@@ -239,9 +239,10 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
 
 def _check_decodes(model: nn.Module, args, output) -> None:
     """After each forward of the model: did a decode on a device find a corrupt stream? One read of the device
-    flag per forward (the layers themselves never wait for the device)."""
+    flag per forward (the layers themselves never wait for the device); none while the checks are deferred (a
+    forward captured in a CUDA graph: :mod:`core.neuzip.capture` checks after its replays)."""
     buffer = getattr(model, "_neuzip_buffer", None)
-    if buffer is not None:
+    if buffer is not None and not buffer.deferred:
         buffer.check()
 
 

@@ -451,7 +451,6 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
         current["tracker"] = None
         if state is not None:
             state.tracker = None
-    cuda_peak = torch.cuda.max_memory_allocated(device) if cuda else None
     if finite and track < steps:
         reset_peak_rss()
     for step in range(track, steps if finite else track):
@@ -460,6 +459,7 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
         if not run(step, None):
             break
     timed, timed_cpu = seconds[track:] or seconds, cpu[track:] or cpu
+    cuda_peaks = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) if cuda else None
     result = {
         "mode": mode.name, "label": mode.label, "lr": mode_lr(mode.name, settings), "steps": len(losses),
         "losses": losses, "final_loss": losses[-1] if losses else None, "step_seconds": seconds,
@@ -471,8 +471,8 @@ def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, setti
         "trainable_parameters": sum(p.numel() for p in params), "rss_start_bytes": rss_start,
         "peak_rss_bytes": rss()["peak"], "weights_digest": weights_digest(model),
     }
-    if cuda:
-        result["cuda_max_allocated_bytes"] = cuda_peak
+    if cuda:  # over every step, the model at rest included (peaks reset after it was set up)
+        result["cuda_max_allocated_bytes"], result["cuda_max_reserved_bytes"] = cuda_peaks
     if state is not None:
         state.close()
     del model, opt, params, state, tracker

@@ -8,52 +8,17 @@ every sync is counted. Each path runs twice, as dispatched to the PyTorch twins 
 ``LAYERWISE_KERNELS=ref``) and down the Triton path (its launches replaced by stubs that count them: the host code
 around the kernels is what is under test), on models of 1 and 2 layers: the syncs must not grow with the layers.
 """
-from collections import Counter
-
 import pytest
 import torch
 import transformers
 from torch import nn
 
-import kernels.dispatch as dispatch
 from core.neuzip import apply_compressed
 from core.neuzip.codec import compress
 from core.syncs import HostSyncs
 
 LLAMA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
 MAMBA = dict(vocab_size=64, hidden_size=16, state_size=4, expand=2, conv_kernel=4)
-
-
-class _Launch:
-    """A Triton kernel's stand-in: ``kernel[grid](...)`` counts the launch and computes nothing."""
-
-    def __init__(self, name: str, launched: Counter):
-        self.name, self.launched = name, launched
-
-    def __getitem__(self, grid):
-        return lambda *args, **kwargs: self.launched.update([self.name])
-
-
-@pytest.fixture(params=["twins", "triton"])
-def path(request, monkeypatch):
-    """``twins``: dispatch as usual (meta tensors are not CUDA: the twins run). ``triton``: every kernel forced
-    (``LAYERWISE_KERNELS=triton``), meta tensors eligible, each launch a stub; yields the launch counts."""
-    launched = Counter()
-    if request.param == "triton":
-        import kernels._scan_triton as scan
-        import kernels.neuzip_bits as bits
-        import kernels.neuzip_rans as rans
-        import kernels.rmsnorm as rmsnorm
-
-        monkeypatch.setenv("LAYERWISE_KERNELS", "triton")
-        monkeypatch.setattr(dispatch, "device_eligible",
-                            lambda tensors: bool(tensors) and all(t.is_cuda or t.is_meta for t in tensors))
-        monkeypatch.setattr(rans, "_pair_rans_decode_kernel", _Launch("rans", launched))
-        monkeypatch.setattr(bits, "_merge_bf16_kernel", _Launch("merge", launched))
-        monkeypatch.setattr(scan, "_kernel", lambda: _Launch("scan", launched))
-        for name in ("_add_rmsnorm_fwd_kernel", "_add_rmsnorm_bwd_kernel"):
-            monkeypatch.setattr(rmsnorm, name, _Launch("rmsnorm", launched))
-    return request.param, launched
 
 
 def test_the_counter_sees_each_kind_of_sync_and_answers_on_meta():

@@ -6,10 +6,10 @@ import torch
 
 from core.neuzip import pairs
 from kernels.dispatch import triton_available
-from kernels.neuzip_rans import (MAX_SEGMENT, decode_layout, decode_programs, gemv_eligible, merge_eligible,
+from kernels.neuzip_gemv import fused_gemv, gemv_eligible, pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton
+from kernels.neuzip_rans import (MAX_SEGMENT, decode_layout, decode_programs, fused_decode_bf16, merge_eligible,
                                  pair_rans_decode, pair_rans_decode_bf16, pair_rans_decode_bf16_ref,
-                                 pair_rans_decode_bf16_triton, pair_rans_decode_ref, pair_rans_decode_triton,
-                                 pair_rans_gemv, pair_rans_gemv_ref, pair_rans_gemv_triton)
+                                 pair_rans_decode_bf16_triton, pair_rans_decode_ref, pair_rans_decode_triton)
 
 needs_triton = pytest.mark.skipif(not triton_available(), reason="triton not installed")
 
@@ -269,3 +269,28 @@ def test_fused_gemv_reference_and_eligibility():
     assert not gemv_eligible(4 * 32, 32, 3, False) and not gemv_eligible(4 * 32, 32, 7, True)  # lossy, normalised
     with pytest.raises(ValueError, match="multiple of 32"):
         pair_rans_gemv_ref(*args[:-1], args[-1][:16])
+
+
+def test_the_entry_points_answer_none_where_their_kernel_does_not_apply(monkeypatch):
+    """``fused_decode_bf16`` / ``fused_gemv`` are what core calls: None for CPU tensors (the kernel is not chosen
+    there) and for a weight the kernel cannot take (lossy, normalised, odd, rows not a multiple of 32), so the caller
+    takes the two-step path; the choice stays in kernels/."""
+    import kernels.dispatch as dispatch
+
+    e, fields, bits = _weight(64, 1)
+    args = (*pairs.kernel_args(pairs.encode(e, chunk_size=32)), fields)
+    assert fused_decode_bf16(*args, mantissa_bits=7, scaled=False) is None  # CPU tensors: not chosen
+    gargs, weight = _gemv_args(2, 32, 32, 3)
+    assert fused_gemv(*gargs, mantissa_bits=7, scaled=False) is None
+    monkeypatch.setattr(dispatch, "device_eligible", lambda tensors: True)  # as if on CUDA
+    monkeypatch.setattr(dispatch, "kernel_trusted", lambda name, device, dtype: True)
+    assert fused_decode_bf16(*args, mantissa_bits=3, scaled=False) is None  # lossy
+    assert fused_decode_bf16(*args, mantissa_bits=7, scaled=True) is None  # normalised
+    assert fused_decode_bf16(*args, mantissa_bits=7, scaled=False,
+                             out=torch.empty(65, dtype=torch.bfloat16)[1:]) is None  # a misaligned buffer
+    assert fused_gemv(*gargs[:-1], gargs[-1][:16], mantissa_bits=7, scaled=False) is None  # 16 columns
+    if triton_available():  # where it applies and is chosen: the kernel (the interpreter stands in)
+        assert torch.equal(fused_decode_bf16(*args, mantissa_bits=7, scaled=False).view(torch.int16), bits)
+        monkeypatch.setenv("LAYERWISE_KERNELS", "triton")  # the GEMV is opt-in (auto=False) until timed
+        got = fused_gemv(*gargs, mantissa_bits=7, scaled=False)
+        torch.testing.assert_close(got, weight.float() @ gargs[-1], rtol=1e-5, atol=1e-5)
