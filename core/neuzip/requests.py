@@ -284,11 +284,12 @@ class TrainingRequest:
     @classmethod
     def parse(cls, ref, modes, steps=8, batch=1, seq=64, seed=0, lr=None, device="cpu", layers=None, budget_s=None,
               compress_threads=0) -> "TrainingRequest":
-        from core.neuzip.training import check_modes
+        from core.neuzip.training import check_modes, source_reference
 
         ref = parse_model(ref)
         modes = check_modes(modes)
         _public_training(ref)
+        source_reference(ref)  # the one reference check, before anything loads (a path in any spelling: issue 42)
         steps = check_number(steps, "steps", 1, MAX_TRAIN_STEPS, whole=True)
         batch = check_number(batch, "batch", 1, 256, whole=True)
         seq = check_number(seq, "sequence length", 8, 8192, whole=True)

@@ -76,6 +76,7 @@ def public_app(tmp_path_factory):
     (planted / "folder").mkdir(parents=True)
     (planted / "secret.txt").write_text("not for visitors\n")
     shutil.copytree(ASSETS_DIR / "models" / "mamba-sentiment", planted / "model")
+    shutil.copytree(ASSETS_DIR / "mixln" / "pre-ln", planted / "run", ignore=shutil.ignore_patterns("seed-*"))
     with serving(root, "--public") as server:
         yield server, planted
 
@@ -84,6 +85,13 @@ def kinds(planted: Path) -> dict[str, str]:
     return {"file": str(planted / "secret.txt"), "folder": str(planted / "folder"), "model": str(planted / "model"),
             "missing": str(planted / "nothing-here.json"), "traversal": "../../../../../../../etc/passwd",
             "dots": "../" * 14 + str(planted / "model").lstrip("/"), "absolute": "/etc", "proc": "/proc/self/environ"}
+
+
+def mixln_kinds(planted: Path) -> dict[str, str]:
+    """``mixln:`` followed by a path (issue 42: NeuZip's training joined it under assets/mixln): into the committed
+    models beside the runs, to the planted model and to a planted run folder; given to every model input."""
+    return {"mixln-dots": "mixln:../models/mamba-sentiment", "mixln-model": "mixln:" + str(planted / "model"),
+            "mixln-run": "mixln:" + str(planted / "run"), "mixln-traversal": "mixln:../../../../../../etc"}
 
 
 def call(url: str, api: str, data: list, query: str = "") -> tuple[str, str]:
@@ -135,7 +143,7 @@ def value_for(component: dict, path: str):
 def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_app):
     server, planted = public_app
     paths = kinds(planted)
-    watch = Inotify([planted, planted / "folder", planted / "model"])
+    watch = Inotify([planted, planted / "folder", planted / "model", planted / "run"])
     watch.events()
     outcomes, driven, inputs_driven = {}, set(), 0
     for api, inputs, first in endpoints(server.url):
@@ -147,6 +155,8 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
             driven.add(api)
             seen = {}
             tried = paths if first else dict(list(paths.items())[2:4])  # another event of a kind: two paths
+            if first and "model" in str(component.get("props", {}).get("label")).lower():
+                tried = {**tried, **mixln_kinds(planted)}
             for n, (kind, path) in enumerate(tried.items()):
                 data = list(defaults)
                 data[i] = value_for(component, path)
@@ -165,7 +175,7 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
     for (api, label), message in refusals.items():
         assert "Traceback" not in message and str(planted) not in message, (api, label, message)
     assert len(driven) >= 30 and len(ours) >= 10
-    for api in ("model_card", "mixln_model_angular", "lrp_targets", "neuzip_tradeoff"):  # the model inputs
+    for api in ("model_card", "mixln_model_angular", "lrp_targets", "neuzip_tradeoff", "neuzip_train"):  # models
         said = [m for (a, label), m in refusals.items() if a == api and "model" in str(label).lower()]
         assert said and all(PUBLIC_REFUSAL in m for m in said), (api, said)
     events = watch.events()
