@@ -236,3 +236,31 @@ def test_a_long_link_opens_the_page_with_the_apps_notice(public_app, size):
     notice = re.search(r'"(This link:[^"]*)"', answer).group(1)
     assert notice == (f"This link: it had {len(query):,} characters, more than the 2,048 a link may have: used tab, "
                       "example; ignored 1 part (junk).")
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """The process's resident set now (``VmRSS``) and at its peak (``VmHWM``), in KiB."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {k: int(fields[k].split()[0]) for k in ("VmRSS", "VmHWM")}
+
+
+def test_an_image_bomb_is_refused_by_its_header(public_app):
+    """Issue 42, item 2: a 13,000 x 13,000 PNG (~740 KB) sent to the image explainer took the server from 0.8 to
+    5.95 GB. Now it gets the app's message, and the server's peak resident memory does not move by more than a
+    fraction of what one decode would take (169 MB as grey bytes, 676 MB as the float32 copy)."""
+    from tests.fuzz.common import png_bomb
+
+    server, planted = public_app
+    bomb = png_bomb(planted / "bomb.png")
+    client = server.client()
+    from gradio_client import handle_file
+
+    digit = png_bomb(planted / "digit.png", 56, 56)  # a small image first: the model and the code are loaded
+    args = (0, ["mambalrp"], -1, True, True, True, True, None, ["in_proj"])
+    client.predict("vision-mamba-mnist", handle_file(str(digit)), *args, api_name="/lrp_explain_image")
+    before = memory_kib(server.proc.pid)
+    with pytest.raises(Exception) as err:
+        client.predict("vision-mamba-mnist", handle_file(str(bomb)), *args, api_name="/lrp_explain_image")
+    after = memory_kib(server.proc.pid)
+    assert "13,000 x 13,000 pixels" in str(err.value) and "decodes at most" in str(err.value)
+    assert after["VmHWM"] - before["VmHWM"] < 100 * 1024, (before, after)
