@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from core.errors import BadInputError, Cancelled, LayerwiseError
-from core.files import atomic_write
+from core.files import atomic_write, check_in
 from core.progress import report, scaled
 
 FORMAT = "layerwise-batch/1"
@@ -172,7 +172,7 @@ class InputFile:
 
 def scan(path, column: str, max_rows: int | None = None) -> InputFile:
     """Count, hash and check ``path`` (streamed): every row must have ``column``; at most ``max_rows`` rows."""
-    path = Path(path)
+    path = check_in(path)  # a FIFO or a device would block the read below
     fmt = input_format(path)
     digest = hashlib.sha256()
     try:
