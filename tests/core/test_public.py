@@ -172,6 +172,13 @@ def test_a_mixln_prefix_is_a_committed_run_name_never_a_path(public, planted, wa
             with pytest.raises(NotOffered) as err:
                 fn(ref)
             messages.add(str(err.value))
+    from core.zoo import fingerprint, load_model, resolve
+
+    for ref in refs:  # any other model input: the zoo's door is the same check
+        for fn in (resolve, load_model, fingerprint):
+            with pytest.raises(NotOffered) as err:
+                fn(ref)
+            messages.add(str(err.value))
     assert len(messages) == 1 and messages.pop().startswith(PUBLIC_REFUSAL)
     assert watched == [], watched[:5]
     found = source_reference("mixln:depth-24/pre-ln/seed-1")  # a committed run, by its name

@@ -19,6 +19,7 @@ import json
 import os
 import re
 import shutil
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -89,7 +90,8 @@ def kinds(planted: Path) -> dict[str, str]:
 
 def mixln_kinds(planted: Path) -> dict[str, str]:
     """``mixln:`` followed by a path (issue 42: NeuZip's training joined it under assets/mixln): into the committed
-    models beside the runs, to the planted model and to a planted run folder; given to every model input."""
+    models beside the runs, to the planted model and to a planted run folder; given to every input that offers a
+    ``mixln:`` choice (every model input goes through the same check: tests/core/test_public.py)."""
     return {"mixln-dots": "mixln:../models/mamba-sentiment", "mixln-model": "mixln:" + str(planted / "model"),
             "mixln-run": "mixln:" + str(planted / "run"), "mixln-traversal": "mixln:../../../../../../etc"}
 
@@ -155,7 +157,7 @@ def test_every_endpoint_answers_every_server_path_alike_and_reads_none(public_ap
             driven.add(api)
             seen = {}
             tried = paths if first else dict(list(paths.items())[2:4])  # another event of a kind: two paths
-            if first and "model" in str(component.get("props", {}).get("label")).lower():
+            if first and "mixln:" in json.dumps(component.get("props", {}).get("choices")):  # offers mixln:<run>
                 tried = {**tried, **mixln_kinds(planted)}
             for n, (kind, path) in enumerate(tried.items()):
                 data = list(defaults)
@@ -264,3 +266,99 @@ def test_an_image_bomb_is_refused_by_its_header(public_app):
     after = memory_kib(server.proc.pid)
     assert "13,000 x 13,000 pixels" in str(err.value) and "decodes at most" in str(err.value)
     assert after["VmHWM"] - before["VmHWM"] < 100 * 1024, (before, after)
+
+
+def chunked(server, path: str, headers: dict, parts) -> tuple[int, str]:
+    """POST ``parts`` (bytes chunks) with ``Transfer-Encoding: chunked`` (no length to refuse it by); (status, body)."""
+    host = urlsplit(server.url)
+    conn = http.client.HTTPConnection(host.hostname, host.port, timeout=CALL_LIMIT_S)
+    conn.putrequest("POST", path)
+    for k, v in {**headers, "Transfer-Encoding": "chunked"}.items():
+        conn.putheader(k, v)
+    conn.endheaders()
+    try:
+        for part in parts:
+            conn.send(b"%x\r\n%s\r\n" % (len(part), part))
+        conn.send(b"0\r\n\r\n")
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the server may answer before it has read everything
+    answer = conn.getresponse()
+    return answer.status, answer.read().decode()
+
+
+def gradio_files(server) -> list[Path]:
+    return [p for p in (server.root / "gradio").rglob("*") if p.is_file()]
+
+
+def test_the_fence_reads_bodies_as_the_server_does(public_app):
+    """Issue 42, items 4, 5 and 8, against the running app: a cased content type no longer carries a server path to
+    Gradio; a chunked upload of 300 files under a cased boundary, or of 12 MB, is answered 413 and leaves no file; a
+    deeply nested body is 400 and a chunked 3 MB body 413 (both were HTTP 500); the deprecated file route is
+    refused like the other."""
+    server, planted = public_app
+    watch = Inotify([planted])
+    watch.events()
+    base = server.url.rstrip("/")
+    data = json.dumps({"data": ["vision-mamba-mnist", {"path": str(planted / "secret.txt"), "meta": {
+        "_type": "gradio.FileData"}}, 0, ["mambalrp"], -1, True, True, True, True, None, ["in_proj"]]}).encode()
+    for ctype in ("APPLICATION/JSON", "application/x+json"):
+        request = urllib.request.Request(f"{base}/gradio_api/call/lrp_explain_image", data, {"Content-Type": ctype})
+        event_id = json.loads(urllib.request.urlopen(request, timeout=CALL_LIMIT_S).read())["event_id"]
+        stream = urllib.request.urlopen(f"{base}/gradio_api/call/lrp_explain_image/{event_id}", timeout=CALL_LIMIT_S)
+        text = stream.read().decode()
+        assert "event: error" in text and "That file is not an image" in text, text[-300:]
+    assert watch.events() == []
+    watch.close()
+    before = set(gradio_files(server))
+    boundary = "LwBoundary"
+    part = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"f.png\"\r\n"
+            "Content-Type: image/png\r\n\r\nx\r\n").encode()
+    for header in (f"multipart/form-data; BOUNDARY={boundary}", f"multipart/form-data; xboundary=d; boundary={boundary}"):
+        status, text = chunked(server, "/gradio_api/upload", {"Content-Type": header}, [part * 30] * 10)
+        assert status == 413 and "more than 16 files" in text, (status, text)
+    big = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"files\"; filename=\"big.png\"\r\n"
+           "Content-Type: image/png\r\n\r\n").encode()
+    status, text = chunked(server, "/gradio_api/upload", {"Content-Type": f"multipart/form-data; boundary={boundary}"},
+                           [big] + [b"\x89" * 1024**2] * 12)
+    assert status == 413 and "The upload is over 10,065,536 bytes" in text
+    time.sleep(1)
+    assert set(gradio_files(server)) - before == set(), "a refused upload left a file"
+    status, text = chunked(server, "/gradio_api/call/lrp_explain_text", {"Content-Type": "application/json"},
+                           [b'{"data": ["' + b"a" * 65536] * 48)
+    assert status == 413 and json.loads(text)["error"].startswith("The request is over 2,097,152 bytes")
+    deep = b"[" * 200_000 + b"]" * 200_000
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(urllib.request.Request(f"{base}/gradio_api/call/lrp_explain_text", deep,
+                                                      {"Content-Type": "application/json"}), timeout=CALL_LIMIT_S)
+    assert err.value.code == 400 and json.loads(err.value.read())["error"].startswith("The request body is nested")
+    for path in (f"/gradio_api/file/{planted / 'secret.txt'}", "/gradio_api/file/etc/passwd"):
+        with pytest.raises(urllib.error.HTTPError) as err:
+            urllib.request.urlopen(base + path, timeout=60)
+        assert (err.value.code, err.value.read()) == (403, b'{"detail": "File not allowed."}')
+
+
+def test_no_answer_names_a_server_path(public_app):
+    """Upload answers and result links carried the server's temp and cache paths (issue 42, item 8): now they name
+    the served folders by opaque names, which still fetch the files, and a call given such a name gets the upload."""
+    from tests.fuzz.common import png_bomb
+
+    server, planted = public_app
+    base = server.url.rstrip("/")
+    digit = png_bomb(planted / "small.png", 56, 56).read_bytes()
+    body = (b"--B\r\nContent-Disposition: form-data; name=\"files\"; filename=\"small.png\"\r\n"
+            b"Content-Type: image/png\r\n\r\n" + digit + b"\r\n--B--\r\n")
+    request = urllib.request.Request(f"{base}/gradio_api/upload", body, {"Content-Type": "multipart/form-data; boundary=B"})
+    (uploaded,) = json.loads(urllib.request.urlopen(request, timeout=CALL_LIMIT_S).read())
+    assert uploaded.startswith("/layerwise-uploads/") and uploaded.endswith("/small.png")
+    event, answer = call(server.url, "lrp_explain_image", ["vision-mamba-mnist", {"path": uploaded, "meta": {
+        "_type": "gradio.FileData"}}, 0, ["mambalrp"], -1, True, True, True, True, None, ["in_proj"]])
+    assert event == "complete" and "resized from 56x56" in answer
+    roots = {str(server.root), os.path.realpath(server.root), str(server.root / "gradio")}
+    assert not any(r in answer for r in roots)
+    links = re.findall(r'"url": ?"([^"]+)"', answer)
+    assert links and all("/gradio_api/file=/layerwise-" in u for u in links), links
+    for url in links:
+        with urllib.request.urlopen(base + url[url.index("/gradio_api/"):], timeout=60) as got:
+            assert got.status == 200 and got.read()
+    page = urllib.request.urlopen(server.url, timeout=60).read().decode()
+    assert not any(r in page for r in roots)
