@@ -129,5 +129,55 @@ class BodyFence:
         return await self.app(scope, replay(messages, receive), send)
 
 
-__all__ = ["media_type", "json_body", "multipart_boundary", "PartCounter", "parse_json", "BadBody", "BodyFence",
+TEXT_TYPES = (b"application/json", b"text/", b"application/javascript")
+
+
+def rewrite_text_answers(send, pairs: list[tuple[bytes, bytes]]):
+    """``send`` with, in every text answer (JSON, an event stream, a page), each ``old`` of ``pairs`` replaced by its
+    ``new`` (longest first), across the borders of the body's chunks too; the length header of a one-piece answer is
+    the new one's, a streamed answer goes without it."""
+    pairs = sorted(pairs, key=lambda p: -len(p[0]))
+    state = {"start": None, "text": False, "carry": b""}
+
+    def swap(data: bytes) -> bytes:
+        for old, new in pairs:
+            data = data.replace(old, new)
+        return data
+
+    async def rewritten(message):
+        kind = message["type"]
+        if kind == "http.response.start":
+            ctype = dict(message.get("headers") or []).get(b"content-type", b"").lower()
+            state["text"] = ctype.startswith(TEXT_TYPES) or b"+json" in ctype or b"event-stream" in ctype
+            if not state["text"]:
+                return await send(message)
+            state["start"] = message  # held until the first body: its length may change
+            return None
+        if kind != "http.response.body" or not state["text"]:
+            return await send(message)
+        more = message.get("more_body", False)
+        data = swap(state["carry"] + message.get("body", b""))
+        hold = _partial(data, pairs) if more else 0
+        state["carry"], data = (data[len(data) - hold:], data[:len(data) - hold]) if hold else (b"", data)
+        if state["start"] is not None:
+            start, state["start"] = state["start"], None
+            headers = [(k, v) for k, v in start.get("headers") or [] if k != b"content-length"]
+            if not more:
+                headers.append((b"content-length", str(len(data)).encode()))
+            await send({**start, "headers": headers})
+        return await send({**message, "body": data})
+
+    return rewritten
+
+
+def _partial(data: bytes, pairs) -> int:
+    """How many bytes at the end of ``data`` could start one of the ``old`` strings (held until the next chunk)."""
+    longest = max((len(old) for old, _ in pairs), default=1)
+    for k in range(min(longest - 1, len(data)), 0, -1):
+        if any(old.startswith(data[-k:]) for old, _ in pairs):
+            return k
+    return 0
+
+
+__all__ = ["rewrite_text_answers", "media_type", "json_body", "multipart_boundary", "PartCounter", "parse_json", "BadBody", "BodyFence",
            "read_body", "replay", "BAD_JSON"]

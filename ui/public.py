@@ -22,11 +22,10 @@ from __future__ import annotations
 import json
 import os
 
-from ui.fence import BadBody, json_body, parse_json, read_body, replay
+from ui.fence import BadBody, json_body, parse_json, read_body, replay, rewrite_text_answers
 
 FILE_REFUSAL = {"detail": "File not allowed."}
 REFUSED_NAME = "not-an-upload.txt"  # what a file argument naming a server path becomes: an empty file
-TEXT_TYPES = (b"application/json", b"text/", b"application/javascript")
 
 
 def _absolute(path: str) -> str:
@@ -161,49 +160,8 @@ class ServerPathGuard:
         the file routes, are left as they are)."""
         if _file_route(scope.get("path", "")) is not None:
             return send
-        pairs = sorted(((real.encode() + b"/", name.encode() + b"/") for real, name in self._names().items()),
-                       key=lambda p: -len(p[0]))  # a folder's files: its path and a slash
-        state = {"start": None, "text": False, "carry": b""}
-
-        def swap(data: bytes) -> bytes:
-            for real, name in pairs:
-                data = data.replace(real, name)
-            return data
-
-        async def rewritten(message):
-            kind = message["type"]
-            if kind == "http.response.start":
-                ctype = dict(message.get("headers") or []).get(b"content-type", b"").lower()
-                state["text"] = ctype.startswith(TEXT_TYPES) or b"+json" in ctype or b"event-stream" in ctype
-                if not state["text"]:
-                    return await send(message)
-                state["start"] = message  # held until the first body: its length may change
-                return None
-            if kind != "http.response.body" or not state["text"]:
-                return await send(message)
-            more = message.get("more_body", False)
-            data = swap(state["carry"] + message.get("body", b""))
-            hold = 0 if not more else _partial(data, pairs)
-            state["carry"], data = (data[len(data) - hold:], data[:len(data) - hold]) if hold else (b"", data)
-            if state["start"] is not None:
-                start, state["start"] = state["start"], None
-                headers = [(k, v) for k, v in start.get("headers") or [] if k != b"content-length"]
-                if not more:
-                    headers.append((b"content-length", str(len(data)).encode()))
-                await send({**start, "headers": headers})
-            return await send({**message, "body": data})
-
-        return rewritten
-
-
-def _partial(data: bytes, pairs) -> int:
-    """How many bytes at the end of ``data`` could start a served folder's path (held back until the next chunk)."""
-    longest = max((len(r) for r, _ in pairs), default=1)
-    for k in range(min(longest - 1, len(data)), 0, -1):
-        tail = data[-k:]
-        if any(real.startswith(tail) for real, _ in pairs):
-            return k
-    return 0
+        return rewrite_text_answers(send, [(real.encode() + b"/", name.encode() + b"/")  # a folder's files
+                                           for real, name in self._names().items()])
 
 
 def _file_route(path: str) -> str | None:

@@ -184,6 +184,21 @@ def source_reference(ref: str):
     return check_reference(ref, (RUN_REFERENCES, Registry("random", _random_configs, what="random configuration")))
 
 
+def source_parameters(ref: str, layers: int | None = None) -> int:
+    """How many parameters the training source ``ref`` has (cut to ``layers`` for a random configuration), counted
+    without building its weights: a configuration on the meta device, a run or a model from its headers."""
+    found = source_reference(ref)
+    if found.kind == "random":
+        return sum(p.numel() for p in _Source(ref, 0).build(layers, meta=True).parameters())
+    if found.kind == "mixln-run":
+        from core.zoo.safetensors_check import summarize
+
+        return int(summarize(sorted(found.folder.glob("*.safetensors")))["parameters"])
+    from core.budget import model_parameters
+
+    return model_parameters(found.text)
+
+
 class _Source:
     """Builds fresh bf16 copies of one model (the same weights each time) and says what it is."""
 

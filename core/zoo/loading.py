@@ -23,7 +23,7 @@ from core.zoo.card import ModelCard
 from core.zoo.construction import constructing
 from core.zoo.device import on_model_device
 from core.zoo.hub import hub_error, kind_from_config
-from core.zoo.safetensors_check import read_header
+from core.zoo.safetensors_check import read_header, summarize
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
 
@@ -452,6 +452,16 @@ def fingerprint(ref: str) -> str:
             read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
         return folder_fingerprint(folder, files, registered=how == "registered")
     return load_model(ref).fingerprint
+
+
+def parameter_count(ref: str) -> int:
+    """How many parameters ``ref`` has, read from its safetensors headers without loading it (a registered name or a
+    folder); a hub id is loaded to count them (public mode allows only the listed ones)."""
+    how, folder = resolve(ref)
+    files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
+    if files:
+        return int(summarize(files)["parameters"])
+    return sum(p.numel() for p in load_model(ref).model.parameters())
 
 
 def clear_loaded() -> None:

@@ -33,6 +33,7 @@ from tests.fuzz.conftest import serving
 
 pytestmark = pytest.mark.slow
 CALL_LIMIT_S = 120
+TEMP_CAP_MB = 30  # Gradio's temp folder of the public app under test (the default is 512)
 PATH_INPUTS = ("textbox", "dropdown", "radio", "checkboxgroup", "image", "file")
 
 
@@ -78,7 +79,7 @@ def public_app(tmp_path_factory):
     (planted / "secret.txt").write_text("not for visitors\n")
     shutil.copytree(ASSETS_DIR / "models" / "mamba-sentiment", planted / "model")
     shutil.copytree(ASSETS_DIR / "mixln" / "pre-ln", planted / "run", ignore=shutil.ignore_patterns("seed-*"))
-    with serving(root, "--public") as server:
+    with serving(root, "--public", LAYERWISE_MAX_TEMP_MB=TEMP_CAP_MB) as server:
         yield server, planted
 
 
@@ -362,3 +363,26 @@ def test_no_answer_names_a_server_path(public_app):
             assert got.status == 200 and got.read()
     page = urllib.request.urlopen(server.url, timeout=60).read().decode()
     assert not any(r in page for r in roots)
+
+
+def test_the_temp_folder_stays_under_its_cap(public_app):
+    """Issue 42, item 8: each distinct explanation added 4.85 MB to Gradio's temp folder, bounded only by an hourly
+    sweep. Ten distinct explanations (~50 MB of downloads) against a 30 MB cap: the folder is back under the cap
+    once the files of the last seconds have aged (the sweep spares them: their answers may be on their way)."""
+    from ui.tempfolder import GRACE_SECONDS, SWEEP_SECONDS, folder_bytes
+
+    server, _ = public_app
+    temp, cap = server.root / "gradio", TEMP_CAP_MB * 10**6
+    seen = []
+    for i in range(10):
+        event, _ = call(server.url, "lrp_explain_text", ["mamba-sentiment", f"A film, take {i}: fine.",
+                                                         ["gradient_x_input"], -1, True, True, True, True, None,
+                                                         ["in_proj"]])
+        assert event == "complete"
+        seen.append(folder_bytes(temp))
+    deadline = time.monotonic() + GRACE_SECONDS + 3 * SWEEP_SECONDS
+    while folder_bytes(temp) > cap and time.monotonic() < deadline:
+        time.sleep(1)
+    print(f"\ntemp folder after each of 10 explanations (MB): {[round(b / 1e6, 1) for b in seen]}; "
+          f"then {folder_bytes(temp) / 1e6:.1f} MB (cap {TEMP_CAP_MB} MB)")
+    assert folder_bytes(temp) <= cap and len(list(temp.rglob("*.html"))) < 10  # some explanations' files went
