@@ -116,3 +116,12 @@ def test_fifos_are_refused_as_outputs_and_inputs(tmp_path):
     code, _, err = run("lrp", "batch", "--model", "mamba-sentiment", "--in", str(fifo), "--out",
                        str(tmp_path / "r.parquet"))
     assert code == 2 and "it is a named pipe (FIFO), not a file" in err
+
+
+def test_a_count_of_zero_is_refused_not_read_as_the_default(tmp_path):
+    """``mathneuro batch -n 0`` silently ran n = 100."""
+    source = tmp_path / "prompts.csv"
+    source.write_text("prompt\n2 + 2 =\n")
+    code, _, err = run("mathneuro", "batch", "--in", str(source), "--out", str(tmp_path / "s.parquet"), "-n", "0")
+    assert code == 2 and "The number of samples N must be a positive integer, got 0" in err
+    assert not (tmp_path / "s.parquet").exists()
