@@ -13,6 +13,7 @@ predicts.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +171,9 @@ def _open_image(path, size: int):
     from PIL import Image
 
     try:
-        image = Image.open(path)  # reads the header only
+        with warnings.catch_warnings():  # PIL warns past 89 Mpx; this app's own cap is far below and said
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(path)  # reads the header only
     except Image.DecompressionBombError:  # PIL's own limit (179 Mpx) is far above this app's
         raise BadInputError("The image has more pixels than this app decodes.",
                             fix="Upload a smaller image (a digit reads well at 28 x 28 to a few hundred pixels).") \

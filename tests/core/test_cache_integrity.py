@@ -152,7 +152,7 @@ def test_a_null_field_planted_on_disk_is_recomputed_by_a_new_process(truth, tmp_
     assert "Traceback" not in proc.stderr
 
 
-@pytest.mark.parametrize("field, value", [("logit", 7.5), ("total", 0.123)])
+@pytest.mark.parametrize("field, value", [("logit", 7.5), pytest.param("total", 0.123, marks=pytest.mark.slow)])
 def test_a_resealed_mambalrp_result_whose_sum_is_not_its_logit_is_recomputed(field, value, tmp_path, caplog,
                                                                                monkeypatch):
     """Issue 42, item 8: the schema did not check MambaLRP's sum = logit, so a wrong value written with a fresh

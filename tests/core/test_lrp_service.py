@@ -199,7 +199,7 @@ def test_an_image_is_refused_by_its_header_before_it_is_decoded(tmp_path, monkey
     from PIL import ImageFile
 
     from core.budget import max_image_pixels
-    from tests.fuzz.common import png_bomb
+    from tests.pngs import png_bomb
 
     bomb = png_bomb(tmp_path / "bomb.png", rows=4)  # the header says 13,000 x 13,000; the data is never read
     decoded = []

@@ -195,3 +195,22 @@ def test_locally_a_mixln_prefix_also_takes_a_run_folder(monkeypatch, planted):
     with pytest.raises(BadInputError, match="unknown run"):
         source_reference("mixln:" + planted["model"])  # a model folder is not a run
     assert source_reference("tiny-llama").kind == "random"
+
+
+def test_no_module_reads_a_reference_prefix_by_hand():
+    """Every prefixed reference (``mixln:<run>``) goes through core.references.check_reference with its Registry; a
+    prefix tested by hand elsewhere (how NeuZip's training joined ``mixln:`` to a path) would skip the check."""
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    by_hand = re.compile(r"""startswith\(\s*["'][a-z][a-z0-9_-]*:["']""")
+    allowed = {("ui/widgets.py", "data:")}  # a URL scheme (an inline image), not a reference
+    found = []
+    for path in sorted((repo / "core").rglob("*.py")) + sorted((repo / "ui").rglob("*.py")):
+        rel = path.relative_to(repo).as_posix()
+        for line in path.read_text().splitlines():
+            for m in by_hand.finditer(line):
+                prefix = m.group(0).split("(", 1)[1].strip().strip("'\"")
+                if rel != "core/references.py" and (rel, prefix) not in allowed:
+                    found.append(f"{rel}: {line.strip()}")
+    assert not found, found

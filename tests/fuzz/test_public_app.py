@@ -251,7 +251,7 @@ def test_an_image_bomb_is_refused_by_its_header(public_app):
     """Issue 42, item 2: a 13,000 x 13,000 PNG (~740 KB) sent to the image explainer took the server from 0.8 to
     5.95 GB. Now it gets the app's message, and the server's peak resident memory does not move by more than a
     fraction of what one decode would take (169 MB as grey bytes, 676 MB as the float32 copy)."""
-    from tests.fuzz.common import png_bomb
+    from tests.pngs import png_bomb
 
     server, planted = public_app
     bomb = png_bomb(planted / "bomb.png")
@@ -341,7 +341,7 @@ def test_the_fence_reads_bodies_as_the_server_does(public_app):
 def test_no_answer_names_a_server_path(public_app):
     """Upload answers and result links carried the server's temp and cache paths (issue 42, item 8): now they name
     the served folders by opaque names, which still fetch the files, and a call given such a name gets the upload."""
-    from tests.fuzz.common import png_bomb
+    from tests.pngs import png_bomb
 
     server, planted = public_app
     base = server.url.rstrip("/")

@@ -18,6 +18,7 @@ from ui.errors import user_errors
 from ui.lanes import assign_lanes
 from ui.stopping import job, running, stop
 
+pytestmark = pytest.mark.slow  # an app served in-process and bursts of calls: about 12 s on the shared machine
 HEAVY_LIMIT = 2
 
 
