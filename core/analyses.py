@@ -24,6 +24,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
+from core.budget import charge_request
 from core.errors import BadInputError, Cancelled
 from core.figures import fit
 from core.progress import report, scaled
@@ -242,7 +243,8 @@ def view(a: Analysis, found: Found, request=None, options: Mapping | None = None
     opts = {**(request.options() if callable(getattr(request, "options", None)) else {}), **(options or {})}
     shown, data = Shown(request, found.source, opts), found.data
     figures = {name: fit(fig) for name, fig in a.figures(data, shown).items()}  # the house layout at talk size
-    return Result(a.status(data, shown), a.json(data), tables=a.tables(data, shown), figures=figures,
+    status = a.status(data, shown) + (f"\n\n*Note: {found.note}.*" if getattr(found, "note", "") else "")
+    return Result(status, a.json(data), tables=a.tables(data, shown), figures=figures,
                   views=a.views(data, shown), source=found.source, key=found.key,
                   stem=a.stem(data, shown) if callable(a.stem) else a.stem, downloads=a.downloads,
                   main_first=a.main_first)
@@ -267,7 +269,7 @@ def named(found: Found, model: str | None) -> Found:
             data.get("model") == model:
         return found
     return Found({"model": model, **data} if "model" not in data else {**data, "model": model}, found.source,
-                 found.key)
+                 found.key, found.note)
 
 
 def together(name: str, fingerprint: str, parts: Mapping[str, Found]) -> Found:
@@ -275,7 +277,8 @@ def together(name: str, fingerprint: str, parts: Mapping[str, Found]) -> Found:
     sources = {f.source for f in parts.values()}
     return Found({p: f.data for p, f in parts.items()},
                  next(s for s in ("computed", "cache", "precomputed") if s in sources),
-                 result_key(fingerprint, name, {"parts": [f.key for f in parts.values()]}))
+                 result_key(fingerprint, name, {"parts": [f.key for f in parts.values()]}),
+                 "; ".join(dict.fromkeys(f.note for f in parts.values() if f.note)))
 
 
 def _store(examples: Examples, name: str, request) -> ExampleStore | None:
@@ -304,6 +307,7 @@ def find(analyses: Registry, name: str, request, *, examples: Examples = None, p
         raise ValueError(f"analysis {name!r} has no compute function: its action builds the data")
 
     def compute():
+        charge_request(request)  # priced before it runs, against the one budget (public mode; core.budget)
         return a.compute(request, progress)
     try:
         if a.stored_as is None:
@@ -320,7 +324,7 @@ def find(analyses: Registry, name: str, request, *, examples: Examples = None, p
             raise
         return Found(stop.partial, "computed", None)  # what it finished; not cached
     if not a.cached:  # measured each time: no key, its files are written afresh
-        found = Found(found.data, found.source, None)
+        found = Found(found.data, found.source, None, found.note)
     return named(found, model) if a.named else found
 
 

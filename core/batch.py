@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from core.errors import BadInputError, Cancelled, LayerwiseError
-from core.files import atomic_write
+from core.files import atomic_write, check_in
 from core.progress import report, scaled
 
 FORMAT = "layerwise-batch/1"
@@ -172,7 +172,7 @@ class InputFile:
 
 def scan(path, column: str, max_rows: int | None = None) -> InputFile:
     """Count, hash and check ``path`` (streamed): every row must have ``column``; at most ``max_rows`` rows."""
-    path = Path(path)
+    path = check_in(path)  # a FIFO or a device would block the read below
     fmt = input_format(path)
     digest = hashlib.sha256()
     try:
@@ -261,17 +261,38 @@ def _part_files(parts: Path) -> list[Path]:
     return sorted(parts.glob("part-*.parquet"))
 
 
-def finished_rows(parts: Path) -> set[int]:
-    """The input rows the part files in ``parts`` hold (a part file that cannot be read is dropped: its rows are
-    computed again)."""
+def finished_rows(parts: Path, p: "Plan | None" = None, rows: int | None = None,
+                  dropped: list[str] | None = None) -> set[int]:
+    """The input rows the part files in ``parts`` hold. A part is dropped (its rows are computed again, and its name
+    and why go to ``dropped``) when it cannot be read, when its columns are not the batch's (``p``: another version
+    or kind wrote it), when an index is outside the input's ``rows`` or repeats within it, or when it repeats a row
+    an earlier part holds (a duplicated part gave "65 of 60 rows"): what is merged is each row once."""
     import pyarrow.parquet as pq
 
     done: set[int] = set()
+    want = p.schema() if p is not None else None
     for f in _part_files(parts):
+        why = None
         try:
-            done.update(pq.read_table(f, columns=["index"]).column("index").to_pylist())
+            schema = pq.read_schema(f)
+            if want is not None and [(x.name, x.type) for x in schema] != [(x.name, x.type) for x in want]:
+                why = "its columns are not this batch's"
+            else:
+                index = pq.read_table(f, columns=["index"]).column("index").to_pylist()
+                if any(not isinstance(i, int) or i < 0 or (rows is not None and i >= rows) for i in index):
+                    why = f"it holds a row index outside 0-{(rows or 1) - 1}"
+                elif len(set(index)) != len(index):
+                    why = "it holds a row twice"
+                elif done & set(index):
+                    why = "it repeats rows of an earlier part"
         except Exception:  # noqa: BLE001 - a damaged part (not written by atomic_write) is recomputed
-            f.unlink(missing_ok=True)
+            why = "it cannot be read"
+        if why is None:
+            done.update(index)
+            continue
+        f.unlink(missing_ok=True)
+        if dropped is not None:
+            dropped.append(f"{f.name} ({why})")
     return done
 
 
@@ -375,8 +396,13 @@ def run(name: str | BatchKind, source, out, progress=None, *, restart: bool = Fa
     else:  # a new batch (a part folder without a manifest holds nothing yet)
         parts.mkdir(exist_ok=True)
         held = {}
-    done = finished_rows(parts)
+    dropped: list[str] = []
+    done = finished_rows(parts, p, found.rows, dropped)
     summary["finished_before"] = len(done)
+    if dropped:  # repaired, and said: their rows are computed again
+        summary["parts_dropped"] = dropped
+        report(progress, len(done) / found.rows, f"{k.label}: dropped {len(dropped)} damaged part file"
+               f"{'s' * (len(dropped) > 1)} ({'; '.join(dropped[:3])}); their rows are computed again")
     report(progress, len(done) / found.rows, f"{k.label}: preparing ({len(done)} of {found.rows} rows done before)")
     context, provenance = (k.open(settings, progress) if len(done) < found.rows else
                            (None, held.get("provenance", {})))
@@ -503,7 +529,9 @@ def _runner(k: BatchKind):
         rate = f", {summary['rows_per_second']} rows/s" if summary.get("rows_per_second") else ""
         text = (f"{summary['rows']} rows -> {summary['out']}: {summary['finished_before']} done before, "
                 f"{summary['done_now']} now ({summary['computed']} computed, {summary['cache']} from the cache, "
-                f"{summary['precomputed']} precomputed, {summary['errors']} refused) in {summary['seconds']} s{rate}")
+                f"{summary['precomputed']} precomputed, {summary['errors']} refused) in {summary['seconds']} s{rate}"
+                + (f"; dropped {len(summary['parts_dropped'])} damaged part file(s), their rows computed again: "
+                   f"{'; '.join(summary['parts_dropped'])}" if summary.get("parts_dropped") else ""))
         emit(args, summary, text)
         return summary
     return run_command

@@ -321,6 +321,10 @@ def build_parser(reg: CommandGroups | None = None) -> argparse.ArgumentParser:
             cp = sub.add_parser(cname, help=chelp, description=chelp, parents=[common])
             if add_arguments:
                 add_arguments(cp)
+            if any(a.dest == "out" for a in cp._actions):  # issue 42: --out never replaces what it did not write
+                cp.add_argument("--overwrite", action="store_true",
+                                help="write into an --out folder that already holds files (only this command's own "
+                                     "files are replaced; the folder's other files stay)")
             cp.set_defaults(run=run)
     return parser
 
@@ -352,9 +356,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser(build_registry(group)).parse_args(argv)
     out = getattr(args, "out", None)
     try:
-        if out is not None:  # written or refused in one line, before any work (issue 38)
+        if out is not None:  # written or refused in one line, before any work (issues 38, 42)
             from core.files import check_out
-            check_out(out)
+            adds = getattr(args, "out_adds", False)  # True, or (folder) -> whether it is one this command wrote
+            check_out(out, overwrite=getattr(args, "overwrite", False),
+                      adds=bool((adds(out) if callable(adds) else adds) or getattr(args, "resume", None)
+                                or getattr(args, "skip_done", False)))
         if any(getattr(args, a, None) is not None for a in ("device_map", "max_memory", "offload_folder")):
             from core.zoo.placement import make_placement, placed  # --device-map: every model loads spread
             with placed(make_placement(args.device_map, args.max_memory, args.offload_folder)):

@@ -9,8 +9,8 @@ import io
 import json
 import os
 import shutil
+import stat
 import tempfile
-import uuid
 from pathlib import Path
 from typing import Any, Callable
 
@@ -27,7 +27,9 @@ def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path]
     ----------
     path : the file (or, with ``folder=True``, the folder) to write; its parent must exist or is created.
     content : text, bytes, or ``writer(tmp_path)`` that writes the file (or fills the folder) at ``tmp_path``.
-    folder : replace a whole folder (an existing one is moved aside, then removed).
+    folder : write a folder: a new one appears whole (a rename); into an existing one, each entry written replaces
+        its namesake (one rename each, all undone if one fails) and every other entry of the folder stays: a folder
+        the user named never loses what this write did not make (issue 42).
     mode : permissions of the file (folders get 0o755 and their files ``mode``).
     """
     path = Path(path)
@@ -49,13 +51,11 @@ def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path]
             tmp.chmod(0o755)
             for f in tmp.rglob("*"):
                 f.chmod(0o755 if f.is_dir() else mode)
-            old = None
-            if path.exists():
-                old = path.with_name(f".{path.name}.old-{os.getpid()}-{uuid.uuid4().hex[:6]}")
-                os.replace(path, old)
-            os.replace(tmp, path)
-            if old is not None:
-                shutil.rmtree(old, ignore_errors=True)
+            if path.is_dir():  # its own entries replace their namesakes; whatever else the folder holds stays
+                _merge_into(tmp, path)
+                shutil.rmtree(tmp, ignore_errors=True)
+            else:
+                os.replace(tmp, path)
         else:
             tmp.chmod(mode)  # mkstemp makes it private; a result file is an ordinary file
             os.replace(tmp, path)
@@ -66,6 +66,33 @@ def atomic_write(path: str | os.PathLike, content: str | bytes | Callable[[Path]
             tmp.unlink(missing_ok=True)
         raise
     return path
+
+
+def _merge_into(new: Path, folder: Path) -> None:
+    """Move every entry of ``new`` into ``folder``, replacing its namesakes (moved aside first, and put back if a move
+    fails); the folder's other entries are not touched."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.old-", dir=folder.parent))
+    moved: list[tuple[Path, Path | None]] = []  # (destination, its old entry set aside, or None)
+    try:
+        for entry in sorted(new.iterdir()):
+            dest = folder / entry.name
+            kept = None
+            if dest.exists() or dest.is_symlink():
+                kept = aside / entry.name
+                os.replace(dest, kept)
+            moved.append((dest, kept))
+            os.replace(entry, dest)
+    except BaseException:
+        for dest, kept in reversed(moved):
+            if dest.exists() and not dest.is_symlink() and dest.is_dir():
+                shutil.rmtree(dest, ignore_errors=True)
+            elif dest.exists() or dest.is_symlink():
+                dest.unlink()
+            if kept is not None:
+                os.replace(kept, dest)
+        raise
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def write_output(path: str | os.PathLike, data=None, rows: list[dict] | None = None,
@@ -129,11 +156,27 @@ def _out_problem(out: str, reason: str) -> BadInputError:
                          fix="give --out a new file (FILE.json, .csv, .html, ...) or a folder in a place you can write.")
 
 
-def check_out(out) -> Path:
+def _special(path: Path) -> str | None:
+    """What ``path`` is when it exists and is neither a regular file nor a folder (a FIFO, a device, a socket), else
+    None. Reading a FIFO blocks until a writer comes, and a device never ends."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return None
+    for test, name in ((stat.S_ISFIFO, "a named pipe (FIFO)"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return None
+
+
+def check_out(out, overwrite: bool = False, adds: bool = False) -> Path:
     """The ``--out`` path of a CLI command, checked before any work: not empty, not under a file, not a folder where a
-    file is named (``x.json``), and in a place this process can create files in (probed with a temporary file, then
-    removed: a read-only or virtual file system such as ``/proc``, a missing permission). Raises
-    :class:`BadInputError` (exit 2, one line) otherwise."""
+    file is named (``x.json``), not a FIFO or a device, not an existing folder that holds anything (unless
+    ``overwrite``: then only the command's own files replace their namesakes, :func:`atomic_write`; ``adds``: a
+    command that continues a run in its folder), and in a place this process can create files in (probed with a
+    temporary file, then removed: a read-only or virtual file system such as ``/proc``, a missing permission).
+    Raises :class:`BadInputError` (exit 2, one line) otherwise."""
     text = str(out) if out is not None else ""
     if not text.strip():
         raise BadInputError("--out is empty.", fix="give a file (FILE.json, .csv, .html) or a folder.")
@@ -141,8 +184,18 @@ def check_out(out) -> Path:
         raise BadInputError("--out holds a NUL character.", fix="give a plain path.")
     path = Path(text)
     try:
+        special = _special(path)
+        if special:
+            raise _out_problem(text, f"it is {special}, not a file or a folder")
         if path.is_dir() and path.suffix.lower() in FILE_SUFFIXES:
             raise _out_problem(text, "it is a folder, and a file is named")
+        if path.is_dir() and not (overwrite or adds) and next(path.iterdir(), None) is not None:
+            held = sorted(p.name for p in path.iterdir())
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3:,} more" if len(held) > 3 else "")
+            raise BadInputError(f"--out {text} is a folder that already holds {len(held):,} "
+                                f"entr{'y' if len(held) == 1 else 'ies'} ({shown}); "
+                                "nothing was written.", fix="give a new or empty folder, or add --overwrite (only this "
+                                "command's own files are replaced; nothing else in the folder is touched).")
         nearest = path
         while not nearest.exists() and nearest != nearest.parent:
             nearest = nearest.parent
@@ -154,6 +207,16 @@ def check_out(out) -> Path:
         os.unlink(probe)
     except OSError as err:
         raise _out_problem(text, (err.strerror or type(err).__name__).lower()) from None
+    return path
+
+
+def check_in(path, what: str = "--in") -> Path:
+    """An input file a command reads: refused in one line when it is a FIFO, a device or a socket (reading one would
+    block or never end); a missing file or a folder is the reader's to report."""
+    path = Path(path)
+    special = _special(path)
+    if special:
+        raise BadInputError(f"cannot read {what} {path}: it is {special}, not a file.", fix="give a regular file.")
     return path
 
 
@@ -199,6 +262,6 @@ def evict_files(keep: Path, max_bytes: int = FILES_MAX_BYTES) -> None:
             total -= size
 
 
-__all__ = ["atomic_write", "write_output", "write_parquet", "check_out", "out_error", "files_dir", "evict_files",
+__all__ = ["atomic_write", "write_output", "write_parquet", "check_out", "check_in", "out_error", "files_dir", "evict_files",
            "FILES_MAX_BYTES"]
 

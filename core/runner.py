@@ -58,6 +58,8 @@ class ExampleStore:
         self.path = Path(path)
         self._loaded: tuple[float, list[dict], dict[str, dict]] | None = None
         self._lock = threading.Lock()
+        self.problem: str | None = None  # why the file could not be read (logged once per read), else None
+        self._dropped: set[str] = set()  # keys of the entries not served (a checksum that does not match)
 
     @classmethod
     def from_entries(cls, entries: list[dict]) -> "ExampleStore":
@@ -76,12 +78,20 @@ class ExampleStore:
             return [], {}
         with self._lock:
             if self._loaded is None or self._loaded[0] != mtime:
+                self.problem = None
                 try:
                     doc = json.loads(self.path.read_text())
-                    entries = list(doc["entries"]) if doc.get("format") == self.FORMAT else []
-                except (OSError, ValueError, KeyError, TypeError):
+                    if not isinstance(doc, dict) or doc.get("format") != self.FORMAT:
+                        raise TypeError(f"not a {self.FORMAT} file")
+                    entries = list(doc["entries"])
+                except (OSError, ValueError, KeyError, TypeError) as err:  # a corrupt store: said, never silent
                     entries = []
+                    self.problem = f"{type(err).__name__}: {str(err)[:120]}"
+                    log.warning("%s could not be read (%s); its precomputed views are computed afresh when asked for",
+                                self.path, self.problem)
                 whole = [e for e in entries if isinstance(e, dict) and e.get("checksum") == example_checksum(e)]
+                kept = {id(e) for e in whole}
+                self._dropped = {_entry_key(e) for e in entries if isinstance(e, dict) and id(e) not in kept} - {None}
                 if len(whole) < len(entries):
                     log.warning("%s: %d of %d entries not served (no checksum, or one that does not match their "
                                 "content); they are computed when asked for", self.path, len(entries) - len(whole),
@@ -90,6 +100,16 @@ class ExampleStore:
                 index = {result_key(e["fingerprint"], e["analysis"], e["params"]): e for e in entries}
                 self._loaded = (mtime, entries, index)
             return self._loaded[1], self._loaded[2]
+
+    def not_served(self, key: str) -> str | None:
+        """Why the entry ``key`` (:func:`result_key`) is not answered from this store although it was meant to be:
+        the file could not be read, or the entry failed its checksum; None otherwise."""
+        self._load()
+        if self.problem:
+            return f"the precomputed examples ({self.path.name}) could not be read"
+        if key in self._dropped:
+            return f"its precomputed entry in {self.path.name} failed its checksum"
+        return None
 
     def entries(self, analysis: str | None = None) -> list[dict]:
         """The stored entries (of one analysis), in file order."""
@@ -191,11 +211,20 @@ def results_cache():
 
 @dataclass
 class Found:
-    """What :func:`lookup` found: the data, where it came from and its key."""
+    """What :func:`lookup` found: the data, where it came from and its key; ``note``: why a view meant to be
+    precomputed was not (said in its status)."""
 
     data: Any
     source: str  # "precomputed" | "cache" | "computed"
     key: str
+    note: str = ""
+
+
+def _entry_key(e: dict) -> str | None:
+    try:
+        return result_key(e["fingerprint"], e["analysis"], e["params"])
+    except (KeyError, TypeError):
+        return None
 
 
 def has_fields(*keys: str) -> Callable[[Any], None]:
@@ -229,13 +258,17 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
 
     key = result_key(fingerprint, analysis, params)
     schema = None if tensors else schema_for(analysis)
+    why = None
     if examples is not None and not tensors and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)
         wrong = problem(schema, data) if data is not None and schema is not None else None
         if wrong:
             log.warning("the example %s of %s is not served (%s); it is computed instead", key, analysis, wrong)
+            why = f"its precomputed entry does not fit its schema ({wrong})"
         elif data is not None:
             return Found(data, "precomputed", key)
+        else:
+            why = examples.not_served(key)
     make = compute if tensors else (lambda: CacheEntry(compute()))
     entry_check = check if tensors or check is None else (lambda entry: check(entry.data))
     if not cache:
@@ -244,7 +277,8 @@ def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], 
     else:
         entry, hit = results_cache().get_or_compute(fingerprint, analysis, params, make, entry_check,
                                                     schema=schema)
-    found = Found(entry if tensors else entry.data, "cache" if hit else "computed", key)
+    found = Found(entry if tensors else entry.data, "cache" if hit else "computed", key,
+                  f"{why}, so this view was computed afresh" if why else "")
     if _recompute["record"] is not None and not tensors:
         _recompute["record"][key] = {"model": model or fingerprint, "fingerprint": fingerprint, "analysis": analysis,
                                      "params": params, "data": found.data}

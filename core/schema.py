@@ -4,7 +4,8 @@ results cache or an example store would serve (:func:`core.runner.lookup`).
 A schema names every field its view reads, with the value's type, and says where ``None`` is allowed (``Opt``).
 Types: :data:`Num` (a finite int or float, not a bool), :data:`Int`, :data:`Str`, :data:`Bool`, :data:`Anything`
 (any JSON value), ``Opt(t)``, ``ListOf(t, min=0)``, ``DictOf(t)`` (text keys, any names) and ``Rec({name: t})``
-(those fields, others allowed). :func:`problem` says what is wrong with a value, or None; :func:`paths` lists the
+(those fields, others allowed), ``Holds(t, rule)`` (``t`` and a relation between its fields, e.g. a sum that must
+equal a logit). :func:`problem` says what is wrong with a value, or None; :func:`paths` lists the
 fields a schema names (``rows[].name``, ``methods.*.relevance``), which the tests compare with the fields a view
 really reads. :func:`schema_for` is the one registry: each paper's ``schemas.py`` lists its analyses.
 """
@@ -137,6 +138,27 @@ class Rec(Schema):
             path = f"{prefix}.{name}" if prefix else name
             out |= {path} | kind.paths(path)
         return out
+
+
+@dataclass(frozen=True)
+class Holds(Schema):
+    """``inner``, and a relation between its fields that the result must keep: ``rule(value)`` says what is wrong
+    (e.g. MambaLRP's relevances no longer summing to its logit: a value edited and sealed again), or None."""
+
+    inner: Schema
+    rule: Any
+
+    def problem(self, value, where: str) -> str | None:
+        found = self.inner.problem(value, where)
+        return found or (None if (broken := self.rule(value)) is None else f"{where}: {broken}")
+
+    def paths(self, prefix: str) -> set[str]:
+        return self.inner.paths(prefix)
+
+
+def close(a: float, b: float, rel: float = 1e-4) -> bool:
+    """Whether two stored numbers agree to ``rel`` of the larger of them and 1."""
+    return abs(a - b) <= rel * max(1.0, abs(a), abs(b))
 
 
 def problem(schema: Schema, value) -> str | None:

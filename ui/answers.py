@@ -7,9 +7,8 @@ from urllib.parse import quote
 
 import gradio as gr
 
-from core.progress import cancellable
 from core.results import LONG_COLUMNS, Result
-from ui.stopping import stop_flag
+from ui.stopping import watch
 
 MAX_TABLE_ROWS = 500  # rows of one table in an answer (the files hold every row)
 
@@ -41,11 +40,8 @@ def answer(res: Result, request: gr.Request | None = None, **extra) -> str:
 
 def progress_steps(request: gr.Request | None, progress):
     """The ``progress(fraction, message)`` a tool hands to ``core``: gradio's progress in steps of 100 (an MCP client
-    reads "step k of 100"), stopped by this session's Stop."""
-    flag = stop_flag(request)
-    flag.clear()
-    return cancellable(lambda fraction, message: progress((int(round(100 * fraction)), 100), desc=message),
-                       flag.is_set)
+    reads "step k of 100"), stopped by its owner's Stop or when its client leaves (:func:`ui.stopping.watch`)."""
+    return watch(request, lambda fraction, message: progress((int(round(100 * fraction)), 100), desc=message))
 
 
 __all__ = ["answer", "progress_steps", "MAX_TABLE_ROWS"]

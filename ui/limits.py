@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,14 +103,12 @@ async def _drain(receive) -> None:
         more = message["type"] == "http.request" and message.get("more_body", False)
 
 
-def _boundary(headers: dict) -> bytes | None:
-    found = re.search(rb'boundary="?([^";,\s]+)', headers.get(b"content-type", b""))
-    return b"--" + found.group(1) if found else None
-
-
 class RequestSizeLimit:
     """ASGI middleware: answer 413 with one clear message to an HTTP request whose body is over ``max_bytes`` (an
-    upload: over :func:`upload_limits`, in bytes or files), by its Content-Length or as it streams in."""
+    upload to ``/upload``: over :func:`upload_limits`, in bytes or files), by its Content-Length or as it streams in.
+    The files of any body with a multipart boundary (:func:`ui.fence.multipart_boundary`: the parameter as Gradio's
+    parser reads it, in any case, quoted or not) are counted by the parser Gradio uses (:class:`ui.fence.PartCounter`),
+    so no spelling of the boundary leaves them uncounted."""
 
     def __init__(self, app, max_bytes: int = MAX_REQUEST_BYTES, uploads: UploadLimits | None = None):
         self.app = app
@@ -121,14 +118,17 @@ class RequestSizeLimit:
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        upload = scope.get("path", "").endswith("/upload")
-        limits = (self.uploads or upload_limits()) if upload else None
-        cap = limits.max_bytes + MULTIPART_SLACK if upload else self.max_bytes
+        from ui.fence import PartCounter, multipart_boundary
+
         headers = dict(scope.get("headers") or [])
+        boundary = multipart_boundary(headers)
+        upload = scope.get("path", "").endswith("/upload")
+        limits = self.uploads or upload_limits()
+        cap = limits.max_bytes + MULTIPART_SLACK if upload else self.max_bytes
         length = headers.get(b"content-length")
 
         def refusal(size: str) -> str:
-            if upload:
+            if upload or boundary is not None:
                 return str(limits.refusal(f"{size} bytes"))
             return (f"The request is {size} bytes; the app takes at most {self.max_bytes:,}. Fix: shorten the text "
                     "(MambaLRP reads only its first or last 8,192 characters).")
@@ -137,31 +137,31 @@ class RequestSizeLimit:
             if int(length) <= DRAIN_BYTES:  # read it in chunks and drop them (nothing is kept), then answer
                 await _drain(receive)
             return await answer(send, 413, refusal(f"{int(length):,}"))
-        boundary = _boundary(headers) if upload else None
-        seen, parts, tail, refused = 0, 0, b"", None
+        counter = PartCounter(boundary) if boundary is not None else None
+        seen, refused = 0, None
 
         async def counted():
-            nonlocal seen, parts, tail, refused
+            nonlocal seen, refused
             message = await receive()
             if message["type"] == "http.request":
                 body = message.get("body", b"")
                 seen += len(body)
-                if boundary is not None:  # every part starts with the boundary (the closing one adds one more)
-                    window = tail + body
-                    parts += window.count(boundary) - tail.count(boundary)
-                    tail = window[-len(boundary):]
+                if counter is not None:
+                    counter.feed(body)
                 if seen > cap:
                     refused = refusal(f"over {cap:,}")
-                elif boundary is not None and parts - 1 > limits.max_files:
+                elif counter is not None and counter.parts > limits.max_files:
                     refused = str(limits.refusal(f"more than {limits.max_files} files"))
                 if refused and boundary is not None:
                     # drop the rest, then end the body with a part Gradio's parser refuses: it removes every file
                     # of this request (on a disconnect it would leave them); the answer is sent below
                     if message.get("more_body"):
                         await _drain(receive)
-                    return {"type": "http.request", "body": b"\r\n" + boundary + b"\r\n\x01\r\n\r\n",
+                    return {"type": "http.request", "body": b"\r\n--" + boundary + b"\r\n\x01\r\n\r\n",
                             "more_body": False}
                 if refused:  # stop reading, as if the client had gone
+                    if message.get("more_body"):
+                        await _drain(receive)
                     return {"type": "http.disconnect"}
             return message
 
@@ -174,7 +174,7 @@ class RequestSizeLimit:
         except Exception:  # noqa: BLE001 - the app failing on the body cut short is the refusal, said below
             if refused is None:
                 raise
-        if refused is not None and upload:
+        if refused is not None:  # an upload or a body of any kind (a chunked JSON body: was HTTP 500)
             await answer(send, 413, refused)
 
 
@@ -184,8 +184,9 @@ def middleware(served=()) -> list:
     from starlette.middleware import Middleware
 
     from core.settings import is_public
+    from ui.fence import BodyFence
     from ui.links import LinkLengthLimit
     from ui.public import ServerPathGuard
 
-    guards = [Middleware(LinkLengthLimit), Middleware(RequestSizeLimit)]
+    guards = [Middleware(LinkLengthLimit), Middleware(RequestSizeLimit), Middleware(BodyFence)]
     return guards + ([Middleware(ServerPathGuard, served=list(served))] if is_public() else [])

@@ -10,7 +10,7 @@ from ui import batch, layers
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop
-from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
+from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame, image_file
 
 TITLE = "MambaLRP"
 TOP = lrp.TOP  # the target dropdown's "top prediction"
@@ -175,8 +175,8 @@ def build(ctx: AppContext) -> None:
         with gr.Row():
             sample = finite_number(value=image_ex.data["sample"] if image_ex else 0, precision=0, minimum=0,
                                    label="mnist-5k test sample (used when no image is uploaded)", elem_id="lrp-sample")
-            upload = gr.Image(type="numpy", image_mode=None, label="…or upload a digit (any size; made grey 28×28)",
-                              height=160, elem_id="lrp-upload")
+            upload = image_file(image_mode=None, label="…or upload a digit (up to 16 Mpx; made grey 28×28)",
+                                height=160, elem_id="lrp-upload")  # a path: decoded after its header is read
             image_target = _target_box(image_ex, "Explain which class", "lrp-image-target")
             image_btn = gr.Button("Explain image", variant="primary", elem_id="lrp-image-btn")
         image_status = gr.Markdown(image_ex.status if image_ex else "Press Explain.", elem_id="lrp-image-status")

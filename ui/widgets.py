@@ -85,3 +85,21 @@ def figure_or(result, name: str, message: str):
     if result is not None and name in result.figures:
         return result.figures[name]
     return message_figure(message)
+
+
+def image_file(**kwargs) -> gr.Image:
+    """An image upload (``gr.Image``) handed to the handler as its file's path, not opened by Gradio: the handler reads
+    the header first (:func:`core.lrp.inputs.prepare_image` refuses a decompression bomb before decoding it) and
+    answers a file that is not an image with the app's own message (Gradio's own failure is a bare
+    ``{"error": null}`` in public mode). An instance's ``preprocess`` (a subclass would make Gradio write a stub file
+    beside this module)."""
+    box = gr.Image(type="filepath", **kwargs)
+    opened = box.preprocess
+
+    def preprocess(payload):
+        if payload is None or (payload.url or "").startswith("data:"):  # an inline image: Gradio writes the file
+            return opened(payload)
+        return str(payload.path) if payload.path else None
+
+    box.preprocess = preprocess
+    return box

@@ -163,6 +163,7 @@ def _key_token_args(p) -> None:
 def _precompute_args(p) -> None:
     p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(lrp.EVALUATION_ITEMS)}")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
+    p.set_defaults(out_adds=True)  # a store it adds its own files to: no --overwrite needed
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
     p.add_argument("--threads", type=int, default=2)

@@ -13,11 +13,13 @@ predicts.
 """
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from core.budget import check_image_header
 from core.errors import BadInputError
 
 MAX_TOKENS = 512  # longer texts are cut (the page says so); the embedded models were trained on <= 96 tokens
@@ -162,6 +164,33 @@ def target_label(prediction: dict, lm: bool) -> str:
     return f"{prediction['name']!r} ({pct})" if lm else f"{prediction['id']}: {prediction['name']} ({pct})"
 
 
+def _open_image(path, size: int):
+    """``(image, its size as the header states it)`` of the file at ``path``, decoded only once its header says it is within
+    :func:`core.budget.max_image_pixels` (a 13,000 x 13,000 PNG of 657 KB decodes to 5 GB); a JPEG is decoded at a
+    reduced scale when it is much larger than ``size`` (its DCT scaling: no full-size copy is made)."""
+    from PIL import Image
+
+    try:
+        with warnings.catch_warnings():  # PIL warns past 89 Mpx; this app's own cap is far below and said
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            image = Image.open(path)  # reads the header only
+    except Image.DecompressionBombError:  # PIL's own limit (179 Mpx) is far above this app's
+        raise BadInputError("The image has more pixels than this app decodes.",
+                            fix="Upload a smaller image (a digit reads well at 28 x 28 to a few hundred pixels).") \
+            from None
+    except Exception:
+        raise BadInputError("That file is not an image.", fix="Upload a PNG or JPEG of a digit.") from None
+    header = image.size
+    check_image_header(*header)
+    if image.format == "JPEG" and min(header) > 8 * size:
+        image.draft(image.mode, (8 * size, 8 * size))
+    try:
+        image.load()
+    except Exception:
+        raise BadInputError("That file is not an image.", fix="Upload a PNG or JPEG of a digit.") from None
+    return image, header
+
+
 def prepare_image(image, size: int = 28) -> tuple[np.ndarray, str]:
     """An uploaded image -> ``(size, size)`` float32 in [0, 1] (white digit on black, like MNIST) and a note.
 
@@ -172,14 +201,11 @@ def prepare_image(image, size: int = 28) -> tuple[np.ndarray, str]:
 
     if image is None:
         raise BadInputError("No image.", fix="Upload an image or pick a test sample.")
-    notes = []
+    notes, header = [], None
     if isinstance(image, (str, Path)):
-        try:
-            image = Image.open(image)
-            image.load()
-        except Exception:
-            raise BadInputError("That file is not an image.", fix="Upload a PNG or JPEG of a digit.") from None
+        image, header = _open_image(image, size)
     if isinstance(image, Image.Image):
+        check_image_header(*image.size)
         if image.mode not in ("L", "1", "I", "I;16", "F"):
             notes.append(f"converted from {image.mode} to grey")
         arr = np.asarray(image.convert("F"), dtype=np.float32)
@@ -189,6 +215,8 @@ def prepare_image(image, size: int = 28) -> tuple[np.ndarray, str]:
             arr = arr * 255.0
     else:
         arr = np.asarray(image)
+        if arr.ndim >= 2:
+            check_image_header(arr.shape[1], arr.shape[0])
         if arr.dtype == object or arr.dtype.kind not in "biuf":
             raise BadInputError("That is not an image.", fix="Upload a PNG or JPEG of a digit.")
         arr = arr.astype(np.float32)
@@ -212,7 +240,7 @@ def prepare_image(image, size: int = 28) -> tuple[np.ndarray, str]:
         raise BadInputError("The image has non-finite pixel values.")
     if (h, w) != (size, size):
         arr = np.asarray(Image.fromarray(arr.astype(np.float32), mode="F").resize((size, size), Image.BILINEAR))
-        notes.append(f"resized from {w}x{h} to {size}x{size}")
+        notes.append("resized from {}x{} to {}x{}".format(*(header or (w, h)), size, size))
     arr = np.clip(arr / 255.0, 0.0, 1.0)
     border = np.concatenate([arr[0], arr[-1], arr[:, 0], arr[:, -1]])
     if border.mean() > 0.5:

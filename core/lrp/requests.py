@@ -273,6 +273,21 @@ class DatasetRequest:
         return {"dataset": self.dataset, "split": self.split, "n": self.n, "seed": self.seed, "target": self.target,
                 "methods": self.methods, "options": self.options}
 
+    def _passes(self) -> int:
+        """Passes (a forward pass each; an explanation is a forward and a backward: 3) per sample and method."""
+        return 3
+
+    def price(self):
+        """What the evaluation costs (:mod:`core.budget`): ``n`` samples of at most ``max_tokens`` tokens (or
+        :data:`core.budget.SAMPLE_TOKENS`), each explained by each method and perturbed as :meth:`_passes` says."""
+        from core.budget import SAMPLE_TOKENS, Price, model_flops
+
+        params = sum(p.numel() for p in self.loaded.model.parameters())
+        tokens = self.n * getattr(self, "max_tokens", SAMPLE_TOKENS) * len(self.methods) * self._passes()
+        return Price(model_flops(params, tokens), f"{self.n:,} samples x {len(self.methods)} methods x "
+                     f"{self._passes()} passes of {self.model} ({params / 1e6:.1f} M parameters)",
+                     fix="fewer samples (N), flip steps or methods.")
+
 
 @dataclass(frozen=True, kw_only=True)
 class EvaluationRequest(DatasetRequest):
@@ -294,6 +309,9 @@ class EvaluationRequest(DatasetRequest):
     def key(self):
         return self.model, self.loaded.fingerprint, {**self._params(), "steps": self.steps, "baseline": self.baseline,
                                                      "faithfulness": self.faithfulness}
+
+    def _passes(self) -> int:
+        return 3 + (2 * (self.steps + 1) if self.faithfulness else 0)  # MoRF and LeRF: a forward per flip step
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,6 +366,20 @@ class KeyTokenRequest:
     def model_name(self) -> str:
         """What the result is filed under: ``key-token`` (Mamba-1), ``key-token-mamba2``, ``key-token-hybrid``."""
         return "key-token" if self.family == "mamba" else f"key-token-{self.family}"
+
+    def price(self):
+        """What it costs (:mod:`core.budget`): per seed, the classifier's training and ``n`` sequences explained by
+        each method, on the small backbone of :data:`core.lrp.key_token.KEY_TOKEN_MODEL`."""
+        from core.budget import Price, model_flops
+        from core.lrp.key_token import KEY_TOKEN_MODEL as m
+
+        h, layers, e = m["hidden_size"], m["num_hidden_layers"], m["expand"]
+        params = m["vocab_size"] * h + layers * 4 * e * h * h
+        train = m["steps"] * m["batch_size"] * m["length"]
+        explained = self.n * len(self.methods) * 3 * m["length"]
+        return Price(self.seeds * (model_flops(params, train, backward=True) + model_flops(params, explained)),
+                     f"{self.seeds} seeds x ({m['steps']} training steps + {self.n:,} sequences x "
+                     f"{len(self.methods)} methods)", fix="fewer sequences (n), seeds or methods.")
 
     def key(self):
         params = {"n": self.n, "k": self.k, "seed": self.seed, "methods": self.methods, "options": self.options,

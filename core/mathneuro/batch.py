@@ -17,7 +17,8 @@ def settings(model=None, math=None, nonmath=None, n=None, proportion=None, metho
     from core.mathneuro.requests import DEFAULTS, IdentifyRequest
 
     d = DEFAULTS
-    req = IdentifyRequest.parse(model or d["model"], math or d["math"], nonmath or d["nonmath"][0], n or d["n"],
+    req = IdentifyRequest.parse(model or d["model"], math or d["math"], nonmath or d["nonmath"][0],
+                                d["n"] if n is None else n,  # -n 0 is refused, not read as the default (issue 42)
                                 d["proportion"] if proportion is None else proportion, method or d["method"])
     return {"model": req.ref, "math": req.math, "nonmath": req.nonmath, "n": req.n, "proportion": req.proportion,
             "method": req.method}

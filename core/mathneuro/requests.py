@@ -119,6 +119,22 @@ class Request:
 
         return self.ref, fingerprint(self.ref), self.params()
 
+    def price(self):
+        """What the analysis costs (:mod:`core.budget`): N samples of the math and each non-math dataset scored
+        (forward and backward; ``repeats`` times more for the consistency), and ``eval_n`` items of each dataset
+        evaluated before and after each setting (method, K or factor)."""
+        from core.budget import SAMPLE_TOKENS, Price, model_flops, model_parameters
+
+        params = model_parameters(self.ref)
+        datasets = 1 + (len(self.nonmath) if isinstance(self.nonmath, tuple) else 1)
+        scored = self.n * datasets * (1 + getattr(self, "repeats", 0))
+        settings = max(len(getattr(self, name, ()) or ()) for name in ("methods", "proportions", "factors"))
+        evaluated = getattr(self, "eval_n", 0) * (1 + settings) * datasets
+        return Price(model_flops(params, scored * SAMPLE_TOKENS, backward=True)
+                     + model_flops(params, evaluated * SAMPLE_TOKENS),
+                     f"{scored:,} samples scored and {evaluated:,} items evaluated on {self.ref} "
+                     f"({params / 1e6:.1f} M parameters)", fix="a smaller N, fewer evaluation items or settings.")
+
 
 @dataclass(frozen=True)
 class IdentifyRequest(Request):

@@ -22,7 +22,7 @@ from core.mixln.placements import PLACEMENTS, Placement, placement_choices, plac
 # the committed runs
 from core.mixln.recipe import (ASSETS as RUNS_DIR, RECIPE, RECIPE_MODEL, RECIPE_TRAIN, RUN_SETS, recipe_command,
                                recipe_jobs)
-from core.mixln.folders import list_runs, resolve_run
+from core.mixln.folders import RUN_REFERENCES, committed_runs, list_runs, resolve_run
 from core.mixln.summary import compare_table
 from core.mixln.retrain import record_prefixes  # the committed runs' float64 prefixes recorded again
 # what the actions take

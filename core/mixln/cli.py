@@ -16,6 +16,7 @@ import argparse
 import json
 import signal
 import time
+from pathlib import Path
 
 import core.mixln as mixln
 from core.cli_common import ProgressBar, emit, set_threads, table
@@ -86,6 +87,7 @@ def _train_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=T["seed"])
     p.add_argument("--tokenizer", default=None, help="a tokenizer.json to reuse (default: train one)")
     p.add_argument("--out", default=None, help="run folder to write (required unless --resume or --recipe)")
+    p.set_defaults(out_adds=lambda out: (Path(out) / "run.json").is_file())  # a run folder: its own files again
     p.add_argument("--resume", default=None, help="continue the run in this folder from its last checkpoint")
     p.add_argument("--quick", action="store_true", help="a tiny smoke run: 4 layers, width 32, 6 steps (reuses the committed tokenizer)")
     p.add_argument("--recipe", action="store_true", help="retrain every committed run into --out (default assets/mixln)")
@@ -198,6 +200,7 @@ def _run_train(args, progress=None, show: bool = True) -> None:
 
 def _reproduce_args(p):
     p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
+    p.set_defaults(out_adds=True)  # a store it adds its own files to: no --overwrite needed
     p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
                    help="retrain only these run sets (default: all)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these placements (e.g. pre-ln post-ln)")

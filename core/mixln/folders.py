@@ -10,6 +10,7 @@ Nothing here trains or writes.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -20,6 +21,7 @@ from pathlib import Path
 import torch
 
 from core.errors import BadInputError
+from core.references import Registry
 from core.mixln.data import load_tokenizer, pack, prepare_corpus
 from core.mixln.model import MixLNForCausalLM
 from core.mixln.placements import placement_label, placement_of
@@ -86,29 +88,40 @@ def list_runs(root: str | os.PathLike = ASSETS) -> list[str]:
     return [n for n in RECIPE if n in found] + [n for n in found if n not in RECIPE]
 
 
-def _committed_name(ref) -> bool:
-    """Whether ``ref`` is shaped like a committed run's name (``pre-ln``, ``depth-24/pre-ln/seed-1``): relative parts
-    of letters, digits, ``.``, ``_`` and ``-``, none of them ``..``."""
-    parts = str(ref).split("/")
-    return all(p and p not in (".", "..") and all(c.isalnum() or c in "._-" for c in p) for p in parts)
+@functools.lru_cache(maxsize=4)
+def committed_runs(root: str | os.PathLike = ASSETS) -> dict[str, Path]:
+    """``{name: folder}`` of every run folder under ``root`` (the committed runs by default: ``pre-ln``,
+    ``depth-24/pre-ln/seed-1``, ...), listed once per process: the registry a run name is looked up in, as text."""
+    root = Path(root)
+    found = sorted(p.parent for p in root.rglob("run.json") if _is_run(p.parent)) if root.is_dir() else []
+    return {f.relative_to(root).as_posix(): f for f in found}
+
+
+def _local_run(ref: str) -> Path:
+    return resolve_run(ref)
+
+
+# ``mixln:<run>``: a committed run by name (a NeuZip training source, ...), through core.references.check_reference;
+# locally also a run folder ``mixln train`` wrote
+RUN_REFERENCES = Registry("mixln-run", committed_runs, prefix="mixln:", local=_local_run, what="Mix-LN run",
+                          example="mixln:pre-ln")
 
 
 def resolve_run(ref: str | os.PathLike, root: str | os.PathLike = ASSETS) -> Path:
     """The run folder ``ref`` names: a run under ``root`` (the committed runs), else a run folder anywhere. In public
-    mode only a committed run's name (or a committed run's folder, as the app's own code passes them) is taken; any
-    other reference gets :func:`core.zoo.hub.not_offered` (the same message whatever it names, before any file
-    outside the committed runs is looked at)."""
+    mode only a committed run's name (looked up as text in :func:`committed_runs`) or a committed run's folder (as the
+    app's own code passes them) is taken; any other reference gets :func:`core.zoo.hub.not_offered` (the same
+    message whatever it names, before any file outside the committed runs is looked at)."""
     from core.settings import is_public
 
-    if is_public():  # a name (what a visitor sends is text) under root, or a folder the app itself passes
-        folder = Path(ref) if isinstance(ref, Path) else Path(root) / ref if isinstance(ref, str) and \
-            _committed_name(ref) else None
-        assets = Path(ASSETS).resolve()
-        if folder is None or not Path(os.path.abspath(folder)).is_relative_to(assets) or \
-                not folder.resolve().is_relative_to(assets) or not _is_run(folder):  # read as written, then on disk
-            from core.zoo.hub import not_offered
-            raise not_offered()
-        return folder
+    if is_public():  # a name (what a visitor sends is text) of the registry, or a registry folder the app passes
+        runs = committed_runs()
+        if isinstance(ref, str) and ref in runs:
+            return runs[ref]
+        if isinstance(ref, Path) and ref in runs.values():
+            return ref
+        from core.zoo.hub import not_offered
+        raise not_offered()
     folder = Path(root) / str(ref)
     if not _is_run(folder):
         folder = Path(ref)

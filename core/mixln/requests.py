@@ -85,6 +85,41 @@ def _subject(ref) -> tuple[str, Path | None]:
         return str(ref), None
 
 
+def _size(ref: str, run: Path | None) -> tuple[int, int]:
+    """(parameters, decoder layers) of a diagnostic's subject, from its files (nothing loaded): a run folder, or a
+    model of the zoo (a hub id is counted once loaded)."""
+    import json
+
+    from core.budget import model_parameters
+    from core.zoo import resolve
+
+    folder = run if run is not None else resolve(ref)[1]
+    try:
+        config = json.loads((Path(folder) / "config.json").read_text()) if folder is not None else {}
+    except (OSError, ValueError):
+        config = {}
+    layers = int(config.get("num_hidden_layers") or config.get("num_layers") or 32)
+    if run is not None:
+        from core.zoo.safetensors_check import summarize
+
+        return int(summarize(sorted(run.glob("*.safetensors")))["parameters"]), layers
+    return model_parameters(ref), layers
+
+
+def _diagnostic_price(subjects, samples: int, seq_len: int, passes, backward: bool = False):
+    """The price (:mod:`core.budget`) of a diagnostic over ``subjects`` ((ref, run) pairs): ``passes(layers)``
+    passes over ``samples`` windows of ``seq_len`` tokens each."""
+    from core.budget import Price, model_flops
+
+    flops, shown = 0.0, []
+    for ref, run in subjects:
+        params, layers = _size(ref, run)
+        flops += passes(layers) * model_flops(params, samples * seq_len, backward=backward)
+        shown.append(f"{ref} ({params / 1e6:.1f} M parameters)")
+    return Price(flops, f"{samples} windows x {seq_len:,} tokens of {', '.join(shown)}",
+                 fix="fewer samples or shorter windows (seq_len).")
+
+
 @dataclass(frozen=True)
 class NoInput:
     """An action without inputs."""
@@ -193,6 +228,9 @@ class AngularRequest:
         """(the run's or model's name, its weights' fingerprint, :attr:`params`): how the result is stored."""
         return run_name(self.run) if self.run is not None else self.ref, fingerprint_of(self.ref, self.run), self.params
 
+    def price(self):
+        return _diagnostic_price([(self.ref, self.run)], self.samples, self.seq_len, lambda layers: 1)
+
 
 @dataclass(frozen=True)
 class RemovalRequest:
@@ -218,6 +256,10 @@ class RemovalRequest:
     def params(self) -> dict:
         return self.params_of(self.runs[0])
 
+    def price(self):
+        """Each subject's windows passed through the whole model, then once without each of its layers."""
+        return _diagnostic_price(list(zip(self.refs, self.runs)), self.samples, self.seq_len, lambda layers: layers + 1)
+
 
 @dataclass(frozen=True)
 class ModelGradnormsRequest:
@@ -238,6 +280,9 @@ class ModelGradnormsRequest:
     def params(self) -> dict:
         return {"samples": self.samples, "seq_len": self.seq_len, "corpus": _corpus(self.run)}
 
+    def price(self):
+        return _diagnostic_price([(self.ref, self.run)], self.samples, self.seq_len, lambda layers: 1, backward=True)
+
 
 @dataclass(frozen=True)
 class LiveRequest:
@@ -256,6 +301,19 @@ class LiveRequest:
             raise BadInputError(f"unknown norm placement {placement!r}.", fix=f"use one of: {', '.join(PLACEMENTS)}.")
         return cls(placement, alpha, check_number(layers, "layers", 1, 64, whole=True),
                    check_number(steps, "steps", 1, 100_000, whole=True))
+
+    def price(self):
+        """The run's training steps of :data:`LIVE_TRAIN`'s batch of windows, forward and backward, through
+        :data:`LIVE_MODEL` cut to ``layers`` layers (:mod:`core.budget`; its evaluations are a few percent more)."""
+        from core.budget import Price, model_flops
+
+        m, t = LIVE_MODEL, LIVE_TRAIN
+        h = m["hidden_size"]
+        params = 2 * m["vocab_size"] * h + self.layers * (4 * h * h + 3 * h * m["intermediate_size"])
+        tokens = self.steps * t["batch_size"] * t["seq_len"]
+        return Price(1.1 * model_flops(params, tokens, backward=True),
+                     f"{self.steps:,} steps x {t['batch_size']} x {t['seq_len']} tokens of a {self.layers}-layer model "
+                     f"({params / 1e6:.1f} M parameters)", fix="fewer steps or layers.")
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Iterator
 
 from core.analyses import answer
+from core.budget import charge_request
 from core.mixln import folders, launch, reference, retrain
 from core.mixln.recipe import LIVE_MODEL, LIVE_TRAIN, recipe_command
 from core.mixln.requests import DEFAULT_RUNS
@@ -131,6 +132,7 @@ def live_run(placement: str, alpha: float, layers: int, steps: int, progress: Pr
     """Train a small model now (nothing is written) and yield a Result (status, loss and gradient-norm figures) at
     every evaluation and gradient-norm log; a ``progress`` that raises ``Cancelled`` ends it, keeping the curves."""
     req = request("live", placement, alpha, layers, steps)
+    charge_request(req)  # priced before it trains, against the one budget (public mode; core.budget)
     sizes = {**LIVE_MODEL, "num_layers": req.layers}
     tcfg = {**LIVE_TRAIN, "steps": req.steps, "eval_every": max(5, req.steps // 6)}
     tok = folders.ASSETS / "tokenizer.json"

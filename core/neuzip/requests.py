@@ -145,6 +145,15 @@ class ThroughputRequest(TableRequest):
         """The lossy NeuZip settings timed besides the lossless one."""
         return [] if self.k == 7 else [(self.k, self.block_size)]
 
+    def price(self):
+        """Each codec compressing and decompressing ``numel`` weights ``repeats`` times (:mod:`core.budget`: about a
+        hundred operations a weight and codec)."""
+        from core.budget import Price
+
+        codecs = 8 + len(self.lossy)
+        return Price(100.0 * codecs * self.numel * self.repeats, f"{codecs} codecs x {self.numel:,} weights x "
+                     f"{self.repeats} repeats", fix="fewer weights (numel) or repeats.")
+
     def params(self) -> dict:
         return {"k": self.k, "block_size": self.block_size, "numel": self.numel, "repeats": self.repeats,
                 "version": CACHE_VERSION}
@@ -229,6 +238,16 @@ class TradeoffRequest:
         return cls(ref, ks, b, words, window, bool(baselines), dataset,
                    tuple(default_settings(ks, b, bool(baselines))), bool(cache))
 
+    def price(self):
+        """Each setting's perplexity over ``words`` words (about 1.5 tokens a word, windows overlapping by half: two
+        forward passes a token) after compressing every weight (about a hundred operations a weight)."""
+        from core.budget import Price, model_flops, model_parameters
+
+        params, points = model_parameters(self.ref), max(1, len(self.settings))
+        flops = points * (model_flops(params, 2 * 1.5 * self.words) + 100.0 * params)
+        return Price(flops, f"{points} settings x {self.words:,} words of {self.ref} ({params / 1e6:.1f} M "
+                     "parameters)", fix="fewer words or settings (k values, baselines).")
+
     def params(self) -> dict:
         from core.settings import is_online
 
@@ -284,11 +303,12 @@ class TrainingRequest:
     @classmethod
     def parse(cls, ref, modes, steps=8, batch=1, seq=64, seed=0, lr=None, device="cpu", layers=None, budget_s=None,
               compress_threads=0) -> "TrainingRequest":
-        from core.neuzip.training import check_modes
+        from core.neuzip.training import check_modes, source_reference
 
         ref = parse_model(ref)
         modes = check_modes(modes)
         _public_training(ref)
+        source_reference(ref)  # the one reference check, before anything loads (a path in any spelling: issue 42)
         steps = check_number(steps, "steps", 1, MAX_TRAIN_STEPS, whole=True)
         batch = check_number(batch, "batch", 1, 256, whole=True)
         seq = check_number(seq, "sequence length", 8, 8192, whole=True)
@@ -303,6 +323,22 @@ class TrainingRequest:
         budget_s = None if budget_s in (None, "", 0) else check_number(budget_s, "budget (s)", 1, 86400)
         compress_threads = check_number(compress_threads, "compress threads", 0, 1, whole=True)
         return cls(ref, modes, steps, batch, seq, seed, lr, device, layers, budget_s, compress_threads)
+
+    def price(self):
+        """What the run costs (:mod:`core.budget`): every mode trains ``steps`` x ``batch`` x ``seq`` tokens forward and
+        backward (LOMO + NeuZip twice: each layer is decompressed for the forward and again in the backward)."""
+        from core.budget import Price, model_flops
+        from core.neuzip.training import source_parameters
+
+        params = source_parameters(self.ref, self.layers)
+        tokens = self.steps * self.batch * self.seq
+        weight = sum(2 if m == "lomo+neuzip" else 1 for m in self.modes)
+        return Price(weight * model_flops(params, tokens, backward=True),
+                     f"{len(self.modes)} mode{'s' * (len(self.modes) > 1)} x {self.steps:,} step"
+                     f"{'s' * (self.steps > 1)} x {self.batch} x {self.seq:,} tokens of {self.ref} "
+                     f"({params / 1e6:.1f} M parameters)",
+                     fix="fewer steps, a smaller batch or shorter sequences, fewer modes or a smaller model "
+                         "(`python -m core neuzip train` on your own machine has no budget).")
 
     def settings(self):
         from core.neuzip.training import TrainSettings

@@ -169,34 +169,59 @@ def _cut(model: nn.Module, layers: int | None) -> nn.Module:
     return model
 
 
+def _random_configs() -> dict:
+    return dict.fromkeys(RANDOM_MODELS)
+
+
+def source_reference(ref: str):
+    """The checked reference of a training source (:func:`core.references.check_reference`): a random-weight
+    configuration of :data:`RANDOM_MODELS`, a committed Mix-LN run ``mixln:<name>`` (looked up by name, never joined to
+    a path; locally also ``mixln:<run folder>``), or a model of the zoo. Public mode refuses anything else with its one
+    message, before anything is opened."""
+    from core.mixln import RUN_REFERENCES
+    from core.references import Registry, check_reference
+
+    return check_reference(ref, (RUN_REFERENCES, Registry("random", _random_configs, what="random configuration")))
+
+
+def source_parameters(ref: str, layers: int | None = None) -> int:
+    """How many parameters the training source ``ref`` has (cut to ``layers`` for a random configuration), counted
+    without building its weights: a configuration on the meta device, a run or a model from its headers."""
+    found = source_reference(ref)
+    if found.kind == "random":
+        return sum(p.numel() for p in _Source(ref, 0).build(layers, meta=True).parameters())
+    if found.kind == "mixln-run":
+        from core.zoo.safetensors_check import summarize
+
+        return int(summarize(sorted(found.folder.glob("*.safetensors")))["parameters"])
+    from core.budget import model_parameters
+
+    return model_parameters(found.text)
+
+
 class _Source:
     """Builds fresh bf16 copies of one model (the same weights each time) and says what it is."""
 
     def __init__(self, ref: str, seed: int):
-        self.ref, self.seed = ref, seed
+        found = source_reference(ref)
+        self.ref, self.seed, self.kind = found.text, seed, found.kind
         self.tokenizer = None
         self.loaded = None
-        if ref in RANDOM_MODELS:
-            self.label = f"{ref} (Llama configuration, random weights)"
-        elif ref.startswith("mixln:"):
-            from core.paths import ASSETS_DIR
-
-            folder = ASSETS_DIR / "mixln" / ref.split(":", 1)[1]
-            if not (folder / "config.json").is_file():
-                raise BadInputError(f"no Mix-LN run {ref!r}.",
-                                    fix="use mixln:pre-ln, mixln:post-ln, mixln:mix-ln-0.25, ...")
-            self.folder, self.label = folder, f"{ref} (this project's Mix-LN run)"
+        if found.kind == "random":
+            self.label = f"{self.ref} (Llama configuration, random weights)"
+        elif found.kind == "mixln-run":
+            self.folder, self.label = found.folder, f"{self.ref} (this project's Mix-LN run)"
         else:
             from core.zoo import load_model
 
-            self.loaded = load_model(ref)
+            self.loaded = load_model(self.ref)
             self.tokenizer = self.loaded.tokenizer
-            self.label = ref
+            self.label = self.ref
 
     def build(self, layers: int | None = None, meta: bool = False) -> nn.Module:
         """A fresh bf16 copy; ``meta``: on the meta device (its shapes only; random configurations)."""
         torch.manual_seed(self.seed)
-        if self.ref in RANDOM_MODELS:
+        if self.kind == "random":
             from transformers import LlamaConfig, LlamaForCausalLM
 
             cfg = dict(RANDOM_MODELS[self.ref])
@@ -212,7 +237,7 @@ class _Source:
                     model = LlamaForCausalLM(config)
             finally:
                 torch.set_default_dtype(default)
-        elif self.ref.startswith("mixln:"):
+        elif self.kind == "mixln-run":
             from core.mixln import MixLNForCausalLM
 
             model = MixLNForCausalLM.from_pretrained(self.folder)

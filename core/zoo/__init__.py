@@ -2,7 +2,7 @@
 
 Public API: :func:`load_model` (the one bounded model cache), :func:`require_kind` (refuse the wrong kind of
 model for an action), :func:`fingerprint` (without loading),
-:func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
+:func:`parameter_count` (from the headers), :func:`list_cards`, :func:`card_of`, :func:`prepare_model`, :class:`ModelCard`, :class:`LoadedModel`,
 :func:`module_fingerprint`, :func:`private_view` (a request's own view of a shared model), :func:`token_texts` (``<id N>``
 past the tokenizer), :func:`hub_choices` (the hub ids pickers offer, the allow-list of shared deployments),
 :func:`model_device` (where loaded models run: the CPU, or a GPU Space's GPU); :class:`Placement`,
@@ -11,8 +11,8 @@ past the tokenizer), :func:`hub_choices` (the hub ids pickers offer, the allow-l
 """
 from core.zoo.card import ModelCard
 from core.zoo.device import model_device
-from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, require_kind, \
-    resolve, token_texts
+from core.zoo.loading import LoadedModel, clear_loaded, fingerprint, load_model, module_fingerprint, parameter_count, \
+    require_kind, resolve, token_texts
 from core.zoo.hub import PAPER_CHECKPOINTS, allowed_hub_models, hub_choices
 from core.zoo.placement import Placement, add_placement_args, make_placement, placed
 from core.zoo.registry import PACKAGED, card_of, list_cards, registered_names
@@ -32,6 +32,7 @@ def prepare_model(name: str, progress=None, force: bool = False):
 
 
 __all__ = ["ModelCard", "LoadedModel", "load_model", "list_cards", "card_of", "registered_names", "prepare_model",
-           "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "resolve", "token_texts", "PACKAGED",
+           "clear_loaded", "require_kind", "fingerprint", "module_fingerprint", "parameter_count", "resolve", "token_texts",
+           "PACKAGED",
            "PAPER_CHECKPOINTS", "allowed_hub_models", "hub_choices", "Placement", "add_placement_args", "make_placement",
            "placed", "private_view", "model_device"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,16 +16,16 @@ from typing import Any
 import torch
 
 from core.errors import ModelLoadError
+from core.references import check_reference
 from core.settings import bound_hub_requests, is_online, is_public
 from core.zoo import registry
 from core.zoo.card import ModelCard
 from core.zoo.construction import constructing
 from core.zoo.device import on_model_device
-from core.zoo.hub import allowed_hub_models, check_allowed, hub_error, kind_from_config, not_offered
-from core.zoo.safetensors_check import read_header
+from core.zoo.hub import hub_error, kind_from_config
+from core.zoo.safetensors_check import read_header, summarize
 
 _PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".ckpt", ".pkl")
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
 
 
 @dataclass
@@ -295,36 +294,12 @@ def _card_kind(folder: Path | None) -> str | None:
 
 
 def resolve(ref: str) -> tuple[str, Path | None]:
-    """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``. In public mode
-    (:func:`core.settings.is_public`) only registered names and allowed hub ids pass; every other reference gets
-    :func:`core.zoo.hub.not_offered` before anything on the server is looked at."""
-    if not isinstance(ref, str):
-        raise ModelLoadError(f"{ref!r} is not a model name.", fix="choose a model from `python -m core models list`.")
-    ref = ref.strip()
-    if not ref:
-        raise ModelLoadError("no model given.", fix="choose a model from `python -m core models list`.")
-    if ref in registry.registered_names():
-        return "registered", registry.folder_of(ref)
-    if is_public():  # a registered name or an allowed hub id; anything else, one message, no file system call
-        allowed = allowed_hub_models() or ()
-        if ref in allowed and _HUB_ID.match(ref):
-            return "hub", None
-        raise not_offered()
-    path = Path(os.path.expanduser(ref))
-    try:
-        exists = path.exists()
-    except OSError:  # e.g. a name longer than a file name may be (ENAMETOOLONG): not a folder here
-        exists = False
-    if exists:
-        if not path.is_dir():
-            raise ModelLoadError(f"{ref} is a file; a model is a folder (config.json + *.safetensors).",
-                                 fix="pass the folder that holds the file.")
-        return "local", path
-    if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
-        check_allowed(ref)
-        return "hub", None
-    raise ModelLoadError(f"{ref!r} is not a registered model, an existing folder or a hub id.",
-                         fix=f"choose one of {', '.join(registry.registered_names())}, or give a folder path.")
+    """Classify a model reference: ``("registered"|"local"|"hub", folder or None)``, through the one reference check
+    (:func:`core.references.check_reference`). In public mode (:func:`core.settings.is_public`) only registered names
+    and allowed hub ids pass; every other reference gets :func:`core.zoo.hub.not_offered` before anything on the
+    server is looked at."""
+    found = check_reference(ref)
+    return found.kind, found.folder
 
 
 def check_built(model: torch.nn.Module, name: str) -> None:
@@ -477,6 +452,16 @@ def fingerprint(ref: str) -> str:
             read_header(f)  # a truncated or corrupt file is named with the fix, as load_model does
         return folder_fingerprint(folder, files, registered=how == "registered")
     return load_model(ref).fingerprint
+
+
+def parameter_count(ref: str) -> int:
+    """How many parameters ``ref`` has, read from its safetensors headers without loading it (a registered name or a
+    folder); a hub id is loaded to count them (public mode allows only the listed ones)."""
+    how, folder = resolve(ref)
+    files = registry.weight_files(folder) if folder is not None and folder.is_dir() else []
+    if files:
+        return int(summarize(files)["parameters"])
+    return sum(p.numel() for p in load_model(ref).model.parameters())
 
 
 def clear_loaded() -> None:

@@ -152,3 +152,37 @@ def test_the_registry_lists_each_papers_kind_with_its_input_column():
     assert {k: v.column for k, v in found.items()} == {"lrp": "text", "mathneuro": "prompt", "neuzip": "model"}
     with pytest.raises(BadInputError, match="no batch kind"):
         batch.kind("nope")
+
+
+def test_a_duplicated_or_foreign_part_is_dropped_with_a_message_and_each_row_merged_once(tmp_path):
+    """Issue 42, item 8: a duplicated part file gave "65 of 60 rows", a part of another schema a traceback at the
+    merge. Resuming now checks every part (schema, index range, repeats): a bad one is dropped, said, and its rows are
+    computed again; the output holds each input row once."""
+    import shutil
+
+    import pyarrow as pa
+
+    calls = []
+    texts = [f"t{i}" for i in range(12)]
+    source, out = _csv(tmp_path / "in.csv", texts), tmp_path / "out.parquet"
+    with pytest.raises(Cancelled):
+        batch.run(_counting_kind(calls), source, out,
+                  lambda f, m: (_ for _ in ()).throw(Cancelled()) if len(calls) >= 9 else None, chunk=3)
+    parts = sorted(batch.parts_dir(out).glob("part-*.parquet"))
+    assert [p.name for p in parts] == ["part-000001.parquet", "part-000002.parquet", "part-000003.parquet"]
+    shutil.copy(parts[0], parts[0].with_name("part-000004.parquet"))  # rows 0-2 a second time
+    pq.write_table(pa.table({"index": [3, 4, 5], "other": ["x", "y", "z"]}), parts[1])  # another schema
+    bad_range = pq.read_table(parts[2]).to_pylist()
+    for r in bad_range:
+        r["index"] += 100  # past the input's 12 rows
+    pq.write_table(pa.Table.from_pylist(bad_range, schema=pq.read_schema(parts[2])), parts[2])
+    messages = []
+    summary = batch.run(_counting_kind(calls), source, out, lambda f, m: messages.append(m), chunk=3)
+    result = pd.read_parquet(out)
+    assert list(result["index"]) == list(range(12)) and list(result["text"]) == texts  # 12 of 12, once each
+    assert summary["finished_before"] == 3 and summary["done_now"] == 9 and calls[9:] == texts[3:]
+    assert summary["parts_dropped"] == [
+        "part-000002.parquet (its columns are not this batch's)",
+        "part-000003.parquet (it holds a row index outside 0-11)",
+        "part-000004.parquet (it repeats rows of an earlier part)"]
+    assert any(m.startswith("Counting: dropped 3 damaged part files") for m in messages)

@@ -150,3 +150,54 @@ def test_a_null_field_planted_on_disk_is_recomputed_by_a_new_process(truth, tmp_
     assert json.loads(proc.stdout)["baseline_perplexity"] == data[0]["baseline_perplexity"]
     assert "dropped the cached result" in proc.stderr and "data.baseline_perplexity is None" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("field, value", [("logit", 7.5), pytest.param("total", 0.123, marks=pytest.mark.slow)])
+def test_a_resealed_mambalrp_result_whose_sum_is_not_its_logit_is_recomputed(field, value, tmp_path, caplog,
+                                                                               monkeypatch):
+    """Issue 42, item 8: the schema did not check MambaLRP's sum = logit, so a wrong value written with a fresh
+    checksum was served beside the right sum. Now the entry is dropped with one log line and computed again."""
+    import core.lrp as lrp
+
+    cache = ResultsCache(tmp_path)
+    monkeypatch.setattr(runner, "results_cache", lambda: cache)
+    text = "A slow, dull film with a good score."
+    truth = lrp.text_result("mamba-sentiment", text, ["mambalrp"])
+    (entry,) = [p for p in cache.entries() if "lrp" in p.name]
+    tensors, meta = _read(entry)
+    data = json.loads(meta["data"])
+    data["methods"]["mambalrp"][field] = value
+    meta["data"] = json.dumps(data)
+    _write(entry, tensors, meta, reseal=True)
+    fresh = ResultsCache(tmp_path)
+    monkeypatch.setattr(runner, "results_cache", lambda: fresh)
+    with caplog.at_level(logging.WARNING, logger="layerwise.cache"):
+        again = lrp.text_result("mamba-sentiment", text, ["mambalrp"])
+    lines = [r.getMessage() for r in caplog.records if r.name == "layerwise.cache"]
+    assert again.source == "computed" and again.data["methods"]["mambalrp"][field] == pytest.approx(
+        truth.data["methods"]["mambalrp"][field])
+    assert len(lines) == 1 and "is not the logit" in lines[0], lines
+
+
+def test_a_corrupt_example_store_is_said_in_the_log_and_in_the_view(tmp_path, caplog):
+    """Issue 42, item 8: a corrupt examples.json silently disabled every precomputed example. Now reading it logs one
+    line naming the file and why, and a view it should have answered says it was computed afresh."""
+    store_path = tmp_path / "examples.json"
+    store_path.write_text('{"format": "layerwise-examples/1", "entries": [{"trunc')
+    store = runner.ExampleStore(store_path)
+    with caplog.at_level(logging.WARNING, logger=runner.log.name):
+        found = runner.lookup("f" * 24, "demo", {"x": 1}, lambda: {"v": 1}, examples=store, cache=False)
+        runner.lookup("f" * 24, "demo", {"x": 2}, lambda: {"v": 2}, examples=store, cache=False)
+    lines = [r.getMessage() for r in caplog.records if r.name == runner.log.name]
+    assert len(lines) == 1 and str(store_path) in lines[0] and "could not be read (JSONDecodeError" in lines[0]
+    assert found.source == "computed" and found.data == {"v": 1}
+    assert found.note == "the precomputed examples (examples.json) could not be read, so this view was computed afresh"
+    from core.analyses import view
+    from core.neuzip.views import ANALYSES
+
+    entry = runner.ExampleStore(REPO / "assets" / "neuzip" / "examples.json").entries("neuzip/histograms")[0]
+    a = ANALYSES["histograms"]
+    data = {"model": entry["model"], **entry["data"]}  # as find names it
+    shown = view(a, runner.Found(data, "computed", None, found.note), a.request.parse(entry["model"]))
+    assert shown.status.endswith("*Note: the precomputed examples (examples.json) could not be read, so this view was "
+                                 "computed afresh.*")

@@ -120,6 +120,8 @@ def test_cli_bad_input_exits_2(argv, capsys):
 
 
 def test_cli_writes_a_folder(tmp_path, capsys):
+    tmp_path = tmp_path / "out"  # an empty folder (one that holds other files needs --overwrite: issue 42)
+    tmp_path.mkdir()
     argv = ["lrp", "faithfulness", "--model", "mamba-sentiment", "-n", "2", "--methods", "mambalrp,random",
             "--steps", "4", "--out", str(tmp_path), "--json", "--no-cache"]
     assert main(argv) == 0

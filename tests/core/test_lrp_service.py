@@ -191,3 +191,35 @@ def test_colours_are_centred_and_the_heatmap_escapes_tokens():
     assert "linear-gradient" in page and "MambaLRP" in page and "⏎" in page
     fig = figures.token_figure(res)
     assert fig.layout.title.text and fig.layout.xaxis.title.text and fig.data[0].zmid == 0
+
+
+def test_an_image_is_refused_by_its_header_before_it_is_decoded(tmp_path, monkeypatch):
+    """Issue 42, item 2: a 657 KB PNG of 13,000 x 13,000 pixels took the server from 0.8 to 5.95 GB, decoded whole
+    before the app cut it to 28 x 28. Now the header's size is checked first: over the cap nothing is decoded."""
+    from PIL import ImageFile
+
+    from core.budget import max_image_pixels
+    from tests.pngs import png_bomb
+
+    bomb = png_bomb(tmp_path / "bomb.png", rows=4)  # the header says 13,000 x 13,000; the data is never read
+    decoded = []
+    monkeypatch.setattr(ImageFile.ImageFile, "load", lambda self: decoded.append(self.size))
+    with pytest.raises(BadInputError, match=r"13,000 x 13,000 pixels \(169 Mpx\); this app decodes at most 16.8"):
+        inputs.prepare_image(str(bomb))
+    assert decoded == []
+    monkeypatch.undo()
+    monkeypatch.setenv("LAYERWISE_MAX_IMAGE_PIXELS", "1000")
+    assert max_image_pixels() == 1000
+    with pytest.raises(BadInputError, match="40 x 40 pixels"):  # the same cap for an image already in memory
+        inputs.prepare_image(np.zeros((40, 40), dtype=np.uint8))
+
+
+def test_a_large_jpeg_is_decoded_at_a_reduced_scale(tmp_path):
+    """A JPEG much larger than the model's input is decoded by its DCT scaling (no full-size copy), and reads as
+    the full decode does."""
+    digit = np.zeros((2048, 2048), dtype=np.uint8)
+    digit[400:1650, 900:1150] = 255
+    Image.fromarray(digit).save(tmp_path / "digit.jpg", quality=95)
+    arr, note = inputs.prepare_image(str(tmp_path / "digit.jpg"))
+    full, _ = inputs.prepare_image(np.asarray(Image.open(tmp_path / "digit.jpg")))
+    assert note == "The image was resized from 2048x2048 to 28x28." and np.abs(arr - full).max() < 0.05

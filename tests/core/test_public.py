@@ -151,3 +151,66 @@ def test_a_deep_link_naming_a_folder_shows_the_default_with_the_one_message(publ
     assert len(notices) == 1 and PUBLIC_REFUSAL.rstrip(".") in notices.pop()
     assert ex.resolve({"tab": "neuzip", "example": "tradeoff", "model": "mathneuro-tiny"}).notice == ""
     assert watched == [], watched[:5]
+
+
+MIXLN_REFS = ("mixln:../models/mathneuro-tiny", "mixln:../../assets/models/mamba-sentiment", "mixln:/etc",
+              "mixln:~", "mixln:pre-ln/../../models/mathneuro-tiny", "mixln:./pre-ln", "MIXLN:pre-ln")
+
+
+def test_a_mixln_prefix_is_a_committed_run_name_never_a_path(public, planted, watched):
+    """Issue 42, item 1: NeuZip's live training took ``mixln:`` followed by any path and joined it under assets/mixln
+    (``mixln:../models/x``, ``mixln:/any/folder`` opened that folder's config and weights, and the error told a
+    folder with config.json from anything else). Now the text after the prefix is looked up among the committed runs;
+    anything else gets the one message, before the request is made and before anything is opened."""
+    from core.neuzip.requests import TrainingRequest
+    from core.neuzip.training import build_model, source_reference
+
+    refs = MIXLN_REFS + tuple("mixln:" + planted[k] for k in ("run", "model", "folder", "file", "missing", "dots"))
+    messages = set()
+    for ref in refs:
+        for fn in (lambda r: TrainingRequest.parse(r, ["lomo"]), source_reference, build_model):
+            with pytest.raises(NotOffered) as err:
+                fn(ref)
+            messages.add(str(err.value))
+    from core.zoo import fingerprint, load_model, resolve
+
+    for ref in refs:  # any other model input: the zoo's door is the same check
+        for fn in (resolve, load_model, fingerprint):
+            with pytest.raises(NotOffered) as err:
+                fn(ref)
+            messages.add(str(err.value))
+    assert len(messages) == 1 and messages.pop().startswith(PUBLIC_REFUSAL)
+    assert watched == [], watched[:5]
+    found = source_reference("mixln:depth-24/pre-ln/seed-1")  # a committed run, by its name
+    assert found.kind == "mixln-run" and found.folder == ASSETS_DIR / "mixln" / "depth-24" / "pre-ln" / "seed-1"
+    assert TrainingRequest.parse("mixln:pre-ln", ["lomo"]).ref == "mixln:pre-ln"
+
+
+def test_locally_a_mixln_prefix_also_takes_a_run_folder(monkeypatch, planted):
+    monkeypatch.setenv("LAYERWISE_PUBLIC", "0")
+    from core.neuzip.training import source_reference
+
+    assert source_reference("mixln:" + planted["run"]).folder == Path(planted["run"])
+    assert source_reference("mixln:pre-ln").folder == ASSETS_DIR / "mixln" / "pre-ln"
+    with pytest.raises(BadInputError, match="unknown run"):
+        source_reference("mixln:" + planted["model"])  # a model folder is not a run
+    assert source_reference("tiny-llama").kind == "random"
+
+
+def test_no_module_reads_a_reference_prefix_by_hand():
+    """Every prefixed reference (``mixln:<run>``) goes through core.references.check_reference with its Registry; a
+    prefix tested by hand elsewhere (how NeuZip's training joined ``mixln:`` to a path) would skip the check."""
+    import re
+
+    repo = Path(__file__).resolve().parents[2]
+    by_hand = re.compile(r"""startswith\(\s*["'][a-z][a-z0-9_-]*:["']""")
+    allowed = {("ui/widgets.py", "data:")}  # a URL scheme (an inline image), not a reference
+    found = []
+    for path in sorted((repo / "core").rglob("*.py")) + sorted((repo / "ui").rglob("*.py")):
+        rel = path.relative_to(repo).as_posix()
+        for line in path.read_text().splitlines():
+            for m in by_hand.finditer(line):
+                prefix = m.group(0).split("(", 1)[1].strip().strip("'\"")
+                if rel != "core/references.py" and (rel, prefix) not in allowed:
+                    found.append(f"{rel}: {line.strip()}")
+    assert not found, found

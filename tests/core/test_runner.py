@@ -43,18 +43,23 @@ def test_a_failed_write_leaves_the_old_file_and_no_temp(tmp_path):
     assert p.read_text() == "old" and [x.name for x in tmp_path.iterdir()] == ["x.txt"]
 
 
-def test_atomic_write_replaces_a_folder_in_one_step(tmp_path):
+def test_atomic_write_makes_a_folder_in_one_step_and_replaces_only_its_own_entries(tmp_path):
+    """A new folder appears whole; into an existing one, each entry written replaces its namesake and the folder's
+    other entries stay (issue 42: a command never deletes what it did not write)."""
     out = tmp_path / "model"
     core_files.atomic_write(out, lambda tmp: (tmp / "w.bin").write_bytes(b"1"), folder=True)
     core_files.atomic_write(out, lambda tmp: (tmp / "v.bin").write_bytes(b"2"), folder=True)
-    assert [x.name for x in out.iterdir()] == ["v.bin"] and oct(out.stat().st_mode)[-3:] == "755"
+    assert sorted(x.name for x in out.iterdir()) == ["v.bin", "w.bin"] and oct(out.stat().st_mode)[-3:] == "755"
+    core_files.atomic_write(out, lambda tmp: (tmp / "v.bin").write_bytes(b"3"), folder=True)
+    assert (out / "v.bin").read_bytes() == b"3" and (out / "w.bin").read_bytes() == b"1"
 
     def broken(tmp):
         (tmp / "part").write_text("x")
         raise KeyboardInterrupt
     with pytest.raises(KeyboardInterrupt):
         core_files.atomic_write(out, broken, folder=True)
-    assert [x.name for x in out.iterdir()] == ["v.bin"] and [x.name for x in tmp_path.iterdir()] == ["model"]
+    assert sorted(x.name for x in out.iterdir()) == ["v.bin", "w.bin"] and [x.name for x in tmp_path.iterdir()] == [
+        "model"]
 
 
 # ---- progress and cancellation --------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
+import os
 import shutil
 import signal
 import tempfile
@@ -231,10 +232,15 @@ def bad_outs(cli_home):
     folder.mkdir(parents=True)
     read_only = root / "read-only"
     read_only.mkdir()
+    users = root / "users-folder"  # issue 42: a train command deleted everything in it
+    users.mkdir()
+    (users / "thesis.tex").write_text("not the command's\n")
+    os.mkfifo(root / "pipe.json")
     text_file = cli_home["files"]["text_file"]
     return {"traversal to /proc": "../../../../../../../../proc/self/x.json", "/proc": "/proc/x.json",
             "/sys": "/sys/x.json", "a folder": str(folder), "under a file": str(text_file / "sub.json"),
-            "read-only folder": str(read_only / "x.json"), "empty": "", "a NUL": "x\x00.json"}
+            "read-only folder": str(read_only / "x.json"), "empty": "", "a NUL": "x\x00.json",
+            "a folder holding the user's files": str(users), "a FIFO": str(root / "pipe.json")}
 
 
 @pytest.mark.parametrize("group, command", OUT_COMMANDS)
@@ -268,4 +274,5 @@ def test_every_out_path_is_written_or_refused_with_one_line_and_exit_2(group, co
             bad.append(f"{kind}: exit {code}, {stderr.strip()[-300:]!r}")
         TALLIES["cli"].record(f"{group} {command}", "clear" if not bad else "bad", "", " ".join(argv), [])
     assert sorted(p.name for p in Path(read_only).parent.rglob("*")) == before  # nothing written, no probe left
+    assert (Path(read_only).parent / "users-folder" / "thesis.tex").read_text() == "not the command's\n"
     assert not bad, "\n".join(bad)

@@ -13,7 +13,8 @@ import pytest
 import core.examples as ex
 from ui.limits import RequestSizeLimit, UploadLimits, check_uploads, upload_limits
 from ui.links import LinkLengthLimit
-from ui.public import REFUSED_PATH, ServerPathGuard
+from ui.fence import BodyFence, json_body, multipart_boundary
+from ui.public import ServerPathGuard, refused_upload
 
 TABS = {"models_data": "Models & data", "lrp": "MambaLRP", "mathneuro": "MathNeuro", "mixln": "Mix-LN",
         "neuzip": "NeuZip"}
@@ -171,16 +172,95 @@ def test_public_guard_refuses_files_outside_the_served_folders_without_looking(t
     assert status == 200  # a served file goes on to Gradio
 
 
-def test_public_guard_replaces_server_paths_in_a_calls_files():
+@pytest.mark.parametrize("ctype", [b"application/json", b"APPLICATION/JSON", b"application/x+json",
+                                   b"Application/Json; charset=utf-8", None])
+def test_public_guard_replaces_server_paths_in_a_calls_files_whatever_the_content_type_says(ctype):
+    """Issue 42, item 4: the guard read only an exact lowercase ``application/json``; ``APPLICATION/JSON`` or
+    ``application/x+json`` (which FastAPI reads as JSON all the same) let a server path and a URL reach Gradio."""
     from gradio.utils import get_upload_folder
 
     app = Recorder()
     uploaded = f"{get_upload_folder()}/abc/digit.png"
     data = {"data": ["m", {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}, [{"path": "../x"}],
-                     {"path": uploaded}, float("nan"), "/etc/passwd"]}
-    status, _, _ = run(ServerPathGuard(app), {"path": "/gradio_api/call/x", "headers": [
-        (b"content-type", b"application/json")]}, [json.dumps(data).encode()])
+                     {"path": uploaded}, float("nan"), "/etc/passwd",
+                     {"path": "https://example.com/big.bin", "url": "https://example.com/big.bin"},
+                     {"path": "/layerwise-uploads/abc/digit.png"}]}
+    headers = [(b"content-type", ctype)] if ctype else []
+    status, _, _ = run(ServerPathGuard(app), {"path": "/gradio_api/call/x", "headers": headers},
+                       [json.dumps(data).encode()])
     got = json.loads(app.bodies[0])["data"]
-    assert status == 200 and got[1]["path"] == REFUSED_PATH and got[2][0]["path"] == REFUSED_PATH
+    refused = refused_upload()
+    assert status == 200 and got[1]["path"] == refused and got[2][0]["path"] == refused
+    assert got[6] == {"path": refused, "url": None}  # a URL is never fetched on a visitor's word
     assert got[3]["path"] == uploaded and got[5] == "/etc/passwd"  # an upload stays; a text is a text
-    assert dict(app.scopes[0]["headers"])[b"content-length"] == str(len(app.bodies[0])).encode()
+    assert got[7]["path"] == uploaded  # an opaque upload name is mapped back to the upload
+    assert dict(app.scopes[0]["headers"]).get(b"content-length", str(len(app.bodies[0])).encode()) == \
+        str(len(app.bodies[0])).encode()
+    assert json_body(dict(headers)) and not json_body({b"content-type": b"text/plain"})
+
+
+def test_public_guard_refuses_the_deprecated_file_route_and_urls():
+    app = Recorder()
+    for path in ("/gradio_api/file/etc/passwd", "/gradio_api/file//etc/passwd", "/gradio_api/file=https://example.com/x",
+                 "/gradio_api/file/../../etc/passwd"):
+        status, body, _ = run(ServerPathGuard(app), {"method": "GET", "path": path}, [b""])
+        assert (status, body) == (403, {"detail": "File not allowed."}), path
+    assert app.scopes == []
+
+
+def test_public_answers_name_no_server_path():
+    """Upload answers, result links and MCP file URLs carried Gradio's temp and cache paths: a public answer names
+    the served folders by opaque names (across chunk borders too), and a request naming one reaches the real file."""
+    from gradio.utils import get_upload_folder
+
+    real = get_upload_folder().rstrip("/")
+    answer = json.dumps([f"{real}/abc/x.png", {"url": f"http://h/gradio_api/file={real}/d/f.json"}]).encode()
+
+    async def app(scope, receive, send):
+        app.scopes.append(scope)
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", b"999")]})
+        cut = answer.index(real.encode()) + 5  # a chunk border inside the folder's path
+        await send({"type": "http.response.body", "body": answer[:cut], "more_body": True})
+        await send({"type": "http.response.body", "body": answer[cut:]})
+    app.scopes = []
+    status, _, sent = run(ServerPathGuard(app), {"method": "GET", "path": "/gradio_api/info"}, [b""])
+    text = b"".join(m.get("body", b"") for m in sent[1:]).decode()
+    assert real not in text and json.loads(text) == ["/layerwise-uploads/abc/x.png", {
+        "url": "http://h/gradio_api/file=/layerwise-uploads/d/f.json"}]
+    assert b"content-length" not in dict(sent[0]["headers"])  # streamed: its length is the new one's
+    run(ServerPathGuard(app), {"method": "GET", "path": "/gradio_api/file=/layerwise-uploads/d/f.json"}, [b""])
+    assert app.scopes[-1]["path"] == f"/gradio_api/file={real}/d/f.json"
+
+
+def test_a_deeply_nested_body_is_400_in_one_line_in_every_mode():
+    """``[[[[...]]]]`` 100,000 deep raised RecursionError in the guard (and in Gradio's own read): HTTP 500."""
+    deep = b"[" * 5_000 + b"]" * 5_000  # past Python's parser (about 1,000 levels); the live test sends 200,000
+    for guard in (BodyFence(Recorder()), ServerPathGuard(Recorder())):
+        status, body, _ = run(guard, {"path": "/gradio_api/call/x", "headers": []}, [deep])
+        assert status == 400 and body["error"].startswith("The request body is nested too deeply")
+    status, _, _ = run(BodyFence(Recorder()), {"path": "/gradio_api/call/x", "headers": []}, [b'{"data": [1]}'])
+    assert status == 200
+
+
+def test_a_chunked_body_over_the_cap_is_413_not_500():
+    app = Recorder()
+    chunks = [b'{"data": ["' + b"a" * 65536] * 40  # 2.6 MB, no Content-Length
+    status, body, _ = run(RequestSizeLimit(app), {"path": "/gradio_api/call/x", "headers": [
+        (b"content-type", b"application/json")]}, chunks, length=False)
+    assert status == 413 and body["error"].startswith("The request is over 2,097,152 bytes")
+
+
+@pytest.mark.parametrize("header", [b"multipart/form-data; BOUNDARY=XyZ", b"multipart/form-data; boundary=\"XyZ\"",
+                                    b"Multipart/Form-Data; xboundary=decoy; boundary=XyZ",
+                                    b"multipart/form-data; boundary=decoy; Boundary=XyZ"])
+def test_the_file_cap_holds_for_every_spelling_of_the_boundary(header):
+    """Issue 42, item 5: ``BOUNDARY=`` in capitals or a decoy ``xboundary=`` dodged the 16-file cap (300 files
+    accepted). The boundary is now read by the parser Gradio uses, and the parts counted by it."""
+    assert multipart_boundary({b"content-type": header}) == b"XyZ"
+    app = Recorder()
+    chunks, _ = multipart(5, 100)
+    status, body, _ = run(RequestSizeLimit(app, uploads=SMALL), {**UPLOAD, "headers": [(b"content-type", header)]},
+                          chunks, length=False)
+    assert status == 413 and "more than 3 files" in body["error"]
+    assert app.bodies and app.bodies[0].endswith(b"\r\n--XyZ\r\n\x01\r\n\r\n")
