@@ -163,6 +163,17 @@ def training(request, progress=None) -> dict:
     return train_modes(request.ref, request.modes, request.settings(), progress=progress)
 
 
+def process_memory(request, progress=None) -> dict:
+    """The trade-off's bf16 and NeuZip settings, each loaded in a fresh process (:func:`core.neuzip.memory.
+    process_points`): the process's RSS beside the model's tensor bytes."""
+    from core.neuzip.memory import process_points
+    from core.neuzip.process import machine
+
+    rows = process_points(request.ref, request.settings, request.tokens, progress)
+    return {"model": request.ref, "tokens": request.tokens, "ks": list(request.ks), "block_size": request.block_size,
+            "rows": rows, "machine": machine()}
+
+
 def decompress_checkpoint(request, progress=None) -> dict:
     from safetensors.torch import save_file
 

@@ -91,7 +91,8 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTabl
     table : a table to use instead of the exponents' own
     store : write the stream into this tensor's reserved arrays (its ``n`` and ``chunk_size`` must match): the
         stream returned views them; without it the stream gets arrays of its own, of the exact sizes
-    scratch : where an encoding that does not fit ``store`` is written first (default: a temporary array)
+    scratch : where the words are written first when they may not fit (without ``store``: always, then copied out
+        at their exact size; with it: when they do not fit it); default: a temporary array
     histogram : how often each byte occurs in ``exponents`` (256,), when the caller has it (:func:`split_into`
         counts it on the way): saves a pass
     """
@@ -117,7 +118,8 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTabl
         states, offsets, escape_offsets = (np.empty((num, LANES), np.uint64), np.empty(num + 1, np.uint32),
                                            np.empty(num + 1, np.uint32))
         escapes = np.empty(escaped, np.uint8)
-        words = np.empty(c.words_bound(n, chunk_size), np.uint32)
+        bound = c.words_bound(n, chunk_size)
+        words = scratch.words(bound) if scratch is not None else np.empty(bound, np.uint32)
     else:
         states, offsets, escape_offsets = store.states, store.offsets, store.escape_offsets
         store.reserve(0, escaped)
