@@ -26,8 +26,8 @@ Parts (each measured in fresh Python processes, :func:`core.neuzip.process.run_f
   delegated on the machine the figures were measured on (its cgroups are v1 and belong to the host), so the nearest
   limit a process can set on itself is used, and the cap lies between the two processes' peak address spaces.
 
-``--smoke`` runs fixed-cost, inference, training and steps on tiny-llama (a few steps, 16 tokens) and no cap; its
-figures are meaningless (it checks the script end to end).
+``--smoke`` runs fixed-cost (the C codec), inference and steps (LOMO + NeuZip, 3 steps) on tiny-llama, 16 tokens;
+its figures are meaningless (it checks the script end to end).
 """
 from __future__ import annotations
 
@@ -82,10 +82,10 @@ def _log(msg: str) -> None:
     print(f"... {msg}", file=sys.stderr, flush=True)
 
 
-def fixed_cost() -> dict:
+def fixed_cost(codecs=("native", "numba")) -> dict:
     """The codec's import and first call in a process that has imported torch and numpy, for each CPU codec."""
     out = {}
-    for codec in ("native", "numba"):
+    for codec in codecs:
         _log(f"fixed cost: the {codec} codec")
         env = {**os.environ, "LAYERWISE_NEUZIP_CODEC": codec,
                "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -226,9 +226,9 @@ def main(argv=None) -> dict:
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise SystemExit(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
-    if args.smoke:
-        parts = [p for p in parts if p != "cap"]
-        args.model, args.tokens, args.steps, args.seq, args.long_steps = "tiny-llama", 16, 2, 16, 4
+    if args.smoke:  # the training part's fresh processes are tests/core/test_neuzip_training.py's
+        parts = [p for p in parts if p not in ("cap", "training")]
+        args.model, args.tokens, args.steps, args.seq, args.long_steps = "tiny-llama", 16, 2, 16, 3
     import torch
 
     from core.neuzip.process import machine
@@ -243,13 +243,14 @@ def main(argv=None) -> dict:
     for part in parts:
         t0 = time.perf_counter()
         if part == "fixed-cost":
-            out[part] = fixed_cost()
+            out[part] = fixed_cost(("native",) if args.smoke else ("native", "numba"))
         elif part == "inference":
             out[part] = inference(args.model, args.tokens)
         elif part == "training":
             out[part] = training(args.model, args.train_modes.split(","), args.steps, args.batch, args.seq)
         elif part == "steps":
-            out[part] = steps_part(args.model, args.long_steps, args.batch, args.seq)
+            out[part] = steps_part(args.model, args.long_steps, args.batch, args.seq,
+                                   ("lomo+neuzip",) if args.smoke else ("lomo+neuzip", "lomo"))
         elif part == "cap":
             out[part] = cap(args.cap_model, args.cap_tokens)
         seconds[part] = round(time.perf_counter() - t0, 1)

@@ -136,17 +136,40 @@ def device_memory(request, progress=None) -> dict:
                                                   request.tokens)}
 
 
+def _streamed_linear_weights(ref: str):
+    """The model's linear weights read one at a time from its safetensors files, each in its stored dtype (a list of
+    ``(name, read())``), or None when the model is not a Hugging Face folder, or was asked to be spread by
+    ``--device-map`` / ``--max-memory`` (it is then loaded as asked and read weight by weight from there)."""
+    from core.neuzip.modules import empty_causal_lm, hf_folder
+    from core.neuzip.streaming import folder_specs
+    from core.zoo.placement import current_placement
+
+    folder = None if current_placement() is not None else hf_folder(ref)
+    if folder is None:
+        return None
+    specs = folder_specs(folder)
+    names = [f"{name}.weight" for name, _ in linear_layers(empty_causal_lm(folder))]
+    missing = [n for n in names if n not in specs]
+    if missing:
+        raise BadInputError(f"{ref}'s weights hold no {missing[0]}.", fix="check the folder's safetensors files")
+    return [(n, lambda s=specs[n]: s.fill(torch.empty(s.shape, dtype=s.dtype))) for n in names]
+
+
 def compress_checkpoint(request, progress=None) -> dict:
+    """The model's linear weights compressed into a NeuZip checkpoint: read one at a time from a Hugging Face folder
+    (the model is never whole in memory), else from the loaded model."""
     from core.neuzip.checkpoint import save_compressed
 
-    weights = _weights(request.ref, progress)
+    streamed = _streamed_linear_weights(request.ref)
+    if streamed is None:
+        streamed = [(n, lambda w=w: w) for n, w in _weights(request.ref, progress).items()]
     tensors, step = {}, item_progress(progress, "compressing")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        for i, (name, w) in enumerate(weights.items()):
+        for i, (name, read) in enumerate(streamed):
             if step:
-                step(i, len(weights), name)
-            tensors[name.removesuffix(".weight")] = compress(w, request.k, request.block_size)
+                step(i, len(streamed), name)
+            tensors[name.removesuffix(".weight")] = compress(read(), request.k, request.block_size)
     path = save_compressed(request.out, tensors)
     numel = sum(c.numel for c in tensors.values())
     stored = sum(c.nbytes for c in tensors.values())

@@ -130,11 +130,12 @@ class SafetensorsFile:
 class TensorSpec:
     """A tensor to load: its ``name`` in the model, its ``shape``, and ``fill(out, buffer=None)``, which writes it
     into ``out`` (a CPU tensor of that shape, any floating dtype), through ``buffer`` (a reused uint8 tensor of
-    :data:`READ_BYTES`) when given."""
+    :data:`READ_BYTES`) when given; ``dtype``: the dtype it is stored in."""
 
     name: str
     shape: tuple[int, ...]
     fill: Callable[[torch.Tensor], torch.Tensor]
+    dtype: torch.dtype = torch.bfloat16
 
 
 def folder_specs(folder: str | os.PathLike) -> dict[str, TensorSpec]:
@@ -147,7 +148,8 @@ def folder_specs(folder: str | os.PathLike) -> dict[str, TensorSpec]:
         f = SafetensorsFile(path)
         for name in f.entries:
             specs[name] = TensorSpec(name, f.shape(name),
-                                     lambda out, buffer=None, f=f, name=name: f.read_into(name, out, buffer))
+                                     lambda out, buffer=None, f=f, name=name: f.read_into(name, out, buffer),
+                                     f.dtype(name))
     return specs
 
 
