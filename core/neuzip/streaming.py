@@ -39,7 +39,7 @@ from torch import nn
 from core.errors import BadInputError
 
 __all__ = ["READ_BYTES", "SafetensorsFile", "TensorSpec", "folder_specs", "random_specs", "empty_model",
-           "stream_into", "LinearHook"]
+           "stream_into", "LinearHook", "write_safetensors"]
 
 READ_BYTES = 4 << 20  # bytes read (and converted) at a time
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -288,3 +288,30 @@ def _tied_output(model: nn.Module):
         return None
     name = next((n for n, m in model.named_modules() if m is out), None)
     return None if name is None else (f"{name}.weight" if name else "weight", out, emb)
+
+
+def write_safetensors(path: str | os.PathLike, shapes: list[tuple[str, tuple[int, ...]]], tensors,
+                      metadata: dict[str, str] | None = None) -> None:
+    """Write bf16 tensors to a safetensors file one at a time: the header from ``shapes`` (``(name, shape)`` in file
+    order), then each tensor of ``tensors`` (an iterable of ``(name, bf16 tensor)`` in that order) as it comes, so
+    that only one is ever in memory. ValueError when a tensor is not the one the header announced."""
+    entries, offset = {}, 0
+    for name, shape in shapes:
+        nbytes = 2 * int(np.prod(shape, dtype=np.int64))
+        entries[name] = {"dtype": "BF16", "shape": [int(d) for d in shape], "data_offsets": [offset, offset + nbytes]}
+        offset += nbytes
+    if metadata:
+        entries["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}
+    header = json.dumps(entries, separators=(",", ":")).encode()
+    header += b" " * (-len(header) % 8)  # the data starts 8-byte aligned
+    with open(path, "wb") as fh:
+        fh.write(struct.pack("<Q", len(header)))
+        fh.write(header)
+        done = 0
+        for (name, t), (want, shape) in zip(tensors, shapes):
+            if name != want or tuple(t.shape) != tuple(shape) or t.dtype != torch.bfloat16:
+                raise ValueError(f"expected {want} {tuple(shape)} bf16, got {name} {tuple(t.shape)} {t.dtype}")
+            fh.write(memoryview(t.contiguous().view(torch.uint8).numpy()))
+            done += 1
+        if done != len(shapes):
+            raise ValueError(f"{len(shapes) - done} tensors announced in the header never came")

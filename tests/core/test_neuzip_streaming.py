@@ -113,3 +113,19 @@ def test_random_weights_are_the_same_whatever_form_the_model_takes():
     assert weights_digest(plain) != weights_digest(ModelSource("tiny-llama", seed=4).build())
     w = plain.model.layers[0].mlp.up_proj.weight.float()
     assert 0.015 < float(w.std()) < 0.025 and float(plain.model.norm.weight.float().min()) == 1.0
+
+
+def test_a_checkpoint_is_written_back_as_plain_bf16_one_tensor_at_a_time(folder, tmp_path):
+    """`neuzip decompress FILE --out plain.safetensors`: the file safetensors reads, every weight the original's bits."""
+    from safetensors.torch import load_file
+
+    from core.neuzip import decompress_result
+
+    weights = {f"{name}.weight": m.weight.detach().clone() for name, m in linear_layers(_reference(folder))}
+    path = save_compressed(tmp_path / "w.safetensors", {n.removesuffix(".weight"): compress(w)
+                                                         for n, w in weights.items()})
+    res = decompress_result(path, out=tmp_path / "plain.safetensors")
+    assert res.data["tensors"] == len(weights) and res.data["mantissa_bits"] == [7]
+    plain = load_file(str(tmp_path / "plain.safetensors"))
+    assert set(plain) == set(weights)
+    assert all(torch.equal(plain[n].view(torch.int16), w.view(torch.int16)) for n, w in weights.items())
