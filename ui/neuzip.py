@@ -76,9 +76,11 @@ def measure_tradeoff(ref, block, words, log_x, state=None, request: gr.Request =
 
 
 @user_errors
-def measure_process(ref, block, log_x, state=None, request: gr.Request = None, progress=gr.Progress()):
-    """bf16 and NeuZip at each k, each loaded in a fresh process: its RSS drawn beside the trade-off's points."""
-    res = nz.process_memory_result(ref, block_size=block, progress=job(request, progress))
+def measure_process(ref, k, block, log_x, state=None, request: gr.Request = None, progress=gr.Progress()):
+    """bf16, lossless NeuZip and the chosen k (with and without B), each loaded in a fresh process: its RSS drawn
+    beside the trade-off's points (``neuzip process-memory`` measures every k)."""
+    ks = sorted({7, int(k)}, reverse=True) if str(k).lstrip("-").isdigit() else [k]
+    res = nz.process_memory_result(ref, ks, block_size=block, progress=job(request, progress))
     state = {**(state or {}), "process-memory": res.data}
     tradeoff = state.get("tradeoff")
     if tradeoff:
@@ -182,7 +184,7 @@ def build(ctx: AppContext) -> None:
     ev_t = b_throughput.click(measure_throughput, inputs=[ctx.model, k, block, state],
                               outputs=[throughput_md, throughput_plot, throughput_df, state],
                               api_name="neuzip_throughput")
-    ev_p = b_process.click(measure_process, inputs=[ctx.model, block, log_x, state],
+    ev_p = b_process.click(measure_process, inputs=[ctx.model, k, block, log_x, state],
                            outputs=[tradeoff_md, tradeoff_plot, state], api_name="neuzip_process_memory")
     b_stop.click(stop, outputs=status, api_name="neuzip_stop", cancels=[ev_w, ev_r, ev_t, ev_p])
     log_x.change(redraw_tradeoff, inputs=[log_x, state], outputs=tradeoff_plot, api_name="neuzip_tradeoff_axis")

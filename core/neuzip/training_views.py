@@ -172,13 +172,16 @@ def memory_figure(run: dict):
     with_rss = any(rss)
     width, left = (0.38, -0.4) if with_rss else (0.6, -0.3)
     base = [0.0] * len(modes)
+    tops = [(m.get("peak_bytes") or 0) / MIB for m in modes]
     for c in CATEGORIES:
         ys = [((m.get("peak_split") or {}).get(c) or 0) / MIB for m in modes]
+        last = c == CATEGORIES[-1]  # the top of the stack carries the peak and the speed
         fig.add_trace(go.Bar(x=labels, y=ys, base=list(base), name=c, marker_color=CATEGORY_COLOURS[c],
                              legendgroup="tensors", legendgrouptitle_text="tensor peak (stacked)",
-                             offset=left, width=width, hovertemplate="%{x}: " + c + " %{y:,.1f} MiB<extra></extra>"))
+                             offset=left, width=width, hovertemplate="%{x}: " + c + " %{y:,.1f} MiB<extra></extra>",
+                             text=[f"{_short(t)} MiB<br>{_speed(m)}" for t, m in zip(tops, modes)] if last else None,
+                             textposition="outside" if last else None, cliponaxis=False))
         base = [b + y for b, y in zip(base, ys)]
-    tops = [(m.get("peak_bytes") or 0) / MIB for m in modes]
     if with_rss:
         where = "fresh process" if fresh(run) else "one process, all modes"
         fig.add_trace(go.Bar(x=labels, y=rss, name=f"peak RSS ({where})", marker_color=PROCESS_COLOUR,
@@ -186,8 +189,6 @@ def memory_figure(run: dict):
                              marker_pattern_shape="/", offset=0.02, width=width, text=[f"{_short(v)}" for v in rss],
                              textposition="outside", cliponaxis=False,
                              hovertemplate="%{x}: the process's peak RSS %{y:,.0f} MiB<extra></extra>"))
-    fig.add_trace(go.Scatter(x=labels, y=tops, mode="text", showlegend=False, textposition="top center",
-                             text=[f"{_short(t)} MiB<br>{_speed(m)}" for t, m in zip(tops, modes)]))
     fig.update_layout(barmode="overlay", bargap=0.2)
     fig.update_yaxes(range=[0, 1.22 * max(tops + rss or [1])])
     title = f"Peak memory while training {run['model']} ({run['device']}): tensors" + \
