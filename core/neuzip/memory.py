@@ -79,8 +79,10 @@ def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantiss
     ``model`` (any causal LM, left unchanged) is copied twice: once as bf16 and once with its linear layers
     compressed (:func:`compress_model`); each copy is moved to ``device`` alone, and ``torch.cuda.memory_allocated``
     before and after gives what it holds; then the peak of one no-grad forward of ``tokens`` random ids
-    (``torch.cuda.max_memory_allocated`` above the loaded model). Returns bytes: ``bf16`` / ``compressed``
-    ``{loaded, forward_peak}``, ``linear_bf16_bytes`` and ``linear_resident_bytes`` (the compressed arrays on the
+    (``torch.cuda.max_memory_allocated`` above the loaded model), and beside each what the caching allocator reserved
+    (``memory_reserved`` after the load, ``max_memory_reserved`` over the forward, both above what it held before: what
+    the device gives the process). Returns bytes: ``bf16`` / ``compressed``
+    ``{loaded, forward_peak, loaded_reserved, forward_peak_reserved}``, ``linear_bf16_bytes`` and ``linear_resident_bytes`` (the compressed arrays on the
     device) and their ``linear_ratio`` (lossless: about 10.6 / 16 on SmolLM2), and the logits' max abs difference.
 
     Raises
@@ -97,15 +99,18 @@ def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantiss
 
     def measure(copy_of: nn.Module) -> tuple[dict, torch.Tensor]:
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        torch.cuda.empty_cache()
+        before, before_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         copy_of.to(device)
         torch.cuda.synchronize(device)
-        loaded = torch.cuda.memory_allocated(device)
+        loaded, loaded_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         torch.cuda.reset_peak_memory_stats(device)
         with torch.inference_mode():
             logits = copy_of(ids).logits.float()
         torch.cuda.synchronize(device)
-        return {"loaded": loaded - before, "forward_peak": torch.cuda.max_memory_allocated(device) - loaded}, logits
+        return {"loaded": loaded - before, "forward_peak": torch.cuda.max_memory_allocated(device) - loaded,
+                "loaded_reserved": loaded_reserved - before_reserved,  # the caching allocator's view, beside
+                "forward_peak_reserved": torch.cuda.max_memory_reserved(device) - before_reserved}, logits
 
     dense = copy.deepcopy(model).to(torch.bfloat16).eval()
     linear_bf16 = sum(m.weight.numel() * 2 for n, m in dense.named_modules()

@@ -136,12 +136,12 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
 # modes on one shared core of the AVX-512 machine that recorded it; a mode still running after 500 s stops there and
 # says so); the 1 B run, recorded again with each mode in fresh processes (issue 41) on an AVX2-only CPU, where
 # torch's bf16 matrix products run ~30x slower, keeps the three modes of the comparison (vanilla, LOMO, LOMO + NeuZip)
-# and 3 steps of 1 x 16 tokens: memory, not a curve (its activations were 1 MiB at 2 x 128 tokens: the peaks hardly
+# and 2 steps of 1 x 16 tokens: memory, not a curve (its activations were 1 MiB at 2 x 128 tokens: the peaks hardly
 # depend on the tokens); AdamW is left out (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine)
 TRAINING_EXAMPLES = (
     ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
      {"steps": 80, "batch": 2, "seq": 128, "budget_s": 3500}),
-    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip"), {"steps": 3, "batch": 1, "seq": 16}),
+    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip"), {"steps": 2, "batch": 1, "seq": 16}),
 )
 TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"
 

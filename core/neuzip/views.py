@@ -171,8 +171,13 @@ def _throughput_status(r: dict, shown: Shown) -> str:
 # ---- device memory (a GPU host) ----------------------------------------------------------------------------------
 def device_memory_rows(r: dict) -> list[dict]:
     """What the model holds on the device and a forward's peak above it, bf16 and compressed, in MiB."""
+    def reserved(name, key):
+        v = r[name].get(key)  # results made before issue 41 lack the reserved figures
+        return None if v is None else round(v / 2**20, 2)
     return [{"format": name, "loaded_MiB": round(r[name]["loaded"] / 2**20, 2),
-             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2)} for name in ("bf16", "compressed")]
+             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2),
+             "loaded_reserved_MiB": reserved(name, "loaded_reserved"),
+             "forward_peak_reserved_MiB": reserved(name, "forward_peak_reserved")} for name in ("bf16", "compressed")]
 
 
 def _device_memory_status(r: dict, shown: Shown) -> str:
@@ -183,7 +188,10 @@ def _device_memory_status(r: dict, shown: Shown) -> str:
             f"({r['loaded_ratio']:.3f}x); its linear weights {mib(r['linear_resident_bytes'])} against "
             f"{mib(r['linear_bf16_bytes'])} ({r['linear_ratio']:.3f}x). A forward of {r['tokens']} tokens peaks "
             f"{mib(r['compressed']['forward_peak'])} above the loaded model (bf16: {mib(r['bf16']['forward_peak'])}); "
-            f"logits differ by at most {r['max_abs_logit_difference']:.3g}.")
+            f"logits differ by at most {r['max_abs_logit_difference']:.3g}."
+            + (f" The caching allocator reserved {mib(r['compressed']['forward_peak_reserved'])} at the forward's peak "
+               f"(bf16: {mib(r['bf16']['forward_peak_reserved'])}): what the device gives the process."
+               if "forward_peak_reserved" in r["compressed"] else ""))
 
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------
