@@ -157,6 +157,9 @@ class ZipState:
             return compress(weight)
         scratch = self.scratch if scratch is None else scratch
         n = weight.numel()
+        if layer.stream_store is None:  # reserved once, for the layer's life
+            layer.fields = torch.empty(n, dtype=torch.uint8)
+            layer.stream_store = pairs.StreamStore(n, pairs.DEFAULT_CHUNK)
         bits = weight.detach().contiguous().view(-1).view(torch.int16).numpy().view(np.uint16)
         exponents, histogram = scratch.exponents(n), scratch.histogram
         histogram[:] = 0
@@ -189,7 +192,7 @@ class ZipState:
     def storage_report(self) -> dict:
         """Bytes the compressed layers hold (reserved stream storage and sign/mantissa bytes), their stored bytes, the
         encoder scratch, and how often a layer's storage had to grow."""
-        layers = self.layers
+        layers = [m for m in self.layers if m.stream_store is not None]
         return {"layers": len(layers), "reserved_bytes": sum(m.numpy_bytes() + m.fields.numel() for m in layers),
                 "stored_bytes": sum(m.compressed.nbytes for m in layers),
                 "scratch_bytes": self.scratch.nbytes + self._background_scratch.nbytes,
@@ -259,10 +262,8 @@ class ZipLinear(nn.Module):
         self.compressed: CompressedTensor | None = None                                           # when x needs none
         self.arrays = None
         self.pending = False  # a background compression of this layer's weight is under way
-        n = weight.numel()  # this layer's storage, reserved once: its sign/mantissa bytes and its stream's arrays
-        with state.tracker.category("weights") if state.tracker else contextlib.nullcontext():
-            self.fields = torch.empty(n, dtype=torch.uint8)
-        self.stream_store = pairs.StreamStore(n, pairs.DEFAULT_CHUNK)
+        self.fields: torch.Tensor | None = None  # this layer's storage, reserved at its first CPU encoding: its
+        self.stream_store: pairs.StreamStore | None = None  # sign/mantissa bytes and its stream's arrays
         state.layers.append(self)
         self.store(weight.detach().to(torch.bfloat16))
 
@@ -293,6 +294,8 @@ class ZipLinear(nn.Module):
         ct = self.compressed
         if ct is None or self.arrays is not None:
             return 0
+        if self.stream_store is None:  # compressed elsewhere (a device weight): its exact arrays
+            return ct.nbytes - ct.fields.numel() - (0 if ct.scales is None else ct.scales.numel())
         return self.stream_store.nbytes + ct.exponents.table.nbytes
 
     def decoded(self) -> torch.Tensor:
