@@ -49,7 +49,7 @@ def neuzip_train(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         run, stopped = stop.partial or {"modes": []}, stop.message
     by = {m["mode"]: m for m in run.get("modes", [])}
     alloc = {k: v.get("cuda_max_allocated_bytes") for k, v in by.items()}
-    reserved = {k: v.get("cuda_max_reserved_bytes") for k, v in by.items()}
+    reserved = {k: v.get("reserved_bytes") for k, v in by.items()}
     speed = {k: v.get("it_per_s") for k, v in by.items()}
 
     def ratio(table, a, b):
@@ -60,7 +60,7 @@ def neuzip_train(ctx: RowContext, timer: Timer, device, sizes: dict) -> None:
         "what": f"{ref} ({run.get('parameters', 0) / 1e9:.2f} B parameters, random weights): {steps} steps of "
                 f"{seq} tokens, batch 1, in {', '.join(MODES)} on {device}",
         "model": ref, "modes": {k: {key: v.get(key) for key in ("steps", "losses", "it_per_s", "step_seconds",
-                                                                  "cuda_max_allocated_bytes", "cuda_max_reserved_bytes",
+                                                                  "cuda_max_allocated_bytes", "reserved_bytes",
                                                                   "weights_digest")} for k, v in by.items()},
         "allocated_bytes": alloc, "reserved_bytes": reserved, "it_per_s": speed,
         "ratios": {"memory_lomo_neuzip_over_vanilla": nz_over_vanilla,

@@ -22,12 +22,14 @@
 - ``tradeoff`` (with ``--tradeoff``): the memory / perplexity table of the NeuZip tab;
 - ``training``: ``--train-model`` (SmolLM2-135M) trained ``--train-steps`` steps of ``--train-batch`` x
   ``--train-seq`` tokens in each of ``--train-modes`` (:func:`core.neuzip.train_modes`: same weights, same batches),
-  one mode after the other in this process: the peak of live tensor memory split into weights / gradients /
-  optimizer / activations (the first 2 steps, allocator-level), the peak RSS, iterations per second (median of the
-  later steps), and each mode's memory and speed over vanilla's, printed beside the targets (LOMO + NeuZip at most
+  each mode in its own fresh processes: the peak of live tensor memory split into weights / gradients /
+  optimizer / activations (the first 2 steps, allocator-level), the process's peak RSS, iterations per second
+  (median of the later steps), and each mode's memory and speed over vanilla's, printed beside the targets (LOMO + NeuZip at most
   0.55x vanilla's peak memory on SmolLM2-135M, at least 0.5x its speed on the CPU, by CPU time and by the wall
   clock: on a shared machine the CPU time is the one that measures the mode). ``--device cuda`` runs it on a
-  GPU (``torch.cuda.max_memory_allocated`` is reported too); ``--budget`` caps the seconds of the whole part.
+  GPU (``torch.cuda.max_memory_allocated`` and ``max_memory_reserved`` are reported too); ``--budget`` caps the seconds of
+  the whole part. The process memory's own bench rows (the codec's fixed cost, RSS over steps, inference, a memory
+  cap) are ``bench/neuzip_memory.py``.
 
 ``--smoke`` runs every part (codecs, forward, tradeoff and the example, written to a temporary folder and
 removed) on the project's mathneuro-tiny instead of SmolLM2-135M: 4 tensors a weight set, one round, 16 tokens,
@@ -42,7 +44,6 @@ import contextlib
 import glob
 import json
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -175,8 +176,10 @@ def measure(args) -> dict:
     from core.neuzip.compare import codec_comparison, forward_ratio, synthetic_weights
     from core.zoo import load_model
 
-    out: dict = {"machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-                             "threads": "1 (torch.set_num_threads(1), ZipNN threads=1, zstd and numba one thread)"}}
+    from core.neuzip.process import machine
+
+    out: dict = {"machine": {**machine(), "threads": "1 (torch.set_num_threads(1), ZipNN threads=1, zstd and the "
+                                                     "codec one thread)"}}
     if args.smoke:
         out.update(mode="smoke", timings_meaningful=False,
                    timing_note=f"smoke run: {base}, one round, {args.tokens} tokens, {args.words} words; the timings "
@@ -277,7 +280,8 @@ def training_rows(args) -> dict:
         torch.set_num_threads(1)  # the modes are timed on one thread (LOMO + NeuZip's --compress-threads 1 adds one)
     modes = args.train_modes.split(",")
     settings = TrainSettings(steps=args.train_steps, batch=args.train_batch, seq=args.train_seq, device=args.device,
-                             layers=args.layers, budget_s=args.budget, compress_threads=args.compress_threads)
+                             layers=args.layers, budget_s=args.budget, compress_threads=args.compress_threads,
+                             fresh=not args.smoke)  # each mode in fresh processes (the smoke run: in this one)
     _log(f"training {args.train_model} in {len(modes)} modes, {args.train_steps} steps each")
     run = train_modes(args.train_model, modes, settings,
                       progress=lambda f, m: _log(f"{100 * f:5.1f}% {m}") if m.endswith("1/" + str(args.train_steps))
@@ -296,6 +300,7 @@ def training_rows(args) -> dict:
                **{k: (None if v is None else round(v, 3)) for k, v in rel[m["mode"]].items()}}
         if "cuda_max_allocated_bytes" in m:
             row["cuda_max_allocated_MiB"] = round(m["cuda_max_allocated_bytes"] / mib, 1)
+            row["cuda_max_reserved_MiB"] = round(m["reserved_bytes"] / mib, 1)
         rows.append(row)
     targets = {}
     nz = rel.get("lomo+neuzip", {})
@@ -307,9 +312,11 @@ def training_rows(args) -> dict:
             "threads": run["threads"], "settings": run["settings"], "rows": rows, "targets": targets,
             "identical": run["identical"], "skipped": run["skipped"], "load_average_start": run["load_average_start"],
             "load_average_end": run["load_average_end"], "machine": run["machine"],
-            "note": "memory: peak of live tensor bytes over the first 2 steps (PyTorch's allocator, profiled); speed: "
-                    "median step time of the later steps, by CPU time (time.process_time) and by the wall clock, "
-                    "the modes one after the other in one process"}
+            "note": "memory: peak of live tensor bytes over the first 2 steps (PyTorch's allocator, profiled; the "
+                    "paper's analogue) beside the process's peak RSS (the whole process); speed: median step time of "
+                    "the later steps, by CPU time (time.process_time) and by the wall clock; "
+                    + ("each mode in its own fresh processes" if settings.fresh else "the modes one after the other "
+                       "in one process (the peak RSS is then not each mode's own)")}
 
 
 if __name__ == "__main__":

@@ -44,7 +44,11 @@ MODES = ("auto", "ref", "triton")
 
 @functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
-    """True when ``triton`` imports (it is optional at run time on CPU-only hosts)."""
+    """True when ``triton`` imports and its kernels can run here: a CUDA device torch can use, or the interpreter
+    (``TRITON_INTERPRET=1``, the tests). On a host with neither, triton is not even imported (it is optional there):
+    importing it costs a process about 67 MiB of RSS (libtriton) for kernels that cannot run."""
+    if not (interpreting() or torch.cuda.is_available()):
+        return False
     try:
         import triton  # noqa: F401
     except Exception:

@@ -1,7 +1,8 @@
 """Shared test set-up.
 
 Triton kernels run on CPU only under its interpreter, which must be switched on before triton is
-imported anywhere, so it is set here, first. Prepared datasets and converted models are read from
+imported anywhere, so it is set here, first; NeuZip's training comparisons run in this process unless a test asks
+for fresh processes. Prepared datasets and converted models are read from
 the real user cache (preparing them is the job of `python -m core data prepare` / `models prepare`,
 which the test command runs first); tests that write use a private folder.
 """
@@ -10,6 +11,9 @@ import re
 
 os.environ.setdefault("TRITON_INTERPRET", "1")
 os.environ.setdefault("LAYERWISE_ONLINE", "0")
+# NeuZip training runs every mode in this process (fresh processes cost each mode two interpreter starts); the tests of
+# the fresh-process path ask for it explicitly (fresh=True)
+os.environ.setdefault("LAYERWISE_NEUZIP_FRESH", "0")
 
 import socket  # noqa: E402
 import subprocess  # noqa: E402

@@ -59,11 +59,36 @@ def analyse_weights(ref, k, block, state=None, request: gr.Request = None, progr
             {**(state or {}), **res.data})
 
 
+def _with_process(tradeoff: dict, state: dict) -> dict:
+    """The trade-off with the process measurement of the same model drawn beside it, when the page holds one."""
+    process = (state or {}).get("process-memory")
+    same = process and process.get("model") == tradeoff.get("model")
+    return {**tradeoff, "process": process} if same else {k: v for k, v in tradeoff.items() if k != "process"}
+
+
 @user_errors
 def measure_tradeoff(ref, block, words, log_x, state=None, request: gr.Request = None, progress=gr.Progress()):
     """Memory / perplexity points of bf16, NeuZip k=7,3,1,0 and the quantization baselines, Pareto front marked."""
     res = nz.tradeoff_result(ref, block_size=block, words=words, progress=job(request, progress), log_x=bool(log_x))
-    return res.status, res.figures["tradeoff"], _tradeoff_frame(res), {**(state or {}), "tradeoff": res.data}
+    data = _with_process(res.data, state)
+    figure = nz.shown_result({"tradeoff": data}, bool(log_x)).figures["tradeoff"]
+    return res.status, figure, _tradeoff_frame(res), {**(state or {}), "tradeoff": data}
+
+
+@user_errors
+def measure_process(ref, k, block, log_x, state=None, request: gr.Request = None, progress=gr.Progress()):
+    """bf16, lossless NeuZip and the chosen k (with and without B), each loaded in a fresh process: its RSS drawn
+    beside the trade-off's points (``neuzip process-memory`` measures every k)."""
+    ks = sorted({7, int(k)}, reverse=True) if str(k).lstrip("-").isdigit() else [k]
+    res = nz.process_memory_result(ref, ks, block_size=block, progress=job(request, progress))
+    state = {**(state or {}), "process-memory": res.data}
+    tradeoff = state.get("tradeoff")
+    if tradeoff:
+        state["tradeoff"] = _with_process(tradeoff, state)
+        figure = nz.shown_result({"tradeoff": state["tradeoff"]}, bool(log_x)).figures["tradeoff"]
+    else:
+        figure = res.figures["process-memory"]
+    return res.status, figure, state
 
 
 @user_errors
@@ -117,6 +142,7 @@ def build(ctx: AppContext) -> None:
     with gr.Row():
         b_weights = gr.Button("Analyse weights", variant="primary", size="sm")
         b_tradeoff = gr.Button("Measure memory / perplexity", variant="primary", size="sm")
+        b_process = gr.Button("Measure process memory", size="sm")
         b_throughput = gr.Button("Measure throughput", size="sm")
         b_stop = gr.Button("Stop", variant="stop", size="sm")
         b_files = gr.Button("Download files", size="sm")
@@ -158,7 +184,9 @@ def build(ctx: AppContext) -> None:
     ev_t = b_throughput.click(measure_throughput, inputs=[ctx.model, k, block, state],
                               outputs=[throughput_md, throughput_plot, throughput_df, state],
                               api_name="neuzip_throughput")
-    b_stop.click(stop, outputs=status, api_name="neuzip_stop", cancels=[ev_w, ev_r, ev_t])
+    ev_p = b_process.click(measure_process, inputs=[ctx.model, k, block, log_x, state],
+                           outputs=[tradeoff_md, tradeoff_plot, state], api_name="neuzip_process_memory")
+    b_stop.click(stop, outputs=status, api_name="neuzip_stop", cancels=[ev_w, ev_r, ev_t, ev_p])
     log_x.change(redraw_tradeoff, inputs=[log_x, state], outputs=tradeoff_plot, api_name="neuzip_tradeoff_axis")
     b_files.click(download_files, inputs=[state, log_x], outputs=files, api_name="neuzip_downloads")
     neuzip_training.build()

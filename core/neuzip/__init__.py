@@ -11,12 +11,14 @@ lives in the submodules). :func:`compress` returns a :class:`CompressedTensor` (
 """
 # the codec, and its checksummed safetensors checkpoints
 from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
-from core.neuzip.checkpoint import load_compressed, save_compressed
+from core.neuzip.checkpoint import load_compressed, save_compressed, stream_compressed
 # compressed models: linear layers decoded per forward (decode ahead in a background thread), their memory, the
 # compressed weights put into a freshly built model, and back to plain layers
 from core.neuzip.modules import (CompressedLinear, apply_compressed, compress_model, compressed_tensors,
-                                 decompress_model, set_decode_ahead)
-from core.neuzip.memory import cuda_present, device_memory, memory_report
+                                 decompress_model, load_compressed_model, set_decode_ahead)
+from core.neuzip.memory import cuda_present, device_memory, inference_memory, memory_report
+# memory as the machine sees it: a job in a fresh process (its peak RSS), the machine a run ran on
+from core.neuzip.process import machine, run_fresh
 # the registries: the codecs set side by side, the weight formats of the memory / perplexity trade-off
 from core.neuzip.compare import CODECS, codec_comparison
 from core.neuzip.formats import METHODS as TRADEOFF_METHODS
@@ -25,8 +27,9 @@ from core.neuzip.formats import Method, Style
 from core.neuzip.views import ANALYSES
 from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, analysis_result, compress_result, decompress_result,
                                  device_memory_result, example_parts, histograms_result, linear_weights,
-                                 precompute_examples, shown_result, table_result, throughput_result, tradeoff_result,
-                                 training_example_result, training_result, weights_result)
+                                 precompute_examples, process_memory_result, shown_result, table_result,
+                                 throughput_result, tradeoff_result, training_example_result, training_result,
+                                 weights_result)
 # training with compressed weights: the mode registry (vanilla, vanilla-adamw, lomo, lomo+neuzip, qlora-int8/nf4/fp4),
 # one model trained in each mode and measured, the memory tracker (peak live tensor bytes by part), the paper's
 # Table 1, the Llama configurations trained from random weights, and the committed runs (assets/neuzip/training.json)

@@ -32,16 +32,18 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import safe_open
+from typing import Iterator
+
 from safetensors.torch import save_file
 
 from core.errors import BadInputError, LayerwiseError
 from core.neuzip import pairs, rans
 from core.neuzip.codec import CompressedTensor, check_params
 from core.files import atomic_write
+from core.neuzip.streaming import SafetensorsFile
 from kernels.neuzip_bits import packed_length
 
-__all__ = ["save_compressed", "load_compressed"]
+__all__ = ["save_compressed", "load_compressed", "stream_compressed"]
 
 FORMAT = "layerwise-neuzip"
 VERSION = "3"
@@ -108,15 +110,29 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
     BadInputError
         Missing, truncated or tampered file, or not a NeuZip checkpoint.
     """
+    return dict(stream_compressed(path))
+
+
+def stream_compressed(path: str | os.PathLike) -> Iterator[tuple[str, CompressedTensor]]:
+    """The tensors of a file written by :func:`save_compressed`, one at a time (``(name, CompressedTensor)``, in
+    name order): the whole file is never in memory at once, only the tensor being read. The file is read twice, one
+    array at a time: first to verify its checksum (nothing is yielded from a tampered file), then to rebuild each
+    tensor (its streams verified). Plain reads, no memory mapping: no file pages count in the process's RSS.
+
+    Raises
+    ------
+    BadInputError
+        Missing, truncated or tampered file, or not a NeuZip checkpoint (before the first tensor when the checksum
+        or the metadata is wrong; at the tensor when its contents are inconsistent).
+    """
     path = Path(path)
     if not path.is_file():
         raise BadInputError(f"{path} does not exist.", fix="check the path")
     try:
-        with safe_open(str(path), framework="pt") as f:
-            meta = f.metadata() or {}
-            arrays = {k: f.get_tensor(k).numpy() for k in f.keys()}
-    except Exception as exc:  # safetensors raises several error types for bad headers
+        f = SafetensorsFile(path)
+    except Exception as exc:  # a header that does not parse, or bytes past the end of the file
         raise _corrupt(path, f"cannot read it as safetensors ({exc})") from None
+    meta = f.metadata
     if meta.get("format") != FORMAT:
         raise _corrupt(path, "no NeuZip metadata")
     version = meta.get("version")
@@ -124,24 +140,36 @@ def load_compressed(path: str | os.PathLike) -> dict[str, CompressedTensor]:
         raise _corrupt(path, f"unsupported version {version!r} (this Layerwise reads versions "
                              f"{', '.join(READABLE_VERSIONS)})")
     codec_json = meta.get("codec", "")
+    dtypes = _PART_DTYPES if version == VERSION else _OLD_PART_DTYPES
     try:
-        dtypes = _PART_DTYPES if version == VERSION else _OLD_PART_DTYPES
-        arrays = {k: a.view(dtypes[k.rsplit("::", 1)[1]]) for k, a in arrays.items()}
-    except (KeyError, IndexError, ValueError):
+        parts = {k: dtypes[k.rsplit("::", 1)[1]] for k in f.entries}
+    except (KeyError, IndexError):
         raise _corrupt(path, "unexpected tensors") from None
-    if _digest(codec_json, arrays) != meta.get("sha256"):
+    h = hashlib.sha256(codec_json.encode())
+    for key in sorted(parts):  # the checksum first, one array at a time
+        h.update(key.encode() + b"\0")
+        h.update(f.array(key, np.uint8))
+    if h.hexdigest() != meta.get("sha256"):
         raise _corrupt(path, "checksum mismatch")
     try:
         codec = json.loads(codec_json)
         rebuild = {"1": _rebuild_version_1, "2": _rebuild_version_2, VERSION: _rebuild}[version]
-        tensors = {name: rebuild(name, m, arrays) for name, m in codec.items()}
-    except (KeyError, TypeError, ValueError, LayerwiseError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise _corrupt(path, f"inconsistent contents ({exc})") from None
     if version != VERSION:
         warnings.warn(f"NeuZip: {path} is a version {version} checkpoint; its exponent streams were converted "
                       f"to version {VERSION} in memory (save_compressed writes version {VERSION}).",
                       UserWarning, stacklevel=2)
-    return tensors
+    by_tensor: dict[str, list[str]] = {}
+    for key in parts:
+        by_tensor.setdefault(key.rsplit("::", 1)[0], []).append(key)
+    for name in sorted(codec):
+        try:
+            arrays = {key: f.array(key, parts[key]) for key in by_tensor.get(name, ())}
+            ct = rebuild(name, codec[name], arrays)
+        except (KeyError, TypeError, ValueError, LayerwiseError) as exc:
+            raise _corrupt(path, f"inconsistent contents ({exc})") from None
+        yield name, ct
 
 
 def _rebuild(name: str, m: dict, arrays: dict[str, np.ndarray]) -> CompressedTensor:
@@ -193,8 +221,8 @@ def _finish_rebuild(name: str, m: dict, stream: pairs.PairStream, arrays: dict[s
 
     scales = arrays.get(f"{name}::scales")
     ct = CompressedTensor(tuple(m["shape"]), int(m["mantissa_bits"]), m["block_size"], stream,
-                          torch.from_numpy(part("fields").copy()),
-                          None if scales is None else torch.from_numpy(scales.copy()),
+                          torch.from_numpy(part("fields")),
+                          None if scales is None else torch.from_numpy(scales),
                           m["source_dtype"], m["note"])
     if any(int(d) < 0 for d in ct.shape) or int(np.prod(ct.shape, dtype=np.int64)) != ct.numel or ct.numel < 1:
         raise ValueError(f"{name}: shape does not match the element count")

@@ -4,6 +4,7 @@
     python -m core neuzip table      --model smollm2-135m --k 7 [--block-size B] [--out table.csv]
     python -m core neuzip tradeoff   --model smollm2-135m --k 7 3 1 0 --block-size 128 --words 2000 [--out f.html]
     python -m core neuzip throughput --model smollm2-135m --k 3 --block-size 128 [--numel N]   # NeuZip, ZipNN, ...
+    python -m core neuzip process-memory --model smollm2-135m     # each setting's process RSS (fresh processes)
     python -m core neuzip compress   --model smollm2-135m --k 7 --out weights.neuzip.safetensors
     python -m core neuzip decompress weights.neuzip.safetensors [--model smollm2-135m] [--out plain.safetensors]
     python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
@@ -152,6 +153,26 @@ def run_device_memory(args):
          res)
 
 
+def _process_memory_args(p):
+    _model_arg(p)
+    p.add_argument("--k", type=int, nargs="+", default=list(nz.K_CHOICES), metavar="K", help="mantissa bits to load")
+    p.add_argument("--block-size", type=int, default=nz.DEFAULT_BLOCK, metavar="B",
+                   help="normaliser block size, also loaded for every k < 7 (0: none)")
+    p.add_argument("--tokens", type=int, default=512, help="tokens of the forward")
+    p.add_argument("--no-cache", action="store_true", help="measure again")
+    _out_arg(p)
+
+
+def run_process_memory(args):
+    _check_out(args.out, (".json", ".csv", ".html"))
+    bar = ProgressBar()
+    res = nz.process_memory_result(args.model, args.k, args.block_size, args.tokens, use_cache=not args.no_cache,
+                                   progress=bar)
+    bar.close()
+    emit(args, res.data, res.status.replace("**", "").replace("`", "") + "\n" + table(res.tables["process-memory"]),
+         res)
+
+
 def _compress_args(p):
     _model_arg(p)
     _k_arg(p)
@@ -213,6 +234,9 @@ def _train_args(p):
     p.add_argument("--compress-threads", type=int, default=0, choices=(0, 1),
                    help="lomo+neuzip: 1 compresses each updated weight in a background thread")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    p.add_argument("--in-process", action="store_true",
+                   help="train every mode in this process one after the other (default: each mode in fresh processes, "
+                        "so its peak RSS is its own)")
     _out_arg(p)
 
 
@@ -223,11 +247,15 @@ def run_train(args):
     modes = list(nz.TRAINING_MODES) if args.mode == ["all"] else args.mode
     bar = ProgressBar()
     res = nz.training_result(args.model, modes, args.steps, args.batch, args.seq, args.seed, args.lr, args.device,
-                             args.layers, args.budget, args.compress_threads, progress=bar)
+                             args.layers, args.budget, args.compress_threads, progress=bar,
+                             fresh=False if args.in_process else None)
     bar.close()
     run = res.data
     data = {**run, "final_loss": {m["mode"]: m["final_loss"] for m in run["modes"]},
-            "peak_bytes": {m["mode"]: m["peak_bytes"] for m in run["modes"]}}
+            "peak_bytes": {m["mode"]: m["peak_bytes"] for m in run["modes"]},
+            "peak_rss_bytes": {m["mode"]: m["peak_rss_bytes"] for m in run["modes"]}}
+    if any(m.get("reserved_bytes") is not None for m in run["modes"]):
+        data["reserved_bytes"] = {m["mode"]: m.get("reserved_bytes") for m in run["modes"]}
     if len(run["modes"]) == 1:  # one mode: its figures at the top level
         data.update(run["modes"][0])
     emit(args, data, res.status.replace("**", "").replace("`", "") + "\n" + table(
@@ -259,6 +287,8 @@ def register(groups) -> None:
         _tradeoff_args)(run_tradeoff)
     cmd("throughput", "bits/weight and 1-thread compress / decompress MB/s: NeuZip, ZipNN, zstd, a memory copy",
         _throughput_args)(run_throughput)
+    cmd("process-memory", "bf16 and NeuZip at each k, each loaded in a fresh process: its RSS beside the model's "
+        "tensor bytes", _process_memory_args)(run_process_memory)
     cmd("compress", "write a model's linear weights as a NeuZip checkpoint", _compress_args)(run_compress)
     cmd("device-memory", "on a GPU: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's "
         "peak", _device_memory_args)(run_device_memory)

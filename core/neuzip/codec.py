@@ -38,7 +38,7 @@ from kernels.neuzip_bits import MANTISSA_BITS, merge_bf16, packed_length, split_
 from kernels.neuzip_gemv import fused_gemv
 from kernels.neuzip_rans import DECODE_ROWS, decode_layout, fused_decode_bf16, multiprocessors, pair_rans_decode
 
-__all__ = ["CompressedTensor", "DeviceArrays", "compress", "split_fields", "check_params", "to_bf16", "bf16_exact",
+__all__ = ["CompressedTensor", "DeviceArrays", "compress", "compress_reusing", "split_fields", "check_params", "to_bf16", "bf16_exact",
            "decode_workspace_bytes", "FORMAT_VERSION"]
 
 BLOCK_SIZES = tuple(2**i for i in range(5, 11))  # 32 .. 1024
@@ -413,3 +413,23 @@ def compress(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | Non
     return CompressedTensor(tuple(tensor.shape), mantissa_bits, block_size, stream,
                             fields.cpu(), None if scales is None else scales.cpu(),
                             str(tensor.dtype).removeprefix("torch."), note)
+
+
+def compress_reusing(tensor: torch.Tensor, mantissa_bits: int = 7, block_size: int | None = None,
+                     scratch: pairs.EncodeScratch | None = None) -> CompressedTensor:
+    """:func:`compress`, with its temporaries (the exponent bytes, the encoder's words) in ``scratch``, reused from
+    tensor to tensor: only the stored arrays are allocated, of their exact sizes. A model compressed layer by layer
+    this way (as it is read: :mod:`core.neuzip.streaming`) leaves no freed temporaries between its layers' arrays for
+    the heap to keep. Lossless bf16 CPU tensors take this path; anything else is :func:`compress` (the same result)."""
+    if scratch is None or mantissa_bits != 7 or block_size is not None or not isinstance(tensor, torch.Tensor) \
+            or tensor.dtype != torch.bfloat16 or tensor.device.type != "cpu" or tensor.numel() == 0:
+        return compress(tensor, mantissa_bits, block_size)
+    n = tensor.numel()
+    bits = tensor.detach().contiguous().view(-1).view(torch.int16).numpy().view(np.uint16)
+    fields = torch.empty(n, dtype=torch.uint8)
+    histogram = scratch.histogram
+    histogram[:] = 0
+    exponents = scratch.exponents(n)
+    pairs.split_into(bits, 7, exponents, fields.numpy(), histogram)
+    stream = pairs.encode(exponents, scratch=scratch, histogram=histogram)
+    return CompressedTensor(tuple(tensor.shape), 7, None, stream, fields)

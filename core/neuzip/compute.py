@@ -136,17 +136,40 @@ def device_memory(request, progress=None) -> dict:
                                                   request.tokens)}
 
 
+def _streamed_linear_weights(ref: str):
+    """The model's linear weights read one at a time from its safetensors files, each in its stored dtype (a list of
+    ``(name, read())``), or None when the model is not a Hugging Face folder, or was asked to be spread by
+    ``--device-map`` / ``--max-memory`` (it is then loaded as asked and read weight by weight from there)."""
+    from core.neuzip.modules import empty_causal_lm, hf_folder
+    from core.neuzip.streaming import folder_specs
+    from core.zoo.placement import current_placement
+
+    folder = None if current_placement() is not None else hf_folder(ref)
+    if folder is None:
+        return None
+    specs = folder_specs(folder)
+    names = [f"{name}.weight" for name, _ in linear_layers(empty_causal_lm(folder))]
+    missing = [n for n in names if n not in specs]
+    if missing:
+        raise BadInputError(f"{ref}'s weights hold no {missing[0]}.", fix="check the folder's safetensors files")
+    return [(n, lambda s=specs[n]: s.fill(torch.empty(s.shape, dtype=s.dtype))) for n in names]
+
+
 def compress_checkpoint(request, progress=None) -> dict:
+    """The model's linear weights compressed into a NeuZip checkpoint: read one at a time from a Hugging Face folder
+    (the model is never whole in memory), else from the loaded model."""
     from core.neuzip.checkpoint import save_compressed
 
-    weights = _weights(request.ref, progress)
+    streamed = _streamed_linear_weights(request.ref)
+    if streamed is None:
+        streamed = [(n, lambda w=w: w) for n, w in _weights(request.ref, progress).items()]
     tensors, step = {}, item_progress(progress, "compressing")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
-        for i, (name, w) in enumerate(weights.items()):
+        for i, (name, read) in enumerate(streamed):
             if step:
-                step(i, len(weights), name)
-            tensors[name.removesuffix(".weight")] = compress(w, request.k, request.block_size)
+                step(i, len(streamed), name)
+            tensors[name.removesuffix(".weight")] = compress(read(), request.k, request.block_size)
     path = save_compressed(request.out, tensors)
     numel = sum(c.numel for c in tensors.values())
     stored = sum(c.nbytes for c in tensors.values())
@@ -163,32 +186,71 @@ def training(request, progress=None) -> dict:
     return train_modes(request.ref, request.modes, request.settings(), progress=progress)
 
 
+def process_memory(request, progress=None) -> dict:
+    """The trade-off's bf16 and NeuZip settings, each loaded in a fresh process (:func:`core.neuzip.memory.
+    process_points`): the process's RSS beside the model's tensor bytes."""
+    from core.neuzip.memory import process_points
+    from core.neuzip.process import machine
+
+    rows = process_points(request.ref, request.settings, request.tokens, progress)
+    return {"model": request.ref, "tokens": request.tokens, "ks": list(request.ks), "block_size": request.block_size,
+            "rows": rows, "machine": machine()}
+
+
 def decompress_checkpoint(request, progress=None) -> dict:
-    from safetensors.torch import save_file
+    """A NeuZip checkpoint read back one tensor at a time (:func:`core.neuzip.checkpoint.stream_compressed`): each
+    decoded, compared with ``request.model``'s weight (read one at a time too, from its folder) and written to
+    ``request.out`` as it comes; never more than one decoded weight in memory."""
+    import json
 
     from core.files import atomic_write
-    from core.neuzip.checkpoint import load_compressed
+    from core.neuzip.checkpoint import stream_compressed
+    from core.neuzip.streaming import SafetensorsFile, write_safetensors
     from core.zoo import load_model
 
     src = request.file
-    tensors = load_compressed(src)  # raises BadInputError for a truncated or tampered file
-    decoded = {f"{name}.weight": ct.decompress() for name, ct in tensors.items()}
-    numel = max(1, sum(c.numel for c in tensors.values()))
-    data = {"file": str(src), "tensors": len(tensors), "weights": sum(c.numel for c in tensors.values()),
-            "mantissa_bits": sorted({c.mantissa_bits for c in tensors.values()}),
-            "bits_per_weight": 8.0 * sum(c.nbytes for c in tensors.values()) / numel}
+    reference = None
     if request.model:
-        ref = linear_weights(load_model(request.model).model)
-        missing = [n for n in decoded if n not in ref]
-        if missing:
-            raise BadInputError(f"{len(missing)} tensors of the file are not linear weights of {request.model} "
-                                f"(e.g. {missing[0]}).", fix="compare with the model the file was made from")
-        exact = all(torch.equal(decoded[n].view(torch.int16), ref[n].to(torch.bfloat16).view(torch.int16))
-                    for n in decoded)
-        err = max(float((decoded[n].float() - ref[n].to(torch.bfloat16).float()).abs().max()) for n in decoded)
-        data.update({"model": request.model, "bit_exact": exact, "max_abs_error": err})
+        streamed = _streamed_linear_weights(request.model)
+        reference = dict(streamed) if streamed is not None else \
+            {n: (lambda w=w: w) for n, w in linear_weights(load_model(request.model).model).items()}
+    stats = {"tensors": 0, "weights": 0, "k": set(), "stored": 0, "exact": True, "err": 0.0}
+
+    def decoded():
+        step = item_progress(progress, "decoding")
+        for name, ct in stream_compressed(src):  # raises BadInputError for a truncated or tampered file
+            key = f"{name}.weight"
+            if step:
+                step(stats["tensors"], len(shapes), key)
+            w = ct.decompress()
+            stats["tensors"] += 1
+            stats["weights"] += ct.numel
+            stats["stored"] += ct.nbytes
+            stats["k"].add(ct.mantissa_bits)
+            if reference is not None:
+                if key not in reference:
+                    raise BadInputError(f"tensors of the file are not linear weights of {request.model} (e.g. {key}).",
+                                        fix="compare with the model the file was made from")
+                want = reference[key]().to(torch.bfloat16)
+                stats["exact"] &= torch.equal(w.view(torch.int16), want.view(torch.int16))
+                stats["err"] = max(stats["err"], float((w.float() - want.float()).abs().max()))
+            yield key, w
+
+    try:
+        codec = json.loads(SafetensorsFile(src).metadata.get("codec", "{}"))
+        shapes = [(f"{name}.weight", tuple(codec[name]["shape"])) for name in sorted(codec)]
+    except Exception:  # not a checkpoint at all: stream_compressed says why
+        shapes = []
     if request.out:
-        plain = {k: v.contiguous() for k, v in decoded.items()}
-        atomic_write(request.out, lambda tmp: save_file(plain, str(tmp), metadata={"source": src.name}))
+        atomic_write(request.out, lambda tmp: write_safetensors(tmp, shapes, decoded(), {"source": src.name}))
+    else:
+        for _ in decoded():
+            pass
+    numel = max(1, stats["weights"])
+    data = {"file": str(src), "tensors": stats["tensors"], "weights": stats["weights"],
+            "mantissa_bits": sorted(stats["k"]), "bits_per_weight": 8.0 * stats["stored"] / numel}
+    if request.model:
+        data.update({"model": request.model, "bit_exact": stats["exact"], "max_abs_error": stats["err"]})
+    if request.out:
         data["out"] = str(request.out)
     return data

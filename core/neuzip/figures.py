@@ -81,8 +81,13 @@ def table_figure(table: dict):
     return fig
 
 
+PROCESS_COLOUR = "#7F7F7F"  # a process's RSS, beside the tensor figure (the training chart's grey)
+
+
 def tradeoff_figure(result: dict, log_x: bool = False):
-    """Memory (MB) against word-level perplexity, one legend entry per method family, the Pareto front drawn."""
+    """Memory (MB) against word-level perplexity, one legend entry per method family, the Pareto front drawn; where
+    the result holds ``process`` (:func:`core.neuzip.memory.process_points`), each measured setting's process too: a
+    hollow grey marker at the process's idle RSS after a forward, joined to the setting's weight-memory point."""
 
     fig = go.Figure()
     points = result["points"]
@@ -106,16 +111,61 @@ def tradeoff_figure(result: dict, log_x: bool = False):
         fig.add_trace(go.Scatter(x=[p["memory_bytes"] / 1e6 for p in front], y=[p["perplexity"] for p in front],
                                  mode="markers", showlegend=False, hoverinfo="skip",
                                  marker={"size": 22, "color": "rgba(0,0,0,0)", "line": {"width": 2, "color": "#009E73"}}))
+    process = _process_points(result, points)
+    if process:
+        xs, ys = [], []
+        for p, row in process:
+            xs += [p["memory_bytes"] / 1e6, row["idle_rss_bytes"] / 1e6, None]
+            ys += [p["perplexity"], p["perplexity"], None]
+        fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", showlegend=False, hoverinfo="skip",
+                                 line={"color": PROCESS_COLOUR, "width": 1, "dash": "dot"}))
+        fig.add_trace(go.Scatter(
+            x=[row["idle_rss_bytes"] / 1e6 for _, row in process], y=[p["perplexity"] for p, _ in process],
+            mode="markers", name="the process (idle RSS after a forward)",
+            marker={"color": "rgba(0,0,0,0)", "size": 12, "symbol": "circle",
+                    "line": {"width": 2, "color": PROCESS_COLOUR}},
+            customdata=[[row["label"], row["tensor_bytes"] / 1e6, row["peak_rss_bytes"] / 1e6] for _, row in process],
+            hovertemplate="%{customdata[0]}: the process idles at %{x:,.0f} MB (peak %{customdata[2]:,.0f} MB) "
+                          "holding %{customdata[1]:,.1f} MB of model<br>perplexity %{y:.3f}<extra></extra>"))
     model = result.get("model", "")
+    if process:
+        x_title = "memory (MB): the model's weights (filled) and the whole process (hollow)" + \
+            (", log scale" if log_x else "")
+    else:
+        x_title = "model weight memory (MB" + (", log scale)" if log_x else ")")
     style(fig, f"Memory vs perplexity{f' ({model})' if model else ''}: {result.get('words', '?'):,} words of "
-                f"{result.get('dataset', 'text')}", "model weight memory (MB" + (", log scale)" if log_x else ")"),
-           "word-level perplexity (log scale, lower is better)", height=580)
+                f"{result.get('dataset', 'text')}", x_title, "word-level perplexity (log scale, lower is better)",
+          height=580)
     fig.update_xaxes(type="log" if log_x else "linear")
     ppl = [p["perplexity"] for p in points if math.isfinite(p["perplexity"])]
     ticks = [t for t in (1, 1.5, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 75, 100, 150, 200, 300, 500, 750, 1000, 1500,
                          2000, 3000, 5000, 7500, 10000) if ppl and min(ppl) / 1.3 <= t <= max(ppl) * 1.3]
     fig.update_yaxes(type="log", **({"tickmode": "array", "tickvals": ticks} if len(ticks) >= 2 else {}))
     return fig
+
+
+def _process_points(result: dict, points: list[dict]) -> list[tuple[dict, dict]]:
+    """``(trade-off point, process row)`` for each setting the result's ``process`` measured."""
+    rows = {r["label"]: r for r in (result.get("process") or {}).get("rows", [])}
+    return [(p, rows[p["label"]]) for p in points if p["label"] in rows]
+
+
+def process_figure(result: dict):
+    """Per setting (bf16, NeuZip at each k): what the model holds (its tensors and compressed arrays) beside what the
+    process holds, idle after a forward and at its peak (MiB)."""
+    rows = result["rows"]
+    labels = [r["label"].replace("NeuZip ", "").replace(" (lossless)", " lossless") for r in rows]
+    fig = go.Figure()
+    for key, name, colour, pattern in (("tensor_bytes", "the model (tensors and compressed arrays)", "#0072B2", ""),
+                                       ("idle_rss_bytes", "the process, idle after a forward", PROCESS_COLOUR, "/"),
+                                       ("peak_rss_bytes", "the process at its peak", "#BBBBBB", "x")):
+        ys = [r[key] / 2**20 for r in rows]
+        fig.add_trace(go.Bar(x=labels, y=ys, name=name, marker_color=colour, marker_pattern_shape=pattern,
+                             text=[f"{y:,.0f}" for y in ys], textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: %{y:,.1f} MiB<extra>" + name + "</extra>"))
+    fig.update_layout(barmode="group")
+    return style(fig, f"What the model holds and what the process holds ({result['model']}, a forward of "
+                      f"{result['tokens']} tokens, each setting in a fresh process)", "setting", "memory (MiB)")
 
 
 def _speed_text(v) -> str:

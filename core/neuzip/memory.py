@@ -1,18 +1,21 @@
 """What a NeuZip-compressed model holds: :func:`memory_report` counts the bytes (compressed weights, other weights, the
-decode buffers and workspace), :func:`device_memory` measures a model on a CUDA device in bf16 and compressed."""
+decode buffers and workspace), :func:`device_memory` measures a model on a CUDA device in bf16 and compressed, and
+:func:`inference_memory` measures what a process holds with the model loaded in a form and after a forward (run in a
+fresh process: the machine's view beside the tensor figure)."""
 from __future__ import annotations
 
 import copy
+import gc
 import warnings
 
 import torch
 from torch import nn
 
 from core.errors import BadInputError
-from core.neuzip.codec import decode_workspace_bytes
+from core.neuzip.codec import check_params, decode_workspace_bytes
 from core.neuzip.modules import SKIP, CompressedLinear, compress_model, compressed_tensors
 
-__all__ = ["memory_report", "device_memory", "require_cuda"]
+__all__ = ["memory_report", "device_memory", "require_cuda", "inference_memory", "process_points", "FORMS"]
 
 
 def memory_report(model: nn.Module) -> dict[str, int]:
@@ -76,8 +79,10 @@ def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantiss
     ``model`` (any causal LM, left unchanged) is copied twice: once as bf16 and once with its linear layers
     compressed (:func:`compress_model`); each copy is moved to ``device`` alone, and ``torch.cuda.memory_allocated``
     before and after gives what it holds; then the peak of one no-grad forward of ``tokens`` random ids
-    (``torch.cuda.max_memory_allocated`` above the loaded model). Returns bytes: ``bf16`` / ``compressed``
-    ``{loaded, forward_peak}``, ``linear_bf16_bytes`` and ``linear_resident_bytes`` (the compressed arrays on the
+    (``torch.cuda.max_memory_allocated`` above the loaded model), and beside each what the caching allocator reserved
+    (``memory_reserved`` after the load, ``max_memory_reserved`` over the forward, both above what it held before: what
+    the device gives the process). Returns bytes: ``bf16`` / ``compressed``
+    ``{loaded, forward_peak, loaded_reserved, forward_peak_reserved}``, ``linear_bf16_bytes`` and ``linear_resident_bytes`` (the compressed arrays on the
     device) and their ``linear_ratio`` (lossless: about 10.6 / 16 on SmolLM2), and the logits' max abs difference.
 
     Raises
@@ -94,15 +99,18 @@ def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantiss
 
     def measure(copy_of: nn.Module) -> tuple[dict, torch.Tensor]:
         torch.cuda.synchronize(device)
-        before = torch.cuda.memory_allocated(device)
+        torch.cuda.empty_cache()
+        before, before_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         copy_of.to(device)
         torch.cuda.synchronize(device)
-        loaded = torch.cuda.memory_allocated(device)
+        loaded, loaded_reserved = torch.cuda.memory_allocated(device), torch.cuda.memory_reserved(device)
         torch.cuda.reset_peak_memory_stats(device)
         with torch.inference_mode():
             logits = copy_of(ids).logits.float()
         torch.cuda.synchronize(device)
-        return {"loaded": loaded - before, "forward_peak": torch.cuda.max_memory_allocated(device) - loaded}, logits
+        return {"loaded": loaded - before, "forward_peak": torch.cuda.max_memory_allocated(device) - loaded,
+                "loaded_reserved": loaded_reserved - before_reserved,  # the caching allocator's view, beside
+                "forward_peak_reserved": torch.cuda.max_memory_reserved(device) - before_reserved}, logits
 
     dense = copy.deepcopy(model).to(torch.bfloat16).eval()
     linear_bf16 = sum(m.weight.numel() * 2 for n, m in dense.named_modules()
@@ -125,3 +133,95 @@ def device_memory(model: nn.Module, device: torch.device | str = "cuda", mantiss
             "linear_resident_bytes": resident, "linear_ratio": resident / linear_bf16,
             "loaded_ratio": compressed["loaded"] / bf16["loaded"],
             "max_abs_logit_difference": float((got - want).abs().max())}
+
+
+FORMS = ("bf16", "neuzip")  # the forms a model runs in for inference_memory
+
+
+def inference_memory(ref: str, form: str = "bf16", mantissa_bits: int = 7, block_size: int | None = None,
+                     tokens: int = 512, seed: int = 0, progress=None) -> dict:
+    """Load ``ref`` in ``form`` (``bf16``, or ``neuzip``: its linear layers compressed with ``mantissa_bits`` /
+    ``block_size``), one tensor at a time (:mod:`core.neuzip.streaming`: never the bf16 model whole for a compressed
+    form), run one forward of ``tokens`` random ids (seeded) and measure, in this process (run it in a fresh one:
+    :func:`core.neuzip.process.run_fresh`, job ``inference-memory``):
+
+    - ``loaded_rss_bytes``: RSS with the model loaded (after a garbage collection and ``malloc_trim``);
+    - ``idle_rss_bytes``: RSS after the forward, the same way (what the process keeps while it waits);
+    - ``tensor_bytes``: what the model holds as tensors and compressed arrays (:func:`memory_report`'s
+      ``resident_bytes``: the tensor figure), ``peak_bytes`` with the decode buffers;
+    - ``logits_digest``: sha256 of the logits' bits (the lossless form gives the bf16 form's, bit for bit).
+
+    ``ref``: a Hugging Face folder or registered causal LM, or a configuration of :data:`RANDOM_MODELS`."""
+    import hashlib
+
+    from core.neuzip.memtrack import rss, trim_heap
+    from core.neuzip.modules import finish_compressed, linear_layers
+    from core.neuzip.train_models import ModelSource
+    from core.progress import report
+
+    if form not in FORMS:
+        raise BadInputError(f"form must be one of {', '.join(FORMS)}, got {form!r}.")
+    check_params(mantissa_bits, block_size)
+    source = ModelSource(ref, seed)
+    report(progress, 0.0, f"loading {ref} ({form})")
+    hook, buffer = None, None
+    if form == "neuzip":
+        from core.neuzip import pairs
+        from core.neuzip.buffer import DecompressionBuffer
+        from core.neuzip.codec import compress_reusing
+        from core.neuzip.modules import CompressedLinear
+
+        buffer, scratch = DecompressionBuffer(), pairs.EncodeScratch()
+
+        def hook(name, layer, weight):
+            return CompressedLinear(compress_reusing(weight, mantissa_bits, block_size, scratch), layer.bias, buffer)
+    model = source.build(linear=hook, linears=linear_layers)
+    scratch = None
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.eval()
+    if buffer is not None:
+        finish_compressed(model, buffer)
+    gc.collect()
+    trim_heap()
+    loaded = rss()
+    held = memory_report(model)
+    vocab = source.vocab(model)
+    ids = torch.randint(0, vocab, (1, int(tokens)), generator=torch.Generator().manual_seed(seed))
+    report(progress, 0.5, f"a forward of {tokens} tokens")
+    with torch.inference_mode():
+        logits = model(input_ids=ids, use_cache=False).logits
+    digest = hashlib.sha256(logits.contiguous().view(-1).view(torch.uint8).numpy().tobytes()).hexdigest()[:24]
+    del logits
+    gc.collect()
+    trim_heap()
+    idle = rss()
+    report(progress, 1.0, "done")
+    return {"model": ref, "form": form, "mantissa_bits": mantissa_bits, "block_size": block_size, "tokens": tokens,
+            "loaded_rss_bytes": loaded["rss"], "load_peak_rss_bytes": loaded["peak"], "idle_rss_bytes": idle["rss"],
+            "tensor_bytes": held["resident_bytes"], "peak_bytes": held["peak_bytes"],
+            "compressed_weight_bytes": held["compressed_weight_bytes"], "logits_digest": digest}
+
+
+def process_points(ref: str, settings, tokens: int = 512, progress=None) -> list[dict]:
+    """Each bf16 or NeuZip setting of ``settings`` (as :func:`core.neuzip.tradeoff.default_settings` gives them; the
+    other formats are left out) as the machine sees it: :func:`inference_memory` in a fresh process each. Per setting:
+    its ``label``, ``setting``, the process's ``idle_rss_bytes`` after the forward, ``loaded_rss_bytes``,
+    ``peak_rss_bytes`` (the whole process) and the model's ``tensor_bytes``, and ``logits_digest``."""
+    from core.neuzip.formats import setting_label
+    from core.neuzip.process import run_fresh
+    from core.progress import scaled
+
+    chosen = [s for s in settings if s["method"] in ("bf16", "neuzip")]
+    rows = []
+    for i, s in enumerate(chosen):
+        label = setting_label(s)
+        part = scaled(progress, i / len(chosen), (i + 1) / len(chosen))
+        kwargs = {"ref": ref, "form": "bf16" if s["method"] == "bf16" else "neuzip", "tokens": tokens,
+                  "mantissa_bits": s.get("k", 7), "block_size": s.get("block_size")}
+        r = run_fresh("inference-memory", kwargs,
+                      progress=None if part is None else (lambda f, m, part=part, label=label: part(f, f"{label}: {m}")))
+        rows.append({"label": label, "setting": dict(s), "idle_rss_bytes": r["idle_rss_bytes"],
+                     "loaded_rss_bytes": r["loaded_rss_bytes"], "peak_rss_bytes": r["process"]["peak_rss_bytes"],
+                     "tensor_bytes": r["tensor_bytes"], "logits_digest": r["logits_digest"]})
+    return rows

@@ -38,12 +38,14 @@ from torch import nn
 
 from core.errors import BadInputError
 from core.neuzip.buffer import DecompressionBuffer
-from core.neuzip.codec import CompressedTensor, DeviceArrays, bf16_exact, check_params, compress
+from core.neuzip import pairs
+from core.neuzip.codec import CompressedTensor, DeviceArrays, bf16_exact, check_params, compress, compress_reusing
 from core.progress import Progress, item_progress
 from kernels.dispatch import warm
 
 __all__ = ["CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
-           "set_decode_ahead", "linear_layers", "SKIP"]
+           "set_decode_ahead", "linear_layers", "load_compressed_model", "hf_folder", "empty_causal_lm",
+           "finish_compressed", "SKIP"]
 
 
 SKIP = ("embed", "lm_head")  # linear layers left in bf16: the embeddings and the LM head
@@ -231,6 +233,12 @@ def compress_model(model: nn.Module, mantissa_bits: int = 7, block_size: int | N
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, layer)
+    return finish_compressed(model, buffer, decode_ahead)
+
+
+def finish_compressed(model: nn.Module, buffer: DecompressionBuffer, decode_ahead: int = 0) -> nn.Module:
+    """A model whose compressed layers share ``buffer``: kept on the model, checked after each forward, its device
+    kernels decided, decoding ``decode_ahead`` layers ahead."""
     model._neuzip_buffer = buffer
     _watch(model)
     _warm_decoder(model)
@@ -311,10 +319,86 @@ def apply_compressed(model: nn.Module, tensors: dict[str, CompressedTensor]) -> 
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
         setattr(parent, child, CompressedLinear(ct, modules[name].bias, buffer).to(modules[name].weight.device))
-    model._neuzip_buffer = buffer
-    _watch(model)
-    _warm_decoder(model)
-    return set_decode_ahead(model, buffer.ahead)
+    return finish_compressed(model, buffer, buffer.ahead)
+
+
+def hf_folder(ref: str):
+    """The folder of a Hugging Face causal LM that can be read tensor by tensor (a registered model's prepared folder,
+    or a local folder with ``config.json`` and ``*.safetensors``), or None for anything else (a model class of
+    Layerwise's own, a hub id): those load whole."""
+    from core.zoo import resolve
+    from core.zoo.registry import card_of
+
+    how, folder = resolve(ref)
+    if folder is None or not (folder / "config.json").is_file() or not any(folder.glob("*.safetensors")):
+        return None
+    if how == "registered" and card_of(ref).model_class != "hf":
+        return None
+    return folder
+
+
+def empty_causal_lm(folder) -> nn.Module:
+    """The causal LM of ``folder``'s ``config.json`` with its parameters on the meta device (its buffers real)."""
+    import transformers
+
+    from core.neuzip.streaming import empty_model
+
+    config = transformers.AutoConfig.from_pretrained(folder)
+    return empty_model(lambda: transformers.AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16))
+
+
+def load_compressed_model(ref: str, mantissa_bits: int = 7, block_size: int | None = None, *,
+                          checkpoint=None, skip: tuple[str, ...] = SKIP, decode_ahead: int = 0,
+                          progress: Progress | None = None) -> nn.Module:
+    """A causal LM with its linear layers NeuZip-compressed, loaded one tensor at a time: the bf16 (or float32) model
+    is never whole in memory (:mod:`core.neuzip.streaming`). Each linear weight is read into a scratch and compressed
+    (:func:`compress`), or taken from ``checkpoint`` (a NeuZip checkpoint of the linear weights, as ``neuzip compress``
+    writes it; read one tensor at a time, its checksum verified); every other tensor is kept in bf16. The result
+    computes what ``compress_model(load_model(ref).model.bfloat16())`` computes, bit for bit for ``k = 7``.
+
+    Raises
+    ------
+    BadInputError
+        ``ref`` is not a Hugging Face folder that can be read tensor by tensor (see :func:`hf_folder`), bad
+        parameters, or a checkpoint that does not fit the model.
+    """
+    from core.neuzip.streaming import folder_specs, stream_into
+
+    check_params(mantissa_bits, block_size)
+    folder = hf_folder(ref)
+    if folder is None:
+        raise BadInputError(f"{ref} cannot be read tensor by tensor (not a Hugging Face folder with safetensors "
+                            "weights).", fix="use compress_model(load_model(ref).model) for it")
+    DecompressionBuffer().set_ahead(decode_ahead)
+    model = empty_causal_lm(folder)
+    chosen = linear_layers(model, skip)
+    buffer = DecompressionBuffer()
+    tensors = None
+    if checkpoint is not None:
+        from core.neuzip.checkpoint import stream_compressed
+
+        tensors = dict(stream_compressed(checkpoint))  # the compressed weights: the model's final form
+        wanted = {name for name, _ in chosen}
+        if set(tensors) != wanted:
+            extra, missing = sorted(set(tensors) - wanted), sorted(wanted - set(tensors))
+            raise BadInputError(f"{checkpoint} does not hold the linear weights of {ref}"
+                                + (f" (it has {extra[0]}, which the model has not)" if extra else "")
+                                + (f" (it lacks {missing[0]})" if missing else "") + ".",
+                                fix="use the checkpoint `neuzip compress` wrote for this model")
+        for name, layer in chosen:
+            if tuple(tensors[name].shape) != tuple(layer.weight.shape):
+                raise BadInputError(f"{name}: the checkpoint's weight has shape {tuple(tensors[name].shape)}, the "
+                                    f"model's {tuple(layer.weight.shape)}.", fix="use the checkpoint of this model")
+
+    scratch = pairs.EncodeScratch()  # the compression's temporaries, reused from layer to layer
+
+    def compressed(name: str, layer: nn.Linear, weight: torch.Tensor | None) -> nn.Module:
+        ct = tensors[name] if tensors is not None else compress_reusing(weight, mantissa_bits, block_size, scratch)
+        return CompressedLinear(ct, layer.bias, buffer)
+
+    stream_into(model, folder_specs(folder), compressed, chosen, progress=progress, read_linear=tensors is None)
+    model.eval()
+    return finish_compressed(model, buffer, decode_ahead)
 
 
 def decompress_model(model: nn.Module, dtype: torch.dtype | None = None) -> nn.Module:

@@ -19,15 +19,16 @@ from torch import nn
 from core.errors import BadInputError
 from core.neuzip.modules import SKIP, linear_layers
 
-__all__ = ["QUANT_TYPES", "LoRALinear", "quantize_linears", "bnb_status", "quantized_tensors"]
+__all__ = ["QUANT_TYPES", "LoRALinear", "quantize_linears", "lora_hook", "bnb_status", "quantized_tensors"]
 
 QUANT_TYPES = ("int8", "nf4", "fp4")
 
 
-def _quantized(linear: nn.Linear, quant: str, device: torch.device) -> nn.Module:
+def _quantized(linear: nn.Linear, quant: str, device: torch.device, weight: torch.Tensor | None = None) -> nn.Module:
+    """``linear`` as a frozen bitsandbytes layer on ``device``, quantized from ``weight`` (default: its own)."""
     import bitsandbytes as bnb
 
-    w = linear.weight.detach().to(torch.bfloat16).cpu()
+    w = (linear.weight if weight is None else weight).detach().to(torch.bfloat16).cpu()
     bias = linear.bias is not None
     if quant == "int8":
         layer = bnb.nn.Linear8bitLt(linear.in_features, linear.out_features, bias=bias, has_fp16_weights=False,
@@ -82,6 +83,24 @@ def quantize_linears(model: nn.Module, quant: str, rank: int = 8, alpha: float =
         base = _quantized(linear, quant, linear.weight.device)
         setattr(parent, child, LoRALinear(base, linear.in_features, linear.out_features, rank, alpha, gen))
     return [p for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
+
+
+def lora_hook(quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0):
+    """The hook of :mod:`core.neuzip.streaming` that builds each linear layer as :func:`quantize_linears` would, from
+    its weight as it is read (a copy of it is quantized: the hook's weight is a scratch), so the bf16 model is never
+    whole in memory. The adapters' generator is drawn in the order the layers come, the model's order."""
+    if quant not in QUANT_TYPES:
+        raise BadInputError(f"unknown quantization {quant!r}.", fix=f"use one of {', '.join(QUANT_TYPES)}")
+    problem = bnb_status()
+    if problem:
+        raise BadInputError(f"QLoRA-style training needs bitsandbytes: {problem}.",
+                            fix="pip install bitsandbytes==0.50.2, or leave the qlora modes out")
+    gen = torch.Generator().manual_seed(seed)
+
+    def hook(name: str, linear: nn.Linear, weight: torch.Tensor) -> nn.Module:
+        base = _quantized(linear, quant, torch.device("cpu"), weight.clone())
+        return LoRALinear(base, linear.in_features, linear.out_features, rank, alpha, gen)
+    return hook
 
 
 def quantized_tensors(model: nn.Module) -> list[torch.Tensor]:

@@ -7,6 +7,8 @@ identify its result in the example store and the results cache. The choices and 
 """
 from __future__ import annotations
 
+import os
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -21,7 +23,7 @@ from core.neuzip.tradeoff import default_settings
 __all__ = ["K_CHOICES", "BLOCK_SIZES", "NO_BLOCK", "DEFAULT_BLOCK", "MIN_WORDS", "MAX_WORDS", "DEFAULT_WORDS",
            "DEFAULT_WINDOW", "THROUGHPUT_NUMEL", "CACHE_VERSION", "HistogramsRequest", "TableRequest",
            "WeightsRequest", "TradeoffRequest", "ThroughputRequest", "DeviceMemoryRequest", "CompressRequest",
-           "DecompressRequest"]
+           "DecompressRequest", "ProcessMemoryRequest"]
 
 K_CHOICES = (7, 3, 1, 0)  # mantissa bits kept, lossless first (kernels.neuzip_bits.MANTISSA_BITS)
 NO_BLOCK = "none"  # how a widget or a link says: no block normaliser (B = None); 0 and "" say it too
@@ -260,6 +262,33 @@ class TradeoffRequest:
         return _key(self)
 
 
+@dataclass(frozen=True)
+class ProcessMemoryRequest:
+    """The memory / perplexity trade-off's bf16 and NeuZip settings (each ``k`` of ``ks``, ``k < 7`` also with ``B``)
+    as the machine sees them: each loaded one tensor at a time in a fresh process, one forward of ``tokens`` random
+    ids, the process's RSS measured (:func:`core.neuzip.memory.process_points`)."""
+
+    ref: str
+    ks: tuple[int, ...] = K_CHOICES
+    block_size: int | None = DEFAULT_BLOCK
+    tokens: int = 512
+    settings: tuple[dict, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def parse(cls, ref, ks=K_CHOICES, block_size=DEFAULT_BLOCK, tokens=512) -> "ProcessMemoryRequest":
+        ref = parse_model(ref)
+        ks = tuple(parse_k(k) for k in (ks if isinstance(ks, (list, tuple)) else [ks]))
+        b = parse_block(block_size)
+        tokens = check_number(tokens, "tokens", 1, 8192, whole=True)
+        return cls(ref, ks, b, tokens, tuple(default_settings(ks, b, baselines=False)))
+
+    def params(self) -> dict:
+        return {"ks": list(self.ks), "block_size": self.block_size, "tokens": self.tokens, "version": CACHE_VERSION}
+
+    def key(self) -> tuple[str, str, dict]:
+        return _key(self)
+
+
 def _key(request) -> tuple[str, str, dict]:
     from core.zoo import fingerprint
 
@@ -299,10 +328,11 @@ class TrainingRequest:
     layers: int | None = None
     budget_s: float | None = None
     compress_threads: int = 0
+    fresh: bool = True  # each mode in fresh processes (None at parse: $LAYERWISE_NEUZIP_FRESH, default on)
 
     @classmethod
     def parse(cls, ref, modes, steps=8, batch=1, seq=64, seed=0, lr=None, device="cpu", layers=None, budget_s=None,
-              compress_threads=0) -> "TrainingRequest":
+              compress_threads=0, fresh=None) -> "TrainingRequest":
         from core.neuzip.training import check_modes, source_reference
 
         ref = parse_model(ref)
@@ -322,7 +352,9 @@ class TrainingRequest:
         layers = None if layers in (None, "", 0) else check_number(layers, "layers", 1, 1024, whole=True)
         budget_s = None if budget_s in (None, "", 0) else check_number(budget_s, "budget (s)", 1, 86400)
         compress_threads = check_number(compress_threads, "compress threads", 0, 1, whole=True)
-        return cls(ref, modes, steps, batch, seq, seed, lr, device, layers, budget_s, compress_threads)
+        if fresh is None:  # the default: fresh processes, unless LAYERWISE_NEUZIP_FRESH=0 (the test suite's setting)
+            fresh = os.environ.get("LAYERWISE_NEUZIP_FRESH", "1").strip() != "0"
+        return cls(ref, modes, steps, batch, seq, seed, lr, device, layers, budget_s, compress_threads, bool(fresh))
 
     def price(self):
         """What the run costs (:mod:`core.budget`): every mode trains ``steps`` x ``batch`` x ``seq`` tokens forward and
@@ -345,9 +377,10 @@ class TrainingRequest:
 
         return TrainSettings(steps=self.steps, batch=self.batch, seq=self.seq, seed=self.seed,
                              lr={m: self.lr for m in self.modes} if self.lr is not None else {}, device=self.device,
-                             layers=self.layers, budget_s=self.budget_s, compress_threads=self.compress_threads)
+                             layers=self.layers, budget_s=self.budget_s, compress_threads=self.compress_threads,
+                             fresh=self.fresh)
 
     def params(self) -> dict:
         return {"modes": list(self.modes), "steps": self.steps, "batch": self.batch, "seq": self.seq,
                 "seed": self.seed, "lr": self.lr, "device": self.device, "layers": self.layers,
-                "compress_threads": self.compress_threads, "version": CACHE_VERSION}
+                "compress_threads": self.compress_threads, "fresh": self.fresh, "version": CACHE_VERSION}

@@ -8,6 +8,7 @@
     training_example_result(model)            the committed training runs (``assets/neuzip/training.json``)
     throughput_result(ref, k, block_size)     bits/weight and 1-thread MB/s of NeuZip, ZipNN, zstd, a memory copy
     device_memory_result(ref, k, ...)         on a GPU host: the model on the device in bf16 and compressed
+    process_memory_result(ref, ks, ...)       the trade-off's settings as the machine sees them (fresh processes)
     compress_result(...), decompress_result(...)   a model's linear weights as a NeuZip checkpoint and back
     shown_result(parts)                       the files of what a page shows
     example_parts(), precompute_examples()    the committed example (``assets/neuzip/examples.json``)
@@ -33,7 +34,8 @@ from core.results import Result
 from core.runner import ExampleStore, Found, precompute, result_key
 
 EXAMPLE_MODEL = "smollm2-135m"
-EXAMPLE_PARTS = ("histograms", "table", "throughput", "tradeoff")  # the analyses of the committed example
+EXAMPLE_PARTS = ("histograms", "table", "throughput", "tradeoff", "process-memory")  # the committed example's analyses
+OPTIONAL_PARTS = ("process-memory",)  # parts a store made before them may lack: --only does not need them kept
 
 
 # ---- the one way an analysis is answered ----------------------------------------------------------------------------
@@ -89,6 +91,15 @@ def throughput_result(ref: str, k: int = 7, block_size: int | None = None, numel
                            progress=progress)
 
 
+def process_memory_result(ref: str, ks=K_CHOICES, block_size: int | None = DEFAULT_BLOCK, tokens: int = 512,
+                          use_cache: bool = True, progress=None) -> Result:
+    """The trade-off's bf16 and NeuZip settings as the machine sees them: each loaded one tensor at a time in a fresh
+    process, one forward of ``tokens`` tokens, the process's idle and peak RSS beside the model's tensor bytes
+    (:func:`core.neuzip.memory.process_points`)."""
+    return analysis_result("process-memory", ref=ref, ks=ks, block_size=block_size, tokens=tokens,
+                           use_cache=use_cache, progress=progress)
+
+
 def device_memory_result(ref: str, k: int = 7, block_size: int | None = None, tokens: int = 512,
                          device: str = "cuda") -> Result:
     """On a GPU host: what the model holds on the device in bf16 and NeuZip-compressed, and a forward's peak
@@ -98,13 +109,15 @@ def device_memory_result(ref: str, k: int = 7, block_size: int | None = None, to
 
 def training_result(ref: str, modes=("vanilla", "lomo", "lomo+neuzip"), steps: int = 8, batch: int = 1, seq: int = 64,
                     seed: int = 0, lr: float | None = None, device: str = "cpu", layers: int | None = None,
-                    budget_s: float | None = None, compress_threads: int = 0, progress=None) -> Result:
-    """Train ``ref`` in each of ``modes`` from the same weights on the same batches and measure each: losses, peak
-    memory split into weights / gradients / optimizer / activations, peak RSS, iterations per second
-    (:func:`core.neuzip.training.train_modes`; measured now, never cached)."""
+                    budget_s: float | None = None, compress_threads: int = 0, progress=None,
+                    fresh: bool | None = None) -> Result:
+    """Train ``ref`` in each of ``modes`` from the same weights on the same batches and measure each: losses, the
+    tensor peak split into weights / gradients / optimizer / activations, the process's peak RSS, iterations per
+    second (:func:`core.neuzip.training.train_modes`; measured now, never cached). ``fresh``: each mode in fresh
+    processes (None: the default, on unless ``LAYERWISE_NEUZIP_FRESH=0``)."""
     return analysis_result("training", ref=ref, modes=modes, steps=steps, batch=batch, seq=seq, seed=seed, lr=lr,
                            device=device, layers=layers, budget_s=budget_s, compress_threads=compress_threads,
-                           progress=progress)
+                           fresh=fresh, progress=progress)
 
 
 def training_example_result(model: str = "smollm2-135m") -> Result:
@@ -120,14 +133,15 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
 
 
 # the committed training runs: (model, modes, settings); SmolLM2-135M trains 80 steps (25 minutes for the seven
-# modes on one shared core; a mode still running after 500 s stops there and says so); the 1 B run leaves out AdamW
-# (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine) and trains only a few steps (memory and
-# speed, not a curve)
+# modes on one shared core of the AVX-512 machine that recorded it; a mode still running after 500 s stops there and
+# says so); the 1 B run, recorded again with each mode in fresh processes (issue 41) on an AVX2-only CPU, where
+# torch's bf16 matrix products run ~30x slower, keeps the three modes of the comparison (vanilla, LOMO, LOMO + NeuZip)
+# and 2 steps of 1 x 16 tokens: memory, not a curve (its activations were 1 MiB at 2 x 128 tokens: the peaks hardly
+# depend on the tokens); AdamW is left out (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine)
 TRAINING_EXAMPLES = (
     ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
      {"steps": 80, "batch": 2, "seq": 128, "budget_s": 3500}),
-    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
-     {"steps": 4, "batch": 2, "seq": 128}),
+    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip"), {"steps": 2, "batch": 1, "seq": 16}),
 )
 TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"
 
@@ -202,6 +216,9 @@ def example_parts(ref: str = EXAMPLE_MODEL) -> tuple[dict, dict[str, Result]]:
     for name, a in ANALYSES.items():
         if a.parts and all(p in found for p in a.parts):
             found[name] = together(name, fp, {p: found[p] for p in a.parts})
+    if "tradeoff" in found and "process-memory" in found:  # the trade-off drawn with its settings' processes
+        t = found["tradeoff"]
+        found["tradeoff"] = Found({**t.data, "process": found["process-memory"].data}, t.source, t.key)
     parts = {name: f.data for name, f in found.items() if ANALYSES[name].stored_as}
     return parts, {name: view(name, f) for name, f in found.items() if name in PAGE}
 
@@ -224,7 +241,8 @@ def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, bl
         return e["fingerprint"] == fp and e["params"].get("version") == CACHE_VERSION
 
     kept = {e["analysis"] for e in ExampleStore(path).entries() if current(e)}
-    missing = [p for p in EXAMPLE_PARTS if p not in only and ANALYSES[p].stored_as not in kept]
+    missing = [p for p in EXAMPLE_PARTS if p not in only and p not in OPTIONAL_PARTS
+               and ANALYSES[p].stored_as not in kept]
     if missing:
         raise BadInputError(f"{path} holds no current {', '.join(missing)} of {ref} to keep.",
                             fix="precompute every part (leave out --only)")
@@ -232,7 +250,9 @@ def precompute_examples(ref: str = EXAMPLE_MODEL, words: int = DEFAULT_WORDS, bl
              "table": lambda: table_result(ref, 7, None, progress=scaled(progress, 0.05, 0.1)),
              "throughput": lambda: throughput_result(ref, 3, block_size, progress=scaled(progress, 0.1, 0.15)),
              "tradeoff": lambda: tradeoff_result(ref, K_CHOICES, block_size, words,
-                                                 progress=scaled(progress, 0.15, 1.0))}
+                                                 progress=scaled(progress, 0.15, 0.9)),
+             "process-memory": lambda: process_memory_result(ref, K_CHOICES, block_size,
+                                                             progress=scaled(progress, 0.9, 1.0))}
     measured = {ANALYSES[p].stored_as for p in only}
     keep = None if len(only) == len(EXAMPLE_PARTS) else (lambda e: current(e) and e["analysis"] not in measured)
     return precompute([calls[p] for p in EXAMPLE_PARTS if p in only], path, keep=keep)

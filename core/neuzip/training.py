@@ -11,40 +11,41 @@
   AdamW (:mod:`core.neuzip.qlora`), where bitsandbytes runs; skipped with the reason where it does not.
 
 :func:`train_modes` trains one model in each mode from the same weights on the same batches and measures, per mode:
-the loss of every step, the peak of live tensor bytes split into weights / gradients / optimizer state / activations
-(:class:`core.neuzip.memtrack.MemoryTracker`, over the first ``track_steps`` steps), the process's peak RSS, and
-iterations per second (the median step time of the steps after those, run without the tracker), both by the wall
-clock and by the CPU time the process spent (``time.process_time``: what a step costs whatever else the machine runs;
-on a shared machine the wall clock measures the load as much as the mode). Every mode uses the
-same recipe: bf16 weights, every decoder layer checkpointed (its forward recomputed in the backward), the
-cross-entropy computed ``loss_chunk`` tokens at a time (the logits of one slice exist at once), a constant learning
-rate, no gradient clipping.
+the loss of every step; the tensor ledger, the paper's analogue of its CUDA peak: the peak of live tensor bytes split
+into weights / gradients / optimizer state / activations (:class:`core.neuzip.memtrack.MemoryTracker`, over the first
+``track_steps`` steps); the machine's view: the process's peak RSS (``peak_rss_bytes``, the whole process, the model's
+load included), its RSS after each step, and ``max_memory_reserved`` beside ``max_memory_allocated`` on a GPU; and
+iterations per second (the median step time of the steps after the first ``track_steps``), by the wall clock and by
+the CPU time the process spent (``time.process_time``: what a step costs whatever else the machine runs).
 
-Models (:func:`build_model`): a registered causal LM (e.g. ``smollm2-135m``), a local folder, a Mix-LN run
-(``mixln:pre-ln``), or a Llama configuration with random weights from :data:`RANDOM_MODELS` (``llama-1b``: the shapes of
-Llama-3.2-1B; ``llama3-8b``; ``tiny-llama``), optionally cut to ``layers`` decoder layers (e.g. a few 8B-shaped
-layers on a GPU). Text: the paragraphs of the Mix-LN corpora (Wikipedia, OpenWebText, Python docs; train split),
-tokenized with the model's tokenizer, else with the Mix-LN BPE (4,096 ids), packed into blocks of ``seq`` tokens and
-drawn in a seeded order.
+Each mode runs in fresh processes by default (``TrainSettings.fresh``): one measures the process (no profiler, every
+step), one the tensor ledger (the profiler, the tracked steps), so no mode inherits another's heap or imports and
+neither measurement sees the other's (:mod:`core.neuzip.train_step`). ``fresh=False`` runs every mode in this process
+one after the other (the tests; the peak RSS is then this process's, reset before each mode's steps, and says so).
+
+Models (:mod:`core.neuzip.train_models`): a registered causal LM (e.g. ``smollm2-135m``), a local folder, a Mix-LN run
+(``mixln:pre-ln``), or a Llama configuration with random weights from :data:`RANDOM_MODELS` (``llama-1b``: the shapes
+of Llama-3.2-1B; ``llama3-8b``; ``tiny-llama``), optionally cut to ``layers`` decoder layers; each built one tensor at
+a time straight into its mode's form (a compressed mode never holds the bf16 model). Text: the paragraphs of the
+Mix-LN corpora (Wikipedia, OpenWebText, Python docs; train split), tokenized with the model's tokenizer, else with
+the Mix-LN BPE (4,096 ids), packed into blocks of ``seq`` tokens and drawn in a seeded order (by this process, which
+loads the tokenizer only; the fresh processes get the token ids).
 """
 from __future__ import annotations
 
-import contextlib
-import copy
-import gc
-import math
+import dataclasses
 import os
-import platform
-import statistics
 import time
 from dataclasses import dataclass, field
+
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from core.errors import BadInputError, Cancelled
-from core.neuzip.lomo import attach_lomo, weights_digest, zip_linears
-from core.neuzip.memtrack import MemoryTracker, reset_peak_rss, rss, tag_parameter_gradients, trim_heap
+from core.neuzip.lomo import attach_lomo  # noqa: F401  (re-exported: the tests and notebooks reach it here)
+from core.neuzip.memtrack import tag_parameter_gradients  # noqa: F401  (re-exported)
+from core.neuzip.train_models import (RANDOM_MODELS, ModelSource, build_model, decoder_layers,  # noqa: F401
+                                      source_parameters, source_reference, training_batches)
+from core.neuzip.train_step import lm_loss, train_mode
 from core.progress import report
 
 __all__ = ["TrainingMode", "MODES", "RANDOM_MODELS", "PAPER_TABLE1", "PAPER_SOURCE", "TrainSettings", "build_model",
@@ -109,19 +110,6 @@ PAPER_TABLE1 = (
 PAPER_SOURCE = ("Hao, Cao & Mou (2024), NeuZip, Table 1, as quoted in issue 32 (GPT-Neo-XL 2.7B: only vanilla's "
                 "memory, which is weights plus gradients; Llama-2 13B: memory only)")
 
-# Llama configurations trained from random weights (transformers' LlamaConfig keywords)
-_LLAMA3 = dict(vocab_size=128256, rope_theta=500000.0, max_position_embeddings=8192, rms_norm_eps=1e-5)
-RANDOM_MODELS: dict[str, dict] = {
-    "tiny-llama": dict(vocab_size=4096, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
-                       num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
-                       max_position_embeddings=1024),
-    "llama-1b": dict(_LLAMA3, hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=32,
-                     num_key_value_heads=8, tie_word_embeddings=True),  # Llama-3.2-1B's shapes: 1.24 B parameters
-    "llama3-8b": dict(_LLAMA3, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                      num_attention_heads=32, num_key_value_heads=8, tie_word_embeddings=False),  # 8.03 B
-}
-
-
 @dataclass(frozen=True)
 class TrainSettings:
     """The recipe every mode of one run shares."""
@@ -138,372 +126,11 @@ class TrainSettings:
     layers: int | None = None  # cut the model to this many decoder layers
     budget_s: float | None = None  # stop each mode after budget_s / modes seconds (its steps so far count)
     compress_threads: int = 0  # lomo+neuzip: 1 compresses each updated weight in a background thread
+    fresh: bool = True  # each mode in fresh processes (one for the process's memory, one for the tensor ledger)
 
 
 def mode_lr(mode: str, settings: TrainSettings) -> float:
     return float(settings.lr.get(mode, MODES[mode].defaults["lr"]))
-
-
-# ---- models -------------------------------------------------------------------------------------------------------
-def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The model's stack of decoder layers: the ``nn.ModuleList`` holding the most parameters."""
-    lists = [m for m in model.modules() if isinstance(m, nn.ModuleList) and len(m)]
-    if not lists:
-        raise BadInputError("this model has no stack of layers (nn.ModuleList) to train layer by layer.",
-                            fix="pick a transformer causal LM")
-    return max(lists, key=lambda m: sum(p.numel() for p in m.parameters()))
-
-
-def _cut(model: nn.Module, layers: int | None) -> nn.Module:
-    if layers is None:
-        return model
-    stack = decoder_layers(model)
-    if not 1 <= layers <= len(stack):
-        raise BadInputError(f"layers={layers}: the model has {len(stack)} decoder layers.",
-                            fix=f"use 1 to {len(stack)}")
-    del stack[layers:]
-    config = getattr(model, "config", None)
-    for attr in ("num_hidden_layers", "num_layers"):
-        if config is not None and hasattr(config, attr):
-            setattr(config, attr, layers)
-    return model
-
-
-def _random_configs() -> dict:
-    return dict.fromkeys(RANDOM_MODELS)
-
-
-def source_reference(ref: str):
-    """The checked reference of a training source (:func:`core.references.check_reference`): a random-weight
-    configuration of :data:`RANDOM_MODELS`, a committed Mix-LN run ``mixln:<name>`` (looked up by name, never joined to
-    a path; locally also ``mixln:<run folder>``), or a model of the zoo. Public mode refuses anything else with its one
-    message, before anything is opened."""
-    from core.mixln import RUN_REFERENCES
-    from core.references import Registry, check_reference
-
-    return check_reference(ref, (RUN_REFERENCES, Registry("random", _random_configs, what="random configuration")))
-
-
-def source_parameters(ref: str, layers: int | None = None) -> int:
-    """How many parameters the training source ``ref`` has (cut to ``layers`` for a random configuration), counted
-    without building its weights: a configuration on the meta device, a run or a model from its headers."""
-    found = source_reference(ref)
-    if found.kind == "random":
-        return sum(p.numel() for p in _Source(ref, 0).build(layers, meta=True).parameters())
-    if found.kind == "mixln-run":
-        from core.zoo.safetensors_check import summarize
-
-        return int(summarize(sorted(found.folder.glob("*.safetensors")))["parameters"])
-    from core.budget import model_parameters
-
-    return model_parameters(found.text)
-
-
-class _Source:
-    """Builds fresh bf16 copies of one model (the same weights each time) and says what it is."""
-
-    def __init__(self, ref: str, seed: int):
-        found = source_reference(ref)
-        self.ref, self.seed, self.kind = found.text, seed, found.kind
-        self.tokenizer = None
-        self.loaded = None
-        if found.kind == "random":
-            self.label = f"{self.ref} (Llama configuration, random weights)"
-        elif found.kind == "mixln-run":
-            self.folder, self.label = found.folder, f"{self.ref} (this project's Mix-LN run)"
-        else:
-            from core.zoo import load_model
-
-            self.loaded = load_model(self.ref)
-            self.tokenizer = self.loaded.tokenizer
-            self.label = self.ref
-
-    def build(self, layers: int | None = None, meta: bool = False) -> nn.Module:
-        """A fresh bf16 copy; ``meta``: on the meta device (its shapes only; random configurations)."""
-        torch.manual_seed(self.seed)
-        if self.kind == "random":
-            from transformers import LlamaConfig, LlamaForCausalLM
-
-            cfg = dict(RANDOM_MODELS[self.ref])
-            if layers is not None:
-                cfg["num_hidden_layers"] = layers
-                layers = None
-            config = LlamaConfig(**cfg, attention_bias=False, mlp_bias=False)
-            config._attn_implementation = "sdpa"
-            default = torch.get_default_dtype()
-            torch.set_default_dtype(torch.bfloat16)  # initialised in bf16: no float32 copy of a 1-8 B model
-            try:
-                with torch.device("meta") if meta else contextlib.nullcontext():
-                    model = LlamaForCausalLM(config)
-            finally:
-                torch.set_default_dtype(default)
-        elif self.kind == "mixln-run":
-            from core.mixln import MixLNForCausalLM
-
-            model = MixLNForCausalLM.from_pretrained(self.folder)
-        else:
-            model = copy.deepcopy(self.loaded.model)
-        model = _cut(model, layers).to(torch.bfloat16)
-        for p in model.parameters():
-            p.requires_grad_(True)
-        return model
-
-    def vocab(self, model: nn.Module) -> int:
-        cfg = getattr(model, "config", None)
-        return int(getattr(cfg, "vocab_size", 0) or model.get_output_embeddings().weight.shape[0])
-
-
-def build_model(ref: str, seed: int = 0, layers: int | None = None) -> nn.Module:
-    """A fresh bf16 copy of ``ref`` (see the module doc), every parameter trainable."""
-    return _Source(ref, seed).build(layers)
-
-
-# ---- data ---------------------------------------------------------------------------------------------------------
-def _encode(tokenizer, texts: list[str]) -> list[int]:
-    if hasattr(tokenizer, "encode_batch"):  # a tokenizers.Tokenizer (the Mix-LN BPE)
-        eos = tokenizer.token_to_id("<|endoftext|>")
-        ids = []
-        for enc in tokenizer.encode_batch(texts):
-            ids.extend(enc.ids + ([eos] if eos is not None else []))
-        return ids
-    eos = getattr(tokenizer, "eos_token_id", None)
-    ids = []
-    for row in tokenizer(texts, add_special_tokens=False)["input_ids"]:
-        ids.extend(list(row) + ([eos] if eos is not None else []))
-    return ids
-
-
-def training_batches(tokenizer, vocab: int, steps: int, batch: int, seq: int, seed: int = 0) -> torch.Tensor:
-    """``(steps, batch, seq)`` token ids: the train paragraphs of the Mix-LN corpora, tokenized, packed into blocks of
-    ``seq`` and drawn in a seeded order (the same for every mode). ``tokenizer`` None: the Mix-LN BPE (4,096 ids)."""
-    from core.mixln.data import corpus_texts
-
-    if tokenizer is None:
-        from core.mixln.data import load_tokenizer
-        from core.paths import ASSETS_DIR
-
-        tokenizer = load_tokenizer(ASSETS_DIR / "mixln" / "tokenizer.json")
-        if vocab < tokenizer.get_vocab_size():
-            raise BadInputError(f"the model has {vocab} token ids and no tokenizer; the Mix-LN BPE needs 4,096.",
-                                fix="pick a model with a tokenizer or a vocabulary of at least 4,096")
-    need = steps * batch * seq
-    texts, ids, at = corpus_texts("train"), [], 0
-    while len(ids) < 2 * need and at < len(texts):  # twice what is needed, so the seeded draw has a choice
-        ids.extend(_encode(tokenizer, texts[at:at + 64]))
-        at += 64
-    blocks = torch.tensor(ids[:len(ids) // seq * seq], dtype=torch.long).view(-1, seq)
-    if len(blocks) < steps * batch:
-        raise BadInputError(f"the corpus gives {len(blocks)} blocks of {seq} tokens; {steps * batch} are needed.",
-                            fix="fewer steps, a smaller batch or shorter sequences")
-    if int(blocks.max()) >= vocab:
-        raise BadInputError(f"the tokenizer's ids reach {int(blocks.max())}, the model has {vocab}.")
-    order = torch.randperm(len(blocks), generator=torch.Generator().manual_seed(seed))[:steps * batch]
-    return blocks[order].view(steps, batch, seq)
-
-
-# ---- one step -----------------------------------------------------------------------------------------------------
-def checkpoint_layers(model: nn.Module) -> None:
-    """Recompute each decoder layer's forward in the backward (non-reentrant activation checkpointing), in place."""
-    from torch.utils.checkpoint import checkpoint
-
-    for layer in decoder_layers(model):
-        inner = layer.forward
-
-        def forward(*args, _inner=inner, **kwargs):
-            if torch.is_grad_enabled():
-                return checkpoint(_inner, *args, use_reentrant=False, **kwargs)
-            return _inner(*args, **kwargs)
-        layer.forward = forward
-
-
-def _head(model: nn.Module) -> tuple[str, nn.Module]:
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    head = head if head is not None else getattr(model, "lm_head", None)
-    for name, child in model.named_children():
-        if child is head:
-            return name, child
-    raise BadInputError("this model has no LM head to compute the loss with.", fix="pick a causal language model")
-
-
-class _LinearCrossEntropy(torch.autograd.Function):
-    """``sum_i CE(h_i W^T + b, t_i)`` over the rows of ``h`` (N, D), ``chunk`` rows at a time: the logits of one
-    chunk exist at once (float32), and the gradients of ``h``, ``W`` and ``b`` are made in the same pass (softmax
-    minus one-hot, times ``W`` and ``h``), kept until the backward scales them by the upstream gradient. One
-    contiguous weight gradient, summed over the chunks in place (a tied embedding then adds its own in place too)."""
-
-    @staticmethod
-    def forward(ctx, h, weight, bias, targets, chunk):
-        grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
-        grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
-        total = torch.zeros((), dtype=torch.promote_types(h.dtype, torch.float32), device=h.device)
-        for s in range(0, h.shape[0], chunk):
-            hc, tc = h[s:s + chunk], targets[s:s + chunk, None]
-            logits = F.linear(hc, weight, bias)
-            logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-            lse = torch.logsumexp(logits, dim=-1, keepdim=True)
-            total += (lse - logits.gather(1, tc)).sum()
-            if grad_h is None and grad_w is None and grad_b is None:
-                continue
-            g = logits.sub_(lse).exp_().scatter_add_(1, tc, torch.full_like(lse, -1.0)).to(h.dtype)
-            del logits
-            if grad_h is not None:
-                torch.mm(g, weight, out=grad_h[s:s + chunk])
-            if grad_w is not None:
-                grad_w.addmm_(g.t(), hc)
-            if grad_b is not None:
-                grad_b += g.sum(0)
-        ctx.grads = [grad_h, grad_w, grad_b]
-        return total
-
-    @staticmethod
-    def backward(ctx, upstream):
-        grads, ctx.grads = ctx.grads, None
-        for g in grads:
-            if g is not None:
-                g.mul_(upstream)
-        return grads[0], grads[1], grads[2], None, None
-
-
-def lm_loss(model: nn.Module, ids: torch.Tensor, chunk: int = 0) -> torch.Tensor:
-    """Mean next-token cross-entropy of ``ids`` (B, T), the logits ``chunk`` tokens at a time (0: all at once) by
-    :class:`_LinearCrossEntropy`."""
-    name, head = _head(model)
-    if not isinstance(getattr(head, "weight", None), torch.Tensor):
-        raise BadInputError("the model's LM head has no weight matrix.", fix="pick a causal LM with a linear head")
-    setattr(model, name, nn.Identity())  # the model's forward returns the last hidden states
-    try:
-        out = model(input_ids=ids, use_cache=False) if hasattr(model, "generation_config") else model(ids)
-    finally:
-        setattr(model, name, head)
-    hidden = (out.logits if hasattr(out, "logits") else out[0])[:, :-1]
-    hidden = hidden.reshape(-1, hidden.shape[-1])
-    targets = ids[:, 1:].reshape(-1)
-    n = targets.numel()
-    return _LinearCrossEntropy.apply(hidden, head.weight, getattr(head, "bias", None), targets, chunk or n) / n
-
-
-# ---- one mode -----------------------------------------------------------------------------------------------------
-def _prepare(model: nn.Module, mode: TrainingMode, settings: TrainSettings, current: dict):
-    """Set ``model`` up for ``mode`` (in place); returns ``(optimizer or None, trainable parameters, zip state)``.
-    ``current["tracker"]`` is the memory tracker while one measures (the hooks read it)."""
-    lr = mode_lr(mode.name, settings)
-    state = None
-    if mode.weights == "neuzip":
-        state = zip_linears(model, lr, tracker=current.get("tracker"), threads=settings.compress_threads)
-    if mode.update == "lora":
-        from core.neuzip.qlora import quantize_linears
-
-        d = mode.defaults
-        params = quantize_linears(model, mode.weights, d["rank"], d["alpha"], settings.seed)
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    else:
-        params = list({id(p): p for p in model.parameters() if p.requires_grad and p.numel()}.values())
-        opt = None if mode.update == "lomo" else torch.optim.SGD(params, lr=lr) if mode.update == "sgd" else \
-            torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-    if mode.update == "lomo":
-        attach_lomo(params, lr, tracker=lambda: current.get("tracker"))
-    else:  # the summed gradient in .grad counts as a gradient
-        def seen(p):
-            if current.get("tracker") is not None:
-                current["tracker"].mark_gradient(p.grad)
-        for p in params:
-            p.register_post_accumulate_grad_hook(seen)
-    return opt, params, state
-
-
-def _step(model, ids, opt, params, settings: TrainSettings, tracker=None, state=None) -> float:
-    loss = lm_loss(model, ids, settings.loss_chunk)
-    if tracker is not None:
-        tag_parameter_gradients(loss, tracker, params)
-    loss.backward()
-    if state is not None:
-        state.wait()  # the background compressions of this step
-    if opt is not None:
-        with tracker.category("optimizer") if tracker is not None else contextlib.nullcontext():
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-    return float(loss.detach())
-
-
-def train_mode(source: _Source, mode: TrainingMode, batches: torch.Tensor, settings: TrainSettings,
-               progress=None, budget_s: float | None = None) -> dict:
-    """Train a fresh copy of the model in ``mode`` on ``batches`` (steps, B, T); the measurements as a dict.
-
-    The memory tracker (the profiler) runs from before the model is built to the end of the first ``track_steps``
-    steps; the steps after those run without it and give the speed and the peak RSS (with fewer steps, both come
-    from the tracked steps and say so). ``track_steps = 0`` measures no memory (``peak_bytes`` None)."""
-    device = torch.device(settings.device)
-    cuda = device.type == "cuda"
-    steps, track = len(batches), min(settings.track_steps, len(batches))
-    losses, seconds, cpu, current = [], [], [], {}
-    tracker = MemoryTracker(device) if track else None
-    started = time.perf_counter()
-    if tracker is not None:
-        gc.collect()
-        trim_heap()
-
-    def run(step: int, measuring: MemoryTracker | None) -> bool:
-        report(progress, step / steps, f"{mode.label}: step {step + 1}/{steps}")
-        ids = batches[step].to(device)
-        t0, c0 = time.perf_counter(), time.process_time()
-        value = _step(model, ids, opt, params, settings, measuring, state)
-        if cuda:
-            torch.cuda.synchronize(device)
-        seconds.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-        losses.append(value)
-        return math.isfinite(value)
-
-    with tracker if tracker is not None else contextlib.nullcontext():
-        current["tracker"] = tracker
-        model = source.build(settings.layers).to(device)
-        model.train()
-        if settings.checkpointing:
-            checkpoint_layers(model)
-        opt, params, state = _prepare(model, mode, settings, current)
-        if cuda:
-            torch.cuda.synchronize(device)
-            torch.cuda.reset_peak_memory_stats(device)
-        if tracker is not None:
-            gc.collect()
-            reset_peak_rss()
-            tracker.begin()
-        rss_start = rss()["rss"]
-        finite = all(run(step, tracker) for step in range(track))
-        if tracker is not None:
-            tracker.end()
-        current["tracker"] = None
-        if state is not None:
-            state.tracker = None
-    if finite and track < steps:
-        reset_peak_rss()
-    for step in range(track, steps if finite else track):
-        if budget_s is not None and time.perf_counter() - started > budget_s:
-            break
-        if not run(step, None):
-            break
-    timed, timed_cpu = seconds[track:] or seconds, cpu[track:] or cpu
-    cuda_peaks = (torch.cuda.max_memory_allocated(device), torch.cuda.max_memory_reserved(device)) if cuda else None
-    result = {
-        "mode": mode.name, "label": mode.label, "lr": mode_lr(mode.name, settings), "steps": len(losses),
-        "losses": losses, "final_loss": losses[-1] if losses else None, "step_seconds": seconds,
-        "step_cpu_seconds": cpu, "timed_steps": len(timed), "timed_with_tracker": bool(track) and not seconds[track:],
-        "it_per_s": 1.0 / statistics.median(timed) if timed else None,
-        "it_per_cpu_s": 1.0 / statistics.median(timed_cpu) if timed_cpu and statistics.median(timed_cpu) else None,
-        "peak_bytes": tracker.peak_bytes if tracker else None, "peak_split": tracker.peak_split if tracker else None,
-        "weights_bytes": tracker.at_rest["weights"] if tracker else None,
-        "trainable_parameters": sum(p.numel() for p in params), "rss_start_bytes": rss_start,
-        "peak_rss_bytes": rss()["peak"], "weights_digest": weights_digest(model),
-    }
-    if cuda:  # over every step, the model at rest included (peaks reset after it was set up)
-        result["cuda_max_allocated_bytes"], result["cuda_max_reserved_bytes"] = cuda_peaks
-    if state is not None:
-        state.close()
-    del model, opt, params, state, tracker
-    if cuda:
-        torch.cuda.empty_cache()
-    return result
 
 
 # ---- a run: every mode --------------------------------------------------------------------------------------------
@@ -516,35 +143,62 @@ def check_modes(modes) -> tuple[str, ...]:
     return modes
 
 
+def _in_fresh_processes(ref: str, mode: TrainingMode, batches: torch.Tensor, settings: TrainSettings, progress,
+                        budget_s: float | None) -> dict:
+    """One mode in two fresh processes: the process's memory, speed and losses (every step, no profiler), then the
+    tensor ledger (the profiler, the tracked steps); their figures in one dict."""
+    from core.neuzip.process import run_fresh
+
+    fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
+    kwargs = {"ref": ref, "mode": mode.name, "settings": fields, "batches": batches.tolist(),
+              "threads": torch.get_num_threads(), "budget_s": budget_s}
+    track = min(settings.track_steps, len(batches))
+    share = len(batches) / (len(batches) + track)
+    part = (lambda lo, hi: None if progress is None else (lambda f, m: progress(lo + (hi - lo) * f, m)))
+    result = run_fresh("train-mode", {**kwargs, "measure": "process"}, part(0.0, share))
+    process = result.pop("process")
+    result.update(peak_rss_bytes=process["peak_rss_bytes"], fresh_process=True)
+    if track:
+        ledger = run_fresh("train-mode", {**kwargs, "measure": "tensors"}, part(share, 1.0))
+        result.update({k: ledger[k] for k in ("peak_bytes", "peak_split", "weights_bytes")})
+        result["tracked_run"] = {"losses": ledger["losses"], "weights_digest": ledger["weights_digest"],
+                                 "peak_rss_bytes": ledger["process"]["peak_rss_bytes"]}
+    else:
+        result.update(peak_bytes=None, peak_split=None, weights_bytes=None)
+    return result
+
+
 def train_modes(ref: str, modes=tuple(MODES), settings: TrainSettings = TrainSettings(), progress=None,
                 batches: torch.Tensor | None = None) -> dict:
     """Train ``ref`` in each of ``modes`` from the same weights on the same batches; the run and per mode its
     losses, memory and speed (see the module doc). Modes that cannot run here (bitsandbytes) are listed with the
     reason under ``skipped``. A stop (:class:`Cancelled`) keeps the modes finished in its ``partial``.
     ``batches``: token ids ``(steps, batch, seq)`` to train on instead of the corpus (tests)."""
+    from core.neuzip.modules import linear_layers
+    from core.neuzip.process import machine
+
     modes = check_modes(modes)
     started = time.time()
-    report(progress, 0.0, f"loading {ref}")
-    source = _Source(ref, settings.seed)
-    probe = source.build(settings.layers, meta=True)  # the shapes (a random configuration is not initialised)
+    report(progress, 0.0, f"reading {ref}")
+    source = ModelSource(ref, settings.seed)
+    probe = source.build(settings.layers, meta=True)  # the shapes: no weight is read
     vocab, n_params = source.vocab(probe), sum(p.numel() for p in {id(p): p for p in probe.parameters()}.values())
-    from core.neuzip.modules import linear_layers
-
     n_linear = sum(m.weight.numel() for _, m in linear_layers(probe))
     n_layers = len(decoder_layers(probe))
     del probe
+    tokenizer = source.tokenizer() if batches is None else None
     if batches is None:
-        batches = training_batches(source.tokenizer, vocab, settings.steps, settings.batch, settings.seq, settings.seed)
+        batches = training_batches(tokenizer, vocab, settings.steps, settings.batch, settings.seq, settings.seed)
     run = {"model": ref, "model_label": source.label, "parameters": n_params, "linear_parameters": n_linear,
            "decoder_layers": n_layers, "vocab": vocab, "device": settings.device, "threads": torch.get_num_threads(),
            "settings": {"steps": settings.steps, "batch": settings.batch, "seq": settings.seq, "seed": settings.seed,
                         "lr": {m: mode_lr(m, settings) for m in modes}, "checkpointing": settings.checkpointing,
                         "loss_chunk": settings.loss_chunk, "track_steps": settings.track_steps,
                         "layers": settings.layers, "budget_s": settings.budget_s,
-                        "compress_threads": settings.compress_threads,
+                        "compress_threads": settings.compress_threads, "fresh": settings.fresh,
                         "data": "train paragraphs of wikipedia-paragraphs, openwebtext-paragraphs, pydoc-topics; "
-                                + ("the model's tokenizer" if source.tokenizer is not None else "the Mix-LN BPE")},
-           "machine": _machine(settings.device), "load_average_start": _load(), "modes": [], "skipped": {}}
+                                + ("the model's tokenizer" if tokenizer is not None else "the Mix-LN BPE")},
+           "machine": machine(settings.device), "load_average_start": _load(), "modes": [], "skipped": {}}
     todo = []
     for m in modes:
         why = _cannot_run(MODES[m], settings.device)
@@ -556,7 +210,11 @@ def train_modes(ref: str, modes=tuple(MODES), settings: TrainSettings = TrainSet
     try:
         for i, m in enumerate(todo):
             sub = (lambda f, msg, i=i: report(progress, (i + f) / len(todo), msg)) if progress else None
-            run["modes"].append(train_mode(source, MODES[m], batches, settings, sub, per_mode))
+            if settings.fresh:
+                run["modes"].append(_in_fresh_processes(ref, MODES[m], batches, settings, sub, per_mode))
+            else:
+                run["modes"].append({**train_mode(source, MODES[m], batches, settings, sub, per_mode),
+                                     "fresh_process": False})
     except Cancelled as stop:
         raise Cancelled(stop.message, stop.fix, partial=_finish(run, started)) from None
     report(progress, 1.0, "done")
@@ -591,11 +249,3 @@ def _load() -> list[float] | None:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return None
-
-
-def _machine(device: str) -> dict:
-    out = {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__,
-           "processor": platform.processor() or platform.machine()}
-    if torch.device(device).type == "cuda":
-        out["gpu"] = torch.cuda.get_device_name(torch.device(device))
-    return out

@@ -1,7 +1,9 @@
 """How a training comparison (:func:`core.neuzip.training.train_modes`) is shown: its table (one row per mode, against
-vanilla), the paper's Table 1 beside it, its status text, and two figures: the peak memory of each mode as stacked
-bars (weights / gradients / optimizer state / activations, iterations per second above each bar) and the loss
-curves of the modes overlaid. Labels and colours come from the mode registry (:data:`core.neuzip.training.MODES`).
+vanilla and LOMO: the tensor figure and the process figure), the paper's Table 1 beside it, its status text, and two
+figures: each mode's peak memory, its tensor peak as stacked bars (weights / gradients / optimizer state /
+activations, the paper's analogue) beside the process's peak RSS (what the machine gives the process), iterations per
+second above; and the loss curves of the modes overlaid. Labels and colours come from the mode registry
+(:data:`core.neuzip.training.MODES`).
 
 The committed example (``assets/neuzip/training.json``, remade by ``python -m core neuzip train-example``) holds
 the runs at real size: :func:`example_runs`.
@@ -22,6 +24,7 @@ __all__ = ["EXAMPLE_FILE", "EXAMPLE_FORMAT", "example_runs", "training_rows", "p
 EXAMPLE_FILE = ASSETS_DIR / "neuzip" / "training.json"
 EXAMPLE_FORMAT = "layerwise-neuzip-training/1"
 CATEGORY_COLOURS = {"weights": "#0072B2", "gradients": "#D55E00", "optimizer": "#CC79A7", "activations": "#009E73"}
+PROCESS_COLOUR = "#7F7F7F"  # the process's peak RSS, beside the stacked tensor bars
 MIB = 2 ** 20
 
 
@@ -37,16 +40,23 @@ def example_runs(path: str | Path | None = None) -> dict[str, dict]:
 
 
 def ratios(run: dict) -> dict[str, dict]:
-    """Per mode: its peak memory over vanilla's and over LOMO's (the paper's two comparisons), and its speed over
-    vanilla's, by the wall clock and by CPU time (None without that row in the run, or without it measured)."""
+    """Per mode: its peak memory over vanilla's and over LOMO's (the paper's two comparisons), by the tensor ledger
+    and by the process's peak RSS, and its speed over vanilla's, by the wall clock and by CPU time (None without
+    that row in the run, or without it measured)."""
     by = {m["mode"]: m for m in run["modes"]}
 
     def over(m, key, base="vanilla"):
         b = by.get(base)
         return m[key] / b[key] if b and b.get(key) and m.get(key) else None
     return {name: {"memory_vs_vanilla": over(m, "peak_bytes"), "memory_vs_lomo": over(m, "peak_bytes", "lomo"),
+                   "rss_vs_vanilla": over(m, "peak_rss_bytes"), "rss_vs_lomo": over(m, "peak_rss_bytes", "lomo"),
                    "speed_vs_vanilla": over(m, "it_per_s"), "cpu_speed_vs_vanilla": over(m, "it_per_cpu_s")}
             for name, m in by.items()}
+
+
+def fresh(run: dict) -> bool:
+    """Whether the run measured each mode in fresh processes (the process figure is then each mode's own)."""
+    return bool(run.get("modes")) and all(m.get("fresh_process") for m in run["modes"])
 
 
 def _r(v, d=3):
@@ -58,16 +68,21 @@ def training_rows(run: dict) -> list[dict]:
     rel = ratios(run)
     rows = []
     for m in run["modes"]:
-        split = m["peak_split"]
-        rows.append({"mode": m["label"], "steps": m["steps"], "final_loss": _r(m["final_loss"], 4),
-                     "peak_MiB": _r(m["peak_bytes"] / MIB, 1),
-                     **{f"{c}_MiB": _r(split[c] / MIB, 1) for c in CATEGORIES},
-                     "memory_vs_vanilla": _r(rel[m["mode"]]["memory_vs_vanilla"]),
-                     "memory_vs_lomo": _r(rel[m["mode"]]["memory_vs_lomo"]),
-                     "it_per_s": _r(m["it_per_s"], 4), "speed_vs_vanilla": _r(rel[m["mode"]]["speed_vs_vanilla"]),
-                     "it_per_cpu_s": _r(m.get("it_per_cpu_s"), 4),
-                     "cpu_speed_vs_vanilla": _r(rel[m["mode"]]["cpu_speed_vs_vanilla"]),
-                     "peak_RSS_MiB": _r((m.get("peak_rss_bytes") or 0) / MIB, 0), "note": ""})
+        split = m.get("peak_split") or {}
+        r = rel[m["mode"]]
+        row = {"mode": m["label"], "steps": m["steps"], "final_loss": _r(m["final_loss"], 4),
+               "peak_MiB": _r(m["peak_bytes"] / MIB, 1) if m.get("peak_bytes") else None,
+               **{f"{c}_MiB": _r(split[c] / MIB, 1) if c in split else None for c in CATEGORIES},
+               "memory_vs_vanilla": _r(r["memory_vs_vanilla"]), "memory_vs_lomo": _r(r["memory_vs_lomo"]),
+               "it_per_s": _r(m["it_per_s"], 4), "speed_vs_vanilla": _r(r["speed_vs_vanilla"]),
+               "it_per_cpu_s": _r(m.get("it_per_cpu_s"), 4), "cpu_speed_vs_vanilla": _r(r["cpu_speed_vs_vanilla"]),
+               "peak_RSS_MiB": _r((m.get("peak_rss_bytes") or 0) / MIB, 0),
+               "rss_vs_vanilla": _r(r["rss_vs_vanilla"]), "rss_vs_lomo": _r(r["rss_vs_lomo"]),
+               "note": "" if m.get("fresh_process") else "RSS: one process for every mode"}
+        if m.get("reserved_bytes") is not None:
+            row["reserved_MiB"] = _r(m["reserved_bytes"] / MIB, 1)
+            row["cuda_allocated_MiB"] = _r(m["cuda_max_allocated_bytes"] / MIB, 1)
+        rows.append(row)
     for name, why in run.get("skipped", {}).items():
         rows.append({"mode": MODES[name].label, "steps": 0, "note": f"skipped: {why}"})
     return rows
@@ -123,8 +138,15 @@ def training_status(run: dict, shown) -> str:
             f", **{r['cpu_speed_vs_vanilla']:.2f}x** vanilla's speed by CPU time"
         wall = "" if r["speed_vs_vanilla"] is None else f" ({r['speed_vs_vanilla']:.2f}x by the wall clock)" if speed \
             else f", {r['speed_vs_vanilla']:.2f}x vanilla's speed by the wall clock"
-        parts.append(f"LOMO + NeuZip peaks at **{_mib(nz['peak_bytes'])}**" + (", " if against else "")
+        parts.append(f"LOMO + NeuZip's tensors peak at **{_mib(nz['peak_bytes'])}**" + (", " if against else "")
                      + " and ".join(against) + f"{speed}{wall}." + _paper_headline())
+        if nz.get("peak_rss_bytes"):
+            rss_against = [f"**{r[key]:.2f}x** {word}'s {_mib(by[base]['peak_rss_bytes'])}"
+                           for key, base, word in (("rss_vs_vanilla", "vanilla", "vanilla"),
+                                                   ("rss_vs_lomo", "lomo", "LOMO")) if r[key] is not None]
+            where = "in its own fresh process" if fresh(run) else "in one process shared by the modes (not each mode's own)"
+            parts.append(f"As the machine sees it ({where}), its process peaks at **{_mib(nz['peak_rss_bytes'])}** "
+                         "of RSS" + (", " + " and ".join(rss_against) if rss_against else "") + ".")
     for pair, same in run.get("identical", {}).items():
         a, b = pair.split(" vs ")
         word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
@@ -140,20 +162,38 @@ def training_status(run: dict, shown) -> str:
 
 
 def memory_figure(run: dict):
-    """Stacked bars: each mode's peak split into weights, gradients, optimizer state and activations (MiB), with its
-    iterations per second (by CPU time) above the bar."""
+    """Per mode, its tensor peak as stacked bars (weights, gradients, optimizer state, activations; MiB) and beside
+    it, in grey, the process's peak RSS (MiB: the whole process as the machine sees it), its iterations per second
+    (by CPU time) above."""
     fig = go.Figure()
-    labels = [m["label"] for m in run["modes"]]
+    modes = run["modes"]
+    labels = [m["label"] for m in modes]
+    rss = [(m.get("peak_rss_bytes") or 0) / MIB for m in modes]
+    with_rss = any(rss)
+    width, left = (0.38, -0.4) if with_rss else (0.6, -0.3)
+    base = [0.0] * len(modes)
+    tops = [(m.get("peak_bytes") or 0) / MIB for m in modes]
     for c in CATEGORIES:
-        fig.add_trace(go.Bar(x=labels, y=[m["peak_split"][c] / MIB for m in run["modes"]], name=c,
-                             marker_color=CATEGORY_COLOURS[c]))
-    tops = [m["peak_bytes"] / MIB for m in run["modes"]]
-    fig.add_trace(go.Scatter(x=labels, y=tops, mode="text", showlegend=False, textposition="top center",
-                             text=[f"{_short(t)} MiB<br>{_speed(m)}" for t, m in zip(tops, run["modes"])]))
-    fig.update_layout(barmode="stack", bargap=0.3)
-    fig.update_yaxes(range=[0, 1.22 * max(tops or [1])])
-    return style(fig, f"Peak memory while training {run['model']} ({run['device']})", "training mode",
-                 "peak live tensor memory (MiB)")
+        ys = [((m.get("peak_split") or {}).get(c) or 0) / MIB for m in modes]
+        last = c == CATEGORIES[-1]  # the top of the stack carries the peak and the speed
+        fig.add_trace(go.Bar(x=labels, y=ys, base=list(base), name=c, marker_color=CATEGORY_COLOURS[c],
+                             legendgroup="tensors", legendgrouptitle_text="tensor peak (stacked)",
+                             offset=left, width=width, hovertemplate="%{x}: " + c + " %{y:,.1f} MiB<extra></extra>",
+                             text=[f"{_short(t)} MiB<br>{_speed(m)}" for t, m in zip(tops, modes)] if last else None,
+                             textposition="outside" if last else None, cliponaxis=False))
+        base = [b + y for b, y in zip(base, ys)]
+    if with_rss:
+        where = "fresh process" if fresh(run) else "one process, all modes"
+        fig.add_trace(go.Bar(x=labels, y=rss, name=f"peak RSS ({where})", marker_color=PROCESS_COLOUR,
+                             legendgroup="process", legendgrouptitle_text="the process",
+                             marker_pattern_shape="/", offset=0.02, width=width, text=[f"{_short(v)}" for v in rss],
+                             textposition="outside", cliponaxis=False,
+                             hovertemplate="%{x}: the process's peak RSS %{y:,.0f} MiB<extra></extra>"))
+    fig.update_layout(barmode="overlay", bargap=0.2)
+    fig.update_yaxes(range=[0, 1.22 * max(tops + rss or [1])])
+    title = f"Peak memory while training {run['model']} ({run['device']}): tensors" + \
+        (" (stacked) and the process (grey)" if with_rss else "")
+    return style(fig, title, "training mode", "peak memory (MiB)")
 
 
 def _short(mib: float) -> str:

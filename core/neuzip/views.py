@@ -16,10 +16,11 @@ from core import analyses
 from core.analyses import Analysis, Shown
 from core.figures import fit
 from core.neuzip import compute
-from core.neuzip.figures import histogram_figure, table_figure, throughput_figure, tradeoff_figure
+from core.neuzip.figures import histogram_figure, process_figure, table_figure, throughput_figure, tradeoff_figure
 from core.neuzip import training_views as training
 from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
-                                  TableRequest, ThroughputRequest, TradeoffRequest, TrainingRequest, WeightsRequest)
+                                  ProcessMemoryRequest, TableRequest, ThroughputRequest, TradeoffRequest,
+                                  TrainingRequest, WeightsRequest)
 from core.results import Result
 from core.runner import Found, digest
 
@@ -100,9 +101,40 @@ def tradeoff_rows(result: dict) -> list[dict]:
 
 
 def _tradeoff_status(r: dict, shown: Shown) -> str:
-    return (f"{shown.source_text}: word-level perplexity of `{r['model']}` on **{r['words']:,} words** "
-            f"({r['tokens']:,} tokens) of {r['dataset']}, windows of {r['window']} tokens. Pareto front: "
-            f"{' → '.join(r['pareto'])}. " + " ".join(r.get("notes", [])))
+    status = (f"{shown.source_text}: word-level perplexity of `{r['model']}` on **{r['words']:,} words** "
+              f"({r['tokens']:,} tokens) of {r['dataset']}, windows of {r['window']} tokens. Pareto front: "
+              f"{' → '.join(r['pareto'])}. " + " ".join(r.get("notes", [])))
+    if r.get("process"):
+        status += " " + _process_sentence(r["process"])
+    return status
+
+
+# ---- the same settings as the machine sees them ------------------------------------------------------------------------
+def process_rows(r: dict) -> list[dict]:
+    """One row per setting: the model's tensor MiB beside the process's idle and peak RSS (MiB)."""
+    return [{"setting": x["label"], "model_MiB": round(x["tensor_bytes"] / 2**20, 1),
+             "process_idle_MiB": round(x["idle_rss_bytes"] / 2**20, 1),
+             "process_loaded_MiB": round(x["loaded_rss_bytes"] / 2**20, 1),
+             "process_peak_MiB": round(x["peak_rss_bytes"] / 2**20, 1)} for x in r["rows"]]
+
+
+def _process_sentence(r: dict) -> str:
+    by = {x["setting"]["method"] if x["setting"]["method"] == "bf16" else x["label"]: x for x in r["rows"]}
+    b, n = by.get("bf16"), by.get("NeuZip k=7 (lossless)")
+    if not (b and n):
+        return ""
+    mib = 2 ** 20
+    return (f"As the machine sees it (each in a fresh process, a forward of {r['tokens']} tokens): lossless NeuZip's "
+            f"process idles at **{n['idle_rss_bytes'] / mib:,.0f} MiB**, bf16's at {b['idle_rss_bytes'] / mib:,.0f} "
+            f"(**{(b['idle_rss_bytes'] - n['idle_rss_bytes']) / mib:,.0f} MiB** less), while the model itself holds "
+            f"{n['tensor_bytes'] / mib:,.0f} MiB against {b['tensor_bytes'] / mib:,.0f} "
+            f"({(b['tensor_bytes'] - n['tensor_bytes']) / mib:,.0f} MiB less).")
+
+
+def _process_status(r: dict, shown: Shown) -> str:
+    src = "Precomputed example" if shown.source == "precomputed" else "Measured now"
+    return (f"{src}: `{r['model']}` in bf16 and NeuZip, each setting loaded one tensor at a time in a fresh process "
+            f"(on {r.get('machine', {}).get('cpu_model', 'this CPU')}). " + _process_sentence(r))
 
 
 # ---- throughput ---------------------------------------------------------------------------------------------------
@@ -139,8 +171,13 @@ def _throughput_status(r: dict, shown: Shown) -> str:
 # ---- device memory (a GPU host) ----------------------------------------------------------------------------------
 def device_memory_rows(r: dict) -> list[dict]:
     """What the model holds on the device and a forward's peak above it, bf16 and compressed, in MiB."""
+    def reserved(name, key):
+        v = r[name].get(key)  # results made before issue 41 lack the reserved figures
+        return None if v is None else round(v / 2**20, 2)
     return [{"format": name, "loaded_MiB": round(r[name]["loaded"] / 2**20, 2),
-             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2)} for name in ("bf16", "compressed")]
+             "forward_peak_MiB": round(r[name]["forward_peak"] / 2**20, 2),
+             "loaded_reserved_MiB": reserved(name, "loaded_reserved"),
+             "forward_peak_reserved_MiB": reserved(name, "forward_peak_reserved")} for name in ("bf16", "compressed")]
 
 
 def _device_memory_status(r: dict, shown: Shown) -> str:
@@ -151,7 +188,10 @@ def _device_memory_status(r: dict, shown: Shown) -> str:
             f"({r['loaded_ratio']:.3f}x); its linear weights {mib(r['linear_resident_bytes'])} against "
             f"{mib(r['linear_bf16_bytes'])} ({r['linear_ratio']:.3f}x). A forward of {r['tokens']} tokens peaks "
             f"{mib(r['compressed']['forward_peak'])} above the loaded model (bf16: {mib(r['bf16']['forward_peak'])}); "
-            f"logits differ by at most {r['max_abs_logit_difference']:.3g}.")
+            f"logits differ by at most {r['max_abs_logit_difference']:.3g}."
+            + (f" The caching allocator reserved {mib(r['compressed']['forward_peak_reserved'])} at the forward's peak "
+               f"(bf16: {mib(r['bf16']['forward_peak_reserved'])}): what the device gives the process."
+               if "forward_peak_reserved" in r["compressed"] else ""))
 
 
 # ---- checkpoints --------------------------------------------------------------------------------------------------
@@ -188,6 +228,10 @@ ANALYSES: dict[str, Analysis] = {
     "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, compute.tradeoff, "neuzip/tradeoff-result", named=True,
                          stem="neuzip-tradeoff", tables=lambda r, shown: {"tradeoff": tradeoff_rows(r)},
                          figures=_figures(lambda r, log_x=False, **_: {"tradeoff": tradeoff_figure(r, log_x)})),
+    "process-memory": Analysis(ProcessMemoryRequest, _process_status, compute.process_memory,
+                               "neuzip/process-memory", named=True, stem="neuzip-process-memory",
+                               tables=lambda r, shown: {"process-memory": process_rows(r)},
+                               figures=lambda r, shown: {"process-memory": process_figure(r)}),
     "throughput": Analysis(ThroughputRequest, _throughput_status, compute.throughput, "neuzip/throughput",
                            cached=False, named=True, stem="neuzip-throughput",
                            tables=lambda r, shown: {"throughput": throughput_rows(r)},

@@ -23,7 +23,7 @@ def _batches(steps=3, batch=2, seq=16, seed=0):
 def test_lomo_and_lomo_neuzip_train_bit_identically(threads):
     """Lossless means the same training: the losses of every step and the final weights, bit for bit (the background
     compression thread changes nothing either)."""
-    settings = training.TrainSettings(steps=3, batch=2, seq=16, track_steps=0, compress_threads=threads)
+    settings = training.TrainSettings(steps=3, batch=2, seq=16, track_steps=0, compress_threads=threads, fresh=False)
     run = training.train_modes(MIXLN, ["lomo", "lomo+neuzip"], settings, batches=_batches())
     lomo, nz = run["modes"]
     assert lomo["losses"] == nz["losses"] and len(nz["losses"]) == 3
@@ -81,7 +81,9 @@ def test_fused_loss_matches_autograd_cross_entropy_in_float64():
     w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
     b = torch.randn(50, dtype=torch.float64, requires_grad=True)
     t = torch.randint(0, 50, (37,))
-    got = training._LinearCrossEntropy.apply(h, w, b, t, 8) / 37
+    from core.neuzip.train_step import LinearCrossEntropy
+
+    got = LinearCrossEntropy.apply(h, w, b, t, 8) / 37
     got.backward()
     grads = [p.grad.clone() for p in (h, w, b)]
     for p in (h, w, b):
@@ -220,7 +222,7 @@ def test_qlora_modes_are_skipped_with_the_reason_where_bitsandbytes_does_not_run
     from core.neuzip import qlora
 
     monkeypatch.setattr(qlora, "bnb_status", lambda device="cpu": "bitsandbytes does not import (a test says so)")
-    settings = training.TrainSettings(steps=1, batch=1, seq=16, track_steps=0)
+    settings = training.TrainSettings(steps=1, batch=1, seq=16, track_steps=0, fresh=False)
     run = training.train_modes(MIXLN, ["lomo", "qlora-nf4", "qlora-int8"], settings, batches=_batches(1, 1, 16))
     assert [m["mode"] for m in run["modes"]] == ["lomo"]
     assert run["skipped"] == {"qlora-nf4": "bitsandbytes does not import (a test says so)",
@@ -242,3 +244,58 @@ def test_qlora_trains_only_its_adapters_over_frozen_quantized_weights():
     opt.step()
     assert all(torch.equal(p, frozen[n]) for n, p in model.named_parameters() if not p.requires_grad)
     assert any(float(m.lora_B.abs().max()) > 0 for m in model.modules() if isinstance(m, qlora.LoRALinear))
+
+
+def test_the_fused_update_through_reused_slices_is_bit_for_bit_the_plain_one():
+    """LOMO's update with its two float32 slices reused (UpdateScratch) against the same update allocating them: the
+    same bits, for a weight larger than a slice and for a small one after it (the slices are not shrunk)."""
+    from core.neuzip.lomo import UPDATE_SLICE, UpdateScratch
+
+    torch.manual_seed(2)
+    scratch = UpdateScratch()
+    for shape in ((UPDATE_SLICE // 300 + 7, 300), (17, 5)):
+        w = torch.randn(shape).bfloat16()
+        g = torch.randn(shape).bfloat16() * 0.01
+        want = w.clone()
+        fused_sgd_(want, g, 0.3)
+        fused_sgd_(w, g, 0.3, scratch=scratch)
+        assert torch.equal(w.view(torch.int16), want.view(torch.int16))
+    assert scratch.get(torch.device("cpu")).shape == (2, UPDATE_SLICE)
+
+
+def test_a_layer_is_re_encoded_into_storage_reserved_once():
+    """A compressed layer's weight, updated and re-encoded step after step, is written into the same arrays (its
+    sign/mantissa bytes, its stream's words, states and offsets: the same addresses), decodes to the updated weight
+    bit for bit, and its storage does not grow while the stream stays within its headroom."""
+    torch.manual_seed(3)
+    state = ZipState(lr=0.01)
+    w = (torch.randn(300, 700) * 0.02).bfloat16()
+    layer = ZipLinear(w, None, state)
+    store = layer.stream_store
+    where = (layer.fields.data_ptr(), store.words.ctypes.data, store.states.ctypes.data, store.offsets.ctypes.data)
+    for step in range(4):
+        w = (w.float() + torch.randn_like(w.float()) * 1e-4).bfloat16()
+        layer.store(w)
+        assert torch.equal(layer.decoded().view(torch.int16), w.view(torch.int16)), step
+        assert layer.compressed.exponents.words.ctypes.data == store.words.ctypes.data
+    assert (layer.fields.data_ptr(), store.words.ctypes.data, store.states.ctypes.data,
+            store.offsets.ctypes.data) == where
+    assert store.grown == 0 and store.words.size >= layer.compressed.exponents.words.size
+
+
+@pytest.mark.slow
+def test_each_mode_in_fresh_processes_measures_what_this_process_trains():
+    """Two fresh processes per mode: the same losses and final weights as a run in this process (LOMO + NeuZip = LOMO,
+    bit for bit), the tensor ledger's peak to the byte, and the process's own figures: its whole peak RSS, its RSS
+    after each step, the CPU model and capability it ran on."""
+    settings = dict(steps=3, batch=1, seq=16)
+    here = training.train_modes(TINY, ["lomo", "lomo+neuzip"], training.TrainSettings(**settings, fresh=False))
+    fresh = training.train_modes(TINY, ["lomo", "lomo+neuzip"], training.TrainSettings(**settings, fresh=True))
+    assert fresh["identical"] == {"lomo+neuzip vs lomo": {"losses": True, "weights": True}}
+    for a, b in zip(here["modes"], fresh["modes"]):
+        assert a["losses"] == b["losses"] and a["weights_digest"] == b["weights_digest"]
+        assert a["peak_bytes"] == b["peak_bytes"] and a["peak_split"] == b["peak_split"]
+        assert b["fresh_process"] and not a["fresh_process"]
+        assert b["peak_rss_bytes"] >= max(b["rss_after_step_bytes"]) > 0 and len(b["rss_after_step_bytes"]) == 3
+        assert b["tracked_run"]["losses"] == b["losses"][:2]
+    assert fresh["machine"]["cpu_model"] and fresh["machine"]["cpu_capability"]

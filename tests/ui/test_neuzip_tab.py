@@ -33,8 +33,14 @@ def example():
               "words": 2000, "window": 512})
     r_thr = codec_comparison(weights, repeats=1, lossy=((3, 128),))
     thr = {"model": "smollm2-135m", "numel": r_thr["weights"], "names": list(weights), "device": "cpu", **r_thr}
+    process = {"model": "smollm2-135m", "tokens": 512, "ks": [7, 3, 1, 0], "block_size": 128, "machine": {},
+               "rows": [{"label": p["label"], "setting": {"method": p["method"]}, "tensor_bytes": p["memory_bytes"],
+                         "idle_rss_bytes": p["memory_bytes"] + (500 << 20), "loaded_rss_bytes": p["memory_bytes"] +
+                         (490 << 20), "peak_rss_bytes": p["memory_bytes"] + (600 << 20), "logits_digest": "x"}
+                        for p in r["points"] if p["method"] in ("bf16", "neuzip")]}
     return {"model": "smollm2-135m", "histograms": {"model": "smollm2-135m", **bitfield_histograms(weights)},
-            "table": {"model": "smollm2-135m", **compression_table(weights)}, "tradeoff": r, "throughput": thr}
+            "table": {"model": "smollm2-135m", **compression_table(weights)}, "tradeoff": r, "throughput": thr,
+            "process-memory": process}
 
 
 @pytest.fixture
@@ -122,9 +128,10 @@ def test_downloads_are_json_csv_and_offline_html(with_example, tmp_path):
     files = [Path(f) for f in tab.download_files(state, False)["value"]]
     assert {f.suffix for f in files} == {".json", ".csv", ".html", ".parquet"}
     assert sorted(f.stem for f in files if f.suffix == ".csv") == [
-        "neuzip-long", "neuzip-table", "neuzip-throughput", "neuzip-tradeoff"]  # the bit fields: figure only
+        "neuzip-long", "neuzip-process-memory", "neuzip-table", "neuzip-throughput",
+        "neuzip-tradeoff"]  # the bit fields: figure only
     long = pd.read_parquet(next(f for f in files if f.name == "neuzip-long.parquet"))
-    assert set(long["table"]) == {"table", "throughput", "tradeoff"}  # the page's tables in one long table
+    assert set(long["table"]) == {"table", "throughput", "tradeoff", "process-memory"}  # the page's tables in one
     assert all(f.stat().st_size > 0 for f in files)
     html = next(f for f in files if f.name == "neuzip-tradeoff.html").read_text()
     assert "Memory vs perplexity" in html and len(html) > 1_000_000  # plotly.js embedded: works offline
@@ -206,3 +213,16 @@ def test_gpu_memory_section_only_on_a_cuda_host_and_it_measures(with_example, mo
 def test_gpu_memory_on_a_cpu_host_is_one_clear_error():
     with pytest.raises(gr.Error, match="CUDA device"):
         tab.measure_device_memory("mathneuro-tiny", 7, "none", progress=lambda *a, **k: None)
+
+
+def test_the_trade_off_is_drawn_beside_its_processes(with_example):
+    """The committed trade-off and its settings' processes: the tab's chart draws each measured setting's process
+    (hollow markers at the idle RSS, the same perplexity) beside its weight-memory point, and says by how much the
+    lossless process idles below bf16's."""
+    state, shown = nz.example_parts("smollm2-135m")
+    fig = shown["tradeoff"].figures["tradeoff"]
+    process = next(t for t in fig.data if t.name and t.name.startswith("the process"))
+    rows = state["process-memory"]["rows"]
+    assert [round(x, 3) for x in process.x] == [round(r["idle_rss_bytes"] / 1e6, 3) for r in rows]
+    assert "whole process" in fig.layout.xaxis.title.text
+    assert "As the machine sees it" in shown["tradeoff"].status

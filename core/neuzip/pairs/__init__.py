@@ -52,25 +52,25 @@ precision 15), ~72 bytes per chunk (64 bytes of states; the states' initial 31 b
 the pad pairs of the last round (~2 bits each), ``K + 2 A`` bytes of table per tensor, escapes (8 raw
 bits for exponents outside the 15 most frequent: about 1 in 10**4 weights).
 
-:func:`decode_into` decodes chunk by chunk into a small scratch buffer and merges straight into the
-bf16 output (``nogil``: a thread can decode while torch computes). :func:`decode_reference` is the
+:func:`decode_into` decodes chunk by chunk, a piece of 256 rounds at a time into an 8 KB scratch, and merges
+straight into the bf16 output (the GIL released: a thread can decode while torch computes). :func:`decode_reference` is the
 same format written as plainly as possible (Python ints, one pair at a time) and is what the tests
 hold the fast decoder and the kernels to. :func:`decode_format2` reads format 2 (32-bit states, 16-bit
 words, a refill test after every pair) for converting old files.
 
 The package, one job a module: :mod:`.table` (the constants, the table and the stream), :mod:`.encode` (the
-encoder and the bit split), :mod:`.cpu` (the compiled CPU decoder: the rANS rounds of a chunk, the escapes and the
-merge into bf16, one file because numba's on-disk cache does not notice an edit to another file that a compiled
-function calls into), :mod:`.decode` (the decoders' Python API, the reference decoder and the kernel path's arrays)
-and :mod:`.format2` (the reader of format 2).
+encoder, the bit split and the storage a re-encoded tensor is written into), :mod:`.decode` (the decoders' Python
+API, the reference decoder and the kernel path's arrays), :mod:`.format2` (the reader of format 2), and the compiled
+CPU codec they call: :mod:`.backend` picks :mod:`.native` (``native.c``, the C codec built with the system's C
+compiler, loaded with ctypes) or, where no compiler is found, :mod:`.numba_codec` (its numba twin).
 """
 from core.neuzip.pairs.decode import decode, decode_into, decode_reference, kernel_args, segment_index, stream_arrays
-from core.neuzip.pairs.encode import encode, split_into
+from core.neuzip.pairs.encode import EncodeScratch, StreamStore, encode, split_into
 from core.neuzip.pairs.format2 import decode_format2
 from core.neuzip.pairs.table import (CHUNK_MULTIPLE, DEFAULT_CHUNK, LANES, MAX_DIRECT, PRECISION, ROUND, PairStream,
-                                     PairTable, build_table, pair_frequencies, round_chunk_size)
+                                     PairTable, build_table, pair_frequencies, round_chunk_size, table_from_histogram)
 
 __all__ = ["LANES", "ROUND", "CHUNK_MULTIPLE", "PRECISION", "DEFAULT_CHUNK", "MAX_DIRECT", "PairTable",
-           "PairStream", "pair_frequencies", "build_table", "encode", "decode", "decode_into", "decode_reference",
-           "decode_format2", "kernel_args", "segment_index", "stream_arrays", "split_into",
-           "round_chunk_size"]
+           "PairStream", "pair_frequencies", "build_table", "table_from_histogram", "encode", "decode",
+           "decode_into", "decode_reference", "decode_format2", "kernel_args", "segment_index", "stream_arrays",
+           "split_into", "round_chunk_size", "StreamStore", "EncodeScratch"]

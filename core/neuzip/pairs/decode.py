@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.neuzip.pairs.cpu import _decode_range, _field_table, _segment_index
+import threading
+
+from core.neuzip.pairs.backend import codec
 from core.neuzip.pairs.table import _L, _SHIFT, LANES, ROUND, PairStream, PairTable, pair_frequencies
 
 def _corrupt(chunk: int) -> ValueError:
@@ -19,8 +21,28 @@ def _chunk_range(stream: PairStream, first_chunk: int, last_chunk: int | None) -
     return max(0, int(first_chunk)), last
 
 
-_EMPTY_U8 = np.zeros(0, np.uint8)
-_EMPTY_U16 = np.zeros(0, np.uint16)
+_FIELD_BITS: dict[int, np.ndarray] = {}
+_scratch = threading.local()  # each thread's decode tables (34 KB), reused: a decode allocates nothing
+
+
+def field_bits(k: int) -> np.ndarray | None:
+    """``(256 * P,) uint16``: the sign and mantissa bits of field ``q`` of packed byte ``b`` at ``b * P + q``
+    (``P = 8 // (k + 1)`` fields per byte), as they sit in a bf16 value; None for ``k = 7`` (one byte a weight)."""
+    if k == 7:
+        return None
+    if k not in _FIELD_BITS:
+        width, per = k + 1, 8 // (k + 1)
+        field = (np.arange(256)[:, None] >> (np.arange(per)[None, :] * width)) & ((1 << width) - 1)
+        _FIELD_BITS[k] = (((field >> k) << 15) | ((field & ((1 << k) - 1)) << (7 - k))).astype(np.uint16).reshape(-1)
+    return _FIELD_BITS[k]
+
+
+def _tables(table: PairTable) -> tuple[np.ndarray, np.ndarray]:
+    """``table``'s decode tables, built into this thread's scratch (valid until the thread's next decode)."""
+    if getattr(_scratch, "slot_pair", None) is None or _scratch.slot_pair.size != 1 << table.precision:
+        _scratch.slot_pair = np.empty(1 << table.precision, np.uint8)
+        _scratch.info = np.empty(256, np.int64)
+    return table.cpu_tables(_scratch.slot_pair, _scratch.info)
 
 
 def decode(stream: PairStream, first_chunk: int = 0, last_chunk: int | None = None,
@@ -38,7 +60,7 @@ def decode(stream: PairStream, first_chunk: int = 0, last_chunk: int | None = No
     lo, hi = first * stream.chunk_size, min(stream.n, last * stream.chunk_size)
     out = np.empty(max(0, hi - lo), np.uint8)
     if last > first:
-        bad = _decode_chunks(stream, first, last, _EMPTY_U8, _EMPTY_U8, _EMPTY_U16, lo, 7, 0, out)
+        bad = _decode_chunks(stream, first, last, None, None, None, lo, 7, 0, out)
         if bad >= 0:
             raise _corrupt(bad)
     return out
@@ -57,8 +79,8 @@ def decode_into(stream: PairStream, fields: np.ndarray, mantissa_bits: int, out:
     if out.dtype != np.uint16 or out.size != stream.n:
         raise ValueError(f"out must be uint16 with {stream.n} elements")
     k = int(mantissa_bits)
-    bad = _decode_chunks(stream, 0, stream.num_chunks, fields, _EMPTY_U8 if scales is None else scales, out, 0, k,
-                         0 if block_size is None else int(block_size), _EMPTY_U8)
+    bad = _decode_chunks(stream, 0, stream.num_chunks, fields, scales, out, 0, k,
+                         0 if block_size is None else int(block_size), None)
     if bad >= 0:
         raise _corrupt(bad)
     return out
@@ -116,13 +138,12 @@ def _decode_chunks(stream: PairStream, first: int, last: int, fields, scales, ou
                    exponents_out) -> int:
     """Decode chunks ``[first, last)`` of ``stream``: merged into ``out`` (bf16 bits) and/or as exponent
     bytes into ``exponents_out``, both starting at weight ``out_offset``. Returns -1 when well formed,
-    else the first bad chunk. Each call into numba releases the GIL."""
+    else the first bad chunk. The compiled call releases the GIL."""
     t = stream.table
-    slot_pair, info = t.cpu_tables()
-    marker, field_bits = np.uint8(t.marker), _field_table(k)
-    return _decode_range(stream.words, stream.states, stream.offsets, stream.escapes, stream.escape_offsets, stream.n,
-                         stream.chunk_size, first, last, slot_pair, info, marker, fields, scales, out, out_offset, k,
-                         block, field_bits, exponents_out)
+    slot_pair, info = _tables(t)
+    return codec().decode_range(stream.words, stream.states, stream.offsets, stream.escapes, stream.escape_offsets,
+                                stream.n, stream.chunk_size, first, last, slot_pair, info.view(np.uint64), t.marker,
+                                fields, scales, out, out_offset, k, block, field_bits(k), exponents_out)
 
 
 def segment_index(stream: PairStream, segment: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -143,15 +164,15 @@ def segment_index(stream: PairStream, segment: int) -> tuple[np.ndarray, np.ndar
                          f"got {segment}")
     stream.validate()
     num = -(-stream.n // segment)
-    states = np.empty((num, LANES), np.int64)
+    states = np.empty((num, LANES), np.uint64)
     seg_p, seg_q = np.empty(num + 1, np.int64), np.empty(num + 1, np.int64)
-    slot_pair, info = stream.table.cpu_tables()
-    bad = _segment_index(stream.words, stream.states.view(np.int64), stream.offsets, stream.escape_offsets, stream.n,
-                         stream.chunk_size, segment, slot_pair, info, np.uint8(stream.table.marker), states, seg_p,
-                         seg_q)
+    slot_pair, info = _tables(stream.table)
+    bad = codec().segment_index(stream.words, np.ascontiguousarray(stream.states), stream.offsets,
+                                stream.escape_offsets, stream.n, stream.chunk_size, segment, slot_pair,
+                                info.view(np.uint64), stream.table.marker, states, seg_p, seg_q)
     if bad >= 0:
         raise _corrupt(bad)
-    return states, seg_p, seg_q
+    return states.view(np.int64), seg_p, seg_q
 
 
 def stream_arrays(stream: PairStream, segment: int | None = None) -> dict[str, np.ndarray]:

@@ -1,47 +1,87 @@
-"""The format-3 encoder: exponent bytes -> pair indices -> chunked rANS with 8 interleaved states (each chunk
-coded backwards), and the one-pass split of bf16 bits into exponent bytes and packed sign/mantissa fields."""
+"""The format-3 encoder: exponent bytes -> pair indices -> chunked rANS with 8 interleaved states (each chunk coded
+backwards), the one-pass split of bf16 bits into exponent bytes and packed sign/mantissa fields (both compiled:
+:mod:`core.neuzip.pairs.backend`), and the storage a tensor that is encoded again and again is written into.
+
+:class:`StreamStore` holds one tensor's stream arrays, reserved once for its length: the states and both offset arrays
+have a fixed size, the words and escapes get ``headroom`` beyond the first encoding's size. An encoding that fits is
+written straight into them (no allocation); one that does not is written into an :class:`EncodeScratch` (sized once
+for the largest tensor) and the store reserved again, bigger (:attr:`StreamStore.grown` counts it). LOMO + NeuZip
+re-encodes every linear weight every step this way, so the heap does not grow step after step (a fresh allocation per
+encoding, of a slightly different size each time, left glibc's heap full of holes: +2-17 MB blocks a step at 1 B
+weights).
+"""
 from __future__ import annotations
 
-import numba
 import numpy as np
 
-from core.neuzip.pairs.table import (_L, _SHIFT, CHUNK_MULTIPLE, DEFAULT_CHUNK, LANES, PRECISION, ROUND, PairStream,
-                                     PairTable, build_table)
+from core.neuzip.pairs.backend import codec
+from core.neuzip.pairs.table import (CHUNK_MULTIPLE, DEFAULT_CHUNK, LANES, PairStream, PairTable,
+                                     table_from_histogram)
 
-@numba.njit(nogil=True, cache=True)
-def _encode_chunks(pair_index, pad, freq, cdf, chunk_pairs, states, counts, words):
-    """Encode pair indices ``(m,)`` chunk by chunk, backwards, each chunk padded with ``pad`` to whole
-    rounds. Writes ``states (C, 8)``, ``counts (C,)`` words per chunk and the words (in decoding order) to
-    ``words``; returns their number."""
-    m = pair_index.size
-    total = 0
-    x = np.empty(LANES, np.int64)
-    for c in range(states.shape[0]):
-        lo = c * chunk_pairs
-        hi = min(m, lo + chunk_pairs)
-        rounds = (hi - lo + ROUND - 1) // ROUND
-        x[:] = _L
-        start = total
-        for r in range(rounds - 1, -1, -1):
-            for j in range(LANES - 1, -1, -1):  # the refills of a round, undone in reverse
-                i = lo + r * ROUND + j
-                a = pair_index[i] if i < hi else pad
-                b = pair_index[i + LANES] if i + LANES < hi else pad
-                fa, fb = freq[a], freq[b]
-                xx = x[j]
-                if (xx >> (2 * _SHIFT - 1 - 2 * PRECISION)) >= fa * fb:  # x >= 2**33 fa fb (no overflow)
-                    words[total] = xx & 0xFFFFFFFF
-                    total += 1
-                    xx >>= _SHIFT
-                xx = ((xx // fb) << PRECISION) + (xx % fb) + cdf[b]
-                x[j] = ((xx // fa) << PRECISION) + (xx % fa) + cdf[a]
-        words[start:total] = words[start:total][::-1].copy()
-        states[c, :] = x
-        counts[c] = total - start
-    return total
+__all__ = ["encode", "split_into", "StreamStore", "EncodeScratch", "HEADROOM"]
+
+HEADROOM = 1 / 32  # words and escapes reserved beyond an encoding's size (a recompressed weight's stream moves by
+# well under 1 % from step to step: 652 bytes of 135 MiB in the SmolLM2 run)
 
 
-def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTable | None = None) -> PairStream:
+class EncodeScratch:
+    """Arrays an encoder reuses between tensors, grown to the largest one: the exponent bytes (``exponents(n)``),
+    an exponent histogram, and the words of an encoding that did not fit its store (``words(n)``)."""
+
+    def __init__(self):
+        self._exponents = np.empty(0, np.uint8)
+        self._words = np.empty(0, np.uint32)
+        self.histogram = np.zeros(256, np.int64)
+
+    def exponents(self, n: int) -> np.ndarray:
+        if self._exponents.size < n:
+            self._exponents = np.empty(n, np.uint8)
+        return self._exponents[:n]
+
+    def words(self, n: int) -> np.ndarray:
+        if self._words.size < n:
+            self._words = np.empty(n, np.uint32)
+        return self._words[:n]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self._exponents.nbytes + self._words.nbytes + self.histogram.nbytes)
+
+
+class StreamStore:
+    """The stream arrays of one tensor of ``n`` exponents in chunks of ``chunk_size``, reserved once and written
+    into by every :func:`encode` given this store (see the module docstring). The :class:`PairStream` an encoding
+    returns views these arrays: it is valid until the next encoding into the same store."""
+
+    def __init__(self, n: int, chunk_size: int = DEFAULT_CHUNK, headroom: float = HEADROOM):
+        num = -(-int(n) // int(chunk_size))
+        self.n, self.chunk_size, self.headroom = int(n), int(chunk_size), float(headroom)
+        self.states = np.empty((num, LANES), np.uint64)
+        self.offsets = np.empty(num + 1, np.uint32)
+        self.escape_offsets = np.empty(num + 1, np.uint32)
+        self.words = np.empty(0, np.uint32)
+        self.escapes = np.empty(0, np.uint8)
+        self.grown = 0  # times the words or escapes were reserved again after the first encoding
+
+    def reserve(self, words: int, escapes: int) -> None:
+        """Room for at least ``words`` words and ``escapes`` escaped bytes (plus the headroom when it grows)."""
+        for name, need, dtype in (("words", words, np.uint32), ("escapes", escapes, np.uint8)):
+            have = getattr(self, name)
+            if have.size < need:
+                if have.size:
+                    self.grown += 1
+                setattr(self, name, np.empty(int(need * (1 + self.headroom)) + 16, dtype))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held (the reserved capacity, headroom included)."""
+        return int(self.states.nbytes + self.offsets.nbytes + self.escape_offsets.nbytes + self.words.nbytes
+                   + self.escapes.nbytes)
+
+
+def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTable | None = None,
+           store: StreamStore | None = None, scratch: EncodeScratch | None = None,
+           histogram: np.ndarray | None = None) -> PairStream:
     """Entropy-code exponent bytes ``(n,) uint8`` (n >= 1) in format 3.
 
     Parameters
@@ -49,6 +89,12 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTabl
     chunk_size : weights per chunk, a positive multiple of 32 (default :data:`DEFAULT_CHUNK`; smaller
         chunks give a GPU more independent lanes at ~72 bytes each)
     table : a table to use instead of the exponents' own
+    store : write the stream into this tensor's reserved arrays (its ``n`` and ``chunk_size`` must match): the
+        stream returned views them; without it the stream gets arrays of its own, of the exact sizes
+    scratch : where the words are written first when they may not fit (without ``store``: always, then copied out
+        at their exact size; with it: when they do not fit it); default: a temporary array
+    histogram : how often each byte occurs in ``exponents`` (256,), when the caller has it (:func:`split_into`
+        counts it on the way): saves a pass
     """
     e = np.ascontiguousarray(exponents, dtype=np.uint8).reshape(-1)
     n = e.size
@@ -57,76 +103,51 @@ def encode(exponents: np.ndarray, chunk_size: int | None = None, table: PairTabl
     chunk_size = DEFAULT_CHUNK if chunk_size is None else int(chunk_size)
     if chunk_size < CHUNK_MULTIPLE or chunk_size % CHUNK_MULTIPLE:
         raise ValueError(f"chunk_size must be a positive multiple of {CHUNK_MULTIPLE}, got {chunk_size}")
-    table = build_table(e) if table is None else table
+    if store is not None and (store.n != n or store.chunk_size != chunk_size):
+        raise ValueError(f"the store holds {store.n} exponents in chunks of {store.chunk_size}, not {n} in {chunk_size}")
+    histogram = np.bincount(e, minlength=256) if histogram is None else histogram
+    table = table_from_histogram(histogram) if table is None else table
     table.validate()
     alpha = table.alphabet
     lookup = np.full(256, alpha - 1, np.int64)
     lookup[table.symbols] = np.arange(table.symbols.size)
-    freq, cdf = table.frequencies, table.cdf
+    escaped = int(n - histogram[table.symbols].sum())
+    c = codec()
     num = -(-n // chunk_size)
-    pair_index = np.empty((n + 1) // 2, np.int64)
-    escapes = np.empty(n, np.uint8)
-    escape_counts = np.zeros(num, np.int64)
-    used = np.zeros(freq.size, np.int64)
-    n_escapes = _pair_indices(e, lookup, alpha, chunk_size, pair_index, escapes, escape_counts, used)
-    if np.any(freq[used > 0] == 0):
+    if store is None:
+        states, offsets, escape_offsets = (np.empty((num, LANES), np.uint64), np.empty(num + 1, np.uint32),
+                                           np.empty(num + 1, np.uint32))
+        escapes = np.empty(escaped, np.uint8)
+        bound = c.words_bound(n, chunk_size)
+        words = scratch.words(bound) if scratch is not None else np.empty(bound, np.uint32)
+    else:
+        states, offsets, escape_offsets = store.states, store.offsets, store.escape_offsets
+        store.reserve(0, escaped)
+        escapes, words = store.escapes, store.words
+    total = c.encode(e, lookup, alpha, chunk_size, table.frequencies, table.cdf, table.pad_pair, states, offsets,
+                     words, escapes, escape_offsets)
+    if total == -1:  # the store's words are too few: encode into the scratch, then reserve the store again
+        bound = c.words_bound(n, chunk_size)
+        words = scratch.words(bound) if scratch is not None else np.empty(bound, np.uint32)
+        total = c.encode(e, lookup, alpha, chunk_size, table.frequencies, table.cdf, table.pad_pair, states, offsets,
+                         words, escapes, escape_offsets)
+        if total >= 0:
+            store.reserve(total, 0)
+            store.words[:total] = words[:total]
+            words = store.words
+    if total == -3:
         raise ValueError("the table does not cover every exponent")
-    states = np.empty((num, LANES), np.int64)
-    counts = np.empty(num, np.int64)
-    words = np.empty(pair_index.size + (ROUND + LANES) * num + LANES, np.uint32)  # < 1 word per pair
-    total = _encode_chunks(pair_index, table.pad_pair, freq, cdf, chunk_size // 2, states, counts, words)
-    offsets = np.zeros(num + 1, np.uint32)
-    np.cumsum(counts, out=offsets[1:])
-    escape_offsets = np.zeros(num + 1, np.uint32)
-    np.cumsum(escape_counts, out=escape_offsets[1:])
-    return PairStream(table, states.astype(np.uint64), offsets, words[:total].copy(),
-                      escapes[:n_escapes].copy(), escape_offsets, n, chunk_size)
+    if total < 0:
+        raise RuntimeError(f"the encoder ran out of room (code {total})")
+    n_esc = int(escape_offsets[-1])
+    words = words[:total] if store is not None else words[:total].copy()
+    return PairStream(table, states, offsets, words, escapes[:n_esc], escape_offsets, n, chunk_size)
 
 
-@numba.njit(nogil=True, cache=True)
-def _pair_indices(e, lookup, alpha, chunk_size, pair_index, escapes, escape_counts, used):
-    """One pass over the exponents: pair indices (an odd count padded with index 0), the escaped bytes
-    in order, escapes per chunk and how often each pair occurs. Returns the number of escapes."""
-    n = e.size
-    q = 0
-    for i in range(n):
-        a = lookup[e[i]]
-        if a == alpha - 1:
-            escapes[q] = e[i]
-            q += 1
-            escape_counts[i // chunk_size] += 1
-        if i % 2 == 0:
-            pair_index[i // 2] = a * alpha
-        else:
-            pair_index[i // 2] += a
-    for j in range(pair_index.size):
-        used[pair_index[j]] += 1
-    return q
-
-
-@numba.njit(nogil=True, cache=True)
-def split_into(bits, k, exponents, fields):
-    """The numba twin of :func:`kernels.neuzip_bits.split_bf16_ref` (bit for bit, tested on all 65,536
-    patterns): bf16 bits ``(n,) uint16`` -> exponent bytes ``exponents (n,) uint8`` and packed
-    ``1 + k`` bit fields ``fields (ceil(n / P),) uint8`` (both written in place)."""
-    width = k + 1
-    per = 8 // width
-    d = 7 - k
-    fields[:] = 0
-    for i in range(bits.size):
-        b = np.int64(bits[i])
-        mag = b & 0x7FFF
-        if k < 7:
-            exp = mag >> 7
-            trunc = (mag >> d) << d
-            rounded = ((mag + (1 << (d - 1)) - 1 + ((mag >> d) & 1)) >> d) << d
-            if (rounded >> 7) == 255:
-                rounded = trunc
-            if exp == 255:
-                if k >= 1 and (mag & 0x7F) != 0:
-                    trunc |= 0x40
-                rounded = trunc
-            mag = rounded
-        exponents[i] = mag >> 7
-        field = ((b >> 15) << k) | ((mag >> d) & ((1 << k) - 1))
-        fields[i // per] |= np.uint8(field << ((i % per) * width))
+def split_into(bits: np.ndarray, k: int, exponents: np.ndarray, fields: np.ndarray,
+               histogram: np.ndarray | None = None) -> None:
+    """bf16 bits ``(n,) uint16`` -> exponent bytes ``exponents (n,) uint8`` and packed ``1 + k`` bit fields ``fields
+    (ceil(n / P),) uint8``, both written in place, in one pass (the twin of
+    :func:`kernels.neuzip_bits.split_bf16_ref`, bit for bit, tested on all 65,536 patterns); ``histogram (256,)
+    int64``, when given, gets each exponent byte's count added."""
+    codec().split(bits, int(k), exponents, fields, histogram)

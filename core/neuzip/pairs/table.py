@@ -1,11 +1,10 @@
 """The format-3 constants, the pair table and the encoded stream (see :mod:`core.neuzip.pairs` for the format), and
-the per-slot tables the decoders build from a table."""
+the per-slot tables the decoders build from a table (by the compiled codec, :mod:`core.neuzip.pairs.backend`)."""
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
 
-import numba
 import numpy as np
 
 LANES = 8
@@ -54,10 +53,21 @@ class PairTable:
         used = set(self.symbols.tolist())
         return next(b for b in range(256) if b not in used)
 
-    def cpu_tables(self) -> tuple[np.ndarray, np.ndarray]:
-        """The CPU decoder's ``slot_pair (2**precision,) uint8`` and ``info (A * A,) int64`` (built
-        per call: 32 KB, ~10 us)."""
-        return _cpu_tables(self.frequencies, self._decoded, np.int64(self.alphabet), self.precision)
+    def cpu_tables(self, slot_pair: np.ndarray | None = None, info: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The decoders' ``slot_pair (2**precision,) uint8`` (the pair of each slot) and ``info (A * A,) int64`` (per
+        pair: bits 0-15 its frequency, 16-31 its two exponent bytes, 48-63 its ``cdf``): two L1-resident lookups,
+        which beat one lookup in a 256 KB per-slot table on the CPU (1.95 against 1.41 GB/s, measured), and 34 KB per
+        layer instead of 256 KB on a device. Built per call (32 KB, a few us), into ``slot_pair`` and ``info`` when
+        given (``info`` then of at least ``A * A`` entries, int64 or uint64: a reused scratch)."""
+        from core.neuzip.pairs.backend import codec
+
+        pairs = self.frequencies.size
+        slot_pair = np.empty(1 << self.precision, np.uint8) if slot_pair is None else slot_pair
+        info = np.empty(pairs, np.int64) if info is None else info[:pairs]
+        codec().tables(self.frequencies, self._decoded, self.alphabet, self.precision, slot_pair,
+                       info.view(np.uint64))
+        return slot_pair, info.view(np.int64)
 
     @functools.cached_property
     def _decoded(self) -> np.ndarray:
@@ -115,7 +125,13 @@ def pair_frequencies(counts: np.ndarray, precision: int) -> np.ndarray:
 
 def build_table(exponents: np.ndarray) -> PairTable:
     """The table for ``exponents (n,) uint8``: the 15 most frequent bytes and scaled counts."""
-    counts = np.bincount(exponents, minlength=256).astype(np.int64)
+    return table_from_histogram(np.bincount(exponents, minlength=256))
+
+
+def table_from_histogram(histogram: np.ndarray) -> PairTable:
+    """The table for exponents whose bytes occur ``histogram (256,)`` times: the 15 most frequent bytes and scaled
+    counts."""
+    counts = np.asarray(histogram).astype(np.int64)
     order = np.lexsort((np.arange(256), -counts))[:MAX_DIRECT]
     symbols = np.sort(order[counts[order] > 0])
     c = np.append(counts[symbols], counts.sum() - counts[symbols].sum())
@@ -179,21 +195,3 @@ def _check_offsets(offsets: np.ndarray, words: np.ndarray, escape_offsets: np.nd
 def round_chunk_size(chunk_size: int) -> int:
     """``chunk_size`` rounded up to a multiple of :data:`CHUNK_MULTIPLE` (whole rounds)."""
     return -(-int(chunk_size) // CHUNK_MULTIPLE) * CHUNK_MULTIPLE
-
-
-@numba.njit(nogil=True, cache=True)
-def _cpu_tables(freq, decoded, alpha, precision):
-    """The decoders' two small tables (the CPU decoder's, and on a device each compressed layer's, built once
-    at load): ``slot_pair (2**precision,) uint8``, the pair of each slot, and ``info (A * A,) int64``, per pair:
-    bits 0-15 the frequency, 16-31 the two exponent bytes, 48-63 ``cdf`` (two L1-resident lookups beat one
-    lookup in a 256 KB per-slot table on the CPU: 1.95 against 1.41 GB/s, measured; 34 KB per layer instead of
-    256 KB on a device)."""
-    slot_pair = np.empty(1 << precision, np.uint8)
-    info = np.empty(freq.size, np.int64)
-    slot = 0
-    for s in range(freq.size):
-        pair = decoded[s // alpha] | (decoded[s % alpha] << 8)
-        info[s] = freq[s] | (pair << 16) | (slot << 48)
-        slot_pair[slot:slot + freq[s]] = s
-        slot += freq[s]
-    return slot_pair, info

@@ -1,9 +1,15 @@
-"""The compiled CPU decoder of format 3: the rANS rounds of a chunk (8 states, two pairs per refill), the check of its
-end states, the escapes patched in, and the merge of exponents with the packed sign/mantissa fields into bf16 bits
-(the block normaliser undone per block). :func:`_decode_range` is one compiled call per tensor (the GIL released).
+"""The numba twin of the C codec (:mod:`core.neuzip.pairs.native`): the fallback where no C compiler is found (or with
+``LAYERWISE_NEUZIP_CODEC=numba``), bit for bit the same streams and values (tested). Importing numba costs a process
+about 140 MiB of RSS and its first compiled call about 70 MiB more, which is why it is no longer the default.
 
-The merge sits in this file with the loop that calls it: numba's on-disk cache (``cache=True``) is invalidated by an
-edit to the file of a compiled function, not by an edit to another file it calls into."""
+Decoding: the rANS rounds of a chunk (8 states, two pairs per refill), the check of its end states, the escapes
+patched in, and the merge of exponents with the packed sign/mantissa fields into bf16 bits (the block normaliser
+undone per block); :func:`_decode_range` is one compiled call per tensor (the GIL released). Encoding: the pair
+indices and escapes, then each chunk coded backwards; the one-pass split of bf16 bits. :class:`NumbaCodec` gives
+them the signatures of :mod:`core.neuzip.pairs.backend`.
+
+Every kernel sits in this one file: numba's on-disk cache (``cache=True``) is invalidated by an edit to the file of
+a compiled function, not by an edit to another file it calls into."""
 from __future__ import annotations
 
 import numba
@@ -179,23 +185,6 @@ def _decode_range(words, states, offsets, escapes, escape_offsets, n, chunk_size
 
 
 @numba.njit(nogil=True, cache=True)
-def _field_bits(k):
-    """``(256 * P,) uint16``: the sign and mantissa bits of field ``q`` of packed byte ``b`` at
-    ``b * P + q`` (``P = 8 // (k + 1)`` fields per byte), as they sit in a bf16 value."""
-    width = k + 1
-    per = 8 // width
-    out = np.empty(256 * per, np.uint16)
-    for byte in range(256):
-        for q in range(per):
-            field = (byte >> (q * width)) & ((1 << width) - 1)
-            out[byte * per + q] = ((field >> k) << 15) | ((field & ((1 << k) - 1)) << (7 - k))
-    return out
-
-
-_FIELD_BITS = {}
-
-
-@numba.njit(nogil=True, cache=True)
 def _merge(exponents, fields, out, src, dst, count, k, field_bits, marker, hits):
     """``out[dst + i]`` (bf16 bits) for ``i < count`` from ``exponents[i]`` and the packed field of weight
     ``src + i``: the numba twin of :func:`kernels.neuzip_bits.merge_bf16_ref` (the block scale, when
@@ -290,17 +279,6 @@ def _scale_blocks(dest, scales, src, block):
         i += size
 
 
-_EMPTY_U16 = np.zeros(0, np.uint16)
-
-
-def _field_table(k: int) -> np.ndarray:
-    if k == 7:
-        return _EMPTY_U16
-    if k not in _FIELD_BITS:
-        _FIELD_BITS[k] = _field_bits(k)
-    return _FIELD_BITS[k]
-
-
 @numba.njit(nogil=True, cache=True)
 def _segment_index(words, states, offsets, escape_offsets, n, chunk_size, segment, slot_pair, info, marker,
                    seg_states, seg_p, seg_q):
@@ -338,3 +316,203 @@ def _segment_index(words, states, offsets, escape_offsets, n, chunk_size, segmen
     seg_p[seg_p.size - 1] = np.int64(offsets[num])
     seg_q[seg_q.size - 1] = np.int64(escape_offsets[num])
     return -1
+
+
+# ---- encoding ----
+@numba.njit(nogil=True, cache=True)
+def _encode_chunks(pair_index, pad, freq, cdf, chunk_pairs, states, counts, words):
+    """Encode pair indices ``(m,)`` chunk by chunk, backwards, each chunk padded with ``pad`` to whole
+    rounds. Writes ``states (C, 8)``, ``counts (C,)`` words per chunk and the words (in decoding order) to
+    ``words``; returns their number."""
+    m = pair_index.size
+    total = 0
+    x = np.empty(LANES, np.int64)
+    for c in range(states.shape[0]):
+        lo = c * chunk_pairs
+        hi = min(m, lo + chunk_pairs)
+        rounds = (hi - lo + ROUND - 1) // ROUND
+        x[:] = _L
+        start = total
+        for r in range(rounds - 1, -1, -1):
+            for j in range(LANES - 1, -1, -1):  # the refills of a round, undone in reverse
+                i = lo + r * ROUND + j
+                a = pair_index[i] if i < hi else pad
+                b = pair_index[i + LANES] if i + LANES < hi else pad
+                fa, fb = freq[a], freq[b]
+                xx = x[j]
+                if (xx >> (2 * _SHIFT - 1 - 2 * PRECISION)) >= fa * fb:  # x >= 2**33 fa fb (no overflow)
+                    words[total] = xx & 0xFFFFFFFF
+                    total += 1
+                    xx >>= _SHIFT
+                xx = ((xx // fb) << PRECISION) + (xx % fb) + cdf[b]
+                x[j] = ((xx // fa) << PRECISION) + (xx % fa) + cdf[a]
+        words[start:total] = words[start:total][::-1].copy()
+        states[c, :] = x
+        counts[c] = total - start
+    return total
+
+
+@numba.njit(nogil=True, cache=True)
+def _pair_indices(e, lookup, alpha, chunk_size, pair_index, escapes, escape_counts, used):
+    """One pass over the exponents: pair indices (an odd count padded with index 0), the escaped bytes
+    in order, escapes per chunk and how often each pair occurs. Returns the number of escapes."""
+    n = e.size
+    q = 0
+    for i in range(n):
+        a = lookup[e[i]]
+        if a == alpha - 1:
+            escapes[q] = e[i]
+            q += 1
+            escape_counts[i // chunk_size] += 1
+        if i % 2 == 0:
+            pair_index[i // 2] = a * alpha
+        else:
+            pair_index[i // 2] += a
+    for j in range(pair_index.size):
+        used[pair_index[j]] += 1
+    return q
+
+
+@numba.njit(nogil=True, cache=True)
+def _split(bits, k, exponents, fields):
+    """bf16 bits ``(n,) uint16`` -> exponent bytes ``exponents (n,) uint8`` and packed ``1 + k`` bit fields
+    ``fields (ceil(n / P),) uint8`` (both written in place): the twin of ``nz_split``."""
+    width = k + 1
+    per = 8 // width
+    d = 7 - k
+    fields[:] = 0
+    for i in range(bits.size):
+        b = np.int64(bits[i])
+        mag = b & 0x7FFF
+        if k < 7:
+            exp = mag >> 7
+            trunc = (mag >> d) << d
+            rounded = ((mag + (1 << (d - 1)) - 1 + ((mag >> d) & 1)) >> d) << d
+            if (rounded >> 7) == 255:
+                rounded = trunc
+            if exp == 255:
+                if k >= 1 and (mag & 0x7F) != 0:
+                    trunc |= 0x40
+                rounded = trunc
+            mag = rounded
+        exponents[i] = mag >> 7
+        field = ((b >> 15) << k) | ((mag >> d) & ((1 << k) - 1))
+        fields[i // per] |= np.uint8(field << ((i % per) * width))
+
+
+# ---- tables and format 2 ----
+@numba.njit(nogil=True, cache=True)
+def _cpu_tables(freq, decoded, alpha, precision):
+    """The decoders' two small tables (the CPU decoder's, and on a device each compressed layer's, built once
+    at load): ``slot_pair (2**precision,) uint8``, the pair of each slot, and ``info (A * A,) int64``, per pair:
+    bits 0-15 the frequency, 16-31 the two exponent bytes, 48-63 ``cdf`` (two L1-resident lookups beat one
+    lookup in a 256 KB per-slot table on the CPU: 1.95 against 1.41 GB/s, measured; 34 KB per layer instead of
+    256 KB on a device)."""
+    slot_pair = np.empty(1 << precision, np.uint8)
+    info = np.empty(freq.size, np.int64)
+    slot = 0
+    for s in range(freq.size):
+        pair = decoded[s // alpha] | (decoded[s % alpha] << 8)
+        info[s] = freq[s] | (pair << 16) | (slot << 48)
+        slot_pair[slot:slot + freq[s]] = s
+        slot += freq[s]
+    return slot_pair, info
+
+
+@numba.njit(nogil=True, cache=True)
+def _format2_pairs(words, states, offsets, slot_pair, freq, cdf, n, chunk_size, out):
+    """Format 2's pair indices into ``out (ceil(n / 2),)``: 8 states of 32 bits per chunk, a 16-bit word read
+    after any pair that leaves its state below ``2**16``. Returns -1 when every chunk ends in its initial
+    state with its words used up, else the first chunk that does not."""
+    mask = (1 << PRECISION) - 1
+    x = np.empty(LANES, np.int64)
+    for c in range(states.shape[0]):
+        lo = c * chunk_size
+        p, end = np.int64(offsets[c]), np.int64(offsets[c + 1])
+        for j in range(LANES):
+            x[j] = states[c, j]
+        for j in range((min(n, lo + chunk_size) - lo + 1) // 2):
+            xx = x[j % LANES]
+            s = slot_pair[xx & mask]
+            xx = freq[s] * (xx >> PRECISION) + (xx & mask) - cdf[s]
+            if xx < 1 << 16:
+                if p >= end:
+                    return c
+                xx = (xx << 16) | np.int64(words[p])
+                p += 1
+            x[j % LANES] = xx
+            out[lo // 2 + j] = s
+        if p != end:
+            return c
+        for j in range(LANES):
+            if x[j] != 1 << 16:
+                return c
+    return -1
+
+
+class NumbaCodec:
+    """The kernels above behind the signatures of :mod:`core.neuzip.pairs.backend` (those of the C codec)."""
+
+    name = "numba"
+
+    def decode_range(self, words, states, offsets, escapes, escape_offsets, n, chunk_size, first, last, slot_pair,
+                     info, marker, fields, scales, out, out_offset, k, block, field_bits, exponents_out) -> int:
+        return int(_decode_range(words, states.view(np.int64), offsets, escapes, escape_offsets, n, chunk_size, first,
+                                 last, slot_pair, info.view(np.int64), np.uint8(marker), _or(fields, np.uint8),
+                                 _or(scales, np.uint8), _or(out, np.uint16), out_offset, k, block,
+                                 _or(field_bits, np.uint16), _or(exponents_out, np.uint8)))
+
+    def segment_index(self, words, states, offsets, escape_offsets, n, chunk_size, segment, slot_pair, info, marker,
+                      seg_states, seg_p, seg_q) -> int:
+        return int(_segment_index(words, states.view(np.int64), offsets, escape_offsets, n, chunk_size, segment,
+                                  slot_pair, info.view(np.int64), np.uint8(marker), seg_states.view(np.int64), seg_p,
+                                  seg_q))
+
+    def split(self, bits, k, exponents, fields, hist=None) -> None:
+        _split(bits, int(k), exponents, fields)
+        if hist is not None:
+            hist += np.bincount(exponents, minlength=256)
+
+    def encode(self, e, lookup, alpha, chunk_size, freq, cdf, pad, states, offsets, words, escapes,
+               escape_offsets) -> int:
+        n = e.size
+        num = states.shape[0]
+        pair_index = np.empty((n + 1) // 2, np.int64)
+        escaped = np.empty(n, np.uint8)
+        escape_counts = np.zeros(num, np.int64)
+        used = np.zeros(freq.size, np.int64)
+        n_escapes = _pair_indices(e, lookup, alpha, chunk_size, pair_index, escaped, escape_counts, used)
+        if np.any(freq[used > 0] == 0):
+            return -3
+        if n_escapes > escapes.size:
+            return -2
+        scratch = np.empty(pair_index.size + (ROUND + LANES) * num + LANES, np.uint32)
+        counts = np.empty(num, np.int64)
+        st = np.empty((num, LANES), np.int64)
+        total = _encode_chunks(pair_index, pad, freq, cdf, chunk_size // 2, st, counts, scratch)
+        if total > words.size:
+            return -1
+        words[:total] = scratch[:total]
+        states[:] = st.view(np.uint64)
+        offsets[0] = 0
+        offsets[1:] = np.cumsum(counts)
+        escapes[:n_escapes] = escaped[:n_escapes]
+        escape_offsets[0] = 0
+        escape_offsets[1:] = np.cumsum(escape_counts)
+        return int(total)
+
+    def words_bound(self, n: int, chunk_size: int) -> int:
+        m, cp = (n + 1) // 2, chunk_size // 2
+        return sum(-(-(min(m, lo + cp) - lo) // ROUND) * LANES for lo in range(0, m, cp))
+
+    def tables(self, freq, decoded, alpha, precision, slot_pair, info) -> None:
+        sp, inf = _cpu_tables(freq, decoded, np.int64(alpha), precision)
+        slot_pair[:] = sp
+        info[:] = inf.view(np.uint64)
+
+    def format2_pairs(self, words, states, offsets, slot_pair, freq, cdf, n, chunk_size, out) -> int:
+        return int(_format2_pairs(words, states, offsets, slot_pair, freq, cdf, int(n), int(chunk_size), out))
+
+
+def _or(a, dtype):
+    return np.zeros(0, dtype) if a is None else a
