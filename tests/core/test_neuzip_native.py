@@ -16,7 +16,7 @@ from core.paths import REPO_ROOT
 def restore_codec():
     before = backend.codec()
     yield
-    backend._chosen = before
+    backend._current = before
 
 
 @pytest.mark.slow  # numba compiles its twin (tens of seconds on a fresh clone)

@@ -31,16 +31,16 @@ __all__ = ["ENV", "CHOICES", "codec", "use"]
 ENV = "LAYERWISE_NEUZIP_CODEC"
 CHOICES = ("native", "numba")
 _lock = threading.Lock()
-_chosen = None
+_current = None
 _why_not_native: str | None = None
 
 
 def codec():
     """The codec this process uses (chosen once: ``$LAYERWISE_NEUZIP_CODEC``, else the C one where it builds)."""
-    global _chosen, _why_not_native
-    if _chosen is None:
+    global _current, _why_not_native
+    if _current is None:
         with _lock:
-            if _chosen is None:
+            if _current is None:
                 want = os.environ.get(ENV, "").strip().lower()
                 if want and want not in CHOICES:
                     raise ValueError(f"{ENV}={want!r}: use one of {', '.join(CHOICES)} (or leave it unset)")
@@ -48,32 +48,32 @@ def codec():
                     from core.neuzip.pairs.native import NativeCodec, NativeUnavailable, library
 
                     try:
-                        _chosen = NativeCodec(library())
+                        _current = NativeCodec(library())
                     except NativeUnavailable as exc:
                         if want == "native":
                             raise
                         _why_not_native = str(exc)
                         warnings.warn(f"NeuZip: the C codec is not available ({exc}); using its numba twin, which "
                                       "costs the process about 200 MiB more memory.", RuntimeWarning, stacklevel=2)
-                if _chosen is None:
+                if _current is None:
                     from core.neuzip.pairs.numba_codec import NumbaCodec
 
-                    _chosen = NumbaCodec()
-    return _chosen
+                    _current = NumbaCodec()
+    return _current
 
 
 def use(name: str):
     """Switch this process to codec ``name`` (``native`` or ``numba``) and return it (tests, the bench)."""
-    global _chosen
+    global _current
     if name not in CHOICES:
         raise ValueError(f"unknown codec {name!r}; one of {', '.join(CHOICES)}")
     with _lock:
         if name == "native":
             from core.neuzip.pairs.native import NativeCodec, library
 
-            _chosen = NativeCodec(library())
+            _current = NativeCodec(library())
         else:
             from core.neuzip.pairs.numba_codec import NumbaCodec
 
-            _chosen = NumbaCodec()
-    return _chosen
+            _current = NumbaCodec()
+    return _current
