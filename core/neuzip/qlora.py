@@ -1,6 +1,7 @@
 """QLoRA-style baselines (Dettmers et al., 2023) for the training comparison: every linear layer but the embeddings and
-the LM head becomes a frozen bitsandbytes layer (INT8 row-wise, ``Linear8bitLt``; NF4 or FP4 with block 64 and
-double-quantized scales, ``Linear4bit``) plus a trainable low-rank adapter ``B A`` (rank ``r``, scale ``alpha / r``,
+the LM head becomes a frozen bitsandbytes layer (INT8 row-wise, ``Linear8bitLt``; NF4 or FP4 with block 64, ``Linear4bit``,
+their block scales float32 or themselves quantized to 8 bits: QLoRA's double quantization, the paper's NF4² and
+FP4²) plus a trainable low-rank adapter ``B A`` (rank ``r``, scale ``alpha / r``,
 ``A`` Kaiming-uniform, ``B`` zero: the LoRA initialisation), kept in float32. Everything else is frozen; only the
 adapters train (AdamW). This is fine-tuning, not the full training of the other modes: its loss is not comparable
 with theirs, its memory is.
@@ -24,7 +25,7 @@ __all__ = ["QUANT_TYPES", "LoRALinear", "quantize_linears", "bnb_status", "quant
 QUANT_TYPES = ("int8", "nf4", "fp4")
 
 
-def _quantized(linear: nn.Linear, quant: str, device: torch.device) -> nn.Module:
+def _quantized(linear: nn.Linear, quant: str, device: torch.device, double_quant: bool = True) -> nn.Module:
     import bitsandbytes as bnb
 
     w = linear.weight.detach().to(torch.bfloat16).cpu()
@@ -35,8 +36,8 @@ def _quantized(linear: nn.Linear, quant: str, device: torch.device) -> nn.Module
         layer.weight = bnb.nn.Int8Params(w, requires_grad=False, has_fp16_weights=False)
     else:
         layer = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=bias, compute_dtype=torch.bfloat16,
-                                  quant_type=quant, compress_statistics=True)
-        layer.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type=quant, compress_statistics=True)
+                                  quant_type=quant, compress_statistics=double_quant)
+        layer.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type=quant, compress_statistics=double_quant)
     if bias:
         layer.bias = nn.Parameter(linear.bias.detach().to(torch.bfloat16).cpu(), requires_grad=False)
     return layer.to(device)  # quantizes
@@ -64,9 +65,10 @@ class LoRALinear(nn.Module):
 
 
 def quantize_linears(model: nn.Module, quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0,
-                     skip: tuple[str, ...] = SKIP) -> list[nn.Parameter]:
+                     skip: tuple[str, ...] = SKIP, double_quant: bool = True) -> list[nn.Parameter]:
     """Freeze the model and swap its linear layers (but ``skip``) for quantized :class:`LoRALinear` ones, in place;
-    returns the adapters' parameters (the only trainable ones)."""
+    returns the adapters' parameters (the only trainable ones). ``double_quant`` (4-bit only): the block scales
+    quantized to 8 bits with their own float32 scale per 256 blocks (QLoRA's double quantization), else float32."""
     if quant not in QUANT_TYPES:
         raise BadInputError(f"unknown quantization {quant!r}.", fix=f"use one of {', '.join(QUANT_TYPES)}")
     problem = bnb_status()
@@ -79,7 +81,7 @@ def quantize_linears(model: nn.Module, quant: str, rank: int = 8, alpha: float =
     for name, linear in linear_layers(model, skip):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        base = _quantized(linear, quant, linear.weight.device)
+        base = _quantized(linear, quant, linear.weight.device, double_quant)
         setattr(parent, child, LoRALinear(base, linear.in_features, linear.out_features, rank, alpha, gen))
     return [p for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
 

@@ -124,8 +124,9 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
 # (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine) and trains only a few steps (memory and
 # speed, not a curve)
 TRAINING_EXAMPLES = (
-    ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
-     {"steps": 80, "batch": 2, "seq": 128, "budget_s": 3500}),
+    ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-fp4-single", "qlora-fp4",
+                      "qlora-nf4-single", "qlora-nf4"),
+     {"steps": 80, "batch": 2, "seq": 128, "budget_s": 4500}),
     ("llama-1b", ("vanilla", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
      {"steps": 4, "batch": 2, "seq": 128}),
 )
