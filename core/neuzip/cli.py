@@ -254,7 +254,7 @@ def _recipe_effects_args(p):
     p.add_argument("--model", default="smollm2-135m", help="the model (default smollm2-135m, the committed one)")
     p.add_argument("--mode", nargs="+", default=list(EFFECTS_MODES), metavar="MODE",
                    help="training modes: " + ", ".join(nz.TRAINING_MODES))
-    p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--steps", type=int, default=2, help="steps per mode and recipe (the first 2 are measured)")
     p.add_argument("--batch", type=int, default=2, help="sequences a step")
     p.add_argument("--seq", type=int, default=128, help="tokens a sequence")
     p.add_argument("--out", metavar="FILE", help="where to write it (default assets/neuzip/recipe_effects.json)")
@@ -268,6 +268,8 @@ def run_recipe_effects(args):
     from core.neuzip import recipe_effects as fx
     from core.neuzip.training import check_modes
 
+    if args.out:
+        _check_out(args.out, (".json",))
     set_threads(args.threads, zero_is_default=True)
     bar = ProgressBar()
     doc = fx.measure(args.model, check_modes(args.mode), args.steps, args.batch, args.seq, progress=bar)

@@ -37,7 +37,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("single_thread")]
 PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lrp", "key-token"),
               ("lrp", "precompute-examples"),
               ("lrp", "precompute-evaluation"), ("lrp", "precompute-bias"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
-              ("mixln", "reproduce"), ("neuzip", "precompute"), ("neuzip", "train-example")}
+              ("mixln", "reproduce"), ("neuzip", "precompute"), ("neuzip", "train-example"),
+              ("neuzip", "recipe-effects")}
 SPLITS = ["train", "validation", "test", "all"]
 
 
