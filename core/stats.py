@@ -26,6 +26,9 @@ RULE = (
     ("one model", "a mechanism measured on one trained model (spread over inputs of that model only)"),
     ("reproduced", "p < 0.05, at least 3 values a side, in the claimed direction"),
     ("opposite", "p < 0.05, at least 3 values a side, against the claimed direction"),
+    ("too small", "in the claimed direction at p < 0.10 or |t| > 2, but smaller than the size the claim states "
+                  "(a claim of a many-fold effect, e.g. layers that are idle or gradients that vanish, met by a few per "
+                  "cent)"),
     ("suggestive", "p < 0.10 or |t| > 2 without the above, in the claimed direction"),
     ("suggestive, opposite", "p < 0.10 or |t| > 2 without the above, against the claimed direction"),
     ("not reproduced", "a claimed difference not found (neither of the above)"),
@@ -57,13 +60,16 @@ class Comparison:
         """Whether both sides have a spread of their own (two or more values each)."""
         return self.p is not None
 
-    def text(self, nd: int = 3) -> str:
-        """``-0.040 ± 0.014 (t = -2.97, df 2.1, p = 0.097; exact p = 0.10)``, or ``+0.05 (n 1 vs 3: not resolved)``."""
+    def text(self, nd: int = 3, unit: str = "") -> str:
+        """``-0.040 ± 0.014 (t = -2.97, df 2.1, p = 0.097; exact p = 0.10)``, or ``+0.05 (n 1 vs 3: not resolved)``
+        (a paired comparison of one input: ``(n 1: not resolved)``); ``unit`` follows the numbers (``nats``)."""
+        unit = f" {unit}" if unit else ""
         head = f"{self.delta:+.{nd}f}"
         if not self.resolved:
-            return f"{head} (n {self.n_a} vs {self.n_b}: not resolved)"
+            n = f"n {self.n_a}" if self.test == "paired" else f"n {self.n_a} vs {self.n_b}"
+            return f"{head}{unit} ({n}: not resolved)"
         ex = f"; exact p = {_p(self.p_exact)}" if self.p_exact is not None else ""
-        return f"{head} ± {self.se:.{nd}f} (t = {self.t:.2f}, df {self.df:.1f}, p = {_p(self.p)}{ex})"
+        return f"{head} ± {self.se:.{nd}f}{unit} (t = {self.t:.2f}, df {self.df:.1f}, p = {_p(self.p)}{ex})"
 
     def as_dict(self) -> dict:
         return {"delta": self.delta, "se": self.se, "t": self.t, "df": self.df, "p": self.p, "p_exact": self.p_exact,
@@ -155,9 +161,11 @@ def permutation_p(a, b=None) -> float | None:
     return extreme / count
 
 
-def word(c: Comparison, expected: str, one_model: bool = False) -> str:
+def word(c: Comparison, expected: str, one_model: bool = False, too_small: bool = False) -> str:
     """The verdict word the evidence allows (:data:`RULE`): ``expected`` is the claim's direction for ``a - b``,
-    ``"lower"``, ``"higher"`` or ``"tied"``; ``one_model`` marks a mechanism measured on one trained model."""
+    ``"lower"``, ``"higher"`` or ``"tied"``; ``one_model`` marks a mechanism measured on one trained model;
+    ``too_small``: the difference is below the size the claim states (the caller's threshold, e.g. a mechanism's
+    25 % of the compared value), which turns a difference in the claimed direction into "too small"."""
     if expected not in ("lower", "higher", "tied"):
         raise ValueError(f"expected must be lower, higher or tied, not {expected!r}")
     if one_model:
@@ -169,6 +177,8 @@ def word(c: Comparison, expected: str, one_model: bool = False) -> str:
     observed = "lower" if c.delta < 0 else "higher"
     if expected == "tied":
         return "not reproduced" if significant else "consistent" if not hint else "suggestive, opposite"
+    if too_small and (significant or hint) and observed == expected:
+        return "too small"
     if significant:
         return "reproduced" if observed == expected else "opposite"
     if hint:

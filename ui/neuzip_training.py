@@ -10,6 +10,7 @@ import core.neuzip as nz
 from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.stopping import job, stop
+from core.neuzip.recipe_effects import effects_markdown
 from ui.widgets import finite_number, frame, number
 
 INTRO = ("**Training with compressed weights** (the paper's first half, Table 1). Each mode trains the same model from "
@@ -29,9 +30,15 @@ LIVE_DEFAULT = ["vanilla", "vanilla-adamw", "lomo", "lomo+neuzip"]
 MAX_LIVE_STEPS = 200
 
 
+PAPER_COLUMNS = {"paper_row": "the paper's row", "peak_GiB": "peak GiB", "memory_vs_vanilla": "memory / vanilla",
+                 "memory_vs_lomo": "memory / LOMO", "it_per_s": "it/s", "speed_vs_vanilla": "speed / vanilla"}
+
+
 def _outputs(res):
     return (res.status, res.figures["memory"], res.figures["loss"],
-            frame(res.tables["training"]).rename(columns=TABLE_COLUMNS), frame(res.tables["paper"]))
+            frame(res.tables["training"]).rename(columns=TABLE_COLUMNS),
+            frame(res.tables["paper"]).rename(columns=PAPER_COLUMNS),
+            frame(res.tables["paper_table2"]).rename(columns=PAPER_COLUMNS))
 
 
 @user_errors
@@ -57,7 +64,9 @@ def build() -> None:
     try:
         shown = _outputs(nz.training_example_result(first))
     except LayerwiseError as err:
-        shown = (str(err), None, None, None, frame(list(nz.PAPER_TABLE1)))
+        from core.neuzip.training_views import paper_rows, paper_table2_rows
+        shown = (str(err), None, None, None, frame(paper_rows()).rename(columns=PAPER_COLUMNS),
+                 frame(paper_table2_rows()).rename(columns=PAPER_COLUMNS))
     gr.Markdown("### Training with compressed weights")
     gr.Markdown(INTRO, elem_classes="lw-explain")
     with gr.Row():
@@ -80,8 +89,13 @@ def build() -> None:
     table = gr.Dataframe(shown[3], interactive=False, elem_id="neuzip-training-table",
                          label="Measured (memory in MiB; ratios against vanilla and LOMO, same run)")
     paper = gr.Dataframe(shown[4], interactive=False, elem_id="neuzip-training-paper",
-                         label="The paper's Table 1 (pre-training, one GPU; memory in GiB), as issue 32 quotes it")
-    outputs = [status, memory, loss, table, paper]
+                         label="The paper's Table 1, whole: pre-training on one GPU (validation loss, peak memory in "
+                               "GiB, iterations per second)")
+    paper2 = gr.Dataframe(shown[5], interactive=False, elem_id="neuzip-training-paper-table2",
+                          label="The paper's Table 2, whole: fine-tuning T5 on SQL generation beside QLoRA (BLEU, "
+                                "memory in GiB, iterations per second; ² = double-quantized scales)")
+    gr.Markdown(effects_markdown(), elem_id="neuzip-training-qlora-order", elem_classes="lw-explain")
+    outputs = [status, memory, loss, table, paper, paper2]
     example.change(show_example, example, outputs, api_name="neuzip_training_example")
     ev = b_train.click(train_live, [model, modes, steps, batch, seq], outputs, api_name="neuzip_train",
                        concurrency_limit=1)  # one training at a time: each measures its own memory and speed

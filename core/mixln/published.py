@@ -3,6 +3,7 @@ the project's runs, each with where it was read.
 
 - :data:`FOLLOWUP_TABLE`  the LayerNorm Scaling paper's Table 1: perplexity of Post-LN, DeepNorm, Mix-LN, Pre-LN and
   LNS at 130 M to 1 B parameters (its 130 M and 250 M rows for the first four are the Mix-LN paper's)
+- :data:`LNS_RERUN`       a third party's rerun of the LNS authors' 130 M script (quoted beside the paper's figure)
 - :data:`MIXLN_71M`       the Mix-LN paper's 71 M column (the scale the project's 12-layer recipe copies)
 - :data:`SIZES`           the model sizes: parameters, layers, width, training tokens
 - :func:`published_rows`  one row per placement and size, for tables
@@ -29,6 +30,10 @@ FOLLOWUP_TABLE = {  # placement (registry name) -> size -> perplexity
     "pre": {"130M": 26.73, "250M": 21.92, "350M": 19.58, "1B": 17.02},
     "lns": {"130M": 25.76, "250M": 20.35, "350M": 18.20, "1B": 15.71},
 }
+# A third party's rerun of the LNS authors' 130M script (`bash run_130m.sh LNS 3`, 20,000 steps: 2.08 B tokens, which
+# the authors say is what they trained): final validation loss 3.26633, perplexity 26.215, against the paper's 25.76
+# (github.com/lmsdss/LayerNorm-Scaling, issue 5, comment of 2025-07-08)
+LNS_RERUN = {"130M": 26.215, "where": "lmsdss/LayerNorm-Scaling issue 5"}
 # Li, Yin, Liu, "Mix-LN: Unleashing the Power of Deeper Layers by Combining Pre-LN and Post-LN" (ICLR 2025,
 # arXiv 2412.13795), Table 1, LLaMA-71M (12 layers, width 512): the recipe the committed runs copy. DeepNorm is the
 # authors' NORM_TYPE=deeppost (their constants, the project's "deepnorm").

@@ -4,24 +4,24 @@ project's figure computed now from the committed runs (with n and its spread), a
 Every number here is read from the committed run folders (``run.json``, ``history.json``, ``diagnostics.json``);
 nothing is typed in but the papers' figures (:mod:`core.mixln.published`) and the claims' wording.
 
-How a verdict is reached: a measured difference (``delta``) is "lower" or "higher" when it is more than two
-standard errors (``se``) from zero, else "tied". A claim expects one of the three; the verdict is *reproduced* when
-the measurement is what the claim expects, *opposite* when it is the other direction, and *not reproduced* when it
-is tied (or, for a claim of a tie, when it is not). The standard errors:
+Every verdict comes from :mod:`core.stats`: the comparison (difference, standard error, t, df, p and, at small n, the
+exact permutation p) and the word its rule allows (:data:`core.stats.RULE`, printed in ``docs/statistics.md``):
 
-- final held-out loss: over seeds, :func:`core.mixln.summary.difference` (a side with one seed borrows the other's
-  seed spread);
-- angular distance and layer removal: over the held-out windows (64, spread over the three corpora), paired per
-  window, of seed 0 (the seed that keeps its weights; the other seeds' diagnostics of the older placements were
-  computed on other windows before their weights were dropped);
-- gradient norms: over seeds (logged during training, every seed).
+- final held-out loss: Welch over seeds (:func:`core.mixln.summary.difference`); a side with one seed is "not
+  resolved" (nothing is borrowed from the other side);
+- gradient norms (logged during training, every seed): per seed the ratio of the two halves' mean norms, compared with
+  1 over the seeds (paired: each seed's ratio against 1); a claim of a many-fold effect ("diminished", "vanish") met by
+  under :data:`MIN_RELATIVE` of it is "too small";
+- angular distance and layer removal: seed 0 only (the seed that keeps its weights), paired over the 64 held-out
+  windows: the comparison is printed, and the word is "one model" (a spread over the inputs of one trained model says
+  nothing about another seed's model).
 
 Layers are split in halves: early ``l < L/2`` and deep ``l >= L/2``.
 
 - :func:`claims`           the rows
 - :func:`init_rows`        the embedding-init comparison (std 0.02 against the recipe's sqrt(2/5))
 - :func:`followup_rows`    the follow-ups' published table beside the project's runs
-- :func:`markdown`         the three as Markdown tables (the docs page and the tab)
+- :func:`markdown`         the tables as Markdown (the docs page and the tab); :func:`readme_markdown` the README's
 """
 from __future__ import annotations
 
@@ -31,44 +31,20 @@ from pathlib import Path
 
 import numpy as np
 
-from core.mixln.published import FOLLOWUP_SOURCE, MIXLN_71M, MIXLN_SOURCE, SIZES, published_rows
+from core.mixln.published import (FOLLOWUP_SOURCE, LNS_RERUN, MIXLN_71M, MIXLN_SOURCE, SIZES, published_rows)
 from core.mixln.recipe import ASSETS, RUN_SETS, Job, recipe_label
 from core.mixln.summary import difference, mean_std_text, run_diagnostic, seed_runs, seed_table
+from core.stats import Comparison, paired, word
 
 DEPTH_SETS = {"main": 12, "depth-24": 24}
-VERDICTS = ("reproduced", "not reproduced", "opposite")
-
-
-def _verdict(observed: str, expected: str) -> str:
-    if observed == expected:
-        return "reproduced"
-    if observed == "unresolved":
-        return "not resolved"
-    if expected == "tied" or observed == "tied":
-        return "not reproduced"
-    return "opposite"
-
-
-# a mechanism (which layers work) counts only when the difference is also at least this share of the value it is
-# compared with: the papers' effects are many-fold (deep layers "idle", gradients that "vanish"); a few per cent,
-# however well measured, is not that
+INIT_SET = "12 layers, embedding init std 0.02"
+# a mechanism claim (deep layers "idle", gradients that "vanish") is of a many-fold effect: a difference in its
+# direction under this share of the value compared with is "too small" (core.stats.word)
 MIN_RELATIVE = 0.25
-
-
-def _direction(delta: float, se: float | None, rel: float | None = None, min_rel: float = 0.0) -> str:
-    if delta is None or se is None or not math.isfinite(se):
-        return "unresolved"
-    if abs(delta) <= 2 * se or (rel is not None and abs(rel) < min_rel):
-        return "tied"
-    return "lower" if delta < 0 else "higher"
 
 
 def _val(mean: float, std: float | None, n: int, nd: int = 3) -> str:
     return f"{mean:.{nd}f}" + (f" ± {std:.{nd}f}" if n > 1 and std is not None else "")
-
-
-def _fmt(delta: float, se: float | None, nd: int = 3) -> str:
-    return f"{delta:+.{nd}f}" + (f" ± {se:.{nd}f}" if se is not None else "")
 
 
 class _Runs:
@@ -110,61 +86,66 @@ def _halves(layers: int) -> tuple[slice, slice]:
 
 
 def _window_contrast(a: np.ndarray, sa: slice, b: np.ndarray | None = None, sb: slice | None = None) -> dict:
-    """Mean over windows of (mean of ``a`` over layers ``sa``) minus (mean of ``b`` (default ``a``) over ``sb``),
-    paired per window; its standard error over the windows."""
+    """(mean of ``a`` over layers ``sa``) minus (mean of ``b`` (default ``a``) over ``sb``), paired per window
+    (:func:`core.stats.paired`), and the two means."""
     b = a if b is None else b
     sb = sa if sb is None else sb
-    d = np.nanmean(a[:, sa], axis=1) - np.nanmean(b[:, sb], axis=1)
-    n = len(d)
-    return {"delta": float(d.mean()), "se": float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else None,
-            "windows": n, "a": float(np.nanmean(a[:, sa])), "b": float(np.nanmean(b[:, sb]))}
+    x, y = np.nanmean(a[:, sa], axis=1), np.nanmean(b[:, sb], axis=1)
+    return {"c": paired(x, y), "a": float(np.nanmean(a[:, sa])), "b": float(np.nanmean(b[:, sb])), "windows": len(x)}
 
 
 def _seed_ratio(grads: list[list[float]], num: slice, den: slice) -> dict:
-    """Per seed: mean norm over layers ``num`` / mean over ``den``; mean, std, n and the standard error of the
-    mean ratio minus 1 (the verdict compares the ratio with 1)."""
+    """Per seed: mean norm over layers ``num`` / mean over ``den``; their mean, std, n, and the ratios compared with
+    1 (each seed's ratio against 1: :func:`core.stats.paired`)."""
     r = [float(np.mean(g[num]) / np.mean(g[den])) for g in grads]
-    n = len(r)
-    std = float(np.std(r, ddof=1)) if n > 1 else None
-    return {"mean": float(np.mean(r)) if r else None, "std": std, "n": n,
-            "delta": float(np.mean(r)) - 1 if r else None, "se": std / math.sqrt(n) if std is not None else None}
+    return {"mean": float(np.mean(r)), "std": float(np.std(r, ddof=1)) if len(r) > 1 else None, "n": len(r),
+            "c": paired(r, [1.0] * len(r))}
 
 
-def _claim(claim: str, paper: str, measured: list[tuple[str, dict | None, str]], expected: str,
-           source: str = "Mix-LN") -> dict:
-    """A row from per-depth measurements ``(depth text, {delta, se, text}, what the n is)``; one verdict per depth,
-    joined when they differ."""
-    parts, verdicts = [], []
+def _m(c: Comparison, expected: str, text: str, of: dict, one_model: bool = False, rel: float | None = None) -> dict:
+    """One measurement of a claim: its comparison, its word (core.stats.word), its text, and ``of``: what was
+    compared (the runs, the log), so that a test can recompute it from the run files."""
+    small = rel is not None and abs(rel) < MIN_RELATIVE
+    return {"c": c, "word": word(c, expected, one_model=one_model, too_small=small), "text": text,
+            "one_model": one_model, "of": {**of, "expected": expected, "too_small": small}}
+
+
+def _claim(claim: str, paper: str, measured: list[tuple[str, dict | None, str]], source: str = "Mix-LN") -> dict:
+    """A row from per-depth measurements ``(depth text, measurement, what the n is)``; one word per depth, joined
+    when they differ. ``evidence``: per depth the comparison (core.stats.Comparison.as_dict) and its word."""
+    parts, words, evidence = [], [], {}
     for depth, m, n_text in measured:
         if m is None:
             continue
-        v = m.get("verdict") or _verdict(_direction(m["delta"], m["se"], m.get("rel"), m.get("min_rel", 0.0)),
-                                         expected)
-        verdicts.append((depth, v))
-        parts.append(f"{depth}: {m['text']} ({n_text}) → {v}")
-    if not verdicts:
-        return {"claim": claim, "source": source, "paper": paper, "ours": "no committed runs", "verdict": "no runs"}
-    kinds = list(dict.fromkeys(v for _, v in verdicts))
-    verdict = kinds[0] if len(kinds) == 1 else "; ".join(f"{v} ({d})" for d, v in verdicts)
+        words.append((depth, m["word"]))
+        evidence[depth] = {**m["c"].as_dict(), "word": m["word"], "one_model": m["one_model"], "of": m["of"]}
+        parts.append(f"{depth}: {m['text']} ({n_text}) → {m['word']}")
+    if not words:
+        return {"claim": claim, "source": source, "paper": paper, "ours": "no committed runs", "verdict": "no runs",
+                "depths": {}, "evidence": {}}
+    kinds = list(dict.fromkeys(w for _, w in words))
+    verdict = kinds[0] if len(kinds) == 1 else "; ".join(f"{w} ({d})" for d, w in words)
     return {"claim": claim, "source": source, "paper": paper, "ours": "; ".join(parts), "verdict": verdict,
-            "depths": {d: v for d, v in verdicts}}
+            "depths": dict(words), "evidence": evidence}
 
 
-def _loss_vs(runs: _Runs, set_name: str, name: str, base: str = "pre-ln") -> dict | None:
+def _loss_vs(runs: _Runs, set_name: str, name: str, expected: str, base: str = "pre-ln",
+             reference: dict | None = None) -> dict | None:
+    from core.mixln.figures import at_unigram_level
     a, b = runs.row(set_name, name), runs.row(set_name, base)
     if not a or not b:
         return None
-    d = difference(a, b)
-    if d["delta"] is None:
+    c = difference(a, b)
+    if c is None:
         return None
     text = (f"{a['label']} {_val(a['eval_loss_mean'], a['eval_loss_std'], a['n'])} against "
-            f"{b['label']} {_val(b['eval_loss_mean'], b['eval_loss_std'], b['n'])}: "
-            f"{_fmt(d['delta'], d['se'])} nats")
-    return {"delta": d["delta"], "se": d["se"], "text": text, "n": d["n"]}
+            f"{b['label']} {_val(b['eval_loss_mean'], b['eval_loss_std'], b['n'])}: {c.text(unit='nats')}"
+            + (", at the unigram level" if at_unigram_level(a["eval_loss_mean"], reference) else ""))
+    return _m(c, expected, text, {"kind": "loss", "a": [set_name, name], "b": [set_name, base]})
 
 
 def _n_seeds(m: dict | None) -> str:
-    return f"n = {m['n'][0]} / {m['n'][1]} seeds" if m else ""
+    return f"n = {m['c'].n_a} / {m['c'].n_b} seeds" if m else ""
 
 
 def _seeds(n: int) -> str:
@@ -172,9 +153,8 @@ def _seeds(n: int) -> str:
 
 
 def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> list[dict]:
-    """One row per claim: {claim, source, paper, ours, verdict, depths}. ``reference``: the unigram / bigram levels
-    (:func:`core.mixln.reference.load_reference`), to call a run at the unigram level what it is."""
-    from core.mixln.figures import at_unigram_level
+    """One row per claim: {claim, source, paper, ours, verdict, depths, evidence}. ``reference``: the unigram /
+    bigram levels (:func:`core.mixln.reference.load_reference`), to say when a run sits at the unigram level."""
     if reference is None:
         from core.mixln.reference import load_reference
         reference = load_reference(root)
@@ -187,69 +167,65 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
         """``where``: run set -> how the measurement is named (default: the depth sets)."""
         measured = []
         for s, named in (where or by_depth).items():
-            m = _loss_vs(runs, s, name)
-            if m and at_unigram_level(runs.row(s, name)["eval_loss_mean"], reference):
-                m = {**m, "text": m["text"] + ", at the unigram level", "verdict": "not reproduced"}
+            m = _loss_vs(runs, s, name, expected, reference=reference)
             measured.append((named, m, _n_seeds(m)))
-        return _claim(claim, paper, measured, expected, source)
+        return _claim(claim, paper, measured, source)
 
     pre71 = MIXLN_71M["pre"]
+    with_init = {**by_depth, "init-0.02": INIT_SET}
     # the embedding init the LNS authors say produced their numbers (std 0.02) is a setting of its own here
     rows.append(loss_claim(
         "Mix-LN trains to a lower loss than Pre-LN",
         f"71M: perplexity {MIXLN_71M['mix']} against {pre71} ({math.log(MIXLN_71M['mix'] / pre71):+.3f} nats); ahead "
-        "at every size to 7B", "mix-ln-0.25", "lower",
-        where={**by_depth, "init-0.02": "12 layers, embedding init std 0.02"}))
-    # Post-LN with depth: its 24-layer loss minus its 12-layer loss
+        "at every size to 7B", "mix-ln-0.25", "lower", where=with_init))
+    # Post-LN with depth: its 24-layer loss minus its 12-layer loss, over seeds
     post12, post24 = runs.row("main", "post-ln"), runs.row("depth-24", "post-ln")
     m = None
     if post12 and post24:
-        d = difference(post24, post12)
-        text = (f"Post-LN {_val(post24['eval_loss_mean'], post24['eval_loss_std'], post24['n'])} at 24 "
-                f"layers against {_val(post12['eval_loss_mean'], post12['eval_loss_std'], post12['n'])} at "
-                f"12: {_fmt(d['delta'], d['se'])} nats, {post24['diverged']} of {post24['n'] + post24['diverged']} "
-                "diverged")
-        failed = post24["diverged"] or at_unigram_level(post24["eval_loss_mean"], reference)
-        m = {"delta": d["delta"], "se": d["se"], "text": text, "n": d["n"],
-             "verdict": "reproduced" if failed else _verdict(_direction(d["delta"], d["se"]), "higher")}
+        from core.mixln.figures import at_unigram_level
+        c = difference(post24, post12)
+        if c is not None:
+            text = (f"Post-LN {_val(post24['eval_loss_mean'], post24['eval_loss_std'], post24['n'])} at 24 "
+                    f"layers against {_val(post12['eval_loss_mean'], post12['eval_loss_std'], post12['n'])} at "
+                    f"12: {c.text(unit='nats')}, {post24['diverged']} of {post24['n'] + post24['diverged']} diverged"
+                    + (", at the unigram level" if at_unigram_level(post24["eval_loss_mean"], reference) else ""))
+            m = _m(c, "higher", text, {"kind": "loss", "a": ["depth-24", "post-ln"], "b": ["main", "post-ln"]})
     rows.append(_claim("Post-LN fails with depth",
                        f"perplexity {published_rows()[0]['130M']} at 130M (12 layers), "
-                       f"{published_rows()[0]['250M']} at 250M (24 layers): diverged", [("12 → 24 layers", m,
-                                                                                         _n_seeds(m))], "higher"))
+                       f"{published_rows()[0]['250M']} at 250M (24 layers): diverged",
+                       [("12 → 24 layers", m, _n_seeds(m))]))
     for name in ("deepnorm", "deepnorm-deepnet"):
         rows.append(loss_claim(
             f"DeepNorm trains about as well as Pre-LN: {recipe_label(name)}",
             f"71M: perplexity {MIXLN_71M['deepnorm']} against {pre71} "
             f"({math.log(MIXLN_71M['deepnorm'] / pre71):+.3f} nats), with the authors' constants", name, "tied"))
 
-    # mechanisms: halves of the layers, seed 0, paired per window
+    # mechanisms: halves of the layers, seed 0, paired per window: one model
     def half_claim(claim, paper, name, analysis, expected, first="deep", versus=None, source="Mix-LN"):
         measured = []
         for s, layers in DEPTH_SETS.items():
             a = runs.per_window(s, name, analysis)
             early, deep = _halves(layers)
-            if a is None:
+            b = None if versus is None else runs.per_window(s, versus, analysis)
+            if a is None or (versus is not None and b is None):
                 measured.append((f"{layers} layers", None, ""))
                 continue
             what = "d(h_l, h_l+1)" if analysis == "angular" else "loss increase when skipped (nats)"
             if versus is None:
                 sa, sb = (deep, early) if first == "deep" else (early, deep)
-                c = _window_contrast(a, sa, None, sb)
-                text = (f"{runs.row(s, name)['label']}, {what}: {first} half {c['a']:.3f}, "
-                        f"{'early' if first == 'deep' else 'deep'} half {c['b']:.3f}, difference {_fmt(c['delta'], c['se'])}")
+                w = _window_contrast(a, sa, None, sb)
+                text = (f"{runs.row(s, name)['label']}, {what}: {first} half {w['a']:.3f}, "
+                        f"{'early' if first == 'deep' else 'deep'} half {w['b']:.3f}, difference {w['c'].text()}")
             else:
-                b = runs.per_window(s, versus, analysis)
-                if b is None:
-                    measured.append((f"{layers} layers", None, ""))
-                    continue
-                c = _window_contrast(a, deep, b, deep)
-                text = (f"{what}, deep half: {runs.row(s, name)['label']} {c['a']:.3f}, {runs.row(s, versus)['label']} "
-                        f"{c['b']:.3f}, difference {_fmt(c['delta'], c['se'])}")
-            rel = c["delta"] / c["b"] if c["b"] else None
+                w = _window_contrast(a, deep, b, deep)
+                text = (f"{what}, deep half: {runs.row(s, name)['label']} {w['a']:.3f}, "
+                        f"{runs.row(s, versus)['label']} {w['b']:.3f}, difference {w['c'].text()}")
+            rel = w["c"].delta / w["b"] if w["b"] else None
             text += f" ({100 * rel:+.0f} %)" if rel is not None else ""
-            measured.append((f"{layers} layers", {**c, "text": text, "rel": rel, "min_rel": MIN_RELATIVE},
-                             f"seed 0, ± standard error over {c['windows']} held-out windows"))
-        return _claim(claim, paper, measured, expected, source)
+            of = {"kind": "windows", "set": s, "name": name, "analysis": analysis, "versus": versus}
+            measured.append((f"{layers} layers", _m(w["c"], expected, text, of, one_model=True, rel=rel),
+                             f"seed 0, paired over {w['windows']} held-out windows"))
+        return _claim(claim, paper, measured, source)
 
     rows.append(half_claim(
         "Pre-LN's deep layers barely change the hidden state (angular distance)",
@@ -271,10 +247,11 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
             r = _seed_ratio(g, deep, early) if num == "deep" else _seed_ratio(g, early, deep)
             value = f"{r['mean']:.3f}" + (f" ± {r['std']:.3f} (std)" if r["std"] is not None else "")
             text = (f"{runs.row(s, name)['label']}, weight-gradient norm {num} half / "
-                    f"{'early' if num == 'deep' else 'deep'} half: {value}")
-            measured.append((f"{layers} layers", {**r, "text": text, "rel": r["delta"], "min_rel": MIN_RELATIVE},
-                             f"{_seeds(r['n'])}, standard error over seeds"))
-        return _claim(claim, paper, measured, expected)
+                    f"{'early' if num == 'deep' else 'deep'} half: {value}; ratio - 1: {r['c'].text()}")
+            of = {"kind": "grad", "set": s, "name": name, "log": which, "num": num}
+            measured.append((f"{layers} layers", _m(r["c"], expected, text, of, rel=r["c"].delta),
+                             f"{_seeds(r['n'])}, each seed's ratio against 1"))
+        return _claim(claim, paper, measured)
 
     rows.append(grad_claim("Pre-LN's deep layers get smaller gradients (at initialisation)",
                            "Pre-LN leads to diminished gradient norms in its deeper layers", "pre-ln", 0, "lower"))
@@ -286,6 +263,9 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
         "post-ln", "removal", "lower", first="early"))
     rows.append(grad_claim("Post-LN's early layers get smaller gradients (at initialisation)",
                            "Post-LN's gradients vanish in the earlier layers (larger in the deeper ones)", "post-ln", 0,
+                           "lower", num="early"))
+    rows.append(grad_claim("Post-LN's early layers get smaller gradients (end of training)",
+                           "Post-LN's gradients vanish in the earlier layers (larger in the deeper ones)", "post-ln", -1,
                            "lower", num="early"))
     rows.append(half_claim(
         "Mix-LN's deep layers change the hidden state more than Pre-LN's (angular distance)",
@@ -300,8 +280,9 @@ def claims(root: str | os.PathLike = ASSETS, reference: dict | None = None) -> l
     lns = published_rows()[-1]
     rows.append(loss_claim(
         "LayerNorm Scaling trains to a lower loss than Pre-LN",
-        f"perplexity {lns['130M']} against {FOLLOWUP_PRE['130M']} at 130M, {lns['250M']} against "
-        f"{FOLLOWUP_PRE['250M']} at 250M, ahead to 7B", "lns", "lower", source="LNS"))
+        f"perplexity {lns['130M']} against {FOLLOWUP_PRE['130M']} at 130M (a third party's rerun of the authors' "
+        f"130M script: {LNS_RERUN['130M']}, {LNS_RERUN['where']}), {lns['250M']} against {FOLLOWUP_PRE['250M']} at "
+        "250M, ahead to 7B; trained with embedding init std 0.02", "lns", "lower", source="LNS", where=with_init))
     rows.append(half_claim(
         "LayerNorm Scaling's deep layers cost more to remove than Pre-LN's (layer removal)",
         "LNS's deeper layers contribute more than Pre-LN's (a larger drop when one is pruned)", "lns", "removal",
@@ -318,22 +299,28 @@ FOLLOWUP_PRE = {s: v for s, v in published_rows()[3].items() if s in SIZES}
 
 def init_rows(root: str | os.PathLike = ASSETS) -> list[dict]:
     """Per placement of the init set: final held-out loss with embedding std 0.02 and with the recipe's sqrt(2/5)
-    (the main set), mean ± std and n, and the difference (0.02 minus sqrt(2/5)) with its verdict."""
+    (the main set), mean ± std and n, and the difference (0.02 minus sqrt(2/5)) over seeds with its p and the rule's
+    word for it (:data:`INIT_WORDS`)."""
     runs = _Runs(root)
     rows = []
     for name in RUN_SETS["init-0.02"].placements:
         a, b = runs.row("init-0.02", name), runs.row("main", name)
         if not a or not b:
             continue
-        d = difference(a, b)
+        c = difference(a, b)
+        if c is None:
+            continue
         rows.append({"run": name, "label": a["label"],
                      "std_0.02": mean_std_text(a["eval_loss_mean"], a["eval_loss_std"], a["n"]),
                      "std_sqrt(2/5)": mean_std_text(b["eval_loss_mean"], b["eval_loss_std"], b["n"]),
-                     "difference": _fmt(d["delta"], d["se"]) if d["delta"] is not None else "-",
-                     "0.02 is": {"lower": "better", "higher": "worse", "tied": "tied",
-                                 "unresolved": "not resolved"}[d["verdict"]],
-                     "delta": d["delta"], "se": d["se"], "n": d["n"]})
+                     "difference": c.text(), "0.02 is": INIT_WORDS[word(c, "lower")], **c.as_dict()})
     return rows
+
+
+# the init table's last column: the rule's word for "0.02 ends lower than sqrt(2/5)", said as a direction
+INIT_WORDS = {"reproduced": "lower", "opposite": "higher", "suggestive": "lower, suggestive",
+              "suggestive, opposite": "higher, suggestive", "not reproduced": "no difference found",
+              "not resolved": "not resolved (one seed)", "too small": "too small"}
 
 
 def followup_rows(root: str | os.PathLike = ASSETS) -> list[dict]:
@@ -356,6 +343,10 @@ def followup_rows(root: str | os.PathLike = ASSETS) -> list[dict]:
         from core.mixln.placements import placement_label
         rows.append({"placement": key, "label": placement_label(key),
                      **{f"paper_{s}": (_ppl(p.get(s)) if p else "-") for s in SIZES}, **ours})
+        if key == "lns":  # the third party's rerun of the authors' 130M script, beside the paper's row
+            rows.append({"placement": "lns-rerun", "label": f"LayerNorm Scaling, rerun ({LNS_RERUN['where']})",
+                         **{f"paper_{s}": _ppl(LNS_RERUN.get(s)) for s in SIZES},
+                         **{f"ours_{layers}": "" for layers in DEPTH_SETS.values()}})
     return rows
 
 
@@ -394,12 +385,40 @@ def claims_markdown(rows: list[dict]) -> str:
                           ("ours", "this project (committed runs)"), ("verdict", "verdict")])
 
 
+def _p_text(e: dict) -> str:
+    from core.stats import _p
+    return f"p = {_p(e['p'])}" + (f", exact {_p(e['p_exact'])}" if e.get("p_exact") is not None else "")
+
+
+def compact(depth: str, e: dict) -> str:
+    """One depth's verdict with what it rests on: ``opposite (12 layers, p = 0.021, exact 0.10)``, ``not resolved
+    (24 layers, one seed)``, ``one model (12 layers)``."""
+    if e["one_model"] or e["word"] == "one model":
+        return f"one model ({depth})"
+    if e["p"] is None:
+        return f"{e['word']} ({depth}, one seed)"
+    return f"{e['word']} ({depth}, {_p_text(e)})"
+
+
+def readme_markdown(rows: list[dict]) -> str:
+    """The README's what-reproduces table: one row per claim, each depth's word with its p (or "one seed" / "one
+    model"), from the same rows as the docs page (so the two cannot drift)."""
+    out = []
+    for r in rows:
+        single = [d for d, e in r["evidence"].items() if e["one_model"]]
+        parts = [compact(d, e) for d, e in r["evidence"].items() if not e["one_model"]]
+        parts += [f"one model ({' and '.join(single)})"] if single else []
+        out.append({"claim": f"{r['claim']} ({r['source']})", "here": "; ".join(parts) or r["verdict"]})
+    return _table(out, [("claim", "claim (paper)"), ("here", "here (the rule: docs/statistics.md)")])
+
+
 def init_markdown(rows: list[dict]) -> str:
     if not rows:
         return "No run of the init set (embedding std 0.02) is committed yet: see the runs not committed yet."
     return _table(rows, [("label", "placement (12 layers)"), ("std_0.02", "embedding std 0.02"),
                          ("std_sqrt(2/5)", "embedding std sqrt(2/5) (the committed set)"),
-                         ("difference", "0.02 minus sqrt(2/5) (nats ± se)"), ("0.02 is", "0.02 is")])
+                         ("difference", "0.02 minus sqrt(2/5) (nats ± se, Welch over seeds)"),
+                         ("0.02 is", "0.02 is")])
 
 
 def followup_markdown(rows: list[dict]) -> str:
@@ -422,15 +441,17 @@ def markdown_sources() -> str:
 
 
 def markdown(root: str | os.PathLike = ASSETS) -> dict[str, str]:
-    """{claims, init, followups, sources, pending}: the tables as Markdown (what ``docs/mixln-reproduces.md`` holds between its
-    generated markers, and what the tab shows)."""
-    return {"claims": claims_markdown(claims(root)), "init": init_markdown(init_rows(root)),
+    """{claims, init, followups, sources, pending, readme}: the tables as Markdown (what ``docs/mixln-reproduces.md``
+    holds between its generated markers, what the tab shows, and the README's table)."""
+    rows = claims(root)
+    return {"claims": claims_markdown(rows), "init": init_markdown(init_rows(root)),
             "followups": followup_markdown(followup_rows(root)),
-            "sources": markdown_sources(), "pending": pending_markdown(pending_rows())}
+            "sources": markdown_sources(), "pending": pending_markdown(pending_rows()), "readme": readme_markdown(rows)}
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "mixln-reproduces.md"
-BLOCKS = ("claims", "init", "followups", "sources", "pending")
+README = Path(__file__).resolve().parents[2] / "README.md"  # holds the "readme" block
+BLOCKS = ("claims", "init", "followups", "sources", "pending", "readme")
 
 
 def _marker(name: str, end: bool = False) -> str:
@@ -449,8 +470,11 @@ def render_docs(text: str, tables: dict[str, str]) -> str:
     return text
 
 
-def update_docs(path: str | os.PathLike = DOCS_PAGE, root: str | os.PathLike = ASSETS) -> Path:
-    """Rewrite the generated tables of the docs page from the committed runs (the prose around them is kept)."""
-    path = Path(path)
-    path.write_text(render_docs(path.read_text(), markdown(root)))
+def update_docs(path: str | os.PathLike = DOCS_PAGE, root: str | os.PathLike = ASSETS,
+                readme: str | os.PathLike | None = README) -> Path:
+    """Rewrite the generated tables of the docs page (and the README's table) from the committed runs (the prose
+    around them is kept)."""
+    path, tables = Path(path), markdown(root)
+    for page in (path, *([Path(readme)] if readme is not None else [])):
+        page.write_text(render_docs(page.read_text(), tables))
     return path

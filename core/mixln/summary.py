@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from core.errors import BadInputError
+from core.stats import Comparison, welch
 from core.mixln.folders import Run, list_runs, load_run, run_examples
 from core.mixln.placements import placement_label
 from core.mixln.recipe import ASSETS, LR_SWEEP, RECIPE, RECIPE_TRAIN, RUN_SETS, SWEEP, Job, recipe_label
@@ -46,26 +47,14 @@ def mean_std_text(mean, std, n, nd: int = 3, seeds: bool = False) -> str:
     return f"{mean:.{nd}f}{spread_part} (n = {n}{unit})"
 
 
-def difference(a: dict, b: dict, prefix: str = "eval_loss") -> dict:
-    """``a`` minus ``b`` (rows with ``<prefix>_mean``, ``_std`` and ``n_seeds`` or ``n``): {delta, se, verdict}.
-
-    se is the standard error of the difference of the two means, sqrt(s_a^2 / n_a + s_b^2 / n_b); a side with one
-    seed has no spread of its own and borrows the other side's seed std (the same recipe, so the same seed-to-seed
-    noise). ``verdict``: ``"lower"`` / ``"higher"`` when |delta| > 2 se, ``"tied"`` within it, ``"unresolved"`` when
-    neither side has two seeds."""
-    ma, mb = a.get(f"{prefix}_mean"), b.get(f"{prefix}_mean")
-    na, nb = a.get("n_seeds", a.get("n")) or 0, b.get("n_seeds", b.get("n")) or 0
-    if ma is None or mb is None:
-        return {"delta": None, "se": None, "verdict": "unresolved", "n": (na, nb)}
-    sa = a.get(f"{prefix}_std") if na > 1 else None
-    sb = b.get(f"{prefix}_std") if nb > 1 else None
-    sa, sb = (sa if sa is not None else sb), (sb if sb is not None else sa)
-    delta = ma - mb
-    if sa is None:
-        return {"delta": delta, "se": None, "verdict": "unresolved", "n": (na, nb)}
-    se = math.sqrt(sa ** 2 / na + sb ** 2 / nb)
-    verdict = "tied" if abs(delta) <= 2 * se else ("lower" if delta < 0 else "higher")
-    return {"delta": delta, "se": se, "verdict": verdict, "n": (na, nb)}
+def difference(a: dict, b: dict, prefix: str = "eval_loss") -> Comparison | None:
+    """``a`` minus ``b`` over seeds (rows with ``<prefix>_per_seed``): Welch's comparison of the per-seed values
+    (:func:`core.stats.welch`: difference, its standard error, t, Welch df, p and the exact permutation p). A side with
+    one seed has no spread of its own and borrows none: the comparison is not resolved. None where a side has no
+    finished seed."""
+    va = [v for v in a.get(f"{prefix}_per_seed") or [] if v is not None and math.isfinite(v)]
+    vb = [v for v in b.get(f"{prefix}_per_seed") or [] if v is not None and math.isfinite(v)]
+    return welch(va, vb) if va and vb else None
 
 
 def _check_set(set_name: str) -> None:
@@ -243,6 +232,7 @@ def compare_table(runs: list[str] | None = None, root=ASSETS) -> list[dict]:
                      "eval_loss_min": _round(loss["min"], 4), "eval_loss_max": _round(loss["max"], 4),
                      "eval_perplexity_mean": _round(ppl["mean"], 2), "eval_perplexity_std": _round(ppl["std"], 2),
                      "eval_perplexity_min": _round(ppl["min"], 2), "eval_perplexity_max": _round(ppl["max"], 2),
+                     "eval_loss_per_seed": [g.meta.get("final_eval_loss") for g in group],
                      "wall_s": m.get("wall_seconds"), "label": r.label})
     return rows
 

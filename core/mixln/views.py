@@ -18,6 +18,7 @@ from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.mixln.recipe import RECIPE_DEVIATIONS, RUN_SETS
 from core.mixln.reference import load_reference
 from core.mixln.summary import difference, mean_std_text
+from core.stats import _p, word
 from core.mixln.requests import (RUN_SAMPLES, RUN_WINDOWS, AngularRequest, CompareRequest, CurvesRequest,
                                  DepthRequest, GradnormsRequest, LiveRequest, ModelGradnormsRequest, NoInput,
                                  ReferenceRequest, RemovalRequest, ReproduceRequest, ReproducesRequest, RunsRequest,
@@ -104,19 +105,29 @@ def mix_vs_pre_text(rows: list[dict]) -> str:
         mix = next((r for r in at if r["run"].split("/")[-1] == "mix-ln-0.25"), None)
         if pre and mix:
             d = mix["eval_loss_mean"] - pre["eval_loss_mean"]
+            c = difference(mix, pre)
             parts.append(f"{layers} layers: Mix-LN 0.25 is **{abs(d):.3f} nats {'behind' if d > 0 else 'ahead of'}** "
-                         f"Pre-LN ({_spread_text(mix, 'eval_loss', 3)} against {_spread_text(pre, 'eval_loss', 3)})")
+                         f"Pre-LN ({_spread_text(mix, 'eval_loss', 3)} against {_spread_text(pre, 'eval_loss', 3)}; "
+                         f"{c.text(unit='nats') if c else 'no comparison'}: {_versus_word(c)})")
     if not parts:
         return ""
     return "Final held-out loss, " + "; ".join(parts) + f". {PAPER_CLAIM}; these runs have 1.1 M (12 layers) and 1.7 M (24)."
 
 
-VERDICT_WORDS = {"lower": "ahead", "higher": "behind", "tied": "tied", "unresolved": "one seed each, not resolved"}
+# the rule's word (core.stats.word) for "a is lower than b", said as a place in the ranking
+VERDICT_WORDS = {"reproduced": "ahead", "opposite": "behind", "suggestive": "ahead, suggestive",
+                 "suggestive, opposite": "behind, suggestive", "not reproduced": "no difference found",
+                 "not resolved": "one seed, not resolved", "too small": "ahead"}
+
+
+def _versus_word(c) -> str:
+    return "no finished seed" if c is None else VERDICT_WORDS[word(c, "lower")]
 
 
 def versus_pre_text(rows: list[dict]) -> str:
-    """Per depth, every placement's final held-out loss minus Pre-LN's mean (nats), and whether it is ahead, behind
-    or tied (within two standard errors of the difference, :func:`core.mixln.summary.difference`)."""
+    """Per depth, every placement's final held-out loss minus Pre-LN's mean (nats), with its p over seeds and the rule's
+    word for it (:func:`core.mixln.summary.difference`, :func:`core.stats.word`: ahead / behind at p < 0.05 with 3
+    seeds a side, suggestive, no difference found, or one seed)."""
     parts = []
     for layers in dict.fromkeys(r["layers"] for r in rows):
         at = [r for r in rows if r["layers"] == layers and r["eval_loss_mean"] is not None]
@@ -127,11 +138,12 @@ def versus_pre_text(rows: list[dict]) -> str:
         for r in at:
             if r is pre:
                 continue
-            d = difference(r, pre)
-            others.append(f"{r['label']} {d['delta']:+.3f} ({VERDICT_WORDS[d['verdict']]})")
+            c = difference(r, pre)
+            p = "" if c is None or c.p is None else f", p = {_p(c.p)}"
+            others.append(f"{r['label']} {r['eval_loss_mean'] - pre['eval_loss_mean']:+.3f} ({_versus_word(c)}{p})")
         parts.append(f"**{layers} layers**, Pre-LN {_spread_text(pre, 'eval_loss', 3)}: " + ", ".join(others))
-    return ("Final held-out loss against Pre-LN (nats; ahead / behind: beyond two standard errors of the "
-            "difference over seeds): " + "; ".join(parts) + ".") if parts else ""
+    return ("Final held-out loss against Pre-LN (nats; Welch over seeds; ahead / behind: p < 0.05 with 3 seeds a "
+            "side, the rule of docs/statistics.md): " + "; ".join(parts) + ".") if parts else ""
 
 
 def _compare_status(rows: list[dict], shown: Shown) -> str:
@@ -286,15 +298,18 @@ def _reproduces_status(data: dict, shown: Shown) -> str:
     return (f"What reproduces, computed now from the committed runs: {len(main)} claims of the Mix-LN paper and "
             f"{len(data['claims']) - len(main)} of its follow-ups, judged per depth: "
             + ", ".join(f"{n} {v}" for v, n in counts.items())
-            + ". A difference counts when it is more than two standard errors from zero (seeds for losses and "
-            "gradient norms; the 64 held-out windows for angular distance and layer removal)."
+            + ". Each word follows one rule (docs/statistics.md): reproduced / opposite at p < 0.05 with 3 seeds a "
+            "side (Welch over seeds for losses, each seed's ratio for gradient norms), suggestive at p < 0.10 or "
+            "|t| > 2, not resolved with one seed, one model for angular distance and layer removal (seed 0, paired "
+            "over 64 held-out windows)."
             + (f" Wrote {data['docs']}." if data.get("docs") else ""))
 
 
 def _reproduces_tables(data: dict, shown: Shown) -> dict:
     keep = ("claim", "source", "paper", "ours", "verdict")
     return {"claims": [{k: r[k] for k in keep} for r in data["claims"]],
-            "init": [{k: v for k, v in r.items() if k not in ("delta", "se", "n")} for r in data["init"]],
+            "init": [{k: v for k, v in r.items() if k not in ("delta", "se", "t", "df", "p", "p_exact", "n_a", "n_b",
+                                                               "test")} for r in data["init"]],
             "followups": data["followups"], "pending": data["pending"]}
 
 

@@ -277,6 +277,35 @@ def run_train_example(args):
     emit(args, {"written": str(path)}, f"wrote {path}")
 
 
+def _recipe_effects_args(p):
+    from core.neuzip.recipe_effects import EFFECTS_MODES
+    p.add_argument("--model", default="smollm2-135m", help="the model (default smollm2-135m, the committed one)")
+    p.add_argument("--mode", nargs="+", default=list(EFFECTS_MODES), metavar="MODE",
+                   help="training modes: " + ", ".join(nz.TRAINING_MODES))
+    p.add_argument("--steps", type=int, default=2, help="steps per mode and recipe (the first 2 are measured)")
+    p.add_argument("--batch", type=int, default=2, help="sequences a step")
+    p.add_argument("--seq", type=int, default=128, help="tokens a sequence")
+    p.add_argument("--out", metavar="FILE", help="where to write it (default assets/neuzip/recipe_effects.json)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
+
+
+def run_recipe_effects(args):
+    import json
+
+    from core.files import atomic_write
+    from core.neuzip import recipe_effects as fx
+    from core.neuzip.training import check_modes
+
+    if args.out:
+        _check_out(args.out, (".json",))
+    set_threads(args.threads, zero_is_default=True)
+    bar = ProgressBar()
+    doc = fx.measure(args.model, check_modes(args.mode), args.steps, args.batch, args.seq, progress=bar)
+    bar.close()
+    path = atomic_write(args.out or fx.EFFECTS_FILE, json.dumps(doc, indent=1, default=float))
+    emit(args, doc, f"wrote {path}\n" + fx.markdown(fx.peak_rows(doc)) + "\n\n" + fx.markdown(fx.order_rows(doc)))
+
+
 def register(groups) -> None:
     """Add the ``neuzip`` commands to the CLI registry (:class:`core.cli_common.CommandGroups`)."""
     cmd = lambda name, help, add: groups.command("neuzip", name, help, add)  # noqa: E731
@@ -300,4 +329,6 @@ def register(groups) -> None:
         "speed", _train_args)(run_train)
     cmd("train-example", "train the committed training runs at real size (about 40 minutes on one core)",
         _train_example_args)(run_train_example)
+    cmd("recipe-effects", "each mode's peak with and without activation checkpointing and the chunked loss (why "
+        "QLoRA's order against LOMO + NeuZip differs from the paper's)", _recipe_effects_args)(run_recipe_effects)
     register_batch(groups, batch_kind("neuzip"))  # python -m core neuzip batch: the analysis over a file of inputs

@@ -152,6 +152,10 @@ class ZipState:
         arrays of each compressed layer on its device (GPU), or its weight kept and re-encoded there
         (:meth:`resident_on`: a layer compressed on the host as it was read becomes resident once moved)."""
         layers = [m for m in model.modules() if isinstance(m, ZipLinear)]
+        moving = [m for m in layers if m.resident is None and m.compressed is not None and m.device.type != "cpu"
+                  and self.resident_on(m.device)]
+        if moving:  # on CUDA: the kernels' self-checks now, not inside the first backward
+            warm(moving[0].device, RESIDENT_KERNELS)
         for m in layers:
             if m.resident is None and m.compressed is not None and m.device.type != "cpu" \
                     and self.resident_on(m.device):

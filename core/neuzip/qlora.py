@@ -1,6 +1,7 @@
 """QLoRA-style baselines (Dettmers et al., 2023) for the training comparison: every linear layer but the embeddings and
-the LM head becomes a frozen bitsandbytes layer (INT8 row-wise, ``Linear8bitLt``; NF4 or FP4 with block 64 and
-double-quantized scales, ``Linear4bit``) plus a trainable low-rank adapter ``B A`` (rank ``r``, scale ``alpha / r``,
+the LM head becomes a frozen bitsandbytes layer (INT8 row-wise, ``Linear8bitLt``; NF4 or FP4 with block 64, ``Linear4bit``,
+their block scales float32 or themselves quantized to 8 bits: QLoRA's double quantization, the paper's NF4² and
+FP4²) plus a trainable low-rank adapter ``B A`` (rank ``r``, scale ``alpha / r``,
 ``A`` Kaiming-uniform, ``B`` zero: the LoRA initialisation), kept in float32. Everything else is frozen; only the
 adapters train (AdamW). This is fine-tuning, not the full training of the other modes: its loss is not comparable
 with theirs, its memory is.
@@ -24,8 +25,10 @@ __all__ = ["QUANT_TYPES", "LoRALinear", "quantize_linears", "lora_hook", "bnb_st
 QUANT_TYPES = ("int8", "nf4", "fp4")
 
 
-def _quantized(linear: nn.Linear, quant: str, device: torch.device, weight: torch.Tensor | None = None) -> nn.Module:
-    """``linear`` as a frozen bitsandbytes layer on ``device``, quantized from ``weight`` (default: its own)."""
+def _quantized(linear: nn.Linear, quant: str, device: torch.device, weight: torch.Tensor | None = None,
+               double_quant: bool = True) -> nn.Module:
+    """``linear`` as a frozen bitsandbytes layer on ``device``, quantized from ``weight`` (default: its own); 4-bit:
+    ``double_quant`` quantizes the block scales again (QLoRA's double quantization)."""
     import bitsandbytes as bnb
 
     w = (linear.weight if weight is None else weight).detach().to(torch.bfloat16).cpu()
@@ -36,8 +39,8 @@ def _quantized(linear: nn.Linear, quant: str, device: torch.device, weight: torc
         layer.weight = bnb.nn.Int8Params(w, requires_grad=False, has_fp16_weights=False)
     else:
         layer = bnb.nn.Linear4bit(linear.in_features, linear.out_features, bias=bias, compute_dtype=torch.bfloat16,
-                                  quant_type=quant, compress_statistics=True)
-        layer.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type=quant, compress_statistics=True)
+                                  quant_type=quant, compress_statistics=double_quant)
+        layer.weight = bnb.nn.Params4bit(w, requires_grad=False, quant_type=quant, compress_statistics=double_quant)
     if bias:
         layer.bias = nn.Parameter(linear.bias.detach().to(torch.bfloat16).cpu(), requires_grad=False)
     return layer.to(device)  # quantizes
@@ -65,9 +68,10 @@ class LoRALinear(nn.Module):
 
 
 def quantize_linears(model: nn.Module, quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0,
-                     skip: tuple[str, ...] = SKIP) -> list[nn.Parameter]:
+                     skip: tuple[str, ...] = SKIP, double_quant: bool = True) -> list[nn.Parameter]:
     """Freeze the model and swap its linear layers (but ``skip``) for quantized :class:`LoRALinear` ones, in place;
-    returns the adapters' parameters (the only trainable ones)."""
+    returns the adapters' parameters (the only trainable ones). ``double_quant`` (4-bit only): the block scales
+    quantized to 8 bits with their own float32 scale per 256 blocks (QLoRA's double quantization), else float32."""
     if quant not in QUANT_TYPES:
         raise BadInputError(f"unknown quantization {quant!r}.", fix=f"use one of {', '.join(QUANT_TYPES)}")
     problem = bnb_status()
@@ -80,12 +84,12 @@ def quantize_linears(model: nn.Module, quant: str, rank: int = 8, alpha: float =
     for name, linear in linear_layers(model, skip):
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name) if parent_name else model
-        base = _quantized(linear, quant, linear.weight.device)
+        base = _quantized(linear, quant, linear.weight.device, double_quant=double_quant)
         setattr(parent, child, LoRALinear(base, linear.in_features, linear.out_features, rank, alpha, gen))
     return [p for m in model.modules() if isinstance(m, LoRALinear) for p in (m.lora_A, m.lora_B)]
 
 
-def lora_hook(quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0):
+def lora_hook(quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0, double_quant: bool = True):
     """The hook of :mod:`core.neuzip.streaming` that builds each linear layer as :func:`quantize_linears` would, from
     its weight as it is read (a copy of it is quantized: the hook's weight is a scratch), so the bf16 model is never
     whole in memory. The adapters' generator is drawn in the order the layers come, the model's order."""
@@ -98,7 +102,7 @@ def lora_hook(quant: str, rank: int = 8, alpha: float = 16.0, seed: int = 0):
     gen = torch.Generator().manual_seed(seed)
 
     def hook(name: str, linear: nn.Linear, weight: torch.Tensor) -> nn.Module:
-        base = _quantized(linear, quant, torch.device("cpu"), weight.clone())
+        base = _quantized(linear, quant, torch.device("cpu"), weight.clone(), double_quant)
         return LoRALinear(base, linear.in_features, linear.out_features, rank, alpha, gen)
     return hook
 

@@ -139,8 +139,9 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
 # and 2 steps of 1 x 16 tokens: memory, not a curve (its activations were 1 MiB at 2 x 128 tokens: the peaks hardly
 # depend on the tokens); AdamW is left out (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine)
 TRAINING_EXAMPLES = (
-    ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
-     {"steps": 80, "batch": 2, "seq": 128, "budget_s": 3500}),
+    ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-fp4-single", "qlora-fp4",
+                      "qlora-nf4-single", "qlora-nf4"),
+     {"steps": 80, "batch": 2, "seq": 128, "budget_s": 4500}),
     ("llama-1b", ("vanilla", "lomo", "lomo+neuzip"), {"steps": 2, "batch": 1, "seq": 16}),
 )
 TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"

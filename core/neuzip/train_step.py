@@ -140,7 +140,8 @@ def _prepare(source: ModelSource, mode, settings, current: dict, progress=None):
     elif mode.update == "lora":
         from core.neuzip.qlora import lora_hook
 
-        hook = lora_hook(mode.weights, mode.defaults["rank"], mode.defaults["alpha"], settings.seed)
+        hook = lora_hook(mode.weights, mode.defaults["rank"], mode.defaults["alpha"], settings.seed,
+                         mode.defaults.get("double_quant", True))
     model = source.build(settings.layers, linear=hook, linears=linear_layers, progress=progress)
     model = model.to(settings.device)
     if state is not None:

@@ -7,8 +7,10 @@
 - ``lomo``: LOMO's fused update in the backward, each gradient freed once applied (:mod:`core.neuzip.lomo`);
 - ``lomo+neuzip``: LOMO over NeuZip-compressed linear weights (lossless): decompressed per layer for the forward and
   again in the backward, updated, compressed again (:class:`core.neuzip.lomo.ZipLinear`);
-- ``qlora-int8`` / ``qlora-nf4`` / ``qlora-fp4``: frozen bitsandbytes weights plus float32 LoRA adapters trained with
-  AdamW (:mod:`core.neuzip.qlora`), where bitsandbytes runs; skipped with the reason where it does not.
+- ``qlora-int8`` / ``qlora-fp4-single`` / ``qlora-fp4`` / ``qlora-nf4-single`` / ``qlora-nf4``: frozen bitsandbytes
+  weights plus float32 LoRA adapters trained with AdamW (:mod:`core.neuzip.qlora`), where bitsandbytes runs; skipped
+  with the reason where it does not. The 4-bit ones come as the paper's Table 2 lists them: block scales float32
+  (``-single``: QLoRA FP4 / NF4) or double-quantized (QLoRA FP4² / NF4²).
 
 :func:`train_modes` trains one model in each mode from the same weights on the same batches and measures, per mode:
 the loss of every step; the tensor ledger, the paper's analogue of its CUDA peak: the peak of live tensor bytes split
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 import torch
 
 from core.errors import BadInputError, Cancelled
+from core.neuzip import published as _published
 from core.neuzip.lomo import attach_lomo  # noqa: F401  (re-exported: the tests and notebooks reach it here)
 from core.neuzip.memtrack import tag_parameter_gradients  # noqa: F401  (re-exported)
 from core.neuzip.train_models import (RANDOM_MODELS, ModelSource, build_model, decoder_layers,  # noqa: F401
@@ -89,26 +92,23 @@ MODES: dict[str, TrainingMode] = {m.name: m for m in (
                  "linear weights entropy-coded at rest (lossless), decompressed per layer, updated, recompressed"),
     TrainingMode("qlora-int8", "QLoRA INT8", "#D55E00", "int8", "lora", dict(_LORA),
                  "frozen INT8 weights (bitsandbytes) + float32 LoRA adapters (AdamW)"),
-    TrainingMode("qlora-nf4", "QLoRA NF4", "#CC79A7", "nf4", "lora", dict(_LORA),
-                 "frozen NF4 weights (bitsandbytes) + float32 LoRA adapters (AdamW)"),
-    TrainingMode("qlora-fp4", "QLoRA FP4", "#009E73", "fp4", "lora", dict(_LORA),
-                 "frozen FP4 weights (bitsandbytes) + float32 LoRA adapters (AdamW)"),
+    # 4-bit: the block scales float32 ("-single") or quantized again to 8 bits (QLoRA's double quantization, the
+    # NeuZip paper's NF4² / FP4² rows); qlora-nf4 and qlora-fp4 have always been the double-quantized ones
+    TrainingMode("qlora-fp4-single", "QLoRA FP4", "#56B4E9", "fp4", "lora", dict(_LORA, double_quant=False),
+                 "frozen FP4 weights, float32 block scales (bitsandbytes) + float32 LoRA adapters (AdamW)"),
+    TrainingMode("qlora-fp4", "QLoRA FP4²", "#009E73", "fp4", "lora", dict(_LORA, double_quant=True),
+                 "frozen FP4 weights, double-quantized block scales (bitsandbytes) + float32 LoRA adapters (AdamW)"),
+    TrainingMode("qlora-nf4-single", "QLoRA NF4", "#A6761D", "nf4", "lora", dict(_LORA, double_quant=False),
+                 "frozen NF4 weights, float32 block scales (bitsandbytes) + float32 LoRA adapters (AdamW)"),
+    TrainingMode("qlora-nf4", "QLoRA NF4²", "#CC79A7", "nf4", "lora", dict(_LORA, double_quant=True),
+                 "frozen NF4 weights, double-quantized block scales (bitsandbytes) + float32 LoRA adapters (AdamW)"),
 )}
 
-# NeuZip paper, Table 1 (pre-training decoder-only models, one GPU): the figures issue 32 quotes; the paper's text
-# could not be read here, so the GPT-Neo-XL 2.7B and Llama-2 13B rows hold only what the issue gives (None: not quoted)
-PAPER_TABLE1 = (
-    {"model": "GPT-Neo-XL 2.7B", "mode": "vanilla", "memory_GiB": 11.22, "it_per_s": None, "loss": None},
-    {"model": "Llama-3 8B", "mode": "vanilla", "memory_GiB": 30.97, "it_per_s": 0.77, "loss": 8.61},
-    {"model": "Llama-3 8B", "mode": "lomo", "memory_GiB": 19.47, "it_per_s": 0.78, "loss": 8.61},
-    {"model": "Llama-3 8B", "mode": "lomo+neuzip", "memory_GiB": 15.25, "it_per_s": 0.45, "loss": 8.61},
-    {"model": "Llama-2 13B", "mode": "vanilla", "memory_GiB": None, "it_per_s": None, "loss": None,
-     "note": "out of memory"},
-    {"model": "Llama-2 13B", "mode": "lomo", "memory_GiB": 26.26, "it_per_s": None, "loss": None},
-    {"model": "Llama-2 13B", "mode": "lomo+neuzip", "memory_GiB": 18.58, "it_per_s": None, "loss": None},
-)
-PAPER_SOURCE = ("Hao, Cao & Mou (2024), NeuZip, Table 1, as quoted in issue 32 (GPT-Neo-XL 2.7B: only vanilla's "
-                "memory, which is weights plus gradients; Llama-2 13B: memory only)")
+# NeuZip paper, Table 1 (pre-training decoder-only models, one GPU), whole: read from the paper's text by
+# core.neuzip.published (which holds Table 2 too); one row per model and mode, "note" says which run did not fit
+PAPER_TABLE1 = tuple({"model": r["model"], "mode": r["mode"], "memory_GiB": r["memory_GiB"], "it_per_s": r["it_per_s"],
+                      "loss": r["score"], **({"note": "out of memory"} if r["oom"] else {})} for r in _published.TABLE1)
+PAPER_SOURCE = _published.TABLE1_SOURCE
 
 @dataclass(frozen=True)
 class TrainSettings:

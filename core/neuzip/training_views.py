@@ -1,9 +1,9 @@
 """How a training comparison (:func:`core.neuzip.training.train_modes`) is shown: its table (one row per mode, against
-vanilla and LOMO: the tensor figure and the process figure), the paper's Table 1 beside it, its status text, and two
-figures: each mode's peak memory, its tensor peak as stacked bars (weights / gradients / optimizer state /
-activations, the paper's analogue) beside the process's peak RSS (what the machine gives the process), iterations per
-second above; and the loss curves of the modes overlaid. Labels and colours come from the mode registry
-(:data:`core.neuzip.training.MODES`).
+vanilla and LOMO: the tensor figure and the process figure), the paper's Tables 1 and 2 beside it (whole,
+:mod:`core.neuzip.published`), its status text, and two figures: each mode's peak memory, its tensor peak as stacked
+bars (weights / gradients / optimizer state / activations, the paper's analogue) beside the process's peak RSS (what
+the machine gives the process), iterations per second above; and the loss curves of the modes overlaid. Labels and
+colours come from the mode registry (:data:`core.neuzip.training.MODES`).
 
 The committed example (``assets/neuzip/training.json``, remade by ``python -m core neuzip train-example``) holds
 the runs at real size: :func:`example_runs`.
@@ -15,10 +15,12 @@ from pathlib import Path
 
 from core.figures import go, style
 from core.neuzip.memtrack import CATEGORIES
-from core.neuzip.training import MODES, PAPER_SOURCE, PAPER_TABLE1
+from core.neuzip import published
+from core.neuzip.training import MODES, PAPER_SOURCE
 from core.paths import ASSETS_DIR
 
-__all__ = ["EXAMPLE_FILE", "EXAMPLE_FORMAT", "example_runs", "training_rows", "paper_rows", "training_status",
+__all__ = ["EXAMPLE_FILE", "EXAMPLE_FORMAT", "example_runs", "training_rows", "paper_rows", "paper_table2_rows",
+           "training_status",
            "memory_figure", "loss_figure", "CATEGORY_COLOURS", "ratios"]
 
 EXAMPLE_FILE = ASSETS_DIR / "neuzip" / "training.json"
@@ -70,7 +72,7 @@ def training_rows(run: dict) -> list[dict]:
     for m in run["modes"]:
         split = m.get("peak_split") or {}
         r = rel[m["mode"]]
-        row = {"mode": m["label"], "steps": m["steps"], "final_loss": _r(m["final_loss"], 4),
+        row = {"mode": MODES[m["mode"]].label, "steps": m["steps"], "final_loss": _r(m["final_loss"], 4),
                "peak_MiB": _r(m["peak_bytes"] / MIB, 1) if m.get("peak_bytes") else None,
                **{f"{c}_MiB": _r(split[c] / MIB, 1) if c in split else None for c in CATEGORIES},
                "memory_vs_vanilla": _r(r["memory_vs_vanilla"]), "memory_vs_lomo": _r(r["memory_vs_lomo"]),
@@ -88,18 +90,24 @@ def training_rows(run: dict) -> list[dict]:
     return rows
 
 
-def paper_rows() -> list[dict]:
-    """The paper's Table 1 as quoted (memory in GiB; None: not quoted), with the same ratios as the measured table:
-    peak over vanilla's and over LOMO's, speed over vanilla's, within each model."""
-    by = {(r["model"], r["mode"]): r for r in PAPER_TABLE1}
+def _paper(rows: list[dict], score: str) -> list[dict]:
+    return [{"model": r["model"], "mode": MODES[r["project_mode"]].label, "paper_row": r["mode"],
+             score: r[score], "peak_GiB": r["memory_GiB"], "memory_vs_vanilla": r["memory_vs_vanilla"],
+             "memory_vs_lomo": r["memory_vs_lomo"], "it_per_s": r["it_per_s"], "speed_vs_vanilla": r["speed_vs_vanilla"]}
+            for r in rows]
 
-    def over(r, key, base):
-        b = by.get((r["model"], base))
-        return _r(r[key] / b[key]) if b and b.get(key) and r.get(key) else None
-    return [{"model": r["model"], "mode": MODES[r["mode"]].label, "peak_GiB": r["memory_GiB"],
-             "memory_vs_vanilla": over(r, "memory_GiB", "vanilla"), "memory_vs_lomo": over(r, "memory_GiB", "lomo"),
-             "it_per_s": r["it_per_s"], "speed_vs_vanilla": over(r, "it_per_s", "vanilla"), "loss": r["loss"],
-             "note": r.get("note", "")} for r in PAPER_TABLE1]
+
+def paper_rows() -> list[dict]:
+    """The paper's Table 1, whole (pre-training on one GPU: loss, memory in GiB or "OOM", iterations per second),
+    with the same ratios as the measured table: peak over vanilla's and over LOMO's, speed over vanilla's, within
+    each model (:mod:`core.neuzip.published`)."""
+    return _paper(published.table1_rows(), "loss")
+
+
+def paper_table2_rows() -> list[dict]:
+    """The paper's Table 2, whole (fine-tuning T5 1B / 3B / 11B on SQL generation beside QLoRA: BLEU, memory, speed),
+    with the same ratios."""
+    return _paper(published.table2_rows(), "BLEU")
 
 
 def _paper_headline() -> str:
@@ -151,7 +159,7 @@ def training_status(run: dict, shown) -> str:
         a, b = pair.split(" vs ")
         word = "bit for bit the same" if same["losses"] and same["weights"] else "not the same"
         parts.append(f"{MODES[a].label} against {MODES[b].label}: losses and final weights {word}.")
-    short = [f"{m['label']} after {m['steps']}" for m in run["modes"] if m["steps"] < s["steps"]]
+    short = [f"{MODES[m['mode']].label} after {m['steps']}" for m in run["modes"] if m["steps"] < s["steps"]]
     if short:
         parts.append("Stopped early (time budget or Stop): " + ", ".join(short) + " steps.")
     if run.get("skipped"):
@@ -167,7 +175,7 @@ def memory_figure(run: dict):
     (by CPU time) above."""
     fig = go.Figure()
     modes = run["modes"]
-    labels = [m["label"] for m in modes]
+    labels = [MODES[m["mode"]].label for m in modes]
     rss = [(m.get("peak_rss_bytes") or 0) / MIB for m in modes]
     with_rss = any(rss)
     width, left = (0.38, -0.4) if with_rss else (0.6, -0.3)

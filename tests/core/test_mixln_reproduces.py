@@ -9,6 +9,7 @@ import torch
 
 from core.mixln import reproduces, runs, summary
 from core.mixln.requests import RUN_SAMPLES, RUN_WINDOWS
+from core.stats import WORDS
 
 LEVELS = {"unigram": {"loss": 7.0, "perplexity": math.exp(7.0)}, "bigram": {"loss": 5.4, "perplexity": 221.4}}
 
@@ -69,21 +70,41 @@ def _claim(rows, start):
 def test_verdicts_follow_the_measured_differences(root):
     rows = reproduces.claims(root, LEVELS)
     mix = _claim(rows, "Mix-LN trains to a lower loss")
-    assert mix["depths"] == {"12 layers": "reproduced"}          # -0.1 nats, se 0.008: ahead
-    assert "-0.100 ± 0.008" in mix["ours"] and "n = 3 / 3 seeds" in mix["ours"]
-    assert "33.12 against 34.77" in mix["paper"]
-    assert _claim(rows, "Post-LN fails with depth")["verdict"] == "reproduced"  # 24 layers at the unigram level
+    assert mix["depths"] == {"12 layers": "reproduced"}          # -0.1 nats, se 0.008, 3 seeds a side: p < 0.05
+    assert "-0.100 ± 0.008 nats (t = -12.25, df 4.0, p = 0.00026; exact p = 0.10)" in mix["ours"]
+    assert "n = 3 / 3 seeds" in mix["ours"] and "33.12 against 34.77" in mix["paper"]
+    assert mix["evidence"]["12 layers"]["p_exact"] == pytest.approx(0.10)
+    # 24 layers: Post-LN at the unigram level, but one seed: not resolved (nothing borrowed), the level said in words
+    post = _claim(rows, "Post-LN fails with depth")
+    assert post["verdict"] == "not resolved" and "(n 1 vs 3: not resolved)" in post["ours"]
+    assert "at the unigram level" in post["ours"]
+    # DeepNorm 2 seeds at the unigram level against a claimed tie: far apart, but 2 seeds are at most suggestive
     deep = _claim(rows, "DeepNorm trains about as well as Pre-LN: DeepNorm (Mix-LN authors")
-    assert deep["verdict"] == "not reproduced" and "at the unigram level" in deep["ours"]
-    assert _claim(rows, "Pre-LN's deep layers barely change")["depths"]["12 layers"] == "reproduced"
-    assert _claim(rows, "Pre-LN's deep layers can be removed")["depths"]["12 layers"] == "reproduced"
+    assert deep["verdict"] == "suggestive, opposite" and "at the unigram level" in deep["ours"]
+    # mechanisms on seed 0's windows: the comparison is printed, the word is "one model"
+    for start in ("Pre-LN's deep layers barely change", "Pre-LN's deep layers can be removed",
+                  "Post-LN's early layers are weak", "Mix-LN's deep layers cost more"):
+        assert _claim(rows, start)["depths"] == {"12 layers": "one model"}
+    assert "paired over 64 held-out windows" in _claim(rows, "Mix-LN's deep layers cost more")["ours"]
+    assert "df 63.0" in _claim(rows, "Pre-LN's deep layers can be removed")["ours"]
+    # gradient norms over seeds: each seed's ratio against 1 (Pre-LN's deep half 0.50-0.52 of its early half)
     assert _claim(rows, "Pre-LN's deep layers get smaller gradients (end")["depths"]["12 layers"] == "reproduced"
-    assert _claim(rows, "Post-LN's early layers are weak")["verdict"] == "not reproduced"  # equal halves: tied
-    assert _claim(rows, "Post-LN's early layers get smaller gradients")["depths"]["12 layers"] == "reproduced"
-    assert _claim(rows, "Mix-LN's deep layers cost more")["depths"]["12 layers"] == "reproduced"
-    assert "± standard error over 64 held-out windows" in _claim(rows, "Mix-LN's deep layers cost more")["ours"]
+    assert _claim(rows, "Post-LN's early layers get smaller gradients (at")["depths"]["12 layers"] == "reproduced"
+    assert _claim(rows, "Post-LN's early layers get smaller gradients (end")["depths"]["12 layers"] == \
+        "not reproduced"  # equal halves at the end
     assert _claim(rows, "LayerNorm Scaling trains")["ours"] == "no committed runs"
     assert "| LNS: LayerNorm Scaling trains" in reproduces.claims_markdown(rows)
+    assert "26.215" in _claim(rows, "LayerNorm Scaling trains")["paper"]  # the third party's rerun beside the paper
+
+
+def test_a_mechanism_a_fraction_of_its_claimed_size_is_too_small(root):
+    """Gradient norms 10 % smaller in Pre-LN's deep half, at every seed: the claimed direction, p < 0.05, but a claim
+    of "diminished" gradients met by a tenth: too small."""
+    for seed in range(3):
+        g = [1.0] * 6 + [0.9 - 0.001 * seed] * 6
+        _write(root, runs.Job("main", "pre-ln", seed), 5.0 + 0.01 * seed, g, g)
+    row = _claim(reproduces.claims(root, LEVELS), "Pre-LN's deep layers get smaller gradients (end")
+    assert row["depths"]["12 layers"] == "too small" and row["evidence"]["12 layers"]["p"] < 0.05
 
 
 def test_opposite_when_the_difference_points_the_other_way(root):
@@ -99,22 +120,23 @@ def test_the_init_set_is_judged_apart_and_the_init_table_pairs_each_placement(ro
         _write(root, runs.Job("init-0.02", "pre-ln", seed), 4.8 + 0.01 * seed, [1.0] * 12, [1.0] * 12)
         _write(root, runs.Job("init-0.02", "mix-ln-0.25", seed), 4.95 + 0.01 * seed, [1.0] * 12, [1.0] * 12)
     mix = _claim(reproduces.claims(root, LEVELS), "Mix-LN trains to a lower loss")
-    assert mix["depths"] == {"12 layers": "reproduced", "12 layers, embedding init std 0.02": "opposite"}
-    assert "+0.150 ± 0.007 nats (n = 2 / 2 seeds)" in mix["ours"]  # std 0.007 each side, n = 2
+    # 2 seeds a side: however far apart, suggestive at most (the rule wants 3 a side)
+    assert mix["depths"] == {"12 layers": "reproduced", "12 layers, embedding init std 0.02": "suggestive, opposite"}
+    assert "+0.150 ± 0.007 nats (t = 21.21, df 2.0" in mix["ours"] and "(n = 2 / 2 seeds)" in mix["ours"]
     rows = {r["run"]: r for r in reproduces.init_rows(root)}
     assert set(rows) == {"pre-ln", "mix-ln-0.25"}  # LNS has no runs in either setting here
-    assert rows["pre-ln"]["delta"] == pytest.approx(4.805 - 5.01) and rows["pre-ln"]["0.02 is"] == "better"
-    assert rows["mix-ln-0.25"]["0.02 is"] == "worse" and "(n = 2)" in rows["mix-ln-0.25"]["std_0.02"]
+    assert rows["pre-ln"]["delta"] == pytest.approx(4.805 - 5.01) and rows["pre-ln"]["0.02 is"] == "lower, suggestive"
+    assert rows["mix-ln-0.25"]["0.02 is"] == "higher, suggestive" and "(n = 2)" in rows["mix-ln-0.25"]["std_0.02"]
 
 
-def test_difference_borrows_the_seed_spread_of_the_side_with_seeds():
-    a = {"eval_loss_mean": 5.0, "eval_loss_std": 0.0, "n": 1}
-    b = {"eval_loss_mean": 4.9, "eval_loss_std": 0.03, "n": 3}
-    d = summary.difference(a, b)
-    assert d["se"] == pytest.approx(math.sqrt(0.03 ** 2 / 1 + 0.03 ** 2 / 3))
-    assert d["verdict"] == "higher" and d["delta"] == pytest.approx(0.1)
-    one = summary.difference(a, {**b, "n": 1, "eval_loss_std": 0.0})
-    assert one["verdict"] == "unresolved" and one["se"] is None
+def test_difference_is_welch_over_seeds_and_borrows_nothing():
+    a = {"eval_loss_per_seed": [5.0]}
+    b = {"eval_loss_per_seed": [4.87, 4.9, 4.93]}
+    one = summary.difference(a, b)
+    assert not one.resolved and one.se is None and one.delta == pytest.approx(0.1)
+    c = summary.difference({"eval_loss_per_seed": [5.0, 5.01, 4.99, None]}, b)  # a diverged seed (None) is left out
+    assert c.n_a == 3 and c.se == pytest.approx(math.sqrt(0.01 ** 2 / 3 + 0.03 ** 2 / 3))
+    assert summary.difference({"eval_loss_per_seed": [None]}, b) is None
 
 
 def test_spread_text_without_plus_minus_for_one_seed():
@@ -149,8 +171,94 @@ def test_run_diagnostics_windows_are_spread_over_the_held_out_stream(monkeypatch
 
 
 def test_the_docs_page_holds_the_tables_of_the_committed_runs():
-    """docs/mixln-reproduces.md is generated (between its markers) from the committed runs: not hand-typed."""
-    page = reproduces.DOCS_PAGE.read_text()
-    assert page == reproduces.render_docs(page, reproduces.markdown())
+    """docs/mixln-reproduces.md is generated (between its markers) from the committed runs: not hand-typed; so is the
+    README's table (from the same rows)."""
+    page, readme, tables = reproduces.DOCS_PAGE.read_text(), reproduces.README.read_text(), reproduces.markdown()
+    assert page == reproduces.render_docs(page, tables)
+    assert readme == reproduces.render_docs(readme, tables)
     for name in reproduces.BLOCKS:
-        assert f"generated:{name}" in page
+        assert f"generated:{name}" in (readme if name == "readme" else page)
+
+
+# ---- the words against the committed runs, recomputed from the run files by hand ---------------------------------
+def _finals(set_name, name):
+    """Final held-out loss of every finished seed of a committed run, read from its run.json."""
+    out = []
+    for seed in runs.RUN_SETS[set_name].seeds_of(name):
+        f = runs.ASSETS / runs.Job(set_name, name, seed).relative_folder / "run.json"
+        if f.is_file() and (f.parent / "history.json").is_file():
+            meta = json.loads(f.read_text())
+            if meta.get("status") == "finished":
+                out.append(meta["final_eval_loss"])
+    return out
+
+
+def _ratios(set_name, name, log, num):
+    out = []
+    for seed in runs.RUN_SETS[set_name].seeds_of(name):
+        folder = runs.ASSETS / runs.Job(set_name, name, seed).relative_folder
+        if (folder / "history.json").is_file() and json.loads((folder / "run.json").read_text())["status"] == "finished":
+            g = np.asarray(json.loads((folder / "history.json").read_text())["grad_norms"][log]["param"])
+            half = len(g) // 2
+            early, deep = g[:half].mean(), g[half:].mean()
+            out.append(deep / early if num == "deep" else early / deep)
+    return out
+
+
+def _rule(p, n, t, delta, expected, too_small):
+    """docs/statistics.md's rule, written again from the page."""
+    if p is None:
+        return "not resolved"
+    strong, hint = p < 0.05 and n >= 3, p < 0.10 or abs(t) > 2
+    way = "lower" if delta < 0 else "higher"
+    if expected == "tied":
+        return "not reproduced" if strong else "suggestive, opposite" if hint else "consistent"
+    if too_small and (strong or hint) and way == expected:
+        return "too small"
+    if strong:
+        return "reproduced" if way == expected else "opposite"
+    if hint:
+        return "suggestive" if way == expected else "suggestive, opposite"
+    return "not reproduced"
+
+
+def test_every_word_follows_the_rule_on_the_committed_runs():
+    """Each verdict of the committed runs recomputed from run.json / history.json with scipy and the written rule;
+    every cell of the README's table carries its p, or says one seed / one model."""
+    import re
+
+    from scipy import stats as st
+    rows = reproduces.claims()
+    checked = 0
+    for r in rows:
+        for depth, e in r["evidence"].items():
+            of = e["of"]
+            if of["kind"] == "windows":  # one trained model
+                assert e["word"] == "one model"
+                continue
+            if of["kind"] == "loss":
+                a, b = _finals(*of["a"]), _finals(*of["b"])
+                assert e["delta"] == pytest.approx(np.mean(a) - np.mean(b), abs=1e-12)
+                ref = st.ttest_ind(a, b, equal_var=False) if min(len(a), len(b)) > 1 else None
+                n = min(len(a), len(b))
+            else:
+                a = _ratios(of["set"], of["name"], of["log"], of["num"])
+                assert e["delta"] == pytest.approx(np.mean(a) - 1, abs=1e-12)
+                ref = st.ttest_1samp(a, 1.0) if len(a) > 1 else None
+                n = len(a)
+                assert of["too_small"] == (abs(np.mean(a) - 1) < reproduces.MIN_RELATIVE)
+            p, t = (None, None) if ref is None else (float(ref.pvalue), float(ref.statistic))
+            if p is not None:
+                assert e["p"] == pytest.approx(p, rel=1e-9) and e["t"] == pytest.approx(t, rel=1e-9)
+            assert e["word"] == _rule(p, n, t, e["delta"], of["expected"], of["too_small"]), (r["claim"], depth)
+            checked += 1
+    assert checked >= 20
+    # the README's cells: each part a word with its p, or one seed / one model
+    words = "|".join(re.escape(w) for w in WORDS)
+    part = re.compile(rf"^(({words}) \(.+, (p = [0-9.e-]+(, exact [0-9.e-]+)?|one seed)\)|one model \(.+\))$")
+    table = reproduces.readme_markdown(rows).splitlines()[2:]
+    assert len(table) == len(rows)
+    for line in table:
+        cell = line.rstrip(" |").split(" | ")[-1]
+        for piece in cell.split("; "):
+            assert part.match(piece), piece

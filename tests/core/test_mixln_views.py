@@ -55,12 +55,14 @@ def test_the_comparison_says_how_far_mix_ln_is_from_pre_ln_per_depth():
     from core.mixln.views import mix_vs_pre_text
 
     def row(run, layers, loss):
-        return {"run": run, "layers": layers, "eval_loss_mean": loss, "eval_loss_std": 0.01, "n_seeds": 3}
+        return {"run": run, "layers": layers, "eval_loss_mean": loss, "eval_loss_std": 0.01, "n_seeds": 3,
+                "eval_loss_per_seed": [loss - 0.01, loss, loss + 0.01]}
 
     text = mix_vs_pre_text([row("pre-ln", 12, 4.95), row("mix-ln-0.25", 12, 4.975), row("post-ln", 12, 4.98),
                             row("depth-24/pre-ln", 24, 4.93), row("depth-24/mix-ln-0.25", 24, 4.91)])
     assert "12 layers: Mix-LN 0.25 is **0.025 nats behind** Pre-LN (4.975 ± 0.010 (n = 3 seeds)" in text
-    assert "24 layers: Mix-LN 0.25 is **0.020 nats ahead of** Pre-LN" in text
+    assert "+0.025 ± 0.008 nats (t = 3.06, df 4.0, p = 0.038; exact p = 0.10): behind)" in text  # Welch, the rule
+    assert "24 layers: Mix-LN 0.25 is **0.020 nats ahead of** Pre-LN" in text and "ahead, suggestive" in text
     assert "71 M to 1 B parameters" in text
     assert mix_vs_pre_text([row("pre-ln", 12, 4.95)]) == ""
 

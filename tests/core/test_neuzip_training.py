@@ -210,6 +210,33 @@ def test_the_committed_example_renders_with_the_paper_table():
         training_example_result("no-such-run")
 
 
+def test_the_papers_tables_are_whole_and_read_as_printed():
+    """Tables 1 and 2 of the NeuZip paper (core.neuzip.published): every model and mode, the cells as the paper
+    prints them, OOM where a run did not fit, and the ratios the tab shows computed from them."""
+    from core.neuzip import published as pub
+    from core.neuzip.training_views import paper_rows, paper_table2_rows
+
+    t1 = {(r["model"], r["mode"]): r for r in pub.TABLE1}
+    assert len(t1) == 9 and t1[("Llama-2 13B", "vanilla")]["oom"]
+    assert [t1[("GPT-Neo-XL 2.7B", m)]["memory_GiB"] for m in ("vanilla", "lomo", "lomo+neuzip")] == [11.22, 6.97, 5.54]
+    assert (t1[("Llama-3 8B", "lomo+neuzip")]["score"], t1[("Llama-2 13B", "lomo+neuzip")]["it_per_s"]) == (8.61, 0.28)
+    t2 = {(r["model"], r["mode"]): r for r in pub.TABLE2}
+    assert len(t2) == 24 and set(m for _, m in t2) <= set(training.MODES)
+    assert (t2[("T5 1B", "lomo+neuzip")]["memory_GiB"], t2[("T5 11B", "qlora-nf4")]["score"]) == (2.39, 57.9)
+    assert t2[("T5 3B", "qlora-nf4")]["memory_GiB"] == 7.07 and t2[("T5 3B", "qlora-nf4-single")]["memory_GiB"] == 7.35
+    rows = {(r["model"], r["paper_row"]): r for r in paper_rows()}
+    assert rows[("Llama-3 8B", "+NeuZip Lossless")]["memory_vs_vanilla"] == pytest.approx(15.25 / 30.97, abs=1e-3)
+    assert rows[("Llama-2 13B", "Vanilla")]["peak_GiB"] == "OOM"
+    assert rows[("Llama-2 13B", "LOMO")]["memory_vs_vanilla"] is None  # nothing to divide by
+    assert len(paper_table2_rows()) == 24
+    md = pub.markdown(pub.table1_rows(), "loss")
+    assert "| Vanilla | 8.81 | 11.22 | 0.96 | 8.61 | 30.97 | 0.77 | - | OOM | - |" in md
+    # the docs print both tables as the code holds them
+    from pathlib import Path
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "neuzip-training.md").read_text()
+    assert md in docs and pub.markdown(pub.table2_rows(), "BLEU") in docs
+
+
 def test_loss_curves_are_trailing_means_on_a_hand_made_case():
     from core.neuzip.training_views import trailing_mean
 
@@ -299,3 +326,29 @@ def test_each_mode_in_fresh_processes_measures_what_this_process_trains():
         assert b["peak_rss_bytes"] >= max(b["rss_after_step_bytes"]) > 0 and len(b["rss_after_step_bytes"]) == 3
         assert b["tracked_run"]["losses"] == b["losses"][:2]
     assert fresh["machine"]["cpu_model"] and fresh["machine"]["cpu_capability"]
+
+
+@pytest.mark.slow
+def test_double_quantization_quantizes_the_block_scales():
+    """The -single modes keep float32 block scales; the others (the paper's NF4² / FP4²) quantize them to 8 bits with
+    a second level of scales: fewer bytes at real sizes, the same 4-bit codes."""
+    from core.neuzip import qlora
+
+    if qlora.bnb_status():
+        pytest.skip(qlora.bnb_status())
+    assert training.MODES["qlora-nf4"].defaults["double_quant"] and not \
+        training.MODES["qlora-nf4-single"].defaults["double_quant"]
+    for dq in (False, True):  # the Mix-LN model's layers: the scales as asked
+        model = training.build_model(MIXLN)
+        qlora.quantize_linears(model, "nf4", rank=4, alpha=8.0, double_quant=dq)
+        states = [m.base.weight.quant_state for m in model.modules() if isinstance(m, qlora.LoRALinear)]
+        assert states and all(s.nested == dq for s in states)
+        assert all(s.absmax.dtype == (torch.uint8 if dq else torch.float32) for s in states)
+    # one 512 x 512 layer: 4,096 blocks of 64, their scales 16 KiB in float32, 4 KiB + a second level when quantized
+    lin = torch.nn.Linear(512, 512, bias=False)
+    single, double = (qlora._quantized(lin, "nf4", torch.device("cpu"), double_quant=dq) for dq in (False, True))
+    assert torch.equal(single.weight.data, double.weight.data)  # the same 4-bit codes
+    nbytes = lambda s: sum(t.numel() * t.element_size() for t in (s.absmax, *((s.state2.absmax, s.state2.code)
+                                                                               if s.nested else ())))  # noqa: E731
+    assert nbytes(single.weight.quant_state) == 4096 * 4
+    assert nbytes(double.weight.quant_state) == 4096 + 16 * 4 + 256 * 4  # 8-bit scales, 16 blocks of 256, a code

@@ -61,7 +61,11 @@ def test_rule():
     assert mix.p == pytest.approx(0.093, abs=0.002) and word(mix, "lower") == "suggestive"
     tie = welch([1.0, 1.2, 0.9], [1.05, 1.1, 0.95])
     assert word(tie, "tied") == "consistent" and word(tie, "lower") == "not reproduced"
-    assert set(WORDS) == {w for w, _ in RULE} and len(WORDS) == 8
+    assert set(WORDS) == {w for w, _ in RULE} and len(WORDS) == 9
+    # a difference in the claimed direction below the size the claim states: "too small", whatever its p; against
+    # the claim the size changes nothing
+    assert word(strong, "lower", too_small=True) == "too small" and word(strong, "higher", too_small=True) == "opposite"
+    assert word(tie, "lower", too_small=True) == "not reproduced"
     with pytest.raises(ValueError):
         word(tie, "down")
 

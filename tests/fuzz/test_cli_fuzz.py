@@ -39,6 +39,7 @@ PARSE_ONLY = {("data", "prepare"), ("models", "prepare"), ("lrp", "train"), ("lr
               ("lrp", "precompute-examples"),
               ("lrp", "precompute-evaluation"), ("lrp", "precompute-bias"), ("mathneuro", "train-demo"), ("mathneuro", "precompute"),
               ("mixln", "reproduce"), ("neuzip", "precompute"), ("neuzip", "train-example"),
+              ("neuzip", "recipe-effects"),
               ("site", ""), ("notices", "")}  # the whole static site (a minute; tests/ui/test_site.py); NOTICE.md
 SPLITS = ["train", "validation", "test", "all"]
 

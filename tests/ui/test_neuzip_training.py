@@ -21,8 +21,8 @@ def test_cli_api_and_tab_give_the_same_numbers(capsys):
     assert main(["neuzip", "train", "--model", RUN["model"], "--mode", *RUN["modes"], "--steps", str(RUN["steps"]),
                  "--batch", str(RUN["batch"]), "--seq", str(RUN["seq"]), "--json"]) in (0, None)
     cli = json.loads(capsys.readouterr().out)
-    status, memory, loss, table, paper = section.train_live(RUN["model"], RUN["modes"], RUN["steps"], RUN["batch"],
-                                                            RUN["seq"])
+    status, memory, loss, table, paper, paper2 = section.train_live(RUN["model"], RUN["modes"], RUN["steps"],
+                                                                    RUN["batch"], RUN["seq"])
     by = {m["mode"]: m for m in api.data["modes"]}
     for mode in RUN["modes"]:
         assert cli["final_loss"][mode] == by[mode]["final_loss"]
@@ -33,12 +33,15 @@ def test_cli_api_and_tab_give_the_same_numbers(capsys):
     assert table[measured].to_dict("records") == want[measured].to_dict("records")
     assert by["lomo"]["losses"] == by["lomo+neuzip"]["losses"]
     assert memory.layout.yaxis.title.text and loss.layout.xaxis.title.text == "step"
-    assert "LOMO + NeuZip" in status and len(paper) == len(nz.PAPER_TABLE1)
+    assert "LOMO + NeuZip" in status and len(paper) == len(nz.PAPER_TABLE1) and len(paper2) == 24
 
 
 def test_the_section_opens_on_the_committed_runs():
-    status, memory, loss, table, paper = section.show_example("smollm2-135m")
+    status, memory, loss, table, paper, paper2 = section.show_example("smollm2-135m")
     assert status.startswith("Precomputed example")
+    # the paper's Tables 1 and 2 whole: every model, the run that did not fit, QLoRA's double-quantized rows
+    assert len(paper) == 9 and list(paper["peak GiB"]).count("OOM") == 1 and len(paper2) == 24
+    assert {"QLoRA FP4²", "QLoRA NF4²", "QLoRA NF4"} <= set(paper2["the paper's row"])
     assert [t.name for t in memory.data[:4]] == ["weights", "gradients", "optimizer", "activations"]
     assert "LOMO + NeuZip" in list(table["mode"])
     with gr.Blocks():
