@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import textwrap
 
+import pytest
+
 from tools import import_graph
 
 PAPERS = {"alpha": "Alpha", "beta": "Beta"}
@@ -61,19 +63,27 @@ FILES = {
         """,
     "ui/tab.py": "def build():\n    from app import main\n    return main\n",
     "tools/shot.py": 'SHOTS = {"alpha": "?tab=alpha&example=x"}\n',
+    # a deferred import that keeps torch out of import time, and one that keeps nothing out
+    "core/heavy.py": "import torch\n\nX = torch\n",
+    "core/light.py": "X = 1\n",
+    "core/uses.py": "def a():\n    from core.heavy import X\n    return X\n\n\ndef b():\n    from core.light import X\n"
+                    "    return X\n",
 }
 
 
-def _house(root):
+@pytest.fixture(scope="module")
+def house(tmp_path_factory):
+    """The hand-made house on disk and its report (written and read once for the module's tests)."""
+    root = tmp_path_factory.mktemp("house")
     for rel, text in FILES.items():
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(textwrap.dedent(text))
-    return import_graph.build(root, PAPERS).report()
+    return root, import_graph.build(root, PAPERS).report()
 
 
-def test_finds_the_circle_through_a_function_local_import(tmp_path):
-    r = _house(tmp_path)
+def test_finds_the_circle_through_a_function_local_import(house):
+    root, r = house
     # the paper's circle, and the one ui/tab.py's upward arrow to app.py closes
     assert [c["files"] for c in r["circles"]] == [["app.py", "ui/__init__.py", "ui/tab.py"],
                                                   ["core/alpha/__init__.py", "core/alpha/views.py", "core/shared.py"]]
@@ -84,8 +94,8 @@ def test_finds_the_circle_through_a_function_local_import(tmp_path):
     assert r["circles_module_level"] == []
 
 
-def test_finds_each_upward_arrow_with_its_line_and_leaves_the_registry_alone(tmp_path):
-    r = _house(tmp_path)
+def test_finds_each_upward_arrow_with_its_line_and_leaves_the_registry_alone(house):
+    root, r = house
     found = sorted((u["rule"], u["file"], u["line"], u["to"] or u["target"]) for u in r["upward"])
     assert found == [("core imports the UI", "core/shared.py", 17, "gradio"),
                      ("kernels import core or the UI", "kernels/op.py", 2, "core/shared.py"),
@@ -97,22 +107,32 @@ def test_finds_each_upward_arrow_with_its_line_and_leaves_the_registry_alone(tmp
     assert [(s["file"], s["to"]) for s in r["sideways"]] == [("core/beta/model.py", "core/alpha/model.py")]
 
 
-def test_counts_every_function_local_import_and_follows_listed_names(tmp_path):
-    r = _house(tmp_path)
+def test_counts_every_function_local_import_and_follows_listed_names(house):
+    root, r = house
     local = r["function_local"]
-    # shared: 4 (core.alpha, importlib, gradio in a method, importlib.import_module literal); kernels 1; ui 1;
-    # the registry's import_module over MODULES (one statement, two targets)
-    assert local["by_root"] == {"core": 5, "kernels": 1, "ui": 1} and local["statements"] == 7
+    # core: shared.py 4 (core.alpha, importlib, gradio in a method, the import_module of a literal), the registry's
+    # import_module over MODULES (one statement, two targets), uses.py 2; kernels 1; ui 1
+    assert local["by_root"] == {"core": 7, "kernels": 1, "ui": 1} and local["statements"] == 9
     assert local["by_file"]["core/shared.py"] == {"statements": 4, "project": 2}
-    sites = [s for s in import_graph.build(tmp_path, PAPERS).sites if s.file == "core/papers.py" and s.local]
+    sites = [s for s in import_graph.build(root, PAPERS).sites if s.file == "core/papers.py" and s.local]
     assert sorted(s.to for s in sites) == ["core/alpha/__init__.py", "core/beta/__init__.py"]
-    ui = [s for s in import_graph.build(tmp_path, PAPERS).sites if s.file == "ui/__init__.py" and s.to]
+    ui = [s for s in import_graph.build(root, PAPERS).sites if s.file == "ui/__init__.py" and s.to]
     assert [(s.to, s.local) for s in ui] == [("ui/tab.py", False)]  # a module-level loop over TABS
     assert r["dynamic"] == []
 
 
-def test_finds_the_papers_named_by_hand(tmp_path):
-    r = _house(tmp_path)
+def test_finds_the_function_local_imports_that_buy_no_laziness(house):
+    root, r = house
+    # core/uses.py's a() keeps torch out of its import time; b() and the others keep nothing out (the registry's own
+    # deferred imports of the papers are by design)
+    assert sorted((x["file"], x["line"]) for x in r["lazy_without_reason"]) == [
+        ("core/shared.py", 6), ("core/shared.py", 12), ("core/uses.py", 7), ("kernels/op.py", 2), ("ui/tab.py", 2)]
+    heavy = import_graph.build(root, PAPERS).heavy_at_import()
+    assert heavy["core/heavy.py"] == {"torch"} and heavy["core/uses.py"] == set()
+
+
+def test_finds_the_papers_named_by_hand(house):
+    root, r = house
     places = {(h["file"], h["line"], h["kind"], tuple(h["papers"])) for h in r["hand_lists"]}  # the registry aside
     assert places == {("core/shared.py", 1, "tuple", ("alpha", "beta")),
                       ("core/shared.py", 5, "compare", ("alpha",)),
@@ -120,12 +140,12 @@ def test_finds_the_papers_named_by_hand(tmp_path):
                       ("tools/shot.py", 1, "dict keys", ("alpha",))}
 
 
-def test_the_command_line_prints_words_and_json(tmp_path, capsys):
-    _house(tmp_path)
-    assert import_graph.main(["--root", str(tmp_path), "--papers", "alpha=Alpha,beta"]) == 0
+def test_the_command_line_prints_words_and_json(house, capsys):
+    root, _ = house
+    assert import_graph.main(["--root", str(root), "--papers", "alpha=Alpha,beta"]) == 0
     words = capsys.readouterr().out
     assert "circles between files: 2 (6 files)" in words and "core/shared.py:6 (in package): import core.alpha" in words
-    assert import_graph.main(["--root", str(tmp_path), "--json", "--papers", "alpha,beta"]) == 0
+    assert import_graph.main(["--root", str(root), "--json", "--papers", "alpha,beta"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["summary"]["circles"] == 2 and doc["summary"]["upward"] == 5
-    assert import_graph.main(["--root", str(tmp_path / "nowhere")]) == 2
+    assert import_graph.main(["--root", str(root / "nowhere")]) == 2

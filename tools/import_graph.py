@@ -20,7 +20,8 @@ own submodules. What it reports:
   ``core/papers.py``) is the one shared module allowed to import the papers. Imports between two paper packages are
   listed apart (sideways, not upward).
 - **function-local imports**: how many import statements sit inside a function or method, per file (all of them, and
-  those of a project file).
+  those of a project file), and which of those of a project file keep no heavy third-party package (:data:`HEAVY`)
+  out of the importer's import time, so could stand at the top of the file.
 - **hand lists of the papers**: the string literals naming a paper (its package name, its title, or a dotted name or
   link with it as one part, e.g. ``core.lrp``, ``ui.mixln``, ``?tab=neuzip``) in the shared modules, the CLI, the UI's
   shared modules and ``tools/`` (the registry aside: it is the one list), grouped by the tuple, list, set, dict or
@@ -47,6 +48,11 @@ ROOTS = ("core", "ui", "kernels", "app.py")  # the files of the graph
 PAPERS = {"lrp": "MambaLRP", "mathneuro": "MathNeuro", "mixln": "Mix-LN", "neuzip": "NeuZip"}
 REGISTRY = "core/papers.py"
 UI_ONLY = {"gradio", "playwright"}  # third-party packages only ui/ (and tools) may import
+# third-party packages whose import costs time or memory: a function-local import that keeps one of them out of the
+# importer's import time buys something (laziness); one that does not could stand at the top of the file
+HEAVY = {"torch", "transformers", "plotly", "pandas", "pyarrow", "gradio", "datasets", "triton", "scipy", "sklearn",
+         "tokenizers", "huggingface_hub", "safetensors", "numpy", "mamba_ssm", "bitsandbytes", "accelerate",
+         "starlette", "playwright", "PIL", "matplotlib"}
 
 
 @dataclass
@@ -206,6 +212,58 @@ class Graph:
         return [_site_dict(s) for s in self.sites if s.to is not None and self.paper_of(s.file) is not None
                 and self.paper_of(s.to) not in (None, self.paper_of(s.file))]
 
+    def heavy_at_import(self) -> dict[str, set[str]]:
+        """Per file, the :data:`HEAVY` packages importing it loads (its module-level imports, followed through the
+        project's files and the packages' ``__init__`` files Python runs on the way)."""
+        edges: dict[str, set[str]] = defaultdict(set)
+        direct: dict[str, set[str]] = defaultdict(set)
+        for s in self.sites:
+            if not s.local:
+                if s.to is not None:
+                    edges[s.file] |= {s.to, *self._packages_of(s.to)}
+                elif s.target in HEAVY:
+                    direct[s.file].add(s.target)
+        for rel in self.files.values():
+            edges[rel] |= set(self._packages_of(rel))
+        out: dict[str, set[str]] = {}
+        for rel in self.files.values():  # a search from each file: a few hundred files, cheap
+            seen, todo, found = {rel}, [rel], set()
+            while todo:
+                f = todo.pop()
+                found |= direct[f]
+                for t in edges[f] - seen:
+                    seen.add(t)
+                    todo.append(t)
+            out[rel] = found
+        return out
+
+    def _packages_of(self, rel: str) -> list[str]:
+        parts = rel.split("/")[:-1]
+        inits = ["/".join(parts[:i]) + "/__init__.py" for i in range(1, len(parts) + 1)]
+        return [p for p in inits if p != rel and p in self._rels()]
+
+    def _rels(self) -> set[str]:
+        if getattr(self, "_rel_set", None) is None or len(self._rel_set) != len(self.files):
+            self._rel_set = set(self.files.values())
+        return self._rel_set
+
+    def lazy_without_reason(self) -> list[dict]:
+        """The function-local imports of a project file that keep no :data:`HEAVY` package out of the importer's
+        import time (the importer loads them anyway, or the target loads none): they could stand at the top of the
+        file. The registry's imports of the papers are left out (they defer a whole paper by design)."""
+        heavy = self.heavy_at_import()
+        statements: dict[tuple[str, int], list[Site]] = defaultdict(list)
+        for s in self.sites:
+            if s.local and s.to is not None and s.to != s.file and s.file != self.registry:
+                statements[(s.file, s.line)].append(s)
+        out = []
+        for (rel, line), sites in sorted(statements.items()):
+            gained = set().union(*(heavy[s.to] | {h for p in self._packages_of(s.to) for h in heavy[p]}
+                                   for s in sites)) - heavy[rel]
+            if not gained:
+                out.append(_site_dict(sites[0]))
+        return out
+
     def local_counts(self) -> dict:
         local = [s for s in self.sites if s.local]
         # statements, not names: `from a import b, c` inside a function is one import
@@ -246,18 +304,20 @@ class Graph:
         upward = self.upward()
         circles = self.circles()
         local = self.local_counts()
+        lazy = self.lazy_without_reason()
         return {"root": str(self.root), "files": len(self.files), "papers": list(self.papers),
                 "imports": {"names": len(self.sites), "project": sum(s.to is not None for s in self.sites)},
                 "circles": circles, "circles_module_level": self.circles(local=False),
                 "upward": upward, "sideways": self.sideways(), "function_local": local,
-                "hand_lists": self.hand_lists(), "dynamic": self.dynamic,
+                "hand_lists": self.hand_lists(), "dynamic": self.dynamic, "lazy_without_reason": lazy,
                 "summary": {"circles": len(circles), "files_in_circles": sum(len(c["files"]) for c in circles),
                             "upward": len(upward), "upward_by_rule": dict(Counter(u["rule"] for u in upward)),
                             # the same arrows counted once per importing file and imported package
                             "upward_pairs": len({(u["file"], (u["to"] and self.paper_of(u["to"])) or u["target"].split(".")[0])
                                                  for u in upward}),
                             "function_local_imports": local["statements"],
-                            "function_local_project_imports": local["project_statements"]}}
+                            "function_local_project_imports": local["project_statements"],
+                            "function_local_without_reason": len(lazy)}}
 
 
 def _site_dict(s: Site) -> dict:
@@ -435,6 +495,8 @@ def text_report(r: dict) -> str:
              f"{s['function_local_project_imports']} of them of a project file "
              f"({', '.join(f'{k}: {v}' for k, v in r['function_local']['project_by_root'].items())}); "
              f"module-level statements: {r['function_local']['module_level_statements']}",
+             f"  function-local imports of project files that keep no heavy package out of import time: "
+             f"{s['function_local_without_reason']}",
              f"  imports between paper packages (sideways): {len(r['sideways'])}",
              f"  string literals naming the papers outside their packages: {len(r['hand_lists'])} places in "
              f"{len({h['file'] for h in r['hand_lists']})} files",
@@ -458,6 +520,11 @@ def text_report(r: dict) -> str:
     lines.append("Function-local import statements by file (most first; of project files in brackets):")
     lines += [f"    {n['statements']:4d} ({n['project']:3d})  {f}" for f, n in r["function_local"]["by_file"].items()]
     lines.append("")
+    if r["lazy_without_reason"]:
+        lines.append("Function-local imports that keep no heavy package out of import time (they could stand at the "
+                     "top):")
+        lines += [f"    {_where(x)}" for x in r["lazy_without_reason"]]
+        lines.append("")
     if r["hand_lists"]:
         lines.append("Papers named by hand outside their packages (string literals):")
         strings = Counter(h["file"] for h in r["hand_lists"] if h["kind"] == "string")
