@@ -62,6 +62,7 @@ FILES = {
             importlib.import_module(name)
         """,
     "ui/tab.py": "def build():\n    from app import main\n    return main\n",
+    "ui/tabs/alpha/batch.py": 'ID = "alpha-batch"\n',  # a paper's own tab names its paper: not a hand list
     "tools/shot.py": 'SHOTS = {"alpha": "?tab=alpha&example=x"}\n',
     # a deferred import that keeps torch out of import time, and one that keeps nothing out
     "core/heavy.py": "import torch\n\nX = torch\n",

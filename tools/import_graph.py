@@ -295,9 +295,9 @@ class Graph:
         parts = rel.split("/")
         if parts[0] == "core":  # the registry is the one list
             return self.paper_of(rel) is None and rel != self.registry
-        if parts[0] == "ui":  # a paper's own tab (ui/<paper>.py, ui/<paper>_*.py, ui/tabs/<paper>...) names its paper
-            stem = Path(rel).stem
-            return not any(stem == p or stem.startswith(p + "_") for p in self.papers)
+        if parts[0] == "ui":  # a paper's own tab (ui/<paper>.py, ui/<paper>_*.py, ui/tabs/<paper>/...) names its paper
+            names = [Path(part).stem for part in parts[1:]]
+            return not any(n == p or n.startswith(p + "_") for n in names for p in self.papers)
         return rel == "app.py"
 
     def report(self) -> dict:
