@@ -10,7 +10,7 @@ import core.neuzip as nz
 from core.errors import LayerwiseError
 from ui.errors import user_errors
 from ui.stopping import job, stop
-from core.neuzip.recipe_effects import effects_markdown
+from core.neuzip import effects_markdown
 from ui.widgets import finite_number, frame, number
 
 INTRO = ("**Training with compressed weights** (the paper's first half, Table 1). Each mode trains the same model from "
@@ -64,9 +64,8 @@ def build() -> None:
     try:
         shown = _outputs(nz.training_example_result(first))
     except LayerwiseError as err:
-        from core.neuzip.training_views import paper_rows, paper_table2_rows
-        shown = (str(err), None, None, None, frame(paper_rows()).rename(columns=PAPER_COLUMNS),
-                 frame(paper_table2_rows()).rename(columns=PAPER_COLUMNS))
+        shown = (str(err), None, None, None, frame(nz.paper_rows()).rename(columns=PAPER_COLUMNS),
+                 frame(nz.paper_table2_rows()).rename(columns=PAPER_COLUMNS))
     gr.Markdown("### Training with compressed weights")
     gr.Markdown(INTRO, elem_classes="lw-explain")
     with gr.Row():

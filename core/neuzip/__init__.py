@@ -36,6 +36,9 @@ from core.neuzip.service import (EXAMPLE_MODEL, EXAMPLE_PARTS, analysis_result, 
 from core.neuzip.training import MODES as TRAINING_MODES
 from core.neuzip.training import PAPER_TABLE1, RANDOM_MODELS, TrainSettings, train_modes
 from core.neuzip.memtrack import MemoryTracker
+from core.neuzip.recipe_effects import EFFECTS_MODES, effects_markdown
+from core.neuzip.training import check_modes
+from core.neuzip.training_views import paper_rows, paper_table2_rows
 from core.neuzip.service import TRAINING_EXAMPLES, precompute_training_example
 # the choices and defaults of the inputs
 from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, K_CHOICES, MAX_WORDS, MIN_WORDS,

@@ -278,9 +278,8 @@ def run_train_example(args):
 
 
 def _recipe_effects_args(p):
-    from core.neuzip.recipe_effects import EFFECTS_MODES
     p.add_argument("--model", default="smollm2-135m", help="the model (default smollm2-135m, the committed one)")
-    p.add_argument("--mode", nargs="+", default=list(EFFECTS_MODES), metavar="MODE",
+    p.add_argument("--mode", nargs="+", default=list(nz.EFFECTS_MODES), metavar="MODE",
                    help="training modes: " + ", ".join(nz.TRAINING_MODES))
     p.add_argument("--steps", type=int, default=2, help="steps per mode and recipe (the first 2 are measured)")
     p.add_argument("--batch", type=int, default=2, help="sequences a step")
@@ -294,13 +293,11 @@ def run_recipe_effects(args):
 
     from core.files import atomic_write
     from core.neuzip import recipe_effects as fx
-    from core.neuzip.training import check_modes
-
     if args.out:
         _check_out(args.out, (".json",))
     set_threads(args.threads, zero_is_default=True)
     bar = ProgressBar()
-    doc = fx.measure(args.model, check_modes(args.mode), args.steps, args.batch, args.seq, progress=bar)
+    doc = fx.measure(args.model, nz.check_modes(args.mode), args.steps, args.batch, args.seq, progress=bar)
     bar.close()
     path = atomic_write(args.out or fx.EFFECTS_FILE, json.dumps(doc, indent=1, default=float))
     emit(args, doc, f"wrote {path}\n" + fx.markdown(fx.peak_rows(doc)) + "\n\n" + fx.markdown(fx.order_rows(doc)))
