@@ -19,6 +19,16 @@ import json
 
 from python_multipart.multipart import MultipartParser, parse_options_header
 
+
+async def answer(send, status: int, message: str, headers=()) -> None:
+    """Send one JSON answer ``{"error": message}`` with ``status`` (the guards' refusals)."""
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
+
+
 BAD_JSON = ("The request body is nested too deeply to read (more levels of lists and objects than any input of this "
             "app has). Fix: send the inputs as a flat list (see the app's API page).")
 
@@ -120,7 +130,6 @@ class BodyFence:
             try:
                 parse_json(body)
             except BadBody as bad:
-                from ui.limits import answer
 
                 return await answer(send, 400, str(bad))
             except ValueError:

@@ -15,12 +15,12 @@ Every refusal is one JSON line ``{"error": ...}`` with status 413 (414 for an ad
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from core.errors import BadInputError
+from ui.fence import answer
 
 MAX_REQUEST_BYTES = 2 * 1024**2  # far above any input the app explains: MambaLRP reads at most 8,192 characters
 DRAIN_BYTES = 256 * 1024**2  # an oversized body up to this is read and dropped, so the client gets the 413 message
@@ -82,15 +82,6 @@ def check_uploads(files) -> list[str]:
 def launch_kwargs() -> dict:
     """What ``demo.launch`` needs for these limits: Gradio's own per-file cap."""
     return {"max_file_size": upload_limits().max_bytes}
-
-
-async def answer(send, status: int, message: str, headers=()) -> None:
-    """Send one JSON answer ``{"error": message}`` with ``status`` (the guards' refusals)."""
-    body = json.dumps({"error": message}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                            *headers]})
-    await send({"type": "http.response.body", "body": body})
 
 
 async def _drain(receive) -> None:

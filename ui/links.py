@@ -20,7 +20,7 @@ import gradio as gr
 
 import core.examples as ex
 from core.errors import LayerwiseError
-from ui.limits import answer
+from ui.fence import answer
 from ui.stage import Stage, view_outputs
 from ui.stopping import job, stop
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import os
 
-from ui.fence import BadBody, json_body, parse_json, read_body, replay, rewrite_text_answers
+from ui.fence import BadBody, answer, json_body, parse_json, read_body, replay, rewrite_text_answers
 
 FILE_REFUSAL = {"detail": "File not allowed."}
 REFUSED_NAME = "not-an-upload.txt"  # what a file argument naming a server path becomes: an empty file
@@ -120,7 +120,6 @@ class ServerPathGuard:
             if changed:
                 body = json.dumps(doc).encode()
         except BadBody as bad:
-            from ui.limits import answer
 
             return await answer(send, 400, str(bad))
         except (ValueError, RecursionError):  # not JSON after all: Gradio answers it

@@ -37,7 +37,7 @@ from decimal import Decimal
 from pathlib import Path
 
 from core.errors import BadInputError
-from core.mixln.placements import MODEL_NORMS, model_norms
+from core.mixln.placements import MODEL_DEFAULTS, MODEL_NORMS, model_norms
 
 NORMS = MODEL_NORMS  # the norms of the registry (core.mixln.placements; ``deepnet`` is ``deepnorm`` with DeepNet's formula)
 DEEPNORM_FORMULAS = ("mixln", "deepnet")
@@ -58,7 +58,8 @@ class MixLNConfig:
     rms_norm_eps: float = 1e-6
     initializer_range: float = 0.02     # std of the normal init of every Linear (and the embedding if the next is None)
     embedding_init_std: float | None = None  # std of the embedding's normal init; None: initializer_range
-    deepnorm_formula: str = "mixln"     # one of DEEPNORM_FORMULAS: the Mix-LN authors' constants or DeepNet's
+    # one of DEEPNORM_FORMULAS: the Mix-LN authors' constants or DeepNet's
+    deepnorm_formula: str = MODEL_DEFAULTS["deepnorm_formula"]
     tie_word_embeddings: bool = False   # share the embedding matrix with the LM head
 
     def __post_init__(self) -> None:

@@ -88,9 +88,13 @@ def placement_of(norm: str, model: dict | None = None) -> str:
     return norm
 
 
+# the defaults of the MixLNConfig fields a placement variant sets (MixLNConfig declares its defaults from here: one
+# source, and no import of the config, which imports this registry)
+MODEL_DEFAULTS = {"deepnorm_formula": "mixln"}
+
+
 def _default(field_name: str):
-    from core.mixln.config import MixLNConfig
-    return MixLNConfig.__dataclass_fields__[field_name].default
+    return MODEL_DEFAULTS[field_name]
 
 
 def placement_model(name: str) -> tuple[str, dict]:

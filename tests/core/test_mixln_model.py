@@ -307,3 +307,17 @@ def test_model_through_triton_kernels_matches_reference(monkeypatch, norm):
     torch.testing.assert_close(tri_loss, ref_loss, atol=1e-5, rtol=1e-5)
     for k in ref_grads:
         torch.testing.assert_close(tri_grads[k], ref_grads[k], atol=1e-5, rtol=1e-4, msg=k)
+
+
+def test_every_field_a_placement_sets_has_its_default_in_the_registry():
+    """placements.py answers a saved run's missing config field from MODEL_DEFAULTS (it cannot import the config,
+    which imports it): every field a variant sets is there, equal to MixLNConfig's default."""
+    import dataclasses
+
+    from core.mixln.config import MixLNConfig
+    from core.mixln.placements import MODEL_DEFAULTS, PLACEMENTS
+
+    fields = {f.name: f.default for f in dataclasses.fields(MixLNConfig)}
+    set_by_variants = {k for p in PLACEMENTS.values() for k, _ in (p.model or ())}
+    assert set_by_variants and set_by_variants <= set(MODEL_DEFAULTS)
+    assert all(MODEL_DEFAULTS[k] == fields[k] for k in MODEL_DEFAULTS)

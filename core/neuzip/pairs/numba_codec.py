@@ -15,7 +15,9 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-from core.neuzip.pairs.table import _L, _SHIFT, LANES, PRECISION, ROUND
+from core.neuzip.pairs.constants import LANES, PRECISION, ROUND
+from core.neuzip.pairs.constants import STATE_LOW as _L
+from core.neuzip.pairs.constants import WORD_BITS as _SHIFT
 
 @numba.njit(inline="always")
 def _step(x, t):

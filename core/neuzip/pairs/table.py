@@ -7,15 +7,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-LANES = 8
-ROUND = 2 * LANES  # pairs per round: each state decodes two, then refills once
-CHUNK_MULTIPLE = 2 * ROUND  # weights per chunk are a multiple of this (whole rounds)
-PRECISION = 15  # table precision of format 3 (compiled into the CPU decoder)
-DEFAULT_CHUNK = 1 << 17  # weights per chunk
-MAX_DIRECT = 15  # exponents coded directly; the rest escape
-_L = 1 << 31  # lower end of a state
-_SHIFT = 32  # bits per word
-_MAX_COUNT = (1 << 16) - 1
+from core.neuzip.pairs.constants import (CHUNK_MULTIPLE, DEFAULT_CHUNK, LANES, MAX_DIRECT,  # noqa: F401 (re-exported)
+                                         PRECISION, ROUND)
+from core.neuzip.pairs.constants import MAX_COUNT as _MAX_COUNT
+from core.neuzip.pairs.constants import STATE_LOW as _L
+from core.neuzip.pairs.constants import WORD_BITS as _SHIFT
 
 
 @dataclass(frozen=True)
