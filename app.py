@@ -89,7 +89,7 @@ def main(argv=None) -> None:
     import torch
 
     if torch.cuda.is_available():  # every kernel's self-check once, in the background, under the keys models use
-        from kernels.dispatch import warm
+        from kernels.checks import warm
 
         threading.Thread(target=warm, args=("cuda",), name="kernel-checks", daemon=True).start()
     demo = build_app()

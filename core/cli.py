@@ -178,7 +178,8 @@ def _register_builtin(reg: CommandGroups) -> None:
     def kernels_check(args):
         import torch
 
-        from kernels.dispatch import cannot_check, check_all
+        from kernels.checks import check_all
+        from kernels.dispatch import cannot_check
         device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
         if not re.fullmatch(r"cpu|cuda(:\d+)?", device):
             raise LayerwiseError(f"--device {device!r} is not a device.", fix="use cuda, cuda:N or cpu.")

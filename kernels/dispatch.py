@@ -216,12 +216,12 @@ def kernel_trusted(name: str, device: torch.device | str, dtype: torch.dtype) ->
 
 
 def warm(device: torch.device | str, names=None) -> list[dict]:
-    """Decide the verdicts of the kernels ``names`` (default: all) on ``device`` for every dtype each is used
+    """Decide the verdicts of the kernels ``names`` (default: every registered one; :mod:`kernels.checks` imports them
+    all) on ``device`` for every dtype each is used
     with, before any model runs; verdicts already decided are kept. Call it at the entry points that put work on
     a CUDA device; a no-op elsewhere (the twins run there) and in the ``ref`` / ``triton`` modes."""
     if mode() != "auto" or not triton_available() or torch.device(device).type != "cuda":
         return []
-    _import_kernels()
     device = device_key(device)
     rows = []
     for name in sorted(n for n in CHECKS if CHECKS[n].auto) if names is None else names:
@@ -244,28 +244,14 @@ def reset_self_checks() -> None:
         _verdicts.clear()
 
 
-KERNEL_MODULES = ("kernels.neuzip_bits", "kernels.neuzip_rans", "kernels.neuzip_gemv", "kernels.neuzip_encode",
-                  "kernels.rmsnorm",
-                  "kernels.selective_scan", "kernels.topk_mask")
-
-
-def _import_kernels() -> None:
-    """Import every kernel module, so that each has registered its check."""
-    import importlib
-
-    for module in KERNEL_MODULES:
-        importlib.import_module(module)
-
-
 def check_all(device: torch.device | str | None = None) -> list[dict]:
-    """Run every kernel's self-check on ``device`` (default: CUDA when present, else the CPU, which works only
+    """Run every registered kernel's self-check (:mod:`kernels.checks` imports them all) on ``device`` (default: CUDA when present, else the CPU, which works only
     under ``TRITON_INTERPRET=1``) for each dtype it is used with; one row per kernel and dtype.
 
     The verdicts are recorded as if the kernels had been used, so a failing kernel is not used afterwards.
     """
     import time
 
-    _import_kernels()
     device = device_key(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     rows = []
     for name, check in sorted(CHECKS.items()):

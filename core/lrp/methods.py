@@ -17,7 +17,7 @@ from core.lrp.attention import layer_attention, rollout
 from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
 from core.progress import scaled
-from kernels.dispatch import warm
+from kernels.checks import warm
 
 VISION_GAMMA = 0.25
 RECOMPUTE_ABOVE_BYTES = 64 * 2**20  # on the CPU: kept activations above which every mixer is recomputed in the backward

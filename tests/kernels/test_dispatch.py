@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from kernels import dispatch
+from kernels import checks, dispatch
 
 KERNELS_DIR = Path(dispatch.__file__).parent
 needs_interpreter = pytest.mark.skipif(not dispatch.triton_available() or not dispatch.interpreting(),
@@ -41,10 +41,7 @@ def _twice(x):
 
 
 def _all_modules():
-    import importlib
-
-    for module in dispatch.KERNEL_MODULES:
-        importlib.import_module(module)
+    import kernels.checks  # noqa: F401 (imports every kernel: each registers its check)
 
 
 def test_every_dispatcher_names_a_registered_check():
@@ -59,15 +56,15 @@ def test_every_dispatcher_names_a_registered_check():
                 assert "kernel" in kw, f"{path.name}: use_triton without kernel="
                 named.add(ast.literal_eval(kw["kernel"]))
     assert named == set(dispatch.CHECKS)
-    assert {m.split(".")[1] for m in dispatch.KERNEL_MODULES} == \
-        {p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_")} - {"dispatch"}
+    assert {m.split(".")[1] for m in checks.KERNEL_MODULES} == \
+        {p.stem for p in KERNELS_DIR.glob("*.py") if not p.stem.startswith("_")} - {"dispatch", "checks"}
 
 
 def test_private_helper_modules_serve_a_registered_kernel_module():
     """A ``kernels/_name.py`` is a private helper: imported by a registered kernel module, by no one outside
     ``kernels/``, and it registers no check of its own (its kernel module does)."""
     helpers = {p.stem for p in KERNELS_DIR.glob("_*.py")} - {"__init__"}
-    registered = {m.split(".")[1] for m in dispatch.KERNEL_MODULES}
+    registered = {m.split(".")[1] for m in checks.KERNEL_MODULES}
     imported_by = {name: set() for name in helpers}
     for path in KERNELS_DIR.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -84,7 +81,7 @@ def test_private_helper_modules_serve_a_registered_kernel_module():
 
 @needs_interpreter
 def test_every_real_kernel_passes_its_self_check_on_the_interpreter():
-    rows = dispatch.check_all("cpu")
+    rows = checks.check_all("cpu")
     assert {r["kernel"] for r in rows} == set(dispatch.CHECKS)
     assert all(r["ok"] for r in rows), [r for r in rows if not r["ok"]]
     dispatch.reset_self_checks()
@@ -243,7 +240,6 @@ def test_every_spelling_of_a_cuda_device_shares_one_verdict(fake_gpu, registry, 
     calls = []
     registry.clear()
     registry["fake"] = _counting(calls)
-    monkeypatch.setattr(dispatch, "_import_kernels", lambda: None)
     assert [r["device"] for r in dispatch.check_all("cuda")] == ["cuda:0"] and calls == [1]
     for spelling in ("cuda", "cuda:0", torch.device("cuda", 0), torch.device("cuda")):
         assert dispatch.kernel_trusted("fake", spelling, torch.float32)
