@@ -71,7 +71,7 @@ def measure(model: str, n: int, repeats: int, work: Path) -> dict:
     import pandas as pd
 
     from core import batch
-    from core.lrp import text_result
+    from core.lrp import BATCH as lrp_batch, text_result
 
     _fresh_cache(work / "warm")
     text_result(model, "a warm-up text, so the model is loaded", ["mambalrp"])
@@ -88,7 +88,7 @@ def measure(model: str, n: int, repeats: int, work: Path) -> dict:
             else:
                 source = work / f"in-{r}.csv"
                 pd.DataFrame({"text": shown}).to_csv(source, index=False)
-                summary = batch.run("lrp", source, work / f"out-{r}.parquet", model=model, methods=["mambalrp"])
+                summary = batch.run(lrp_batch, source, work / f"out-{r}.parquet", model=model, methods=["mambalrp"])
                 batched.append(n / (time.perf_counter() - t0))
                 rows = {"computed": summary["computed"], "errors": summary["errors"]}
     s, b = statistics.median(single), statistics.median(batched)

@@ -4,7 +4,8 @@
     python -m core mathneuro batch --in prompts.jsonl --out scores.parquet
     python -m core neuzip batch --in models.csv --out tradeoff.parquet
 
-A *batch kind* (:class:`BatchKind`, registry :data:`KINDS`) says which input column it reads (``text``, ``prompt``,
+A *batch kind* (:class:`BatchKind`, each paper's ``core/<paper>/batch.py`` defines its ``KIND``, exported as its
+package's ``BATCH``; :func:`core.papers.batch_kinds` lists them) says which input column it reads (``text``, ``prompt``,
 ``model``), which settings it takes, how it prepares once (:attr:`BatchKind.open`: e.g. load the model and check it)
 and how it computes one output row (:attr:`BatchKind.row`, through the paper's service, so each row is looked up in
 the committed examples and the results cache like a single request, and cached when computed). :func:`run` is the
@@ -88,25 +89,6 @@ class BatchKind:
     arguments: Callable[[argparse.ArgumentParser], None]
     from_args: Callable[[argparse.Namespace], dict]
     example: str = ""  # the CLI help's example line
-
-
-# the registry of batch kinds: name -> the module that defines it as ``KIND`` (imported when that kind is asked for:
-# each pulls in its paper's package)
-KINDS = {"lrp": "core.lrp.batch", "mathneuro": "core.mathneuro.batch", "neuzip": "core.neuzip.batch"}
-
-
-def kind(name: str) -> BatchKind:
-    """The batch kind ``name`` of :data:`KINDS`."""
-    import importlib
-
-    if name not in KINDS:
-        raise BadInputError(f"no batch kind {name!r}.", fix=f"use one of {', '.join(KINDS)}.")
-    return importlib.import_module(KINDS[name]).KIND
-
-
-def kinds() -> dict[str, BatchKind]:
-    """Every batch kind, by name (imports every paper's package)."""
-    return {name: kind(name) for name in KINDS}
 
 
 # ---- the input file ---------------------------------------------------------------------------------------------
@@ -352,16 +334,17 @@ def _same(a: dict, b: dict) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def run(name: str | BatchKind, source, out, progress=None, *, restart: bool = False, chunk: int = CHUNK,
+def run(k: BatchKind, source, out, progress=None, *, restart: bool = False, chunk: int = CHUNK,
         max_rows: int | None = None, **raw_settings) -> dict:
-    """Run batch kind ``name`` (a name of :func:`kinds`, or a :class:`BatchKind`) over ``source`` (CSV / JSON Lines)
+    """Run batch kind ``k`` (a paper's ``BATCH``) over ``source`` (CSV / JSON Lines)
     into ``out`` (``.parquet``); resumes a run that ``out``'s part folder holds. ``progress(fraction, message)`` may
     raise :class:`Cancelled` (Stop): the rows finished so far are kept, and :class:`Cancelled` carries the summary in
     ``partial``; ``max_rows`` caps the input (the app's limit). Returns the summary:
     ``out, kind, rows, finished_before, done_now, computed, cache, precomputed, errors, attempt, seconds,
     rows_per_second`` (``rows_per_second``: of the rows answered in this run)."""
     t0 = time.perf_counter()
-    k = name if isinstance(name, BatchKind) else kind(name)
+    if not isinstance(k, BatchKind):
+        raise TypeError(f"batch.run takes a BatchKind (a paper's BATCH), got {k!r}")
     out, source = Path(out), Path(source)
     _check_out(out)
     settings = k.settings(**raw_settings)
@@ -543,5 +526,5 @@ def register(groups, k: BatchKind) -> None:
                    f"(resumable){': ' + k.example if k.example else ''}", _arguments(k))(_runner(k))
 
 
-__all__ = ["BatchKind", "Column", "KINDS", "kinds", "kind", "run", "scan", "read_meta", "to_csv", "register", "parts_dir",
+__all__ = ["BatchKind", "Column", "run", "scan", "read_meta", "to_csv", "register", "parts_dir",
            "finished_rows", "CHUNK", "FORMAT"]

@@ -1,7 +1,7 @@
 """``python -m core``: the command line. Every result a tab shows can be produced here too.
 
 Commands are registered in groups (``data``, ``models``, ``cache``, ``kernels``, ``analyses`` here; each paper
-package adds its own group through its ``cli.py`` with ``register(groups)``, listed in :data:`PAPER_GROUPS`).
+package adds its own group through its ``cli.py`` with ``register(groups)``; the papers are :mod:`core.papers`).
 ``--json`` prints machine-readable output; a problem with the input prints one line naming the fix and exits with
 code 2. What the groups share (the registry, output, tables, progress) is :mod:`core.cli_common`, which the paper
 groups import: nothing imports this module back.
@@ -12,40 +12,10 @@ import argparse
 import json
 import re
 import sys
-from typing import Callable
 
+from core import papers
 from core.cli_common import CommandGroups, emit_text, progress_line, table
 from core.errors import LayerwiseError, storage_error
-
-
-def _lrp(reg: CommandGroups) -> None:
-    from core.lrp import cli
-    cli.register(reg)
-
-
-def _mathneuro(reg: CommandGroups) -> None:
-    from core.mathneuro import cli
-    cli.register(reg)
-
-
-def _mixln(reg: CommandGroups) -> None:
-    from core.mixln import cli
-    cli.register(reg)
-
-
-def _neuzip(reg: CommandGroups) -> None:
-    from core.neuzip import cli
-    cli.register(reg)
-
-
-# The paper groups: name -> (one-line help, what adds its commands). Only the group being run is imported (the
-# packages pull in torch and transformers), so each group's help is written here.
-PAPER_GROUPS: dict[str, tuple[str, Callable[[CommandGroups], None]]] = {
-    "lrp": ("MambaLRP: relevance heatmaps for Mamba models", _lrp),
-    "mathneuro": ("MathNeuro: math-specific parameters", _mathneuro),
-    "mixln": ("Mix-LN: norm placement, training and layer diagnostics", _mixln),
-    "neuzip": ("NeuZip: lossless and lossy bf16 weight compression", _neuzip),
-}
 
 
 def _register_builtin(reg: CommandGroups) -> None:
@@ -161,6 +131,7 @@ def _register_builtin(reg: CommandGroups) -> None:
     def cache_seal(args):
         from core.paths import REPO_ROOT
         from core.runner import ExampleStore, committed_stores
+        papers.analyses()  # every paper imported: their schemas registered, so every entry is checked
         rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check)}
                 for p in committed_stores()]
         emit_text(args, rows, lambda r: "\n".join(
@@ -190,18 +161,6 @@ def _register_builtin(reg: CommandGroups) -> None:
         emit_text(args, rows, lambda r: table(r, ["kernel", "device", "dtype", "ok", "used", "seconds", "reason"]))
         if not all(r["ok"] for r in rows):
             sys.exit(1)
-
-
-def paper_analyses() -> dict[str, tuple[dict, Callable]]:
-    """Every paper's analyses and the function that answers them, ``paper -> (ANALYSES, analysis_result)`` (imports
-    the four packages)."""
-    import core.lrp as lrp
-    import core.mathneuro as mathneuro
-    import core.mixln as mixln
-    import core.neuzip as neuzip
-
-    return {"lrp": (lrp.ANALYSES, lrp.analysis_result), "mathneuro": (mathneuro.ANALYSES, mathneuro.analysis_result),
-            "mixln": (mixln.ANALYSES, mixln.analysis_result), "neuzip": (neuzip.ANALYSES, neuzip.analysis_result)}
 
 
 def _register_site(reg: CommandGroups) -> None:
@@ -241,12 +200,12 @@ def _register_analyses(reg: CommandGroups) -> None:
     reg.group("analyses", "every paper's analyses: list them, run one with its inputs")
 
     def list_args(p):
-        p.add_argument("--paper", choices=list(PAPER_GROUPS), help="only this paper's")
+        p.add_argument("--paper", choices=list(papers.names()), help="only this paper's")
 
     @reg.command("analyses", "list", "list every registered analysis: its inputs, cache policy and links", list_args)
     def analyses_list(args):
         rows = []
-        for paper, (analyses, _) in paper_analyses().items():
+        for paper, (analyses, _) in papers.analyses().items():
             if args.paper in (None, paper):
                 rows += [{"paper": paper, "analysis": name,
                           "stored as": a.stored_as or ("parts: " + "+".join(a.parts) if a.parts else "-"),
@@ -256,7 +215,7 @@ def _register_analyses(reg: CommandGroups) -> None:
         emit_text(args, rows, lambda r: table(r))
 
     def run_args(p):
-        p.add_argument("paper", choices=list(PAPER_GROUPS))
+        p.add_argument("paper", choices=list(papers.names()))
         p.add_argument("analysis", help="its name (python -m core analyses list)")
         p.add_argument("--set", action="append", default=[], metavar="INPUT=VALUE",
                        help="an input of the analysis, as a link writes it (repeatable)")
@@ -267,7 +226,8 @@ def _register_analyses(reg: CommandGroups) -> None:
         from core.analyses import entry, inputs_of
         from core.cli_common import ProgressBar, emit
 
-        analyses, answer_with = paper_analyses()[args.paper]
+        package = papers.paper(args.paper).package()
+        analyses, answer_with = package.ANALYSES, package.analysis_result
         a = entry(analyses, args.analysis)
         values = inputs_of(a, args.analysis, args.set)
         bar = ProgressBar()
@@ -284,10 +244,10 @@ def build_registry(only_group: str | None = None) -> CommandGroups:
     _register_builtin(reg)
     _register_analyses(reg)
     _register_site(reg)
-    for group, (help_text, register) in PAPER_GROUPS.items():
-        reg.group(group, help_text)
-        if group == only_group:
-            register(reg)
+    for paper in papers.PAPERS:  # only the group being run is imported (the packages pull in torch)
+        reg.group(paper.name, paper.help)
+        if paper.name == only_group:
+            paper.load_cli().register(reg)
     return reg
 
 

@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 from urllib.parse import urlencode
 
+from core import papers
 from core.analyses import KINDS, Example, Param, linked  # noqa: F401  (the link types, defined with Analysis)
 from core.errors import BadInputError
 from core.results import Result, source_text
 
-PAPERS = ("lrp", "mathneuro", "mixln", "neuzip")  # the tabs with examples, by their tab id (= the package name)
 CUT_KEYS = ("cut", "ignored", "ignored_n")  # what shorten_query adds about the part of a long link it dropped
 RESERVED = ("tab", "example", "view", *CUT_KEYS)  # query keys that are not inputs of a view
 LINK_MAX_CHARS = 2048  # the longest query string a link may have (the longest a view writes is under 300)
@@ -69,18 +69,15 @@ class View:
         return "; ".join(words)
 
 
+def __getattr__(name: str):
+    if name == "PAPERS":  # the tabs with examples, by their tab id (= the package name): core.papers' list
+        return papers.names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _package(tab: str):
-    """The paper package of a tab, imported when first asked for (it pulls in torch and transformers): listed here,
-    where it is used, never found by name."""
-    if tab == "lrp":
-        import core.lrp as package
-    elif tab == "mathneuro":
-        import core.mathneuro as package
-    elif tab == "mixln":
-        import core.mixln as package
-    else:
-        import core.neuzip as package
-    return package
+    """The paper package of a tab (:mod:`core.papers`), imported when first asked for (it pulls in torch)."""
+    return papers.paper(tab).package()
 
 
 def _views(tab: str) -> tuple[Example, ...]:
@@ -95,8 +92,8 @@ _registry: dict[str, tuple[Example, ...]] = {}
 
 def examples(tab: str) -> tuple[Example, ...]:
     """The examples of a tab (``lrp``, ``mathneuro``, ``mixln``, ``neuzip``), in picker order."""
-    if tab not in PAPERS:
-        raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(PAPERS)}.")
+    if tab not in papers.names():
+        raise BadInputError(f"no examples for tab {tab!r}.", fix=f"use one of {', '.join(papers.names())}.")
     if tab not in _registry:
         found = _views(tab)
         names = [e.name for e in found]
@@ -108,7 +105,7 @@ def examples(tab: str) -> tuple[Example, ...]:
 
 def registry() -> dict[str, tuple[Example, ...]]:
     """Every tab's examples: ``{tab: (Example, ...)}``."""
-    return {tab: examples(tab) for tab in PAPERS}
+    return {tab: examples(tab) for tab in papers.names()}
 
 
 def example(tab: str, name: str) -> Example:
@@ -157,7 +154,7 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
     """The view a link opens. ``query``: its parameters; ``tabs``: every tab of the app, id -> title (tabs without
     examples may be opened, e.g. ``models_data``). Nothing in a link fails: each part not understood is named in the
     notice (one line) and replaced by its default."""
-    tabs = dict(tabs or {t: t for t in PAPERS})
+    tabs = dict(tabs or {t: t for t in papers.names()})
     query = {k: v for k, v in query.items() if not k.startswith("__") and k != "deep_link"}  # Gradio's and Spaces'
     problems: list[str] = []
     if any(k in query for k in CUT_KEYS):  # a long link the server cut (shorten_query): say what it used and dropped
@@ -168,7 +165,7 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
     if raw_tab and tab is None:
         problems.append(f"no tab {raw_tab!r} (tabs: {', '.join(tabs)})")
     if tab is None and raw_example:  # an example named without (or with a wrong) tab: the tab that has it
-        owners = [t for t in PAPERS if t in tabs and any(e.name == raw_example for e in examples(t))]
+        owners = [t for t in papers.names() if t in tabs and any(e.name == raw_example for e in examples(t))]
         tab = owners[0] if len(owners) == 1 else None
     inputs = {k: v for k, v in query.items() if k not in RESERVED}
     shown = query.get("view", "").strip()
@@ -180,7 +177,7 @@ def resolve(query: Mapping[str, str], tabs: Mapping[str, str] | None = None) -> 
         if inputs:
             problems.append(f"ignored {_some(sorted(inputs))} (a link names a tab: ?tab=...&example=...)")
         return Opened(None, None, _notice(problems))
-    if tab not in PAPERS:
+    if tab not in papers.names():
         if raw_example:
             problems.append(f"{tabs[tab]} has no examples")
         if inputs:

@@ -171,20 +171,29 @@ def paths(schema: Schema) -> set[str]:
     return schema.paths("")
 
 
+_REGISTRY: dict[str, Schema] = {}
+
+
+def register(schemas: dict[str, Schema]) -> None:
+    """Add a paper's schemas (``{stored analysis name: schema}``): each paper's ``schemas.py`` calls it, and its
+    package imports that module, so a paper's schemas are known as soon as any of its modules is imported (this
+    module imports no paper). A name registered twice with another schema is an error."""
+    for name, schema in schemas.items():
+        if _REGISTRY.get(name, schema) is not schema:
+            raise ValueError(f"two schemas for the stored analysis {name!r}")
+        _REGISTRY[name] = schema
+
+
 def schema_for(analysis: str) -> Schema | None:
     """The schema of a stored analysis (its name in the results cache and the example stores), or None."""
-    return registry().get(analysis)
+    return _REGISTRY.get(analysis)
 
 
 def registry() -> dict[str, Schema]:
-    """Every paper's schemas: ``{stored analysis name: schema}``."""
-    from core.lrp.schemas import SCHEMAS as lrp
-    from core.mathneuro.schemas import SCHEMAS as mathneuro
-    from core.mixln.schemas import SCHEMAS as mixln
-    from core.neuzip.schemas import SCHEMAS as neuzip
-
-    return {**lrp, **mathneuro, **mixln, **neuzip}
+    """The schemas registered so far: ``{stored analysis name: schema}`` (every paper's once its package is imported:
+    :func:`core.papers.analyses` imports them all)."""
+    return dict(_REGISTRY)
 
 
 __all__ = ["Schema", "Num", "Int", "Str", "Bool", "Anything", "Opt", "ListOf", "DictOf", "Rec", "problem", "paths",
-           "schema_for", "registry"]
+           "schema_for", "registry", "register"]

@@ -59,10 +59,11 @@ tables and downloads, written by `python -m core site --out DIR`. Open `index.ht
 
 
 def paper_titles() -> dict[str, str]:
-    """Each tab with examples by its title, as the command line names its paper (``MambaLRP: ...``)."""
-    from core.cli import PAPER_GROUPS
+    """Each tab with examples by its paper's title (:func:`core.papers.titles`)."""
+    from core import papers
 
-    return {tab: PAPER_GROUPS[tab][0].split(":")[0] if tab in PAPER_GROUPS else tab for tab in ex.PAPERS}
+    titles = papers.titles()
+    return {tab: titles.get(tab, tab) for tab in ex.PAPERS}
 
 
 def selection(only: str | None) -> dict[str, list[str]]:

@@ -1,7 +1,7 @@
 """The Gradio UI: one module per tab (``TITLE`` + ``build(ctx)``), a shared header, theme and error handling.
 
-Only this package imports gradio. :data:`TABS` is the one list of tabs, in display order; each
-paper's tab module is added here. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
+Only this package imports gradio. :func:`tab_modules` lists the tabs, in display order: the models and data tab,
+then one per paper of :mod:`core.papers` (its module ``ui/<paper>.py``), titled as the registry titles it. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
 :mod:`core.examples`, one chart, the link to it); a link ``?tab=...&example=...`` opens that tab on that view
 (:mod:`ui.links`), and ``view=talk`` (:mod:`ui.talk`) is the presenter view.
 """
@@ -11,7 +11,7 @@ import importlib
 
 import gradio as gr
 
-from core.examples import PAPERS
+import core.papers as papers
 from ui import tool_endpoints
 from ui.gpu import on_gpu
 from ui.header import build_header
@@ -21,7 +21,14 @@ from ui.talk import TALK_CSS, head
 from ui.theme import CSS as BASE_CSS
 from ui.theme import projector_theme
 
-TABS = ("ui.models_data", "ui.lrp", "ui.mathneuro", "ui.mixln", "ui.neuzip")
+
+
+def tab_modules() -> tuple[str, ...]:
+    """The tabs' modules in display order: the models and data, then each paper's (:mod:`core.papers`)."""
+    return ("ui.models_data", *(f"ui.{name}" for name in papers.names()))
+
+
+TABS = tab_modules()
 CSS = BASE_CSS + TALK_CSS
 
 
@@ -34,12 +41,13 @@ def build_app() -> gr.Blocks:
         notice = gr.Markdown(visible=False, elem_id="lw-notice", elem_classes="lw-notice")
         titles, stages, labs = {}, {}, {}
         with gr.Tabs() as tabs:
-            for module_name in TABS:
+            paper_titles = papers.titles()
+            for module_name in tab_modules():
                 module = importlib.import_module(module_name)
                 tab = module_name.rsplit(".", 1)[-1]
-                titles[tab] = module.TITLE
-                with gr.Tab(module.TITLE, id=tab, elem_id=f"tab-{tab}"):
-                    if tab in PAPERS:
+                titles[tab] = paper_titles.get(tab) or module.TITLE
+                with gr.Tab(titles[tab], id=tab, elem_id=f"tab-{tab}"):
+                    if tab in paper_titles:
                         stages[tab] = build_stage(tab)
                     with gr.Column(elem_classes="lw-lab", elem_id=f"lab-{tab}") as labs[tab]:
                         module.build(ctx)
@@ -49,4 +57,4 @@ def build_app() -> gr.Blocks:
     return demo
 
 
-__all__ = ["build_app", "projector_theme", "CSS", "TABS", "head", "publish"]
+__all__ = ["build_app", "projector_theme", "CSS", "TABS", "tab_modules", "head", "publish"]

@@ -76,12 +76,12 @@ def _preview(out: Path, methods: list[str]) -> pd.DataFrame:
 def run_batch(upload, model, methods, top_k, request: gr.Request = None, progress=gr.Progress()):
     """Explain every text of an uploaded CSV / JSONL file (kind ``lrp``); resumes a stopped batch of the same file."""
     path = _upload(upload)
-    settings = batch.kind("lrp").settings(model=model, methods=methods, top_k=top_k)
+    settings = lrp.BATCH.settings(model=model, methods=methods, top_k=top_k)
     folder = core_files.files_dir() / f"batch-{digest(_sha256(path), settings)}"
     folder.mkdir(exist_ok=True)
     out = folder / f"{STEM}.parquet"
     try:
-        s = batch.run("lrp", path, out, job(request, progress), max_rows=MAX_ROWS, **settings)
+        s = batch.run(lrp.BATCH, path, out, job(request, progress), max_rows=MAX_ROWS, **settings)
     except Cancelled as stop:
         return (str(stop), gr.skip(), gr.update(value=None, visible=False))
     csv = batch.to_csv(out, folder / f"{STEM}.csv")

@@ -31,3 +31,5 @@ from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS,
                                RULE_SWITCHES, TEXT_EXAMPLES, TEXT_MODELS, TOGGLES, TOP, method_choices, recipe_names)
 # the views a speaker shows (core.examples; after the service they show)
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402
+from core.lrp.batch import KIND as BATCH  # its batch kind (core.batch; python -m core lrp batch)
+from core.lrp.schemas import SCHEMAS  # noqa: F401 (its results' schemas, registered with core.schema)

@@ -52,15 +52,25 @@ def open_model(s: dict, progress=None):
 
 
 FIELDS = ("model", "tokens", "target", "target_name", "predictions", "note", "methods")  # what a row reads
+# the lookup a row goes through (core.lrp.service.analysis_found), handed over by the service when it is imported:
+# the service imports this module (the bias audit runs as a batch), so this module does not import it back
+_LOOKUP: list = []
+
+
+def answer_rows_with(analysis_found) -> None:
+    """Set the lookup the rows use (:func:`core.lrp.service.analysis_found`; the service calls this)."""
+    _LOOKUP[:] = [analysis_found]
 
 
 def row(_context, text, s: dict, progress=None) -> tuple[dict, str]:
     """One text, looked up like :func:`core.lrp.text_result` (same key: the examples and the results cache answer
     it, and it is cached for a later single request), without building the page's view of it (the heatmap, its
     figure): the row reads the data."""
-    from core.lrp.service import analysis_found
     from core.runner import has_fields
 
+    if not _LOOKUP:
+        raise RuntimeError("core.lrp.batch's rows need core.lrp.service (import core.lrp)")
+    analysis_found = _LOOKUP[0]
     if text is None:
         raise BadInputError("The text is empty.", fix="Give a text in every row.")
     found = analysis_found("lrp/text", None, check=has_fields(*FIELDS), model=s["model"], text=text,

@@ -162,6 +162,7 @@ def audit(request: BiasRequest, progress=None) -> dict:
     import pandas as pd
 
     from core import batch
+    from core.lrp.batch import KIND
     from core.lrp import inputs
 
     from core.lrp.adapters import adapter_for
@@ -176,7 +177,7 @@ def audit(request: BiasRequest, progress=None) -> dict:
                             fix=f"explain a class from 0 to {classes - 1} (1: positive for mamba-sentiment).")
     with tempfile.TemporaryDirectory(prefix="layerwise-bias-") as tmp:
         source = write_inputs(Path(tmp) / "audit.jsonl")
-        summary = batch.run("lrp", source, Path(tmp) / "audit.parquet", progress, model=request.model,
+        summary = batch.run(KIND, source, Path(tmp) / "audit.parquet", progress, model=request.model,
                             methods=[request.method], target=request.target)
         out = pd.read_parquet(Path(tmp) / "audit.parquet")
     failed = out[out["error"].notna()]

@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 
 import core.lrp as lrp
-from core.batch import kind as batch_kind, register as register_batch
+from core.batch import register as register_batch
+from core.lrp import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 
@@ -302,4 +303,4 @@ def register(groups) -> None:
                    "how the class logit moves (assets/lrp/bias.json)", _bias_args)(run_bias)
     groups.command("lrp", "precompute-bias", "recompute the committed bias audit (assets/lrp/bias.json)",
                    _threads_arg)(run_precompute_bias)
-    register_batch(groups, batch_kind("lrp"))  # python -m core lrp batch: the analysis over a file of inputs
+    register_batch(groups, BATCH_KIND)  # python -m core lrp batch: the analysis over a file of inputs

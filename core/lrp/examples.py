@@ -4,7 +4,7 @@ subset of the methods (``method=mambalrp,integrated_gradients``) at once from th
 does not hold is computed."""
 from __future__ import annotations
 
-from core.examples import Example, Param
+from core.analyses import Example, Param
 from core.lrp import bias
 from core.lrp.methods import METHODS
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, FLOW_EXAMPLES, FLOW_MODELS, IMAGE_MODELS, IMAGE_SAMPLES,

@@ -3,7 +3,7 @@ reads, ``Opt`` where the view copes with a missing value. ``tests/core/test_sche
 nothing else and that a ``None`` where a view would fail is refused."""
 from __future__ import annotations
 
-from core.schema import Bool, DictOf, Holds, Int, ListOf, Num, Opt, Rec, Str, close
+from core.schema import Bool, DictOf, Holds, Int, ListOf, Num, Opt, Rec, Str, close, register
 
 _METHOD = {"label": Opt(Str), "logit": Num, "total": Num, "absorbed": Num, "seconds": Num}
 
@@ -81,3 +81,5 @@ SCHEMAS = {
          "rows": ListOf(Rec({"term": Opt(Str), "group": Opt(Str), "template": Opt(Int), "logit": Opt(Num),
                              "probability": Opt(Num), "relevance": Opt(Num)}), 1)}),
 }
+
+register(SCHEMAS)  # known to core.schema (the runner checks every result against its schema)

@@ -25,6 +25,7 @@ import time
 
 from core.analyses import answer, find, request_for
 from core.errors import BadInputError
+from core.lrp import batch as lrp_batch
 from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
 from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS, IMAGE_SAMPLES,
@@ -55,6 +56,9 @@ def analysis_found(name: str, progress=None, check=None, **raw) -> Found:
     (default: building the view) is what a result must pass to be served or cached; a batch, which never shows a
     row, passes a lighter one (the fields it reads), under the same key."""
     return find(ANALYSES, name, request_for(ANALYSES, name, **raw), examples=_store, progress=progress, check=check)
+
+
+lrp_batch.answer_rows_with(analysis_found)
 
 
 def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rules: dict | None = None,

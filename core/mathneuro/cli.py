@@ -13,7 +13,8 @@ import json
 import sys
 
 import core.mathneuro as mn
-from core.batch import kind as batch_kind, register as register_batch
+from core.batch import register as register_batch
+from core.mathneuro import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads
 from core.zoo import add_placement_args
 
@@ -252,4 +253,4 @@ COMMANDS = {
 def register(groups) -> None:
     for name, (help_text, add_arguments, run) in COMMANDS.items():
         groups.command("mathneuro", name, help_text, add_arguments)(run)
-    register_batch(groups, batch_kind("mathneuro"))  # python -m core mathneuro batch: the analysis over a file
+    register_batch(groups, BATCH_KIND)  # python -m core mathneuro batch: the analysis over a file

@@ -3,7 +3,7 @@
 another model, method or K is computed (and cached) by the service."""
 from __future__ import annotations
 
-from core.examples import Example, Param
+from core.analyses import Example, Param
 from core.mathneuro.methods import METHODS
 from core.mathneuro.recipe import DEMO_NAME
 from core.mathneuro.requests import DEFAULTS, SHOW

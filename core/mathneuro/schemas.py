@@ -3,7 +3,7 @@ reads, ``Opt`` where the view copes with a missing value. ``tests/core/test_sche
 nothing else and that a ``None`` where a view would fail is refused."""
 from __future__ import annotations
 
-from core.schema import DictOf, Int, ListOf, Num, Opt, Rec, Str
+from core.schema import DictOf, Int, ListOf, Num, Opt, Rec, Str, register
 
 _LEVELS = Opt(DictOf(Opt(Rec({}, optional={"chance": Opt(Num), "uniform_loss": Opt(Num)}))))
 _METRICS = DictOf(Opt(Str), 1)
@@ -38,3 +38,5 @@ SCHEMAS = {
          "col_edges": ListOf(Int, 2), "row_counts": ListOf(Int, 1), "col_counts": ListOf(Int, 1),
          "matrices": Opt(ListOf(Str))}),
 }
+
+register(SCHEMAS)  # known to core.schema (the runner checks every result against its schema)

@@ -2,7 +2,7 @@
 read from files at once. ``placement`` picks the runs (``pre-ln,post-ln,mix-ln-0.25``), ``run`` one run."""
 from __future__ import annotations
 
-from core.examples import Example, Param
+from core.analyses import Example, Param
 from core.mixln.folders import list_runs
 from core.mixln.requests import DEFAULT_RUNS
 from core.mixln.service import (angular_distance_result, compare_result, curves_result, depth_result,

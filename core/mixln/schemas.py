@@ -4,7 +4,7 @@ the angular-distance grid, which the heatmap leaves blank). ``tests/core/test_sc
 them."""
 from __future__ import annotations
 
-from core.schema import Int, ListOf, Num, Opt, Rec, Str
+from core.schema import Int, ListOf, Num, Opt, Rec, Str, register
 
 _LAYERS = ListOf(Num, 1)
 # the 64-window diagnostics of a run (issue 35): which windows, how many, and the per-window values (windows x layers)
@@ -28,3 +28,5 @@ SCHEMAS = {
     "mixln/gradnorms": Rec({"subject": Str, "layers": ListOf(Int, 1), "param": _LAYERS, "input": _LAYERS,
                             "loss": Opt(Num)}, same_length=(("layers", "param", "input"),)),
 }
+
+register(SCHEMAS)  # known to core.schema (the runner checks every result against its schema)

@@ -11,6 +11,8 @@ import json
 import sys
 import traceback
 
+from core.neuzip import process
+
 __all__ = ["JOBS", "set_limit", "main"]
 
 
@@ -30,6 +32,7 @@ JOBS = {  # name -> the function a fresh process runs (its keyword arguments fro
     "train-mode": _train_mode,
     "inference-memory": _inference_memory,
 }
+assert tuple(JOBS) == process.JOBS, "core.neuzip.process.JOBS names the jobs run here"
 
 
 def set_limit(kind: str, nbytes: int) -> None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import core.neuzip as nz
-from core.batch import kind as batch_kind, register as register_batch
+from core.batch import register as register_batch
+from core.neuzip import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError
 from core.zoo import add_placement_args
@@ -328,4 +329,4 @@ def register(groups) -> None:
         _train_example_args)(run_train_example)
     cmd("recipe-effects", "each mode's peak with and without activation checkpointing and the chunked loss (why "
         "QLoRA's order against LOMO + NeuZip differs from the paper's)", _recipe_effects_args)(run_recipe_effects)
-    register_batch(groups, batch_kind("neuzip"))  # python -m core neuzip batch: the analysis over a file of inputs
+    register_batch(groups, BATCH_KIND)  # python -m core neuzip batch: the analysis over a file of inputs

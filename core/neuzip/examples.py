@@ -4,7 +4,7 @@ throughput; and the committed training runs (``assets/neuzip/training.json``): m
 curves. Another model, ``k`` or ``B`` is measured by the service (minutes for the trade-off on 2 cores)."""
 from __future__ import annotations
 
-from core.examples import Example, Param
+from core.analyses import Example, Param
 from core.neuzip.codec import BLOCK_SIZES
 from core.neuzip.perplexity import DEFAULT_WORDS
 from core.neuzip.requests import DEFAULT_BLOCK, K_CHOICES, NO_BLOCK

@@ -34,6 +34,7 @@ from core.paths import REPO_ROOT
 __all__ = ["run_fresh", "machine", "cpu_model", "LIMITS", "cap_note", "ChildFailed", "MIB"]
 
 MIB = 2 ** 20
+JOBS = ("train-mode", "inference-memory")  # what a fresh process can run (core.neuzip.child runs each; a test checks)
 LIMITS = ("as", "data")  # RLIMIT_AS (address space), RLIMIT_DATA (data segment and private writable mappings)
 
 
@@ -91,7 +92,7 @@ def cap_note(limit: tuple[str, int] | None) -> str:
 
 def run_fresh(job: str, kwargs: dict, progress=None, threads: int | None = None, limit: tuple[str, int] | None = None,
               env: dict | None = None, timeout: float | None = None) -> dict:
-    """Run ``job`` (a name of :data:`core.neuzip.child.JOBS`) with ``kwargs`` in a fresh Python process; its result
+    """Run ``job`` (a name of :data:`JOBS`) with ``kwargs`` in a fresh Python process; its result
     dict, with ``process``: the child's peak RSS (``peak_rss_bytes``, VmHWM at its end: the whole process), its RSS at
     the end, its exit code, and the cap it ran under. ``threads``: torch threads in the child (default: this
     process's); ``limit``: ``("as" | "data", bytes)``, a memory cap set in the child before it imports anything.
@@ -105,8 +106,6 @@ def run_fresh(job: str, kwargs: dict, progress=None, threads: int | None = None,
     ChildFailed
         The child ended without a result (e.g. killed, or out of memory under ``limit``).
     """
-    from core.neuzip.child import JOBS
-
     if job not in JOBS:
         raise ValueError(f"unknown job {job!r}; one of {', '.join(JOBS)}")
     if limit is not None and (limit[0] not in LIMITS or int(limit[1]) <= 0):

@@ -4,7 +4,7 @@ nothing else and that a ``None`` where a view would fail is refused. The model's
 and table results (the service adds it), so it may be absent there."""
 from __future__ import annotations
 
-from core.schema import Anything, Bool, DictOf, Int, ListOf, Num, Opt, Rec, Str
+from core.schema import Anything, Bool, DictOf, Int, ListOf, Num, Opt, Rec, Str, register
 
 _BITS = {"numel": Int, "bits_per_weight": Opt(Num), "entropy_bound": Opt(Num), "exponent_entropy": Opt(Num),
          "zlib_bits_per_weight": Opt(Num), "zstd_bits_per_weight": Opt(Num)}
@@ -29,4 +29,10 @@ SCHEMAS = {
          "rows": ListOf(Rec({"codec": Opt(Str), "label": Opt(Str), "colour": Opt(Str), "lossless": Opt(Bool),
                              "bits_per_weight": Num, "compress_MBps": Opt(Num), "decompress_MBps": Num,
                              "gap_percent": Opt(Num)}), 1)}),
+    "neuzip/process-memory": Rec(
+        {"model": Opt(Str), "tokens": Int, "ks": ListOf(Int), "block_size": Opt(Int), "machine": Opt(DictOf(Anything)),
+         "rows": ListOf(Rec({"label": Str, "setting": DictOf(Anything), "idle_rss_bytes": Int, "loaded_rss_bytes": Int,
+                             "peak_rss_bytes": Int, "tensor_bytes": Int, "logits_digest": Opt(Str)}), 1)}),
 }
+
+register(SCHEMAS)  # known to core.schema (the runner checks every result against its schema)

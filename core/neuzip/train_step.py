@@ -36,6 +36,7 @@ from core.errors import BadInputError
 from core.neuzip.lomo import ZipState, attach_lomo, weights_digest
 from core.neuzip.memtrack import MemoryTracker, reset_peak_rss, rss, tag_parameter_gradients, trim_heap
 from core.neuzip.modules import linear_layers
+from core.neuzip.train_recipe import MODES, TrainSettings, mode_lr
 from core.neuzip.train_models import ModelSource, decoder_layers
 from core.progress import report
 
@@ -129,7 +130,6 @@ def lm_loss(model: nn.Module, ids: torch.Tensor, chunk: int = 0) -> torch.Tensor
 def _prepare(source: ModelSource, mode, settings, current: dict, progress=None):
     """The model built for ``mode`` and its update set up; returns ``(model, optimizer or None, trainable
     parameters, zip state)``. ``current["tracker"]`` is the memory tracker while one measures (the hooks read it)."""
-    from core.neuzip.training import mode_lr
 
     lr = mode_lr(mode.name, settings)
     state, hook = None, None
@@ -281,7 +281,6 @@ def train_mode(source: ModelSource, mode, batches: torch.Tensor, settings, progr
 
 
 def _lr(mode, settings) -> float:
-    from core.neuzip.training import mode_lr
 
     return mode_lr(mode.name, settings)
 
@@ -290,7 +289,6 @@ def run_mode(ref: str, mode: str, settings: dict, batches: list, measure: str, t
              budget_s: float | None = None, progress=None) -> dict:
     """One mode of a run, as a fresh process runs it (:func:`core.neuzip.training.train_modes`): ``settings`` as
     :class:`core.neuzip.training.TrainSettings` fields, ``batches`` as nested lists of token ids."""
-    from core.neuzip.training import MODES, TrainSettings
 
     if threads:
         torch.set_num_threads(int(threads))

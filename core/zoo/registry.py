@@ -44,35 +44,8 @@ def asset_folders(root: Path | None = None) -> dict[str, Path]:
     return {p.name: p for p in sorted(base.iterdir()) if p.is_dir() and (p / "card.json").exists()}
 
 
-def _mamba_classifier() -> type:
-    from core.lrp.models import MambaSequenceClassifier
-    return MambaSequenceClassifier
-
-
-def _sequence_classifier() -> type:
-    from core.lrp.models import SequenceClassifier
-    return SequenceClassifier
-
-
-def _vision_mamba() -> type:
-    from core.lrp.models import VisionMamba
-    return VisionMamba
-
-
-def _mixln() -> type:
-    from core.mixln.model import MixLNForCausalLM
-    return MixLNForCausalLM
-
-
-# The project's own model classes a card.json may name as ``model_class`` (besides "hf", transformers' classes): the
-# name a card writes -> the class, imported when a card names it (the paper packages pull in torch and transformers).
-# Nothing else is imported from a card: a card is data, and a folder may come from anywhere.
-MODEL_CLASSES: dict[str, Callable[[], type]] = {
-    "core.lrp:MambaSequenceClassifier": _mamba_classifier,
-    "core.lrp:SequenceClassifier": _sequence_classifier,
-    "core.lrp:VisionMamba": _vision_mamba,
-    "core.mixln:MixLNForCausalLM": _mixln,
-}
+# The project's own model classes a card.json may name (core.model_classes: filled by core.papers, which owns them)
+from core.model_classes import MODEL_CLASSES  # noqa: E402,F401
 
 
 def weight_files(folder: Path) -> list[Path]:

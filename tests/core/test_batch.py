@@ -148,10 +148,14 @@ def test_csv_export_keeps_lists_as_json(tmp_path):
 
 
 def test_the_registry_lists_each_papers_kind_with_its_input_column():
-    found = batch.kinds()
+    from core import papers
+
+    found = papers.batch_kinds()
     assert {k: v.column for k, v in found.items()} == {"lrp": "text", "mathneuro": "prompt", "neuzip": "model"}
     with pytest.raises(BadInputError, match="no batch kind"):
-        batch.kind("nope")
+        papers.batch_kind("nope")
+    with pytest.raises(BadInputError, match="no batch kind"):
+        papers.batch_kind("mixln")  # a paper without one
 
 
 def test_a_duplicated_or_foreign_part_is_dropped_with_a_message_and_each_row_merged_once(tmp_path):

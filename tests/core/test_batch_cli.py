@@ -14,6 +14,8 @@ import time
 import pandas as pd
 import pytest
 
+import core.mathneuro as mathneuro
+import core.neuzip as neuzip
 from core import batch
 from core.zoo import registered_names
 from tests.conftest import REPO, linked_home
@@ -113,7 +115,7 @@ def test_mathneuro_prompt_scores_equal_the_losses_measured_directly(tmp_path):
     prompts = ["Question: What is 3 plus 4?\nAnswer: 7", "The film was a quiet delight.", ""]
     source = tmp_path / "p.jsonl"
     source.write_text("\n".join(json.dumps({"prompt": p}) for p in prompts))
-    summary = batch.run("mathneuro", source, tmp_path / "s.parquet", n=3, proportion=0.05)
+    summary = batch.run(mathneuro.BATCH, source, tmp_path / "s.parquet", n=3, proportion=0.05)
     out = pd.read_parquet(tmp_path / "s.parquet")
     lm = load("mathneuro-tiny")
     masks = masks_for(lm, "arithmetic-words", "review-sentiment", 3, 0.05, "mathneuro")
@@ -124,7 +126,7 @@ def test_mathneuro_prompt_scores_equal_the_losses_measured_directly(tmp_path):
                                                           rel=1e-6)
     assert out.loc[0, "loss_change"] == pytest.approx(out.loc[0, "loss_pruned"] - out.loc[0, "loss"])
     assert "empty" in out.loc[2, "error"] and summary["errors"] == 1
-    again = batch.run("mathneuro", source, tmp_path / "t.parquet", n=3, proportion=0.05)
+    again = batch.run(mathneuro.BATCH, source, tmp_path / "t.parquet", n=3, proportion=0.05)
     assert again["cache"] == 2 and again["computed"] == 0  # each prompt's score was cached like a single request
 
 
@@ -134,7 +136,7 @@ def test_neuzip_tradeoff_over_a_list_of_models_equals_the_service(tmp_path):
 
     source = tmp_path / "models.csv"
     source.write_text("model\nmathneuro-tiny\nno-such-model\n")
-    batch.run("neuzip", source, tmp_path / "t.parquet", ks=[7, 1], block_size=0, words=100, baselines=False)
+    batch.run(neuzip.BATCH, source, tmp_path / "t.parquet", ks=[7, 1], block_size=0, words=100, baselines=False)
     out = pd.read_parquet(tmp_path / "t.parquet")
     direct = tradeoff_result("mathneuro-tiny", [7, 1], 0, 100, baselines=False)
     assert list(out.loc[0, "settings"]) == [p["label"] for p in direct.data["points"]]

@@ -15,6 +15,9 @@ import pytest
 
 from core.runner import ExampleStore, Found, committed_stores, example_checksum
 from core.schema import ListOf, Num, Opt, Rec, Str, paths, problem, registry, schema_for
+from core.papers import analyses as _every_paper
+
+_every_paper()  # every paper's package imported: each registers its schemas with core.schema
 
 # the mappings (any keys: methods, datasets) among each analysis' fields, written * in the schema's paths
 MAPS = {"lrp/text": ["methods"], "lrp/image": ["methods"],
