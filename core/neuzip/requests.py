@@ -282,6 +282,16 @@ class ProcessMemoryRequest:
         tokens = check_number(tokens, "tokens", 1, 8192, whole=True)
         return cls(ref, ks, b, tokens, tuple(default_settings(ks, b, baselines=False)))
 
+    def price(self):
+        """Each setting in its own process: the model read and compressed (about a hundred operations a weight) and
+        one forward of ``tokens`` tokens (:mod:`core.budget`)."""
+        from core.budget import Price, model_flops, model_parameters
+
+        params, points = model_parameters(self.ref), max(1, len(self.settings))
+        flops = points * (model_flops(params, self.tokens) + 100.0 * params)
+        return Price(flops, f"{points} settings x one forward of {self.tokens:,} tokens of {self.ref} "
+                     f"({params / 1e6:.1f} M parameters), each in a fresh process", fix="fewer tokens or k values.")
+
     def params(self) -> dict:
         return {"ks": list(self.ks), "block_size": self.block_size, "tokens": self.tokens, "version": CACHE_VERSION}
 
