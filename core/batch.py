@@ -499,7 +499,7 @@ def _runner(k: BatchKind):
         set_threads(args.threads)
         bar = ProgressBar()
         try:
-            summary = run(k.name, args.source, args.out, bar, restart=args.restart, chunk=args.chunk,
+            summary = run(k, args.source, args.out, bar, restart=args.restart, chunk=args.chunk,
                           **k.from_args(args))
         except KeyboardInterrupt:
             bar.close()

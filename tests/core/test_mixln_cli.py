@@ -113,8 +113,8 @@ def test_reproduce_picks_sets_placements_and_seeds(monkeypatch, tmp_path, capsys
     assert hooks == {mixln.write_run_diagnostics}  # each run's diagnostics, computed while its weights are there
     assert [str(r) for r in levels] == [str(tmp_path)]               # and the charts' reference levels, once
     # everything `mixln reproduce` retrains: 12 layers (DeepNorm with the authors' constants: 2 seeds), 24 layers (Pre-LN
-    # 2 seeds), the learning-rate sweep, the embedding-init set
-    assert len(runs.recipe_jobs()) == 9 * 3 + 2 + (7 + 1) + 3 * 2 + 3 * 3
+    # 2 seeds), the learning-rate sweep, the embedding-init set (Pre-LN and Mix-LN 0.25 at 5 seeds, LNS at 3)
+    assert len(runs.recipe_jobs()) == 9 * 3 + 2 + (7 + 1) + 3 * 2 + (5 + 5 + 3)
 
 
 def test_each_pending_command_trains_exactly_its_pending_runs(monkeypatch, tmp_path, capsys):
