@@ -169,9 +169,11 @@ def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tens
     return with_gradient_of(s, 0.5 * (y * g.detach()) + 0.5 * (y.detach() * g))
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None) -> torch.Tensor:
-    """transformers' ``MambaRMSNorm`` (same operations; in float64 for float64 inputs); with ``rules.norm`` the
-    LN-rule.
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None,
+             offset: float | None = None) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm`` / ``MambaRMSNorm`` (same operations; in float64 for float64 inputs); with
+    ``rules.norm`` the LN-rule. ``offset``: Gemma's norm, ``normed * (offset + weight)`` in the compute dtype before
+    the cast back (Gemma 2 and 3 store ``weight`` around 0 and use ``offset = 1``).
 
     ``x: (..., H)``; the LN-rule makes ``rsqrt(mean(x^2) + eps)`` a constant, so the map is linear.
     """
@@ -180,7 +182,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules 
     constant = rules is not None and rules.norm
     variance = (h.detach() if constant else h).pow(2).mean(-1, keepdim=True)
     scale = torch.rsqrt(variance + eps)
+    if offset is not None:
+        return (h * scale * (offset + weight.to(h.dtype))).to(input_dtype)
     return weight * (h * scale).to(input_dtype)
+
+
+def softcap(x: torch.Tensor, cap: float | None, rules: LRPRules | None) -> torch.Tensor:
+    """Gemma 2's soft-capping ``cap * tanh(x / cap)`` (of attention scores, of the final logits); ``cap`` None: ``x``.
+    With ``rules.silu`` the identity rule of an element-wise activation (AttnLRP): the relevance passes unchanged, so
+    a capped logit is explained by relevances that sum to the capped value."""
+    if cap is None:
+        return x
+    return activation(x, lambda t: torch.tanh(t / cap) * cap, rules)
 
 
 def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, groups: int,

@@ -86,11 +86,14 @@ def test_bad_input_names_the_problem(call, match):
 
 
 @needs
-def test_a_non_mamba_model_is_refused():
+def test_the_projects_llama_is_explained_with_attnlrp():
+    """mathneuro-tiny (a LlamaForCausalLM) was refused before the transformer decoders had rules."""
     if "mathneuro-tiny" not in registered_names():
         pytest.skip("no Llama model committed")
-    with pytest.raises(BadInputError, match="Mamba"):
-        api.text_result("mathneuro-tiny", "1 + 1 =")
+    res = api.text_result("mathneuro-tiny", "1 + 1 =", ["mambalrp"])
+    m = res.data["methods"]["mambalrp"]
+    assert res.data["model_kind"] == "lm" and len(m["relevance"]) == len(res.data["tokens"]) > 2
+    assert abs(m["total"]) > 0 and m["logit"] == pytest.approx(m["total"] + m["absorbed"])
 
 
 def test_prepare_image_normalises_and_says_what_it_did(tmp_path):

@@ -187,17 +187,16 @@ def test_the_ablation_switches_reach_the_new_blocks(models):
 
 
 def test_other_families_are_refused_with_a_clear_message():
-    """Zamba2's shared attention blocks (with LoRA adapters and the embeddings concatenated in) have no rule yet."""
+    """A causal LM without rules (OPT: learned positions with an offset, ReLU MLP) is named in the refusal."""
     import transformers as T
 
-    cfg = T.Zamba2Config(vocab_size=64, hidden_size=16, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"],
-                         mamba_d_state=4, mamba_headdim=8, n_mamba_heads=4, num_attention_heads=4,
-                         attention_head_dim=8, num_key_value_heads=4, intermediate_size=16)
     from core.zoo.construction import constructing
 
+    cfg = T.OPTConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2,
+                      word_embed_proj_dim=16, max_position_embeddings=32)
     with constructing():
-        model = T.Zamba2ForCausalLM(cfg).eval()
-    with pytest.raises(BadInputError, match="Zamba2ForCausalLM"):
+        model = T.OPTForCausalLM(cfg).eval()
+    with pytest.raises(BadInputError, match="OPTForCausalLM"):
         explain(model, input_ids=_ids())
 
 
