@@ -146,7 +146,7 @@ def test_target_choices():
 @needs
 def test_precomputed_examples_are_current_and_found():
     entries = EXAMPLES.entries()
-    assert {e["analysis"] for e in entries} == {"lrp/text", "lrp/image", "lrp/flow"}
+    assert {e["analysis"] for e in entries} == {"lrp/text", "lrp/image", "lrp/flow", "lrp/compare"}
     assert len(entries) == len(api.default_requests())
     kind, inputs_ = api.default_requests()[0]
     found = api.text_result(**inputs_)
@@ -167,9 +167,11 @@ def test_examples_answer_without_loading_and_a_repeat_is_a_cache_hit(fresh_cache
 
     clear_loaded()
     for kind, kwargs in api.default_requests():
-        res = {"text": api.text_result, "image": api.image_result, "flow": api.flow_result}[kind](**kwargs)
+        res = {"text": api.text_result, "image": api.image_result, "flow": api.flow_result,
+               "compare": api.compare_result}[kind](**kwargs)
         assert res.source == "precomputed"
-        assert res.files() and res.figures and (res.views.get("summary") or res.views.get("shares"))  # and downloads
+        assert res.files() and res.figures and (res.views.get("summary") or res.views.get("shares")
+                                                or res.tables.get("models"))  # and downloads
     assert not loading._loaded  # no model was loaded to compare a fingerprint
     text = "A long, slow and oddly moving film."
     first = api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gate": False})
