@@ -148,11 +148,7 @@ def attention_function(module, query, key, value, attention_mask, scaling: float
     length, source = scores.shape[-2:]
     if attention_mask is None:
         if length > 1:
-            ones = torch.ones(length, source, dtype=torch.bool, device=scores.device)
-            allowed = ones.tril(source - length)
-            if sliding_window:
-                allowed = allowed & ~ones.tril(source - length - sliding_window)
-            scores = scores.masked_fill(~allowed, float("-inf"))
+            scores = scores.masked_fill(_hidden(length, source, sliding_window or 0, scores.device), float("-inf"))
     elif attention_mask.dtype == torch.bool:
         scores = scores.masked_fill(~attention_mask[..., :source], float("-inf"))
     else:
@@ -164,6 +160,16 @@ def attention_function(module, query, key, value, attention_mask, scaling: float
         ctx.attention.append((ctx.layer, probs))
     out = torch.matmul(R.share(probs, 0.5) if uniform else probs, value)
     return out.transpose(1, 2).contiguous(), probs
+
+
+@functools.lru_cache(maxsize=2)  # the last masks used (one model's windowed and full layers)
+def _hidden(length: int, source: int, window: int, device: torch.device) -> torch.Tensor:
+    """``(length, source)``: True where a query may not see a key (after it, or ``window`` or more before it)."""
+    ones = torch.ones(length, source, dtype=torch.bool, device=device)
+    allowed = ones.tril(source - length)
+    if window:
+        allowed = allowed & ~ones.tril(source - length - window)
+    return ~allowed
 
 
 @functools.lru_cache(maxsize=1)

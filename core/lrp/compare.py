@@ -88,7 +88,8 @@ def compare(request, progress: Progress | None = None) -> dict:
         loaded = inputs.load(ref)
         ids, pieces, note = inputs.tokenize(loaded, request.text)
         t0 = time.perf_counter()
-        e = explain(loaded.model, input_ids=ids, method=request.method, progress=step)
+        e = explain(loaded.model, input_ids=ids, method=request.method, progress=step, **(
+            {} if request.method == "mambalrp" else METHODS[request.method].options))
         seconds = time.perf_counter() - t0
         family = family_of(loaded.model)
         structure = family.structure if family else "ssm"
@@ -104,8 +105,10 @@ def compare(request, progress: Progress | None = None) -> dict:
                       "seconds": seconds, "note": note, "words": words, "outside_text": outside,
                       **locality(words)})
     report(progress, 1.0, "done")
+    attention = any(s["structure"] != "ssm" for s in sides)
+    label = METHODS[request.method].label + (" + AttnLRP" if request.method == "mambalrp" and attention else "")
     return {"kind": "compare", "text": request.text, "method": request.method,
-            "method_label": METHODS[request.method].label, "words": [w for _, _, w in words_of(request.text)],
+            "method_label": label, "words": [w for _, _, w in words_of(request.text)],
             "models": sides}
 
 
@@ -123,7 +126,7 @@ def compare_figure(data: dict) -> go.Figure:
     against). Bottom: the share of each model's |relevance| within d words of the end of the text."""
     sides, words = data["models"], data["words"]
     x = [f"{i}:{_visible(w)}" for i, w in enumerate(words)]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.45, 0.55], vertical_spacing=0.22,
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.42, 0.58], vertical_spacing=0.3,
                         subplot_titles=["relevance per word, each row over its own largest |relevance|",
                                         "share of |relevance| within d words of the end"])
     z = [list(np.asarray(s["words"], float) / _scale(s["words"])) for s in sides]
@@ -143,7 +146,7 @@ def compare_figure(data: dict) -> go.Figure:
     style(fig, f"One text, two models: where the relevance of each model's prediction lies ({data['method_label']})",
           height=640)
     fig.update_xaxes(tickangle=-45, title_text="word (position:text)", row=1, col=1)
-    fig.update_yaxes(title_text="model: its prediction", row=1, col=1)
+    fig.update_yaxes(title_text="model: its prediction", autorange="reversed", row=1, col=1)  # model A on top
     fig.update_xaxes(title_text="d, words counted from the end of the text", dtick=1, row=2, col=1)
     fig.update_yaxes(title_text="|relevance| within d words (%)", range=[0, 102], row=2, col=1)
     fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.16, "yanchor": "top"}, margin={"b": 110})

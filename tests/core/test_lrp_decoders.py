@@ -152,3 +152,56 @@ def test_the_cli_explains_a_saved_folder_of_each_family(folders, family, capsys)
     assert abs(logit - total - absorbed) <= 1e-3 * abs(logit)  # float32: measured 1e-7 .. 1e-6
     assert plain["logit"] == pytest.approx(logit, rel=1e-5) and plain["total"] == pytest.approx(total, rel=1e-3)
     assert len(plain["tokens"]) == len(traced["tokens"]) > 3
+
+
+@pytest.mark.slow
+def test_batch_the_agent_tool_and_the_long_table_take_a_transformer_folder(folders, tmp_path):
+    """No family branch anywhere after the model: the batch command, the MCP tool and ``Result.frame()``."""
+    import pandas as pd
+
+    import core.lrp as lrp
+    from core.cli import main
+    from ui import tools
+
+    folder, text = str(folders["llama"]), "The function returns a list of"
+    source = tmp_path / "texts.jsonl"
+    source.write_text(json.dumps({"text": text}) + "\n" + json.dumps({"text": "a second line of text"}) + "\n")
+    assert main(["lrp", "batch", "--model", folder, "--in", str(source), "--out", str(tmp_path / "out.parquet")]) == 0
+    rows = pd.read_parquet(tmp_path / "out.parquet")
+    assert len(rows) == 2 and all(len(r) == n for r, n in zip(rows["mambalrp_relevance"], rows["n_tokens"]))
+    answer = json.loads(tools.lrp_relevance(folder, text, ["mambalrp"]))
+    assert [r["token"] for r in answer["tables"]["relevance"]] == list(rows.loc[0, "tokens"])
+    long = lrp.text_result(folder, text, ["mambalrp"]).frame()
+    assert set(long["measure"]) >= {"mambalrp"} and len(long) >= len(rows.loc[0, "tokens"])
+
+
+# ---- at the published size, and through the hub stand-in -------------------------------------------------------------
+@pytest.mark.slow
+def test_smollm2_at_its_real_layer_shapes_conserves():
+    """Two of SmolLM2-135M's layers at its real width (576, 9 / 3 heads of 64, MLP 1536; vocabulary cut to 1024), 32
+    tokens, float64: relevance + absorbed = logit to 1e-10 (measured 1e-16), float32 within 1e-5 of float64 (measured
+    3e-7 of the largest relevance). The whole model: bench/lrp.py --parts decoder_conservation."""
+    from tests.core.decoder_models import real
+
+    model = build(real("smollm2-135m", 2, 1024))
+    ids = torch.randint(3, 1024, (1, 32), generator=torch.Generator().manual_seed(0))
+    flow = relevance_flow(model, input_ids=ids)
+    assert abs(flow.residual) <= 1e-10 * abs(flow.logit) and flow.absorbed["softmax"] != 0
+    e32 = explain(model.float(), input_ids=ids)
+    assert float((e32.sequence_relevance.double() - flow.relevance).abs().max()) <= 1e-5 * float(
+        flow.relevance.abs().max())
+
+
+@pytest.mark.slow
+def test_a_transformer_from_the_hub_is_explained(hub_stand_in, tmp_path):
+    """The online path for one transformer repository: HuggingFaceTB/SmolLM2-135M as the stand-in serves it (a tiny
+    Llama with its tokenizer), downloaded by the zoo's loader and explained by the command line."""
+    from tests.core.test_online import cli
+    from tests.hub_repos import LLAMA_ID
+
+    proc = cli(hub_stand_in, tmp_path, "lrp", "explain", "--layers", "--json", "--model", LLAMA_ID, "--text",
+               "The function returns a list of")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    assert abs(out["residual"]) <= 1e-4 * abs(out["logit"]) and set(out["shares"]) == {"attention", "mlp"}
+    assert out["model"] == LLAMA_ID and len(out["tokens"]) > 3
