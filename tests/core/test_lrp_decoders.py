@@ -175,7 +175,7 @@ def test_batch_the_agent_tool_and_the_long_table_take_a_transformer_folder(folde
     assert set(long["measure"]) >= {"mambalrp"} and len(long) >= len(rows.loc[0, "tokens"])
 
 
-# ---- at the published size, and through the hub stand-in -------------------------------------------------------------
+# ---- at the published size (the hub stand-in serves a transformer too: tests/core/test_lrp_ssm2.py) -------------------
 @pytest.mark.slow
 def test_smollm2_at_its_real_layer_shapes_conserves():
     """Two of SmolLM2-135M's layers at its real width (576, 9 / 3 heads of 64, MLP 1536; vocabulary cut to 1024), 32
@@ -190,18 +190,3 @@ def test_smollm2_at_its_real_layer_shapes_conserves():
     e32 = explain(model.float(), input_ids=ids)
     assert float((e32.sequence_relevance.double() - flow.relevance).abs().max()) <= 1e-5 * float(
         flow.relevance.abs().max())
-
-
-@pytest.mark.slow
-def test_a_transformer_from_the_hub_is_explained(hub_stand_in, tmp_path):
-    """The online path for one transformer repository: HuggingFaceTB/SmolLM2-135M as the stand-in serves it (a tiny
-    Llama with its tokenizer), downloaded by the zoo's loader and explained by the command line."""
-    from tests.core.test_online import cli
-    from tests.hub_repos import LLAMA_ID
-
-    proc = cli(hub_stand_in, tmp_path, "lrp", "explain", "--layers", "--json", "--model", LLAMA_ID, "--text",
-               "The function returns a list of")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    out = json.loads(proc.stdout)
-    assert abs(out["residual"]) <= 1e-4 * abs(out["logit"]) and set(out["shares"]) == {"attention", "mlp"}
-    assert out["model"] == LLAMA_ID and len(out["tokens"]) > 3
