@@ -57,8 +57,7 @@ def build_compare() -> list:
                               label="Text (the same for both)", elem_id="lrp-compare-text", scale=4)
             btn = gr.Button("Compare", variant="primary", elem_id="lrp-compare-btn")
         status = gr.Markdown(ex.status if ex else "Press Compare.", elem_id="lrp-compare-status")
-        plot = gr.Plot(figure_or(ex, "compare", "Press Compare."), label="Relevance per word, two models",
-                       elem_id="lrp-compare-plot")
+        plot = gr.Plot(figure_or(ex, "compare", "Press Compare."), show_label=False, elem_id="lrp-compare-plot")
         table = gr.Dataframe(frame(ex.tables["models"]) if ex else None, interactive=False,
                              label="Per model: its prediction, conservation, how local its relevance is",
                              elem_id="lrp-compare-table")
