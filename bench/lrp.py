@@ -37,7 +37,8 @@
   512 tokens), random weights, float32; ``explain`` (AttnLRP) against transformers' own no-grad forward (its sdpa
   attention), target <= 3.
 - ``decoder_conservation``: ``--decoder-conservation-cases name:layers:dtype`` (default SmolLM2-135M's 30 layers in
-  float64 at its real vocabulary; ``llama-3.2-1b:16:float32`` once, heavy: about 6 GB), 32 random tokens: the
+  float64 at its real vocabulary, peak RSS 1.7 GiB; also ``gpt2:12:float64`` 1.6 GiB, ``qwen2.5-0.5b:24:float64``
+  4.9 GiB, ``gemma-2-2b:4:float64`` 9.5 GiB and ``llama-3.2-1b:16:float32``, heavy), 32 random tokens: the
   relevances, what biases and softmaxes absorbed, the residual, float32 against float64 where float64 was asked.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
@@ -242,8 +243,8 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
 
 def real_model(name: str, layers: int | None, vocab: int | None, dtype):
     """A random-weight causal LM of a published config: ``tests.core.ssm2_models.REAL`` (Mamba-2, the hybrids) or
-    ``tests.core.decoder_models.REAL`` (SmolLM2-135M, Llama-3.2-1B), cut to ``layers`` layers and ``vocab``
-    tokens."""
+    ``tests.core.decoder_models.REAL`` (SmolLM2-135M, Llama-3.2-1B, Qwen2.5-0.5B, Gemma-2-2B, GPT-2), cut to
+    ``layers`` layers and ``vocab`` tokens."""
     from tests.core import decoder_models, ssm2_models
 
     source = decoder_models if name in decoder_models.REAL else ssm2_models

@@ -13,7 +13,11 @@ Real sizes (``real(name)``): SmolLM2-135M's config as published (huggingface.co/
 config.json; the same numbers the zoo's ``smollm2-135m`` carries: hidden 576, 30 layers, 9 / 3 heads of 64,
 intermediate 1536, vocab 49152, tied, rope_theta 100000, rms eps 1e-5) and Llama-3.2-1B's
 (huggingface.co/meta-llama/Llama-3.2-1B, config.json: hidden 2048, 16 layers, 32 / 8 heads of 64, intermediate
-8192, vocab 128256, tied, rope_theta 500000 with llama3 scaling factor 32, rms eps 1e-5).
+8192, vocab 128256, tied, rope_theta 500000 with llama3 scaling factor 32, rms eps 1e-5); Qwen2.5-0.5B's
+(hidden 896, 24 layers, 14 / 2 heads, intermediate 4864, vocab 151936, tied, rope_theta 1e6, rms eps 1e-6, q/k/v
+biases), Gemma-2-2B's (hidden 2304, 26 layers, 8 / 4 heads of 256, intermediate 9216, vocab 256000, sliding window
+4096 on alternate layers, soft-capping 50 on the scores and 30 on the logits) and GPT-2's (124M: 768 wide, 12
+layers, 12 heads, vocab 50257, 1024 learned positions, gelu_new).
 """
 from __future__ import annotations
 
@@ -116,6 +120,20 @@ REAL = {
         rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "high_freq_factor": 4.0,
                          "low_freq_factor": 1.0, "original_max_position_embeddings": 8192},
         bos_token_id=128000, eos_token_id=128001)),
+    "qwen2.5-0.5b": ("Qwen2Config", dict(
+        hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+        max_position_embeddings=32768, rms_norm_eps=1e-6, vocab_size=151936, tie_word_embeddings=True,
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, use_sliding_window=False,
+        bos_token_id=151643, eos_token_id=151643)),
+    "gemma-2-2b": ("Gemma2Config", dict(
+        hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8, num_key_value_heads=4,
+        head_dim=256, query_pre_attn_scalar=256, sliding_window=4096, attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0, max_position_embeddings=8192, rms_norm_eps=1e-6, vocab_size=256000,
+        hidden_activation="gelu_pytorch_tanh", rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+        pad_token_id=0, bos_token_id=2, eos_token_id=1)),
+    "gpt2": ("GPT2Config", dict(
+        n_embd=768, n_layer=12, n_head=12, n_positions=1024, vocab_size=50257, activation_function="gelu_new",
+        layer_norm_epsilon=1e-5, bos_token_id=50256, eos_token_id=50256)),
 }
 
 
