@@ -32,10 +32,19 @@
   relevances, what the biases and softmaxes absorbed and the residual ``logit - (sum + absorbed)``
   (:func:`core.lrp.flow.relevance_flow`); the largest difference of float32 ``explain`` from float64, relative to
   the largest relevance; peak RSS.
+- ``decoder_size``: the same protocol for the transformer decoders at their published configs
+  (tests/core/decoder_models.py): ``--decoder-cases name:layers:tokens`` (default SmolLM2-135M, all 30 layers, at
+  512 tokens), random weights, float32; ``explain`` (AttnLRP) against transformers' own no-grad forward (its sdpa
+  attention), target <= 3.
+- ``decoder_conservation``: ``--decoder-conservation-cases name:layers:dtype`` (default SmolLM2-135M's 30 layers in
+  float64 at its real vocabulary, peak RSS 1.7 GiB; also ``gpt2:12:float64`` 1.6 GiB, ``qwen2.5-0.5b:24:float64``
+  4.9 GiB, ``gemma-2-2b:4:float64`` 9.5 GiB and ``llama-3.2-1b:16:float32``, heavy), 32 random tokens: the
+  relevances, what biases and softmaxes absorbed, the residual, float32 against float64 where float64 was asked.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
 
-Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,ssm2_size,ssm2_conservation,evaluation] [--repeats 5]
+Usage: ``python bench/lrp.py [--parts time,scan_memory,real_size,ssm2_size,ssm2_conservation,decoder_size,
+decoder_conservation,evaluation] [--repeats 5]
 [--lm-tokens 64] [--threads 2] [--no-triton] [--real-cases 130m:512,130m:2048,370m:512] [--real-repeats 3]``;
 ``python bench/lrp.py --smoke``: every part at tiny sizes (one round, 2 IG steps, a 2-layer random Mamba, scans of
 16 steps), in seconds, so the script is checked end to end (CI); its timings are meaningless.
@@ -161,8 +170,8 @@ print(json.dumps(ssm2_cost({name!r}, {layers}, {length}, {repeats}, {threads}, {
 
 def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: int = 2, device: str = "cpu",
               vocab: int | None = None, keep: bool = False) -> dict:
-    """One Mamba-2 / hybrid case in this process: a random-weight model of ``name``'s published config
-    (``tests.core.ssm2_models.REAL``) cut to ``layers`` layers, ``length`` random token ids; the peak memory of the
+    """One Mamba-2 / hybrid / transformer case in this process: a random-weight model of ``name``'s published config
+    (:func:`real_model`) cut to ``layers`` layers, ``length`` random token ids; the peak memory of the
     first ``explain(method="mambalrp")`` (RSS on the CPU, ``max_memory_allocated`` on CUDA), then ``repeats`` rounds
     of one no-grad forward (transformers' own forward, last-position logits) and one ``explain``, alternating;
     medians and the ratio. ``keep``: keep every mixer's activations for the backward instead of recomputing them
@@ -175,15 +184,13 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
     from bench.peak_rss import PeakRSS
     from core.lrp import explain
     from core.lrp.adapters import adapter_for
-    from tests.core.ssm2_models import build, real
-
     torch.set_num_threads(threads)
     cuda = device.startswith("cuda")
     if keep:
         import core.lrp.methods
 
         core.lrp.methods.RECOMPUTE_ABOVE_BYTES = float("inf")
-    model = build(real(name, layers, vocab), dtype=torch.float32).to(device)
+    model = real_model(name, layers, vocab, torch.float32).to(device)
     cfg = model.config
     ids = torch.randint(3, cfg.vocab_size, (1, length), generator=torch.Generator().manual_seed(0)).to(device)
     adapter = adapter_for(model)
@@ -220,7 +227,9 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
     out = {"config": {"name": name, "layers": layers, "tokens": length, "device": device, "dtype": "float32",
                       "mixers_recomputed": not keep,
                       "parameters": sum(p.numel() for p in model.parameters()),
-                      "layer_kinds": sorted(set(getattr(cfg, "layers_block_type", None) or ["mamba"]))},
+                      "layer_kinds": sorted(set(getattr(cfg, "layers_block_type", None)
+                                                or (["attention"] if hasattr(cfg, "num_attention_heads")
+                                                    and not hasattr(cfg, "mamba_n_heads") else ["mamba"])))},
            "first_explain_s": round(first, 2), **peak, "absorbed": e.absorbed, "logit": e.logit}
     if repeats:
         f, m = statistics.median(t_fwd), statistics.median(t_lrp)
@@ -232,27 +241,51 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
     return out
 
 
-_CONSERVATION_CHILD = r"""
-import json, resource, sys
-import torch
-sys.path.insert(0, {root!r})
-torch.set_num_threads({threads})
-from core.lrp import explain
-from core.lrp.flow import relevance_flow
-from tests.core.ssm2_models import build, real
+def real_model(name: str, layers: int | None, vocab: int | None, dtype):
+    """A random-weight causal LM of a published config: ``tests.core.ssm2_models.REAL`` (Mamba-2, the hybrids) or
+    ``tests.core.decoder_models.REAL`` (SmolLM2-135M, Llama-3.2-1B, Qwen2.5-0.5B, Gemma-2-2B, GPT-2), cut to
+    ``layers`` layers and ``vocab`` tokens."""
+    from tests.core import decoder_models, ssm2_models
 
-model = build(real({name!r}, {layers}, 1024), dtype=torch.float64)
-ids = torch.randint(3, 1024, (1, {length}), generator=torch.Generator().manual_seed(0))
-flow = relevance_flow(model, input_ids=ids)
-e32 = explain(model.float(), input_ids=ids)
-scale = float(flow.relevance.abs().max())
-print(json.dumps({{"layers": {layers}, "tokens": {length}, "parameters": sum(p.numel() for p in model.parameters()),
-                  "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
-                  "residual_over_logit": abs(flow.residual) / abs(flow.logit),
-                  "absorbed_over_logit": {{k: v / flow.logit for k, v in flow.absorbed.items()}},
-                  "float32_vs_float64_max_over_max_relevance": float((e32.sequence_relevance.double()
-                                                                      - flow.relevance).abs().max()) / scale,
-                  "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}}))
+    source = decoder_models if name in decoder_models.REAL else ssm2_models
+    return source.build(source.real(name, layers, vocab), dtype=dtype)
+
+
+def conservation_cost(name: str, layers: int, length: int, threads: int = 2, vocab: int | None = 1024,
+                      dtype: str = "float64") -> dict:
+    """Conservation of one published config at real width in this process: ``relevance_flow`` in ``dtype``, and for
+    a float64 run the largest difference of float32 ``explain`` from it, relative to the largest relevance."""
+    import resource
+
+    import torch
+
+    from core.lrp import explain
+    from core.lrp.flow import relevance_flow
+
+    torch.set_num_threads(threads)
+    model = real_model(name, layers, vocab, getattr(torch, dtype))
+    cfg_vocab = model.config.vocab_size
+    ids = torch.randint(3, cfg_vocab, (1, length), generator=torch.Generator().manual_seed(0))
+    t0 = time.perf_counter()
+    flow = relevance_flow(model, input_ids=ids)
+    out = {"layers": layers, "tokens": length, "dtype": dtype, "vocab": cfg_vocab,
+           "parameters": sum(p.numel() for p in model.parameters()), "flow_s": round(time.perf_counter() - t0, 2),
+           "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
+           "residual_over_logit": abs(flow.residual) / abs(flow.logit),
+           "absorbed_over_logit": {k: v / flow.logit for k, v in flow.absorbed.items()}}
+    if dtype == "float64":
+        e32 = explain(model.float(), input_ids=ids)
+        out["float32_vs_float64_max_over_max_relevance"] = float(
+            (e32.sequence_relevance.double() - flow.relevance).abs().max()) / float(flow.relevance.abs().max())
+    out["max_rss_gib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)
+    return out
+
+
+_CONSERVATION_CHILD = r"""
+import json, sys
+sys.path.insert(0, {root!r})
+from bench.lrp import conservation_cost
+print(json.dumps(conservation_cost({name!r}, {layers}, {length}, {threads}, {vocab}, {dtype!r})))
 """
 
 
@@ -270,10 +303,11 @@ def _child(code: str, timeout: int) -> dict:
     return result
 
 
-def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int) -> dict:
-    """Conservation of one published config at real width, in a fresh interpreter (see the module docstring)."""
+def ssm2_conservation(name: str, layers: int, length: int, threads: int, timeout: int, vocab: int | None = 1024,
+                      dtype: str = "float64") -> dict:
+    """:func:`conservation_cost` in a fresh interpreter (see the module docstring)."""
     return _child(_CONSERVATION_CHILD.format(root=str(ROOT), name=name, layers=layers, length=length,
-                                             threads=threads), timeout)
+                                             threads=threads, vocab=vocab, dtype=dtype), timeout)
 
 
 def ssm2_size(name: str, layers: int, length: int, repeats: int, threads: int, timeout: int, device: str = "cpu",
@@ -290,7 +324,9 @@ SMOKE = {"repeats": 1, "ig_steps": 2, "ig_repeats": 1, "lm_tokens": 8, "threads"
          "real_cases": "tiny:16", "real_repeats": 1, "real_repeats_long": 1, "reference_config": "tiny",
          "reference_tokens": 16, "reference_repeats": 1, "real_timeout": 300,
          "ssm2_cases": "mamba2-130m:1:16,falcon-h1-0.5b:1:16", "ssm2_vocab": 512,
-         "conservation_cases": "mamba2-130m:1,falcon-h1-0.5b:1", "conservation_tokens": 8}
+         "conservation_cases": "mamba2-130m:1,falcon-h1-0.5b:1", "conservation_tokens": 8,
+         "decoder_cases": "smollm2-135m:1:16", "decoder_conservation_cases": "smollm2-135m:1:float64",
+         "decoder_vocab": 512}
 
 
 def real_size(name: str, length: int, repeats: int, threads: int, timeout: int, reference: bool = False) -> dict:
@@ -403,7 +439,8 @@ def evaluation_tables() -> dict:
     return out
 
 
-PARTS = ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation")
+PARTS = ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "decoder_size", "decoder_conservation",
+         "evaluation")
 
 
 def main() -> None:
@@ -442,6 +479,11 @@ def main() -> None:
                     default="mamba2-130m:2,falcon-mamba-7b:1,granite-4.0-h-tiny:2,falcon-h1-0.5b:1,bamba-9b:2",
                     help="name:layers at real width (tests/core/ssm2_models.REAL), float64")
     ap.add_argument("--conservation-tokens", type=int, default=32)
+    ap.add_argument("--decoder-cases", default="smollm2-135m:30:512",
+                    help="name:layers:tokens of the transformer configs (tests/core/decoder_models.REAL)")
+    ap.add_argument("--decoder-conservation-cases", default="smollm2-135m:30:float64",
+                    help="name:layers:dtype (add llama-3.2-1b:16:float32 once: about 6 GB)")
+    ap.add_argument("--decoder-vocab", type=int, default=None, help="override the decoders' vocabulary (smoke runs)")
     ap.add_argument("--smoke", action="store_true",
                     help="every part at tiny sizes, in seconds (CI); the timings are meaningless")
     args = ap.parse_args()
@@ -524,6 +566,26 @@ def main() -> None:
             cons[name] = ssm2_conservation(name, int(layers), args.conservation_tokens, args.threads, args.real_timeout)
             print(f"... {name}: {json.dumps(cons[name])}", file=sys.stderr, flush=True)
         report["ssm2_conservation"] = {"targets": {"residual_over_logit_float64": 1e-4}, **cons}
+
+    if "decoder_size" in parts:
+        dec = {}
+        for case in [c for c in args.decoder_cases.split(",") if c]:
+            name, layers, length = case.split(":")
+            key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}"
+            dec[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads, args.real_timeout,
+                                 args.device, args.decoder_vocab)
+            print(f"... {key}: {json.dumps(dec[key])}", file=sys.stderr, flush=True)
+        report["decoder_size"] = {"targets": {"attnlrp_over_forward": 3.0},
+                                  "forward": "no-grad, transformers' own forward (sdpa), last-position logits", **dec}
+
+    if "decoder_conservation" in parts:
+        cons = {}
+        for case in [c for c in args.decoder_conservation_cases.split(",") if c]:
+            name, layers, dtype = case.split(":")
+            cons[f"{name}_{dtype}"] = ssm2_conservation(name, int(layers), args.conservation_tokens, args.threads,
+                                                        args.real_timeout, args.decoder_vocab, dtype)
+            print(f"... {name} {dtype}: {json.dumps(cons[f'{name}_{dtype}'])}", file=sys.stderr, flush=True)
+        report["decoder_conservation"] = {"targets": {"residual_over_logit": 1e-3}, **cons}
 
     if "evaluation" in parts:
         report["evaluation"] = evaluation_tables()

@@ -1,20 +1,28 @@
-"""The MambaLRP tab's section for the hybrids: how one text's relevance passes through the attention layers and the
-SSM layers (per layer and token, summed by kind: ``core.lrp.flow_result``), and the key-token ground truth on the
-Mamba-2 and hybrid classifiers beside the paper's. Gradio wiring only."""
+"""The MambaLRP tab's sections for the hybrids and the transformers: how one text's relevance passes through the
+attention layers, the SSM layers and the MLPs (per layer and token, summed by kind: ``core.lrp.flow_result``), one
+text on a transformer beside an SSM (``core.lrp.compare_result``), and the key-token ground truth on the Mamba-2 and
+hybrid classifiers beside the paper's. Gradio wiring only."""
 from __future__ import annotations
 
 import gradio as gr
 
 import core.lrp as lrp
+from core.zoo import hub_choices
 from ui.errors import user_errors
 from ui.stopping import job
 from ui.widgets import downloads_box, downloads_update, figure_or, frame
 
-NOTE = ("A hybrid mixes Mamba-2 layers with attention layers. Each layer hands relevance back to the tokens it reads "
-        "(its **input relevance**): the top chart shows it per layer and token, the bars sum it over the layers of "
-        "each kind, so you see which tokens' evidence travels through the **attention** layers and which through the "
-        "**SSM** layers. Biases and the softmax (AttnLRP's rule, as published) keep part of the relevance; the status "
-        "says how much (on hybrid-sentiment the attention softmax keeps about half of the logit).")
+NOTE = ("A hybrid mixes Mamba-2 layers with attention layers; a transformer (smollm2-135m) alternates attention and "
+        "MLPs. Each layer hands relevance back to the tokens it reads (its **input relevance**): the top chart shows it "
+        "per layer and token, the bars sum it over the layers of each kind, so you see which tokens' evidence travels "
+        "through the **attention** layers, the **SSM** layers and the **MLPs**. Biases and the softmax (AttnLRP's rule, "
+        "as published) keep part of the relevance; the status says how much (on hybrid-sentiment the attention "
+        "softmax keeps about half of the logit, on smollm2-135m most of it).")
+COMPARE_NOTE = ("One text, two models, each explaining **its own** next-token prediction with the same method: how a "
+                "transformer and an SSM spread the relevance over the words they read. Their tokenizers differ, so each "
+                "model's token relevances are summed per word (as typed); the lower chart shows how much of each "
+                "one's |relevance| lies within the last d words. Offline the SSM beside smollm2-135m (135M parameters) "
+                "is the embedded mamba-lm (1M); online, state-spaces/mamba-130m-hf is the same size.")
 
 
 @user_errors
@@ -24,14 +32,48 @@ def explain_layers(model, text, target, request: gr.Request = None, progress=gr.
     return res.status, res.figures["layer-flow"], frame(res.tables["blocks"]), downloads_update(res)
 
 
+@user_errors
+def compare_models(model_a, model_b, text, method, request: gr.Request = None, progress=gr.Progress()):
+    """One text on two models, side by side: per word and how close to the end each one's relevance lies."""
+    res = lrp.compare_result([model_a, model_b], text, method, job(request, progress))
+    return res.status, res.figures["compare"], frame(res.tables["models"]), downloads_update(res)
+
+
+def build_compare() -> list:
+    """The side-by-side section (the precomputed pair first). Returns its events."""
+    ex = lrp.example_result("compare")
+    pair = [s["model"] for s in ex.data["models"]] if ex else list(lrp.COMPARE_MODELS)
+    models = list(dict.fromkeys(lrp.TEXT_MODELS + tuple(hub_choices("lrp"))))
+    with gr.Accordion("Side by side: a transformer and an SSM on the same text", open=True):
+        gr.Markdown(COMPARE_NOTE, elem_classes="lw-explain")
+        with gr.Row():
+            a = gr.Dropdown(models, value=pair[0], allow_custom_value=True, label="Model A (a transformer)",
+                            elem_id="lrp-compare-a")
+            b = gr.Dropdown(models, value=pair[1], allow_custom_value=True, label="Model B (an SSM)",
+                            elem_id="lrp-compare-b")
+            method = gr.Dropdown(lrp.method_choices(), value="mambalrp", label="Method", elem_id="lrp-compare-method")
+        with gr.Row():
+            text = gr.Textbox(ex.data["text"] if ex else next(iter(lrp.COMPARE_EXAMPLES.values()))[0], lines=1,
+                              label="Text (the same for both)", elem_id="lrp-compare-text", scale=4)
+            btn = gr.Button("Compare", variant="primary", elem_id="lrp-compare-btn")
+        status = gr.Markdown(ex.status if ex else "Press Compare.", elem_id="lrp-compare-status")
+        plot = gr.Plot(figure_or(ex, "compare", "Press Compare."), show_label=False, elem_id="lrp-compare-plot")
+        table = gr.Dataframe(frame(ex.tables["models"]) if ex else None, interactive=False,
+                             label="Per model: its prediction, conservation, how local its relevance is",
+                             elem_id="lrp-compare-table")
+        files = downloads_box(ex, "Downloads: per word and per model (JSON, CSV) and the figure (HTML)",
+                              "lrp-compare-downloads")
+    return [btn.click(compare_models, [a, b, text, method], [status, plot, table, files], api_name="lrp_compare")]
+
+
 def build(target_box) -> list:
     """The section; ``target_box(res, label, elem_id)`` is the tab's target dropdown. Returns its events."""
     ex = lrp.example_result("flow")
-    with gr.Accordion("Hybrid: how the relevance passes through attention vs SSM layers", open=True):
+    with gr.Accordion("Layers: how the relevance passes through attention, SSM layers and MLPs", open=True):
         gr.Markdown(NOTE, elem_classes="lw-explain")
         with gr.Row():
             model = gr.Dropdown(list(lrp.FLOW_MODELS), value=ex.data["model"] if ex else lrp.FLOW_MODELS[0],
-                                allow_custom_value=True, label="Model (a hybrid shows both kinds)",
+                                allow_custom_value=True, label="Model (a hybrid shows every kind)",
                                 elem_id="lrp-flow-model", scale=1)
             text = gr.Textbox(ex.data["text"] if ex else next(iter(lrp.FLOW_EXAMPLES.values()))[0], lines=1,
                               label="Text", elem_id="lrp-flow-text", scale=3)
@@ -45,7 +87,8 @@ def build(target_box) -> list:
                              elem_id="lrp-flow-table")
         files = downloads_box(ex, "Downloads: per layer and token (JSON, CSV) and the figure (HTML)",
                               "lrp-flow-downloads")
-    return [btn.click(explain_layers, [model, text, target], [status, plot, table, files], api_name="lrp_flow")]
+    return [btn.click(explain_layers, [model, text, target], [status, plot, table, files], api_name="lrp_flow")] + \
+        build_compare()
 
 
 def key_token_variants() -> None:

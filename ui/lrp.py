@@ -17,9 +17,9 @@ TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
          "× input of the rewired network) add up to the explained logit. Red speaks **for** the explained output, "
-         "blue **against**. Compare it with gradient × input, SmoothGrad, Integrated Gradients, attention rollout and "
-         "MambaAttr; check conservation and faithfulness below. Models: the embedded mamba-sentiment, mamba-lm, "
-         "vision-mamba-mnist, mamba2-sentiment and hybrid-sentiment (Mamba-2 + attention: AttnLRP there) or a folder.")
+         "blue **against**. Compare with gradient × input, SmoothGrad, IG, rollout and MambaAttr below. Models: "
+         "mamba-sentiment, mamba-lm, vision-mamba-mnist, mamba2-sentiment, hybrid-sentiment (AttnLRP on its "
+         "attention), the transformers smollm2-135m and mathneuro-tiny (AttnLRP throughout), or a folder.")
 EVAL_NOTE = ("Flip the most relevant units first (**MoRF**, solid: the logit should drop fast) or the least relevant "
              "first (**LeRF**, dashed: it should stay high), replacing their embeddings with zeros. **ΔA^F = A_LeRF − "
              "A_MoRF**: higher is more faithful. Conservation: on the dashed identity line the relevances add up to "
@@ -154,7 +154,7 @@ def build(ctx: AppContext) -> None:
     rules = _rules_block()
     with gr.Accordion("Text: token relevance", open=True):
         text_model, text_methods = _model_and_methods(lrp.TEXT_MODELS + tuple(hub_choices("lrp")),
-                                                      "Text model (or a local Mamba folder)", "text")
+                                                      "Text model (or a local folder)", "text")
         text = gr.Textbox(text_ex.data["text"] if text_ex else lrp.TEXT_EXAMPLES["mamba-sentiment"][0], lines=2,
                           label=f"Text (cut to {lrp.MAX_TOKENS} tokens)", info=lrp.cost_note(), elem_id="lrp-text")
         gr.Examples([[t, m] for m, ts in lrp.TEXT_EXAMPLES.items() for t in ts], [text, text_model],

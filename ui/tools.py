@@ -73,11 +73,12 @@ def layerwise_view(tab: str, example: str, inputs: str = "", request: gr.Request
 
 @user_errors
 def lrp_relevance(model: str, text: str, methods: list, target: float = -1, request: gr.Request = None) -> str:
-    """MambaLRP: the relevance of every token of a text for a Mamba model's prediction, per explanation method
-    (relevances add up to the explained logit for MambaLRP). Red/positive values speak for the explained output.
+    """MambaLRP: the relevance of every token of a text for a model's prediction, per explanation method (relevances
+    add up to the explained logit for MambaLRP, less what biases and attention softmaxes absorb; AttnLRP on attention
+    layers and MLPs). Red/positive values speak for the explained output.
 
     Args:
-        model: mamba-sentiment (review classifier: negative / positive), mamba-lm (next token), or a Mamba folder.
+        model: mamba-sentiment (review classifier), mamba-lm or smollm2-135m (next token), or a model folder.
         text: the text to explain (cut to 512 tokens).
         methods: one or more registered methods (default mambalrp); integrated_gradients and smoothgrad are slower.
         target: the class index or next-token id to explain; -1 (default) for the model's top prediction.

@@ -4,7 +4,7 @@
 model                     kind        explained output
 ========================  ==========  ============================================================
 ``MambaForCausalLM``      ``lm``      logit of the target token at the last position
-(and every causal LM of :data:`FAMILIES`: Mamba-2, Falcon-Mamba, Bamba, Granite 4.0-H, Nemotron-H, Falcon-H1)
+(and every causal LM of :data:`FAMILIES`: Mamba-2, Falcon-Mamba, the hybrids, the transformer decoders)
 ``MambaModel``            ``lm``      same, with the tied head ``h_last . embeddings[target]``
 ``MambaSequenceClassifier`` ``classifier``  class logit (head on the last token)
 ``SequenceClassifier``    ``classifier``  the same on a Mamba-2 or hybrid backbone
@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from core.errors import BadInputError
+from core.lrp import rules as R
 from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionMamba
 from core.zoo.views import private_view
 
@@ -27,13 +28,25 @@ from core.zoo.views import private_view
 @dataclass(frozen=True)
 class Family:
     """A transformers model family MambaLRP explains: its ``label``, how its layers are built (``ssm``: SSM layers
-    only; ``interleaved``: SSM and attention layers; ``parallel``: both in every layer, summed), the config keys
-    its sizes come from (for the docs' table) and ``embedding_multiplier``: the attribute path of a factor the model
-    applies to token embeddings but not to ``inputs_embeds`` (Falcon-H1), or ""."""
+    only; ``attention``: attention layers only (AttnLRP alone); ``interleaved``: SSM and attention layers;
+    ``parallel``: both in every layer, summed), and what its model does outside the blocks of
+    :data:`core.lrp.blocks.BLOCKS`:
+
+    - ``embedding_multiplier``: the attribute path of a factor the model applies to token embeddings but not to
+      ``inputs_embeds`` (Falcon-H1), or "";
+    - ``position_embedding``: the base model's module whose output (learned positions, a constant of the input) is
+      added to the embeddings (GPT-2's ``wpe``): the ledger counts what it absorbs with the biases, or "";
+    - ``logit_softcap``: the config attribute of a final logit soft-capping (Gemma 2's ``final_logit_softcapping``),
+      explained with the identity rule, or "";
+    - ``base``: the class name of its base model when it is not the causal LM's name with ``ForCausalLM`` ->
+      ``Model`` (a :class:`SequenceClassifier` on it is found by that name)."""
 
     label: str
     structure: str
     embedding_multiplier: str = ""  # an attribute of the base model (FalconH1Model.embedding_multiplier), or ""
+    position_embedding: str = ""
+    logit_softcap: str = ""
+    base: str = ""
 
 
 FAMILIES: dict[str, Family] = {  # the causal-LM class names (transformers) MambaLRP explains
@@ -44,17 +57,51 @@ FAMILIES: dict[str, Family] = {  # the causal-LM class names (transformers) Mamb
     "GraniteMoeHybridForCausalLM": Family("Granite 4.0-H", "interleaved"),
     "NemotronHForCausalLM": Family("Nemotron-H", "interleaved"),
     "FalconH1ForCausalLM": Family("Falcon-H1", "parallel", "embedding_multiplier"),
+    "Zamba2ForCausalLM": Family("Zamba2", "interleaved"),
+    "JambaForCausalLM": Family("Jamba", "interleaved"),
+    "LlamaForCausalLM": Family("Llama", "attention"),  # SmolLM2 and Llama 3.x are Llamas
+    "MistralForCausalLM": Family("Mistral", "attention"),
+    "Qwen2ForCausalLM": Family("Qwen2", "attention"),
+    "Qwen3ForCausalLM": Family("Qwen3", "attention"),
+    "Qwen3MoeForCausalLM": Family("Qwen3-MoE", "attention"),
+    "Gemma2ForCausalLM": Family("Gemma 2", "attention", logit_softcap="final_logit_softcapping"),
+    "Gemma3ForCausalLM": Family("Gemma 3", "attention", logit_softcap="final_logit_softcapping",
+                                base="Gemma3TextModel"),
+    "Phi3ForCausalLM": Family("Phi-3", "attention"),
+    "SmolLM3ForCausalLM": Family("SmolLM3", "attention"),
+    "Olmo2ForCausalLM": Family("OLMo 2", "attention"),
+    "GPT2LMHeadModel": Family("GPT-2", "attention", position_embedding="wpe", base="GPT2Model"),
 }
+_BY_BASE = {f.base or name.replace("ForCausalLM", "Model"): name for name, f in FAMILIES.items()}
 
 
 def family_of(model) -> Family | None:
     """The :class:`Family` of a causal LM (or of a :class:`SequenceClassifier`'s backbone), else None."""
     if isinstance(model, SequenceClassifier):
-        name = type(model.backbone).__name__.replace("Model", "ForCausalLM")
-        return FAMILIES.get(name)
+        return FAMILIES.get(_BY_BASE.get(type(model.backbone).__name__, ""))
     if type(model).__module__.startswith("transformers."):
         return FAMILIES.get(type(model).__name__)
     return None
+
+
+def _base(model) -> nn.Module:
+    return model.backbone if isinstance(model, SequenceClassifier) else model.base_model
+
+
+def position_embeddings(model) -> list[nn.Module]:
+    """The modules whose outputs the model adds to the embeddings as constants (GPT-2's learned positions)."""
+    family = family_of(model)
+    if family is None or not family.position_embedding:
+        return []
+    return [getattr(_base(model), family.position_embedding)]
+
+
+def logit_softcap(model) -> float | None:
+    """The final logit soft-capping of a causal LM (Gemma 2), or None."""
+    family = family_of(model)
+    if family is None or not family.logit_softcap or isinstance(model, SequenceClassifier):
+        return None
+    return getattr(model.config, family.logit_softcap, None)
 
 
 @dataclass
@@ -86,8 +133,7 @@ class ModelAdapter:
         family = family_of(self.model) if self.kind in ("lm", "classifier") else None
         if family is None or not family.embedding_multiplier:
             return 1.0
-        base = self.model.backbone if isinstance(self.model, SequenceClassifier) else self.model.base_model
-        return float(getattr(base, family.embedding_multiplier))
+        return float(getattr(_base(self.model), family.embedding_multiplier))
 
     def embeddings(self) -> nn.Embedding:
         if isinstance(self.model, _hf_mamba()[1]):
@@ -141,6 +187,11 @@ class ModelAdapter:
             h = m(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
             return (h @ m.embeddings.weight.T).to(_widened(embeds))
         if self.kind == "lm":
+            cap = logit_softcap(m)
+            if cap is not None:  # the capping with the rules in force (lrp_rules notes them on the model)
+                h = m.base_model(inputs_embeds=embeds, use_cache=False).last_hidden_state[:, -1]
+                z = m.get_output_embeddings()(h)
+                return R.softcap(z, cap, m.__dict__.get("_layerwise_rules")).to(_widened(embeds))
             return m(inputs_embeds=embeds, use_cache=False, logits_to_keep=1).logits[:, -1].to(_widened(embeds))
         if self.kind == "classifier":
             return m(inputs_embeds=embeds).to(_widened(embeds))
@@ -206,8 +257,8 @@ def adapter_for(model) -> ModelAdapter:
     if kind is not None:
         return ModelAdapter(private_view(model, own_parameters=True), kind)
     raise BadInputError(
-        f"MambaLRP explains Mamba models and the hybrids of {', '.join(f.label for f in FAMILIES.values())}; "
-        f"got {type(model).__name__}.",
-        fix="Use a transformers causal LM of one of those families (e.g. MambaForCausalLM, Mamba2ForCausalLM, "
-            "GraniteMoeHybridForCausalLM), core.lrp.MambaSequenceClassifier / SequenceClassifier or "
-            "core.lrp.VisionMamba.")
+        f"MambaLRP explains Mamba models, the hybrids and the transformer decoders of "
+        f"{', '.join(f.label for f in FAMILIES.values() if f.label != 'Mamba')}; got {type(model).__name__}.",
+        fix="Use a transformers causal LM of one of those families (e.g. MambaForCausalLM, LlamaForCausalLM, "
+            "Qwen2ForCausalLM, GraniteMoeHybridForCausalLM), core.lrp.MambaSequenceClassifier / SequenceClassifier "
+            "or core.lrp.VisionMamba.")

@@ -3,6 +3,7 @@
     python -m core lrp train {sentiment,lm,vision,sentiment-mamba2,sentiment-hybrid} [--out DIR] [--quick]
     python -m core lrp explain --model NAME --text "..." [--method mambalrp,random] [--target N] [--out F.html] [--json]
     python -m core lrp explain --model hybrid-sentiment --text "..." --layers   # per layer: SSM vs attention
+    python -m core lrp compare --models smollm2-135m,mamba-lm --text "..." [--method mambalrp] [--out DIR] [--json]
     python -m core lrp precompute-examples
     python -m core lrp faithfulness --model NAME [--split test] [-n 100] [--methods a,b] [--steps 10] [--out DIR]
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
@@ -102,6 +103,24 @@ def _explain_layers(args) -> dict:
                             for row in res.tables["blocks"]]
     emit(args, result, "\n".join(lines), res)
     return result
+
+
+def _compare_args(p) -> None:
+    p.add_argument("--models", default=",".join(lrp.COMPARE_MODELS),
+                   help=f"two text models or folders, comma-separated (default {','.join(lrp.COMPARE_MODELS)})")
+    p.add_argument("--text", required=True, help="the input text, the same for both")
+    p.add_argument("--method", default="mambalrp", help=f"one of {', '.join(lrp.METHODS)}")
+    p.add_argument("--out", default=None, help="also write FILE.json, .csv (per word), .html (the figure), or a folder")
+
+
+def run_compare(args) -> dict:
+    """One text on two models, side by side (``core.lrp.compare_result``): per word and how local each one is."""
+    res = lrp.compare_result(args.models, args.text, args.method)
+    lines = [res.status.replace("**", "")] + [
+        f"  {s['model']:<22} {100 * s['share_last_word']:5.1f}% of |R| on the last word, "
+        f"{100 * s['share_last_3_words']:5.1f}% in the last 3, half within {s['words_for_half']}" for s in res.data["models"]]
+    emit(args, res.data, "\n".join(lines), res)
+    return res.data
 
 
 def _examples_args(p) -> None:
@@ -287,6 +306,8 @@ def register(groups) -> None:
                    "sentiment-hybrid) and write its card",
                    _train_args)(run_train)
     groups.command("lrp", "explain", "per-token relevances of a text model's prediction", _explain_args)(run_explain)
+    groups.command("lrp", "compare", "one text on two models side by side (a transformer beside an SSM): relevance "
+                   "per word and how close to the end it lies", _compare_args)(run_compare)
     groups.command("lrp", "faithfulness", "MoRF/LeRF flip curves and Delta A^F per method over a dataset split",
                    _faithfulness_args)(run_faithfulness)
     groups.command("lrp", "conservation", "sum of relevances vs the explained logit per method over a split",

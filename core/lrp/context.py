@@ -21,7 +21,8 @@ from torch.utils.checkpoint import checkpoint
 
 from core.errors import BadInputError
 from core.lrp import rules as R
-from core.lrp.blocks import BLOCKS, RuleContext, block_of, register_attention, sequence_mixers
+from core.lrp.adapters import position_embeddings
+from core.lrp.blocks import BLOCKS, RuleContext, block_of, has_bias, register_attention, sequence_mixers
 from core.progress import Progress, report, scaled
 
 
@@ -199,10 +200,13 @@ def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None, re
         model.eval()
         index_of = {id(m): i for i, (_, m) in enumerate(found)}
         progress = None if progress is None else LayerProgress(progress, len(found))
+        _set(model, "_layerwise_rules", rules, patched)  # what the adapter's own steps (Gemma's logit cap) apply
+        if ledger is not None:
+            hooks += [m.register_forward_hook(_constant_input(ledger)) for m in position_embeddings(model)]
         for path, m in model.named_modules():
             name = block_of(m)
             if name is None:
-                if ledger is not None and isinstance(m, nn.Linear) and m.bias is not None:
+                if ledger is not None and has_bias(m):
                     hooks.append(m.register_forward_hook(lambda mod, inp, out: ledger.bias(out, mod.bias)))
                 continue
             block = BLOCKS[name]
@@ -226,6 +230,16 @@ def _rewired(model: nn.Module, rules: R.LRPRules | None, record: list | None, re
                 m.__dict__[attr] = previous
         for m, flag in training:
             m.training = flag
+
+
+def _constant_input(ledger):
+    """A forward hook for a module whose output the model adds to the embeddings as a constant (learned positions):
+    its output becomes a leaf of the graph, noted in the ledger as a bias (it absorbs ``p . dlogit/dp``)."""
+    def hook(module, inputs, out):
+        leaf = out.detach().requires_grad_(True)
+        ledger.bias(leaf, out.detach())
+        return leaf
+    return hook
 
 
 def _set(module: nn.Module, attr: str, value, patched: list) -> None:

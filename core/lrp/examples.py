@@ -1,5 +1,6 @@
 """The MambaLRP views a speaker shows (:mod:`core.examples`): the precomputed text and digit explanations, where a
-hybrid's relevance passes (SSM vs attention layers) and the committed evaluations. A text or digit view may show a
+hybrid's or a transformer's relevance passes (SSM vs attention layers vs MLPs), one text on a transformer beside an
+SSM, and the committed evaluations. A text or digit view may show a
 subset of the methods (``method=mambalrp,integrated_gradients``) at once from the precomputed result; a method it
 does not hold is computed."""
 from __future__ import annotations
@@ -7,15 +8,17 @@ from __future__ import annotations
 from core.analyses import Example, Param
 from core.lrp import bias
 from core.lrp.methods import METHODS
-from core.lrp.requests import (DEFAULT_METHODS, EVAL_MODELS, FLOW_EXAMPLES, FLOW_MODELS, IMAGE_MODELS, IMAGE_SAMPLES,
-                               TEXT_EXAMPLES)
-from core.lrp.service import bias_audit_result, committed_result, flow_result, image_result, text_result
+from core.lrp.requests import (COMPARE_EXAMPLES, DEFAULT_METHODS, EVAL_MODELS, FLOW_EXAMPLES, FLOW_MODELS,
+                               IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES)
+from core.lrp.service import (bias_audit_result, committed_result, compare_result, flow_result, image_result,
+                              text_result)
 from core.lrp.views import view
 from core.runner import Found
 
 METHOD = Param("method", "methods", "multi", tuple(METHODS))
 SHORT = {"mamba-sentiment": ("sentiment", "Review"), "mamba-lm": ("lm", "LM"),
-         "mamba2-sentiment": ("mamba2", "Mamba-2 review"), "hybrid-sentiment": ("hybrid", "Hybrid review")}
+         "mamba2-sentiment": ("mamba2", "Mamba-2 review"), "hybrid-sentiment": ("hybrid", "Hybrid review"),
+         "smollm2-135m": ("smollm2", "SmolLM2")}
 
 
 def _subset(res, methods):
@@ -49,6 +52,12 @@ def _flow(text: str):
     return show
 
 
+def _compare(text: str):
+    def show(progress=None, model_a=None, model_b=None):
+        return compare_result([model_a, model_b], text, progress=progress)
+    return show
+
+
 def _committed(item=None):
     def show(progress=None, model=None):
         res = committed_result(model or item)
@@ -72,8 +81,16 @@ def _views() -> list[Example]:
     out += [Example(f"digit-{s}", f"Digit, test sample {s}", "patches", _digit(s), (METHOD,), methods)
             for s in IMAGE_SAMPLES]
     flow_model = Param("model", "model", "choice", FLOW_MODELS, open=True)
-    out += [Example(f"flow-{i + 1}", f"Layers: {_short(text)}", "layer-flow", _flow(text), (flow_model,),
-                    {"model": model}) for model, texts in FLOW_EXAMPLES.items() for i, text in enumerate(texts)]
+    first = next(iter(FLOW_EXAMPLES))  # its views keep the links flow-1, flow-2; the others name their model
+    out += [Example(f"flow-{i + 1}" if model == first else f"flow-{SHORT[model][0]}-{i + 1}",
+                    f"Layers: {_short(text)}" if model == first else f"Layers, {SHORT[model][1]}: {_short(text)}",
+                    "layer-flow", _flow(text), (flow_model,), {"model": model})
+            for model, texts in FLOW_EXAMPLES.items() for i, text in enumerate(texts)]
+    for pair, texts in COMPARE_EXAMPLES.items():
+        sides = (Param("model_a", "model A", "choice", (pair[0],), open=True),
+                 Param("model_b", "model B", "choice", (pair[1],), open=True))
+        out += [Example(f"compare-{i + 1}", f"Side by side: {_short(text)}", "compare", _compare(text), sides,
+                        {"model_a": pair[0], "model_b": pair[1]}) for i, text in enumerate(texts)]
     model = Param("model", "model", "choice", EVAL_MODELS)
     out += [Example("faithfulness", "Faithfulness (MoRF / LeRF)", "faithfulness", _committed(), (model,),
                     {"model": EVAL_MODELS[0]}),

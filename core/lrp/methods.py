@@ -126,9 +126,10 @@ def kept_activation_bytes(adapter: ModelAdapter, embeds: torch.Tensor) -> int:
         if hasattr(m, "conv1d"):  # an SSM mixer: its scan channels
             branches = 2 if hasattr(m, "conv1d_b") else 1
             kept += batch * length * m.conv1d.out_channels * branches * KEPT_BYTES_PER_CHANNEL
-        else:
-            heads = m.q_proj.out_features // max(1, getattr(m, "head_dim", m.q_proj.out_features))
-            kept += batch * length * (4 * m.q_proj.out_features + 2 * heads * length) * 4
+        else:  # an attention layer (its heads from the config: GPT-2 and Phi-3 fuse q, k and v in one projection)
+            heads = int(getattr(m.config, "num_attention_heads", None) or m.num_heads)
+            width = heads * int(m.head_dim)
+            kept += batch * length * (4 * width + 2 * heads * length) * 4
     return kept
 
 

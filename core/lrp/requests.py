@@ -4,6 +4,7 @@ tab offers live here too.
 
     TextRequest, ImageRequest              an explanation of one text / one image, per method
     FlowRequest                            where one text's MambaLRP relevance passes: layer by layer, by kind
+    CompareRequest                         one text on two models side by side (a transformer beside an SSM)
     EvaluationRequest, LongRangeRequest    faithfulness + conservation / long range over a dataset split
     KeyTokenRequest                        the key-token ground truth over seeds
     TrainRequest                           training an embedded model with its recipe
@@ -29,10 +30,12 @@ from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
 
 # ---- the choices and defaults of the tab and the CLI ------------------------------------------------------------
-TEXT_MODELS = ("mamba-sentiment", "mamba-lm", "mamba2-sentiment", "hybrid-sentiment")
+TEXT_MODELS = ("mamba-sentiment", "mamba-lm", "mamba2-sentiment", "hybrid-sentiment", "smollm2-135m",
+               "mathneuro-tiny")  # every text model of the zoo with a rule (the last two: Llamas, AttnLRP)
 IMAGE_MODELS = ("vision-mamba-mnist",)
 EVAL_MODELS = ("mamba-sentiment", "vision-mamba-mnist", "mamba2-sentiment", "hybrid-sentiment")
-FLOW_MODELS = ("hybrid-sentiment", "mamba2-sentiment", "mamba-sentiment")  # the layer-type view (a hybrid first)
+FLOW_MODELS = ("hybrid-sentiment", "smollm2-135m", "mamba2-sentiment", "mamba-sentiment")  # the layer-type view
+COMPARE_MODELS = ("smollm2-135m", "mamba-lm")  # the side-by-side view's pair: a transformer beside an SSM
 DEFAULT_METHODS = ("mambalrp", "gradient_x_input", "integrated_gradients", "mamba_attr")
 MAX_TOKENS, MAX_TEXT_CHARS = inputs.MAX_TOKENS, inputs.MAX_TEXT_CHARS
 TOP = -1  # the target choice "top prediction" (as None)
@@ -49,9 +52,13 @@ TEXT_EXAMPLES = {
                          "It is not a bad film, but the ending is a complete mess."],
     "hybrid-sentiment": ["A gorgeous, witty and seductive movie.",
                          "It is not a bad film, but the ending is a complete mess."],
+    "smollm2-135m": ["The capital of France is", "She opened the door and saw that the room was"],
 }
 FLOW_EXAMPLES = {"hybrid-sentiment": ["It is not a bad film, but the ending is a complete mess.",
-                                      "A gorgeous, witty and seductive movie."]}
+                                      "A gorgeous, witty and seductive movie."],
+                 "smollm2-135m": ["The capital of France is"]}
+COMPARE_EXAMPLES = {COMPARE_MODELS: ["He was born in the city of", "The function returns a list of"]}
+COMPARE_VERSION = 1  # of a side-by-side result's key
 FLOW_VERSION = 3  # of a layer-flow result's key (2: each block its own input alias; 3: its short name)
 IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
 EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
@@ -225,6 +232,41 @@ class FlowRequest:
     def key(self):
         return self.model, _fingerprint(self.model), {"text": self.text, "target": self.target,
                                                       "max_tokens": MAX_TOKENS, "version": FLOW_VERSION}
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """One text explained on two models (each its own top prediction) with one method, side by side
+    (:func:`core.lrp.compare.compare`)."""
+
+    models: tuple[str, str]
+    text: str
+    method: str
+    notice = ""
+
+    @classmethod
+    def parse(cls, models, text, method="mambalrp") -> "CompareRequest":
+        if isinstance(models, str):
+            models = [m for m in models.split(",") if m.strip()]
+        names = tuple(_model(m) for m in (models or ()))
+        if len(names) != 2 or names[0] == names[1]:
+            raise BadInputError(f"The side-by-side view takes two different models, got {len(names)}: "
+                                f"{', '.join(names) or 'none'}.", fix="E.g. smollm2-135m and mamba-lm.")
+        methods = method_names([method] if isinstance(method, str) else method, empty_means_all=False)
+        if len(methods) != 1:
+            raise BadInputError(f"The side-by-side view shows one method, got {', '.join(methods)}.",
+                                fix="Pick one, e.g. mambalrp.")
+        if not isinstance(text, str) or not text.strip():
+            raise BadInputError("The text is empty.", fix="Type a sentence or pick an example.")
+        if len(text) > MAX_TEXT_CHARS:  # (a model that is not a text model is refused when it tokenizes)
+            raise BadInputError(f"The text has {len(text):,} characters; the side-by-side view takes at most "
+                                f"{MAX_TEXT_CHARS:,}.", fix="Shorten it: both models read all of it.")
+        return cls(names, text, methods[0])
+
+    def key(self):
+        return "+".join(self.models), "+".join(_fingerprint(m) for m in self.models), {
+            "text": self.text, "method": self.method, "max_tokens": MAX_TOKENS, "version": COMPARE_VERSION,
+            "options": METHODS[self.method].options}
 
 
 # ---- over a dataset split -------------------------------------------------------------------------------------------

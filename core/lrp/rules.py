@@ -123,6 +123,63 @@ def compute_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.promote_types(dtype, torch.float32)
 
 
+class _Scaled(torch.autograd.Function):
+    """``x`` itself, its gradient multiplied by a constant ``fraction`` (no graph of its own: one multiplication in the
+    backward pass)."""
+
+    @staticmethod
+    def forward(ctx, x, fraction):
+        ctx.fraction = fraction
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad * ctx.fraction, None
+
+
+class _Linearised(torch.autograd.Function):
+    """``fn(x)`` whose gradient is ``grad * slope`` with ``slope = slope_fn(x, fn(x))`` a constant: the identity rule
+    ``x * const(slope)`` as one saved tensor and one multiplication in the backward pass (instead of the graph of
+    ``value.detach() + (x * slope - (x * slope).detach())``; the same values and, up to rounding, the same gradient)."""
+
+    @staticmethod
+    def forward(ctx, x, fn, slope_fn):
+        y = fn(x)
+        ctx.save_for_backward(slope_fn(x, y))
+        return y
+
+    @staticmethod
+    def backward(ctx, grad):
+        (slope,) = ctx.saved_tensors
+        return grad * slope, None, None
+
+
+def _unbroadcast(grad: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``grad`` summed over the dimensions a factor of ``shape`` was broadcast along."""
+    while grad.dim() > len(shape):
+        grad = grad.sum(0)
+    dims = [i for i, n in enumerate(shape) if n == 1 and grad.shape[i] != 1]
+    return grad.sum(dims, keepdim=True) if dims else grad
+
+
+class _HalfProduct(torch.autograd.Function):
+    """``a * b`` whose gradient is ``grad * b / 2`` for ``a`` and ``grad * a / 2`` for ``b``: the half (uniform) rule
+    of a product, with broadcasting."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        ctx.save_for_backward(a, b)
+        return a * b
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        half = grad * 0.5
+        ga = _unbroadcast(half * b, a.shape) if ctx.needs_input_grad[0] else None
+        gb = _unbroadcast(half * a, b.shape) if ctx.needs_input_grad[1] else None
+        return ga, gb
+
+
 def share(x: torch.Tensor, fraction: float) -> torch.Tensor:
     """``x`` unchanged, its gradient scaled by ``fraction``: the uniform rule of a product, applied to its factor.
 
@@ -130,7 +187,12 @@ def share(x: torch.Tensor, fraction: float) -> torch.Tensor:
     half of each factor's gradient; AttnLRP applies it to ``q . k`` and to ``softmax x v`` (LXT scales ``q`` and ``k``
     by a quarter instead of scaling the probabilities too: the same gradient, since the softmax's backward is linear;
     here each product's factors are scaled, so the softmax sees the relevance the rule gives it)."""
-    return x.detach() + (x - x.detach()) * fraction
+    return _Scaled.apply(x, fraction)
+
+
+def _ratio(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """``y / x``, 0 where ``x`` is 0."""
+    return torch.where(x == 0, 0.0, y / x)
 
 
 def activation(x: torch.Tensor, fn, rules: LRPRules | None) -> torch.Tensor:
@@ -138,10 +200,7 @@ def activation(x: torch.Tensor, fn, rules: LRPRules | None) -> torch.Tensor:
     (relevance passes through unchanged; 0 where ``x`` is 0)."""
     if rules is None or not rules.silu:
         return fn(x)
-    with torch.no_grad():
-        y = fn(x)
-        slope = torch.where(x == 0, torch.zeros_like(x), y / torch.where(x == 0, torch.ones_like(x), x))
-    return with_gradient_of(y, x * slope)
+    return _Linearised.apply(x, fn, _ratio)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -151,9 +210,7 @@ def silu(x: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
     """SiLU; with ``rules.silu`` the identity rule ``x * const(sigmoid(x))``. Any shape."""
     if rules is None or not rules.silu:
         return F.silu(x)
-    with torch.no_grad():  # the value and the constant: no graph
-        y, slope = F.silu(x), torch.sigmoid(x)
-    return with_gradient_of(y, x * slope)
+    return _Linearised.apply(x, F.silu, lambda t, _: torch.sigmoid(t))
 
 
 def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tensor:
@@ -164,14 +221,14 @@ def gate(y: torch.Tensor, g: torch.Tensor, rules: LRPRules | None) -> torch.Tens
     """
     if rules is None or not rules.gate:
         return y * g
-    with torch.no_grad():
-        s = y * g
-    return with_gradient_of(s, 0.5 * (y * g.detach()) + 0.5 * (y.detach() * g))
+    return _HalfProduct.apply(y, g)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None) -> torch.Tensor:
-    """transformers' ``MambaRMSNorm`` (same operations; in float64 for float64 inputs); with ``rules.norm`` the
-    LN-rule.
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules | None,
+             offset: float | None = None) -> torch.Tensor:
+    """transformers' ``LlamaRMSNorm`` / ``MambaRMSNorm`` (same operations; in float64 for float64 inputs); with
+    ``rules.norm`` the LN-rule. ``offset``: Gemma's norm, ``normed * (offset + weight)`` in the compute dtype before
+    the cast back (Gemma 2 and 3 store ``weight`` around 0 and use ``offset = 1``).
 
     ``x: (..., H)``; the LN-rule makes ``rsqrt(mean(x^2) + eps)`` a constant, so the map is linear.
     """
@@ -180,7 +237,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, rules: LRPRules 
     constant = rules is not None and rules.norm
     variance = (h.detach() if constant else h).pow(2).mean(-1, keepdim=True)
     scale = torch.rsqrt(variance + eps)
+    if offset is not None:
+        return (h * scale * (offset + weight.to(h.dtype))).to(input_dtype)
     return weight * (h * scale).to(input_dtype)
+
+
+def softcap(x: torch.Tensor, cap: float | None, rules: LRPRules | None) -> torch.Tensor:
+    """Gemma 2's soft-capping ``cap * tanh(x / cap)`` (of attention scores, of the final logits); ``cap`` None: ``x``.
+    With ``rules.silu`` the identity rule of an element-wise activation (AttnLRP): the relevance passes unchanged, so
+    a capped logit is explained by relevances that sum to the capped value."""
+    if cap is None:
+        return x
+    return activation(x, lambda t: torch.tanh(t / cap) * cap, rules)
 
 
 def gated_rms_norm(y: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, groups: int,

@@ -38,6 +38,13 @@ SCHEMAS = {
          "absorbed": Rec({"bias": Num, "softmax": Num}),
          "blocks": ListOf(Rec({"layer": Int, "kind": Str, "label": Str, "short": Opt(Str), "name": Str,
                                "in": ListOf(Num, 1), "out": ListOf(Num, 1)}), 1)}),
+    "lrp/compare": Rec(
+        {"method_label": Str, "words": ListOf(Str, 1),
+         "models": ListOf(Rec({"model": Str, "family": Str, "structure": Str, "parameters": Int, "target_name": Opt(Str),
+                               "logit": Num, "total": Num, "absorbed": Num, "seconds": Num, "note": Opt(Str),
+                               "words": ListOf(Num, 1), "outside_text": Num, "share_last_word": Num,
+                               "share_last_3_words": Num, "words_for_half": Int,
+                               "cumulative_from_end": ListOf(Num, 1)}), 2)}),
     "lrp-evaluation": Rec(
         {"model": Opt(Str), "dataset": Opt(Str), "split": Opt(Str), "baseline": Opt(Str), "accuracy": Opt(Num),
          "complete": Opt(Bool), "n_done": Opt(Int), "steps": Opt(Int), "methods": ListOf(Str, 1), "labels": _LABELS,

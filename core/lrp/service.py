@@ -4,6 +4,7 @@
     text_result(model, text, methods, target=None, rules=None)     relevance of every token, per method
     image_result(model, image=None, sample=None, methods, ...)     relevance of every patch, per method
     flow_result(model, text, target=None)                          where the relevance passes: SSM vs attention layers
+    compare_result(models, text, method="mambalrp")                one text on two models, side by side
     evaluation_result(model, n, steps, methods, ...)               faithfulness (Delta A^F) and conservation
     long_range_result(model, ...), key_token_result(...)           where relevance lies; ground truth
     bias_audit_result(model, method, target)                       identity terms swapped (core.lrp.bias)
@@ -28,8 +29,8 @@ from core.errors import BadInputError
 from core.lrp import batch as lrp_batch
 from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
-from core.lrp.requests import (DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS, IMAGE_SAMPLES,
-                               TEXT_EXAMPLES, TrainRequest, whole)
+from core.lrp.requests import (COMPARE_EXAMPLES, DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS,
+                               IMAGE_SAMPLES, TEXT_EXAMPLES, TrainRequest, whole)
 from core.lrp.views import ANALYSES, train_view, view
 from core.paths import ASSETS_DIR
 from core.results import Result
@@ -79,6 +80,12 @@ def image_result(model: str = IMAGE_MODELS[0], image=None, sample: int | None = 
 def flow_result(model: str, text: str, target=None, progress=None) -> Result:
     """Where the MambaLRP relevance of ``text`` passes: per layer (SSM mixer, attention, MLP) and token, and by kind."""
     return analysis_result("lrp/flow", progress, model=model, text=text, target=target)
+
+
+def compare_result(models, text: str, method: str = "mambalrp", progress=None) -> Result:
+    """``text`` explained on two models (``models``: a pair, or ``"a,b"``), each its own top prediction, with one
+    method, side by side: per word, and how close to the end each one's relevance lies."""
+    return analysis_result("lrp/compare", progress, models=models, text=text, method=method)
 
 
 def evaluation_result(model: str, n=EVAL_N, steps=EVAL_STEPS, methods=None, progress=None, **options) -> Result:
@@ -157,23 +164,26 @@ def committed_result(item: str) -> Result | None:
 
 
 def example_result(kind: str) -> Result | None:
-    """The first precomputed example of ``kind`` (``text``, ``image`` or ``flow``), or None."""
+    """The first precomputed example of ``kind`` (``text``, ``image``, ``flow`` or ``compare``), or None."""
     entries = EXAMPLES.entries(f"lrp/{kind}")
     return _stored(entries[0]) if entries else None
 
 
 def default_requests() -> list[tuple[str, dict]]:
-    """The tab's examples: ``(kind, keyword arguments of text_result / image_result / flow_result)``."""
+    """The tab's examples: ``(kind, keyword arguments of text_result / image_result / flow_result /
+    compare_result)``."""
     calls = [("text", {"model": ref, "text": text, "methods": list(DEFAULT_METHODS)})
              for ref, texts in TEXT_EXAMPLES.items() for text in texts]
     calls += [("image", {"model": IMAGE_MODELS[0], "sample": s, "methods": list(DEFAULT_METHODS)})
               for s in IMAGE_SAMPLES]
-    return calls + [("flow", {"model": ref, "text": text}) for ref, texts in FLOW_EXAMPLES.items() for text in texts]
+    calls += [("flow", {"model": ref, "text": text}) for ref, texts in FLOW_EXAMPLES.items() for text in texts]
+    return calls + [("compare", {"models": list(pair), "text": text}) for pair, texts in COMPARE_EXAMPLES.items()
+                    for text in texts]
 
 
 def precompute_examples(path=None, log=print):
     """Compute :func:`default_requests` afresh (:func:`core.runner.precompute`) into the example store."""
-    actions = {"text": text_result, "image": image_result, "flow": flow_result}
+    actions = {"text": text_result, "image": image_result, "flow": flow_result, "compare": compare_result}
     calls = [lambda kind=kind, kwargs=kwargs: actions[kind](**kwargs) for kind, kwargs in default_requests()]
     return precompute(calls, path if path is not None else EXAMPLES.path, log=log)
 

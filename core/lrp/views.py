@@ -12,13 +12,13 @@ from typing import Callable
 
 from core.analyses import Analysis, Shown
 from core.analyses import view as show
-from core.lrp import bias, figures, inputs
+from core.lrp import bias, compare, figures, inputs
 from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
-from core.lrp.requests import (EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest, LongRangeRequest,
-                               TextRequest)
+from core.lrp.requests import (CompareRequest, EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest,
+                               LongRangeRequest, TextRequest)
 from core.results import Result, source_text
 from core.runner import Found
 
@@ -315,6 +315,10 @@ ANALYSES: dict[str, Analysis] = {
         tables=lambda res, shown: {"blocks": flow_rows(res)},
         figures=lambda res, shown: {"layer-flow": figures.flow_figure(res)},
         views=lambda res, shown: {"shares": flow_shares(res)}),
+    "lrp/compare": Analysis(
+        CompareRequest, _status(compare.compare_status), compare.compare, stored_as="lrp/compare", stem="lrp-compare",
+        tables=lambda res, shown: {"words": compare.word_rows(res), "models": compare.model_rows(res)},
+        figures=lambda res, shown: {"compare": compare.compare_figure(res)}),
     "lrp-evaluation": Analysis(
         EvaluationRequest, _status(evaluation_status), evaluate, stored_as="lrp-evaluation", named=True,
         stem=_evaluation_stem, tables=lambda res, shown: {"methods": evaluation_rows(res)},

@@ -1,7 +1,7 @@
 """bench/lrp.py --smoke: MambaLRP against a plain forward + backward and Integrated Gradients on the embedded models,
 the selective scan's memory (reference, interpreted Triton kernel, chunked path), a random 2-layer Mamba in a fresh
-process (the chunked and the previous path), Mamba-2 and Falcon-H1 at one real-width layer, and the committed
-evaluation tables."""
+process (the chunked and the previous path), Mamba-2, Falcon-H1 and SmolLM2-135M at one real-width layer, and the
+committed evaluation tables."""
 import pytest
 
 from tests.bench.smoke import assert_finite, run_smoke
@@ -12,7 +12,8 @@ MODELS = ("vision-mamba-mnist", "mamba-sentiment", "mamba-lm")
 
 def test_smoke_runs_every_part(tmp_path):
     report = run_smoke(tmp_path, "lrp.py")
-    assert_finite(report, ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "evaluation"))
+    assert_finite(report, ("time", "scan_memory", "real_size", "ssm2_size", "ssm2_conservation", "decoder_size",
+                           "decoder_conservation", "evaluation"))
     assert set(report["time"]) == set(MODELS)
     for name, row in report["time"].items():
         assert row["plain_forward_backward_ms"] > 0 and row["mambalrp_ms"] > 0 and row["integrated_gradients_ms"] > 0
@@ -37,4 +38,7 @@ def test_smoke_runs_every_part(tmp_path):
     assert ssm2[keys[0]]["absorbed"] != 0 and ssm2[keys[1]]["mambalrp_over_forward"] > 0  # conv bias; softmax
     cons = report["ssm2_conservation"]
     assert all(cons[n]["residual_over_logit"] < 1e-6 for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
+    dec = report["decoder_size"]["smollm2-135m-random_1_layers_16_tokens_cpu"]
+    assert dec["config"]["layer_kinds"] == ["attention"] and dec["mambalrp_over_forward"] > 0
+    assert report["decoder_conservation"]["smollm2-135m_float64"]["residual_over_logit"] < 1e-10
     assert report["evaluation"]

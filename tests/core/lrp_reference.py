@@ -74,7 +74,7 @@ def mamba2_mixer(m, h):
     z, xbc, dt = p[:, :inner], p[:, inner:2 * inner + 2 * groups * n], p[:, 2 * inner + 2 * groups * n:]
     xbc = _ident(_conv(xbc, m.conv1d.weight, m.conv1d.bias), F.silu)
     x, B, C = xbc[:, :inner], xbc[:, inner:inner + groups * n], xbc[:, inner + groups * n:]
-    dt = F.softplus(dt + m.dt_bias).detach()
+    dt = F.softplus(dt + m.dt_bias).clamp(*getattr(m, "time_step_limit", (0.0, float("inf")))).detach()
     A = -torch.exp(m.A_log).detach()
     B, C = B.detach().reshape(-1, groups, n), C.detach().reshape(-1, groups, n)
     per = heads // groups

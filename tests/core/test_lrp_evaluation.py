@@ -111,7 +111,7 @@ def test_bad_input_is_rejected(call):
     ["lrp", "faithfulness", "--model", "vision-mamba-mnist", "-n", "0"],
     ["lrp", "conservation", "--model", "mamba-sentiment", "-n", "2", "--methods", "mambalrp,nope"],
     ["lrp", "long-range", "--model", "mamba-sentiment", "-n", "1"],
-    ["lrp", "faithfulness", "--model", "mathneuro-tiny", "-n", "1"],  # not a Mamba model
+    ["lrp", "long-range", "--model", "vision-mamba-mnist", "-n", "1"],  # not a language model
     ["lrp", "precompute-evaluation", "--only", "everything"],
 ])
 def test_cli_bad_input_exits_2(argv, capsys):

@@ -86,11 +86,14 @@ def test_bad_input_names_the_problem(call, match):
 
 
 @needs
-def test_a_non_mamba_model_is_refused():
+def test_the_projects_llama_is_explained_with_attnlrp():
+    """mathneuro-tiny (a LlamaForCausalLM) was refused before the transformer decoders had rules."""
     if "mathneuro-tiny" not in registered_names():
         pytest.skip("no Llama model committed")
-    with pytest.raises(BadInputError, match="Mamba"):
-        api.text_result("mathneuro-tiny", "1 + 1 =")
+    res = api.text_result("mathneuro-tiny", "1 + 1 =", ["mambalrp"])
+    m = res.data["methods"]["mambalrp"]
+    assert res.data["model_kind"] == "lm" and len(m["relevance"]) == len(res.data["tokens"]) > 2
+    assert abs(m["total"]) > 0 and m["logit"] == pytest.approx(m["total"] + m["absorbed"])
 
 
 def test_prepare_image_normalises_and_says_what_it_did(tmp_path):
@@ -143,7 +146,7 @@ def test_target_choices():
 @needs
 def test_precomputed_examples_are_current_and_found():
     entries = EXAMPLES.entries()
-    assert {e["analysis"] for e in entries} == {"lrp/text", "lrp/image", "lrp/flow"}
+    assert {e["analysis"] for e in entries} == {"lrp/text", "lrp/image", "lrp/flow", "lrp/compare"}
     assert len(entries) == len(api.default_requests())
     kind, inputs_ = api.default_requests()[0]
     found = api.text_result(**inputs_)
@@ -164,9 +167,11 @@ def test_examples_answer_without_loading_and_a_repeat_is_a_cache_hit(fresh_cache
 
     clear_loaded()
     for kind, kwargs in api.default_requests():
-        res = {"text": api.text_result, "image": api.image_result, "flow": api.flow_result}[kind](**kwargs)
+        res = {"text": api.text_result, "image": api.image_result, "flow": api.flow_result,
+               "compare": api.compare_result}[kind](**kwargs)
         assert res.source == "precomputed"
-        assert res.files() and res.figures and (res.views.get("summary") or res.views.get("shares"))  # and downloads
+        assert res.files() and res.figures and (res.views.get("summary") or res.views.get("shares")
+                                                or res.tables.get("models"))  # and downloads
     assert not loading._loaded  # no model was loaded to compare a fingerprint
     text = "A long, slow and oddly moving film."
     first = api.text_result("mamba-sentiment", text, ["mambalrp"], rules={"gate": False})

@@ -187,17 +187,16 @@ def test_the_ablation_switches_reach_the_new_blocks(models):
 
 
 def test_other_families_are_refused_with_a_clear_message():
-    """Zamba2's shared attention blocks (with LoRA adapters and the embeddings concatenated in) have no rule yet."""
+    """A causal LM without rules (OPT: learned positions with an offset, ReLU MLP) is named in the refusal."""
     import transformers as T
 
-    cfg = T.Zamba2Config(vocab_size=64, hidden_size=16, num_hidden_layers=2, layers_block_type=["mamba", "hybrid"],
-                         mamba_d_state=4, mamba_headdim=8, n_mamba_heads=4, num_attention_heads=4,
-                         attention_head_dim=8, num_key_value_heads=4, intermediate_size=16)
     from core.zoo.construction import constructing
 
+    cfg = T.OPTConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, ffn_dim=32, num_attention_heads=2,
+                      word_embed_proj_dim=16, max_position_embeddings=32)
     with constructing():
-        model = T.Zamba2ForCausalLM(cfg).eval()
-    with pytest.raises(BadInputError, match="Zamba2ForCausalLM"):
+        model = T.OPTForCausalLM(cfg).eval()
+    with pytest.raises(BadInputError, match="OPTForCausalLM"):
         explain(model, input_ids=_ids())
 
 
@@ -265,25 +264,27 @@ print(json.dumps(out))
 
 @pytest.mark.slow
 def test_each_family_loads_from_the_hub_and_is_explained(hub_stand_in, tmp_path):
-    """A config + random safetensors + tokenizer per family under its checkpoint's id (tests/hub_repos.SSM2_IDS),
-    downloaded through the stand-in by the zoo's loader (one process for all six), then the CLI explains one."""
+    """A config + random safetensors + tokenizer per family under its checkpoint's id (tests/hub_repos.SSM2_IDS), and
+    a transformer (HuggingFaceTB/SmolLM2-135M as the stand-in serves it: a tiny Llama), downloaded through the stand-in
+    by the zoo's loader (one process for all seven), then the CLI explains one."""
     import json
     import subprocess
     import sys
 
     from tests.conftest import REPO, online_env
     from tests.core.test_online import cli
-    from tests.hub_repos import SSM2_IDS
+    from tests.hub_repos import LLAMA_ID, SSM2_IDS
 
-    proc = subprocess.run([sys.executable, "-c", _LOAD_ALL, *SSM2_IDS], cwd=REPO, capture_output=True, text=True,
-                          env=online_env(hub_stand_in, tmp_path), timeout=600)
+    proc = subprocess.run([sys.executable, "-c", _LOAD_ALL, *SSM2_IDS, LLAMA_ID], cwd=REPO, capture_output=True,
+                          text=True, env=online_env(hub_stand_in, tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     res = json.loads(proc.stdout.strip().splitlines()[-1])
-    for repo, family in SSM2_IDS.items():
+    for repo, family in {**SSM2_IDS, LLAMA_ID: "llama"}.items():
         r = res[repo]
         assert r["source"] == "hub" and r["tokens"] > 3
         assert abs(r["residual"]) <= 1e-4 * abs(r["logit"])  # float32 checkpoints: measured 1e-8 .. 1e-7
-        assert ("attention" in r["kinds"]) == (family in HYBRIDS)
+        assert ("attention" in r["kinds"]) == (family in HYBRIDS or family == "llama")
+    assert res[LLAMA_ID]["kinds"] == ["attention", "mlp"] and res[LLAMA_ID]["class"] == "LlamaForCausalLM"
     explained = cli(hub_stand_in, tmp_path, "lrp", "explain", "--model", "AntonV/mamba2-130m-hf", "--text",
                     "The function returns a list of", "--json")
     assert explained.returncode == 0, explained.stderr[-2000:]

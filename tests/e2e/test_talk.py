@@ -1,6 +1,7 @@
 """A talk, in headless Chromium: a deep link per tab draws its chart and a click on an example draws the next, the
 presenter view at 1280 x 720 follows the keyboard, a bad link is one line of notice, the link of a view opens that
-view, every chart exports PNG and SVG at slide size, a link that asks for a computation shows its progress and stops.
+view, every chart exports PNG and SVG at slide size, a link that asks for a computation shows its progress and stops,
+the side-by-side view of a transformer and an SSM opens from its link.
 Screenshots go to the artifacts folder. How fast the charts come (the talk's one-second target) is measured by
 ``bench/talk.py``, not asserted here: a chart must arrive within WAIT_MS however busy the machine is."""
 import importlib
@@ -49,6 +50,25 @@ def test_a_deep_link_and_a_click_draw_their_chart(browser, app_url, tab):
     click_and_time(page, plot, title(tab, other), example_label(page, tab, other))  # the clicked one's chart arrives
     assert picked(page, tab) == other
     page.screenshot(path=str(conftest.ARTIFACTS / f"deep-link-{tab}.png"))
+    page.close()
+
+
+def test_the_side_by_side_view_opens_from_its_link(browser, app_url):
+    """Issue 45: SmolLM2-135M (a transformer) beside mamba-lm (an SSM) on one sentence, drawn from its deep link: the
+    precomputed result, both models named in the chart and the status."""
+    from playwright.sync_api import expect
+
+    plot = "#lrp-stage-plot"
+    link = "?tab=lrp&example=compare-1&model_a=smollm2-135m&model_b=mamba-lm"
+    page = open_page(browser, f"{app_url}{link}", {plot: title("lrp", "compare-1")})
+    drawn(page, plot)
+    assert picked(page, "lrp") == "compare-1"
+    expect(page.locator("#lw-notice")).to_be_hidden()
+    ticks = " ".join(page.locator(f"{plot} .ytick").all_text_contents())
+    assert "smollm2-135m (transformer)" in ticks and "mamba-lm (SSM)" in ticks
+    expect(page.locator("#lrp-stage-status")).to_contain_text("smollm2-135m")
+    expect(page.locator("#lrp-stage-caption")).to_contain_text("precomputed")
+    page.screenshot(path=str(conftest.ARTIFACTS / "deep-link-lrp-compare.png"))
     page.close()
 
 

@@ -201,8 +201,21 @@ def test_stop_cancels_every_explanation_and_the_text_cap_says_what_it_costs():
     deps = blocks.config["dependencies"]
     ids = {d["id"]: d["api_name"] for d in deps}
     cancelled = {ids[i] for d in deps for i in (d.get("cancels") or [])}
-    assert {"lrp_explain_text", "lrp_explain_text_submit", "lrp_explain_image", "lrp_evaluate"} <= cancelled
+    assert {"lrp_explain_text", "lrp_explain_text_submit", "lrp_explain_image", "lrp_evaluate", "lrp_flow",
+            "lrp_compare"} <= cancelled
     box = next(c for c in blocks.config["components"] if c.get("props", {}).get("elem_id") == "lrp-text")["props"]
     assert f"cut to {core_lrp.MAX_TOKENS} tokens" in box["label"] and box["info"] == core_lrp.cost_note()
     for (config, tokens), (seconds, ratio) in core_lrp.MEASURED_COST.items():
         assert f"{seconds:.0f} s" in box["info"] and seconds > 0 and ratio > 0
+
+
+def test_the_side_by_side_section_compares_two_models_and_refuses_one():
+    from ui import layers
+
+    status, plot, table, files = layers.compare_models("mamba-lm", "mamba-sentiment", "A gorgeous, witty film.",
+                                                       "mambalrp")
+    assert "**mamba-lm**" in status and "**mamba-sentiment**" in status
+    assert "two models" in plot.layout.title.text and list(table["model"]) == ["mamba-lm", "mamba-sentiment"]
+    assert any(str(f).endswith("lrp-compare.json") for f in files["value"])
+    with pytest.raises(gr.Error, match="two different models"):
+        layers.compare_models("mamba-lm", "mamba-lm", "A film.", "mambalrp")
