@@ -30,8 +30,9 @@
 - ``ssm2_conservation``: conservation at the published layer shapes (``--conservation-cases name:layers``, 1-2
   layers per checkpoint, vocabulary 1024, 32 random tokens, each in a fresh process): in float64 the token
   relevances, what the biases and softmaxes absorbed and the residual ``logit - (sum + absorbed)``
-  (:func:`core.lrp.flow.relevance_flow`); the largest difference of float32 ``explain`` from float64, relative to
-  the largest relevance; peak RSS.
+  (:func:`core.lrp.flow.relevance_flow`); the share of |R| off the explained (last) token and the effective number
+  of tokens (:func:`core.lrp.metrics.concentration`: a map on the last token mostly checks the residual path); the
+  largest difference of float32 ``explain`` from float64, relative to the largest relevance; peak RSS.
 - ``evaluation``: Delta A^F and conservation error per method, read from assets/lrp/evaluation/ (precomputed by
   ``python -m core lrp precompute-evaluation``), when present.
 
@@ -239,6 +240,7 @@ sys.path.insert(0, {root!r})
 torch.set_num_threads({threads})
 from core.lrp import explain
 from core.lrp.flow import relevance_flow
+from core.lrp.metrics import concentration
 from tests.core.ssm2_models import build, real
 
 model = build(real({name!r}, {layers}, 1024), dtype=torch.float64)
@@ -246,12 +248,14 @@ ids = torch.randint(3, 1024, (1, {length}), generator=torch.Generator().manual_s
 flow = relevance_flow(model, input_ids=ids)
 e32 = explain(model.float(), input_ids=ids)
 scale = float(flow.relevance.abs().max())
+off, effective = concentration(flow.relevance, ids.shape[1] - 1)  # the last token is the explained position
 print(json.dumps({{"layers": {layers}, "tokens": {length}, "parameters": sum(p.numel() for p in model.parameters()),
                   "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
                   "residual_over_logit": abs(flow.residual) / abs(flow.logit),
                   "absorbed_over_logit": {{k: v / flow.logit for k, v in flow.absorbed.items()}},
                   "float32_vs_float64_max_over_max_relevance": float((e32.sequence_relevance.double()
                                                                       - flow.relevance).abs().max()) / scale,
+                  "share_off_explained_token": off, "effective_tokens": effective,
                   "max_rss_gib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}}))
 """
 
@@ -398,6 +402,8 @@ def evaluation_tables() -> dict:
         r = json.loads(path.read_text())
         out[r["model"]] = {"dataset": f"{r['dataset']} {r['split']}", "n": r["n_done"], "steps": r["steps"],
                            "delta_af": {m: round(r["faithfulness"][m]["delta_af"], 3) for m in r["methods"]},
+                           **{k: {m: round(r["faithfulness"][m][k], 3) for m in r["methods"]}
+                              for k in ("pi_soft_nc", "pi_soft_ns") if k in r["faithfulness"][r["methods"][0]]},
                            "conservation_mean_abs_error": {m: float(f"{r['conservation'][m]['mean_abs_error']:.3g}")
                                                            for m in r["methods"]}}
     return out

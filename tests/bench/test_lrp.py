@@ -37,4 +37,6 @@ def test_smoke_runs_every_part(tmp_path):
     assert ssm2[keys[0]]["absorbed"] != 0 and ssm2[keys[1]]["mambalrp_over_forward"] > 0  # conv bias; softmax
     cons = report["ssm2_conservation"]
     assert all(cons[n]["residual_over_logit"] < 1e-6 for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
+    assert all(0 <= cons[n]["share_off_explained_token"] <= 1 and 1 <= cons[n]["effective_tokens"] <= 8
+               for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
     assert report["evaluation"]
