@@ -78,9 +78,19 @@ def faithfulness_block(res: dict) -> str:
     return head + f" (`{res['command']}`).\n\n" + _table(rows, columns)
 
 
+READING = {  # what a word says about the paper's ablation (the full rules more faithful than the LN-rule alone)
+    "reproduced": "the full rules add faithfulness here, as in the paper's ablation",
+    "opposite": "the full rules lower faithfulness here, against the paper's ablation",
+    "suggestive": "a hint in the paper's direction, not established at this n",
+    "suggestive, opposite": "a hint against the paper's direction, not established at this n",
+    "not reproduced": "no difference found at this n: the rules beyond the LN-rule add nothing measurable here",
+    "not resolved": "too few inputs to judge",
+}
+
+
 def ablation_block(items=("sentiment", "mnist", "sentiment-mamba2", "sentiment-hybrid"), folder=None) -> str:
     """One line per model: MambaLRP minus LRP with the LN-rule only (the paper's ablation claims the full rules are
-    more faithful), paired over the same inputs, per metric, with the word and p."""
+    more faithful), paired over the same inputs, per metric, with the word, its p and what it says."""
     lines = []
     for item in items:
         res = _load(item, folder)
@@ -91,9 +101,36 @@ def ablation_block(items=("sentiment", "mnist", "sentiment-mamba2", "sentiment-h
         for metric in verdicts.metrics_of(res):
             c = verdicts.paired_against(res, metric).get("lrp_ln")
             if c is not None:
-                parts.append(f"{verdicts.METRICS[metric][0]} {c.text()}: **{word(c, verdicts.CLAIM)}**")
-        lines.append(f"- `{res['model']}` (n = {res['n_done']}): " + "; ".join(parts) + ".")
+                w = word(c, verdicts.CLAIM)
+                parts.append(f"{verdicts.METRICS[metric][0]} {c.text()}: **{w}** ({READING[w]})")
+        lines.append(f"- `{res['model']}`, MambaLRP minus LRP (LN-rule only), paired over the same {res['n_done']} "
+                     "inputs: " + "; ".join(parts) + ".")
     return "\n".join(lines)
+
+
+def key_token_block(items=("key-token", "key-token-mamba2", "key-token-hybrid"), folder=None) -> str:
+    """The key-token hit rates, MambaLRP minus each method paired over the seeds (each seed: one trained classifier
+    and its sequences), with the t-test's p, the exact sign-flip p and the word."""
+    rows = []
+    for item in items:
+        res = _load(item, folder)
+        if res is None:
+            continue
+        per_seed = res["hit_rate_per_seed"]
+        comparisons = verdicts.against(per_seed, exact=True)
+        backbone = {"mamba": "Mamba-1", "mamba2": "Mamba-2", "hybrid": "hybrid"}[res.get("family", "mamba")]
+        for m in res["methods"]:
+            if m == verdicts.REFERENCE:
+                continue
+            c = comparisons[m]
+            rows.append({"backbone": backbone, "method": res["labels"][m],
+                         "hit rate, MambaLRP / it (mean of seeds)":
+                             f"{100 * res['hit_rate'][verdicts.REFERENCE]:.1f}% / {100 * res['hit_rate'][m]:.1f}%",
+                         "MambaLRP − it, paired over seeds": c.text(),
+                         "MambaLRP ahead?": f"**{word(c, verdicts.CLAIM)}**"})
+    if not rows:
+        return "Not committed yet: `python -m core lrp precompute-evaluation --only key-token --docs`."
+    return _table(rows, list(rows[0]))
 
 
 def conservation_block(items=("sentiment", "sentiment-mamba2", "sentiment-hybrid", "mnist"), folder=None) -> str:
@@ -160,6 +197,8 @@ def blocks(folder=None) -> dict[str, str]:
         elif analysis == "lrp-agreement":
             out[f"agreement-{model}"] = agreement_block(item, folder)
     out["ablation"] = ablation_block(folder=folder)
+    out["ablation-ssm2"] = ablation_block(("sentiment-mamba2", "sentiment-hybrid"), folder=folder)
+    out["key-token-paired"] = key_token_block(folder=folder)
     out["conservation-trained"] = conservation_block(folder=folder)
     return out
 

@@ -38,9 +38,10 @@ def _values(row: dict, metric: str) -> list[float]:
     return [math.nan if v is None else float(v) for v in row[METRICS[metric][1]]]
 
 
-def against(per_input: dict[str, list], reference: str = REFERENCE) -> dict[str, Comparison]:
+def against(per_input: dict[str, list], reference: str = REFERENCE, exact: bool = False) -> dict[str, Comparison]:
     """``reference`` minus each other method, paired over the inputs: ``per_input`` maps a method to its values in
-    input order (None or NaN where an input has no value: left out for both)."""
+    input order (None or NaN where an input has no value: left out for both); ``exact``: the sign-flip permutation p
+    as well (small n, e.g. seeds)."""
     if reference not in per_input:
         return {}
     ref = [math.nan if v is None else float(v) for v in per_input[reference]]
@@ -49,7 +50,7 @@ def against(per_input: dict[str, list], reference: str = REFERENCE) -> dict[str,
         if m == reference:
             continue
         try:
-            out[m] = paired(ref, [math.nan if v is None else float(v) for v in values], exact=False)
+            out[m] = paired(ref, [math.nan if v is None else float(v) for v in values], exact=exact)
         except ValueError:  # no input scored by both
             continue
     return out

@@ -234,6 +234,8 @@ def key_token_rows(res: dict) -> list[dict]:
     """One row per method, best first: the hit rate (mean over seeds), its std (ddof 1), min and max over the
     seeds and the n behind it (results of one seed give the rate alone)."""
     col = f"key in top-{res['k']} (%)"
+    per_seed = res.get("hit_rate_per_seed") or {}
+    comparisons = verdicts.against(per_seed, exact=True) if len(next(iter(per_seed.values()), [])) > 1 else {}
     rows = []
     for m, v in sorted(res["hit_rate"].items(), key=lambda kv: -kv[1]):
         row = {"method": res["labels"].get(m, m), col: round(100 * v, 1)}
@@ -241,6 +243,10 @@ def key_token_rows(res: dict) -> list[dict]:
             row.update({"± std": round(100 * res["hit_rate_std"][m], 1), "min": round(100 * res["hit_rate_min"][m], 1),
                         "max": round(100 * res["hit_rate_max"][m], 1), "seeds": res["n_seeds"],
                         "n per seed": res["n"]})
+        if comparisons:  # MambaLRP minus the method, paired over the seeds (same model and sequences per seed)
+            c = comparisons.get(m)
+            row["MambaLRP − it (share, paired over seeds)"] = c.text() if c is not None else ""
+            row["MambaLRP ahead?"] = verdicts.verdict(c) if c is not None else ""
         rows.append(row)
     return rows
 
