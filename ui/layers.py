@@ -1,6 +1,6 @@
 """The MambaLRP tab's section for the hybrids: how one text's relevance passes through the attention layers and the
-SSM layers (per layer and token, summed by kind: ``core.lrp.flow_result``), and the key-token ground truth on the
-Mamba-2 and hybrid classifiers beside the paper's. Gradio wiring only."""
+SSM layers (per layer and token, summed by kind: ``core.lrp.flow_result``), the key-token ground truth on the
+Mamba-2 and hybrid classifiers beside the paper's, and the subject-verb agreement ground truth. Gradio wiring only."""
 from __future__ import annotations
 
 import gradio as gr
@@ -48,11 +48,18 @@ def build(target_box) -> list:
     return [btn.click(explain_layers, [model, text, target], [status, plot, table, files], api_name="lrp_flow")]
 
 
-def key_token_variants() -> None:
-    """The key-token ground truth on a Mamba-2 and on a hybrid classifier (committed), below the paper's."""
+def ground_truths() -> None:
+    """The key-token ground truth on a Mamba-2 and on a hybrid classifier (committed), below the paper's; then the
+    subject-verb agreement ground truth on a language model (committed, core.lrp.agreement)."""
     for family in ("mamba2", "hybrid"):
         res = lrp.committed_result(f"key-token-{family}")
         if res:
             gr.Markdown(res.status)
             gr.Dataframe(frame(res.views["hits"]), interactive=False, elem_id=f"lrp-key-token-{family}",
                          label=f"Key-token hit rate, {family} classifier, over seeds")
+    res = lrp.committed_result("agreement")
+    if res:
+        gr.Markdown("#### Subject-verb agreement (a language model)\n" + res.status, elem_id="lrp-agreement-status")
+        gr.Dataframe(frame(res.tables["methods"]), interactive=False, elem_id="lrp-agreement",
+                     label="Where each method ranks the subject the verb agrees with (± standard error; MambaLRP minus "
+                           "each method paired over the sentences)")
