@@ -40,7 +40,7 @@ from core.lrp.context import lrp_rules
 
 RETENTION_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)  # expected share of the input kept
 SOFTNESS = 0.1  # the sigmoid's width in rank quantiles: -> 0 is the hard top-k flip, larger blurs the ranks
-DRAWS = 4  # masks per (input, pi, side); their mean probability is scored
+DRAWS = 2  # masks per (input, pi, side); their mean probability is scored (the same for every method)
 MIN_DROP = 1e-6  # D0 below this: no normalised score for the input (for every method)
 VERSION = 1  # of the protocol (part of an evaluation's key)
 

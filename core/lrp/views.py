@@ -147,10 +147,10 @@ def evaluation_rows(res: dict) -> list[dict]:
             for metric in verdicts.metrics_of(res):
                 if metric != "delta_af":
                     row.update({metric: f[metric], f"{metric}_sem": f[f"{metric}_sem"]})
-                c = comparisons[metric].get(m)
-                if c is not None:  # MambaLRP minus this method, paired over the inputs
-                    row.update({f"mambalrp_minus_it_{metric}": c.delta, f"mambalrp_minus_it_{metric}_se": c.se,
-                                f"mambalrp_minus_it_{metric}_p": c.p, f"mambalrp_ahead_{metric}": verdicts.verdict(c)})
+                c = comparisons[metric].get(m)  # MambaLRP minus this method, paired over the inputs (empty on its own row)
+                row.update({f"mambalrp_minus_it_{metric}": c and c.delta, f"mambalrp_minus_it_{metric}_se": c and c.se,
+                            f"mambalrp_minus_it_{metric}_p": c and c.p,
+                            f"mambalrp_ahead_{metric}": verdicts.verdict(c) if c is not None else None})
         c = res["conservation"][m]
         return {**row, "conservation_mean_abs_error": c["mean_abs_error"],
                 "conservation_mean_rel_error": c["mean_rel_error"],
