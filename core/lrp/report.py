@@ -161,6 +161,9 @@ def agreement_block(item: str, folder=None) -> str:
     res = _load(item, folder)
     if res is None:
         return _missing(item)
+    if not res["n_done"]:
+        return (f"`{res['model']}` prefers the agreeing verb on none of {res['n_explainable']} generated sentences: "
+                f"nothing to explain (`{res['command']}`).")
     scores = res["scores"]
     rr = verdicts.against({m: s["reciprocal_rank"] for m, s in scores.items()})
     hits = verdicts.against({m: s["pointing"] for m, s in scores.items()})
