@@ -37,7 +37,9 @@ def evaluate(request, progress: Progress | None = None) -> dict:
     ``morf`` and ``lerf`` (K+1 mean target logits), ``delta`` (per sample); with ``request.retention`` also
     ``pi_soft_nc`` / ``pi_soft_ns`` with their ``_sem``, ``_per_input`` (None where the input has no normalised
     score) and ``nc_curve`` / ``ns_curve`` over the retention grid, :mod:`core.lrp.retention`; absent when
-    ``faithfulness=False``), ``retention`` (the protocol's settings and ``n_defined``), ``conservation`` (method
+    ``faithfulness=False``), ``retention`` (the protocol's settings, ``n_defined``, and per input ``p_full`` and
+    ``p_empty``: the probability of the explained output with the whole input and with every unit replaced),
+    ``conservation`` (method
     -> ``sums``, ``logits`` (per sample), ``mean_abs_error``, ``mean_rel_error``, ``max_abs_error``,
     ``conservative`` (registry flag), ``share_off_explained`` and ``effective_units`` per sample and their means,
     :func:`core.lrp.metrics.concentration`), ``timing`` (``total_s``, ``explain_s``, ``flip_s`` and
@@ -52,7 +54,7 @@ def evaluate(request, progress: Progress | None = None) -> dict:
                 "ns": [], "retention_s": []} for m in names}
     retention = request_retention(request)
     position = adapter_for(model).explained_position  # the unit whose state the explained output is read from
-    lengths = []
+    lengths, reference = [], []
 
     def each(i, method, e, seconds):
         row = rows[method]
@@ -71,6 +73,8 @@ def evaluate(request, progress: Progress | None = None) -> dict:
             r = retention_scores(model, e, seed=i, baseline=baseline, **inputs)  # seed: the input's, every method's
             row["nc"].append(r.nc)
             row["ns"].append(r.ns)
+            if i == len(reference):  # q(x) and q(x0) depend on the input only
+                reference.append((r.p_full, r.p_empty))
             row["retention_s"].append(time.perf_counter() - t0)
         if faithfulness:
             t0 = time.perf_counter()
@@ -85,6 +89,9 @@ def evaluate(request, progress: Progress | None = None) -> dict:
     complete = explain_each(model, samples, names, opts, progress, each)
     n_done = min(len(r["sums"]) for r in rows.values())
     result = _summary(request, n_done, complete, rows, lengths)
+    if "retention" in result:
+        result["retention"]["p_full"] = [p for p, _ in reference[:n_done]]
+        result["retention"]["p_empty"] = [q for _, q in reference[:n_done]]
     result["timing"]["total_s"] = round(time.perf_counter() - t_start, 3)
     if not complete:
         raise Cancelled("Stopped.", partial=result)

@@ -132,6 +132,7 @@ def test_cli_writes_a_folder(tmp_path, capsys):
     assert "pi_soft_nc" in csv[0] and "mambalrp_minus_it_delta_af" in csv[0]
     f, ret = data["faithfulness"], data["retention"]  # equal retention beside ΔA^F, the same inputs scored for all
     assert ret["n_defined"] <= 2 and len(ret["grid"]) == len(f["random"]["nc_curve"]) == 9
+    assert ret["n_defined"] == sum(p - q >= ret["min_drop"] for p, q in zip(ret["p_full"], ret["p_empty"]))
     for m in ("mambalrp", "random"):
         scored = [x for x in f[m]["pi_soft_nc_per_input"] if x is not None]
         assert len(scored) == ret["n_defined"] and f[m]["pi_soft_ns"] is None or 0 <= f[m]["pi_soft_ns"] <= 1
