@@ -48,6 +48,12 @@ def build(target_box) -> list:
     return [btn.click(explain_layers, [model, text, target], [status, plot, table, files], api_name="lrp_flow")]
 
 
+AGREEMENT_ITEMS = (  # committed item, model, why it may be missing
+    ("agreement", "mamba-lm", ""),
+    ("agreement-smollm2", "smollm2-135m",
+     " (a Llama transformer: this build has no LRP rules for plain transformers yet)"))
+
+
 def ground_truths() -> None:
     """The key-token ground truth on a Mamba-2 and on a hybrid classifier (committed), below the paper's; then the
     subject-verb agreement ground truth on a language model (committed, core.lrp.agreement)."""
@@ -57,9 +63,14 @@ def ground_truths() -> None:
             gr.Markdown(res.status)
             gr.Dataframe(frame(res.views["hits"]), interactive=False, elem_id=f"lrp-key-token-{family}",
                          label=f"Key-token hit rate, {family} classifier, over seeds")
-    res = lrp.committed_result("agreement")
-    if res:
-        gr.Markdown("#### Subject-verb agreement (a language model)\n" + res.status, elem_id="lrp-agreement-status")
-        gr.Dataframe(frame(res.tables["methods"]), interactive=False, elem_id="lrp-agreement",
-                     label="Where each method ranks the subject the verb agrees with (± standard error; MambaLRP minus "
-                           "each method paired over the sentences)")
+    gr.Markdown("#### Subject-verb agreement (a language model)")
+    for item, model, note in AGREEMENT_ITEMS:
+        res = lrp.committed_result(item)
+        if not res:
+            gr.Markdown(f"Not computed yet on `{model}`{note}: `python -m core lrp precompute-evaluation --only {item}` "
+                        "computes it.", elem_id=f"lrp-{item}-status")
+            continue
+        gr.Markdown(res.status, elem_id=f"lrp-{item}-status")
+        gr.Dataframe(frame(res.tables["methods"]), interactive=False, elem_id=f"lrp-{item}",
+                     label=f"{model}: where each method ranks the subject the verb agrees with (± standard error; "
+                           "MambaLRP minus each method paired over the sentences)")

@@ -51,9 +51,10 @@ def _table(rows: list[dict], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def faithfulness_block(res: dict) -> str:
+def faithfulness_block(res: dict, item: str | None = None) -> str:
     """Per method: ΔA^F, π-Soft-NC and π-Soft-NS (mean ± standard error over inputs), each with MambaLRP minus the
-    method paired over the same inputs (difference ± se, t, p, the word for "MambaLRP more faithful")."""
+    method paired over the same inputs (difference ± se, t, p, the word for "MambaLRP more faithful"); a file made
+    before the equal-retention protocol says so and names the command (``item``'s) that adds it."""
     metrics = verdicts.metrics_of(res)
     comparisons = {m: verdicts.paired_against(res, m) for m in metrics}
     faith = res["faithfulness"]
@@ -75,7 +76,11 @@ def faithfulness_block(res: dict) -> str:
     if r:
         head += (f"; π-Soft at π = {r['grid'][0]:g}..{r['grid'][-1]:g} (softness {r['softness']:g}, {r['draws']} "
                  f"masks), {r['n_defined']} of {res['n_done']} inputs with a normalised score")
-    return head + f" (`{res['command']}`).\n\n" + _table(rows, columns)
+    head += f" (`{res['command']}`)."
+    if not r and item is not None:
+        head += (f" Faithfulness at equal retention (π-Soft-NC / NS) is not computed for this file (made before the "
+                 f"protocol): `python -m core lrp precompute-evaluation --only {item} --docs` adds it.")
+    return head + "\n\n" + _table(rows, columns)
 
 
 READING = {  # what a word says about the paper's ablation (the full rules more faithful than the LN-rule alone)
@@ -196,7 +201,7 @@ def blocks(folder=None) -> dict[str, str]:
     for item, (_, analysis, model, _) in EVALUATION_ITEMS.items():
         if analysis == "lrp-evaluation":
             res = _load(item, folder)
-            out[f"faithfulness-{model}"] = faithfulness_block(res) if res else _missing(item)
+            out[f"faithfulness-{model}"] = faithfulness_block(res, item) if res else _missing(item)
         elif analysis == "lrp-agreement":
             out[f"agreement-{model}"] = agreement_block(item, folder)
     out["ablation"] = ablation_block(folder=folder)

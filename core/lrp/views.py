@@ -179,6 +179,9 @@ def evaluation_status(res: dict, source: str) -> str:
         parts.append(f"π-Soft-NC / NS: every method keeps the same expected share of the input (π = "
                      f"{r['grid'][0]:g}-{r['grid'][-1]:g}, {r['draws']} masks each; {r['n_defined']} of "
                      f"{res['n_done']} inputs have a normalised score).")
+    elif res.get("faithfulness"):
+        redo = f": `{res['command']}` recomputes it with them" if res.get("command") else ""
+        parts.append(f"π-Soft-NC / NS (equal retention) are not computed in this result{redo}.")
     return " ".join(parts)
 
 
