@@ -37,12 +37,13 @@ def _missing(item: str) -> str:
 
 
 def _cell(c) -> str:
-    """A paired comparison in a table cell: difference ± se, t, p and the verdict word."""
+    """A paired comparison in a table cell: difference ± se, t, df, p and the verdict word."""
     if c is None:
         return ""
     if c.p is None:
         return f"{c.delta:+.3f} (n = {c.n_a})"
-    return f"{c.delta:+.3f} ± {c.se:.3f} (t = {c.t:.1f}, p = {verdicts.p_text(c.p)}): {word(c, verdicts.CLAIM)}"
+    return (f"{c.delta:+.3f} ± {c.se:.3f} (t = {c.t:.1f}, df {c.df:.0f}, p = {verdicts.p_text(c.p)}): "
+            f"{word(c, verdicts.CLAIM)}")
 
 
 def _table(rows: list[dict], columns: list[str]) -> str:
