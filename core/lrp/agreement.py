@@ -37,6 +37,19 @@ from core.lrp.metrics import mean, sem
 from core.progress import Progress, report
 
 AGREEMENT_VERSION = 1  # of a result's key
+MIN_AGREEMENT = 0.75  # below it the model is said to barely agree (its scores are not a ground truth of the methods)
+
+
+def caveat(res: dict) -> str | None:
+    """What a model that barely agrees does to the scores (the tab's status and the docs' block say it), or None."""
+    acc, plural = res.get("agreement_accuracy"), res.get("agreeing_plural_share")
+    if acc is None or acc >= MIN_AGREEMENT:
+        return None
+    lean = (f" ({100 * (1 - plural):.0f}% of the sentences it gets right have a singular subject, "
+            f"{100 * plural:.0f}% a plural one)" if plural is not None else "")
+    return (f"The model barely agrees ({100 * acc:.1f}%, below {100 * MIN_AGREEMENT:.0f}%): where it does not use the "
+            "subject there is no ground truth, and its right answers may rest on a preference for one verb form "
+            f"rather than on the subject{lean}; the methods' scores on it do not rank them as explainers.")
 
 
 def subject_rank(relevance: torch.Tensor, positions) -> int:

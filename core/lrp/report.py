@@ -15,6 +15,7 @@ from pathlib import Path
 
 from core import docs_blocks
 from core.lrp import verdicts
+from core.lrp.agreement import caveat
 from core.lrp.committed import EVALUATION_DIR, EVALUATION_ITEMS
 from core.stats import word
 
@@ -193,6 +194,8 @@ def agreement_block(item: str, folder=None) -> str:
             f"{res['n_explainable']} generated sentences ({by}); the {res['n_done']} it gets right are explained "
             f"({100 * res['agreeing_plural_share']:.0f}% with a plural subject; {res['mean_length']:.1f} tokens on "
             f"average) (`{res['command']}`).")
+    if caveat(res):
+        head += f" **{caveat(res)}**"
     return head + "\n\n" + _table(rows, list(rows[0]))
 
 

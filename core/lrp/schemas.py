@@ -40,7 +40,8 @@ SCHEMAS = {
                                                        "pi_soft_nc_per_input": ListOf(Opt(Num)), "pi_soft_ns": Opt(Num),
                                                        "pi_soft_ns_sem": Opt(Num),
                                                        "pi_soft_ns_per_input": ListOf(Opt(Num))})),
-                  "retention": Rec({"grid": ListOf(Num, 1), "draws": Int, "n_defined": Int})}),
+                  "retention": Rec({"grid": ListOf(Num, 1), "draws": Int, "n_defined": Int}),
+                  "command": Opt(Str)}),  # a committed file's: the status names it where retention is missing
     "lrp-long-range": Rec(
         {"model": Opt(Str), "k": Opt(Int), "length": Opt(Int), "n_done": Opt(Int), "methods": ListOf(Str, 1),
          "labels": _LABELS,

@@ -17,7 +17,7 @@ from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
-from core.lrp.agreement import evaluate_agreement
+from core.lrp.agreement import caveat as agreement_caveat, evaluate_agreement
 from core.lrp.requests import (AgreementRequest, EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest, LongRangeRequest,
                                TextRequest)
 from core.results import Result, source_text
@@ -346,9 +346,8 @@ def agreement_status(res: dict, source: str) -> str:
         parts.append(f"Highest MRR of the subject: **{res['labels'][best]}** {scores[best]['mrr']:.3f}, pointing "
                      f"accuracy {100 * scores[best]['pointing_accuracy']:.1f}% (chance {res['chance']['mrr']:.3f} and "
                      f"{100 * res['chance']['pointing_accuracy']:.1f}%).")
-    if res["agreement_accuracy"] is not None and res["agreement_accuracy"] < 0.75:
-        parts.append("⚠️ The model barely agrees: where it does not use the subject there is no ground truth, and its "
-                     "right answers may rest on a preference for one verb form rather than on the subject.")
+    if agreement_caveat(res):
+        parts.append("⚠️ " + agreement_caveat(res))
     return " ".join(parts)
 
 

@@ -43,3 +43,15 @@ def test_render_replaces_only_the_marked_blocks():
     text = f"a\n{docs_blocks.marker('x', cmd)}\nold\n{docs_blocks.marker('x', cmd, end=True)}\nb\n"
     assert docs_blocks.render(text, {"x": "new", "y": "unused"}, cmd) == text.replace("old", "new")
     assert docs_blocks.names(text) == ["x"]
+
+
+def test_a_model_that_barely_agrees_is_said_so_beside_its_scores():
+    from core.lrp.agreement import MIN_AGREEMENT, caveat
+    res = {"agreement_accuracy": 0.463, "agreeing_plural_share": 0.08}
+    text = caveat(res)
+    assert "46.3%" in text and "92% of the sentences it gets right have a singular subject" in text
+    assert caveat({**res, "agreement_accuracy": MIN_AGREEMENT}) is None
+    committed = json.loads((EVALUATION_DIR / f"{EVALUATION_ITEMS['agreement'][0]}.json").read_text())
+    assert (caveat(committed) is not None) == (committed["agreement_accuracy"] < MIN_AGREEMENT)
+    if caveat(committed):
+        assert caveat(committed) in report.agreement_block("agreement")
