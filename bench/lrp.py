@@ -30,8 +30,9 @@
 - ``ssm2_conservation``: conservation at the published layer shapes (``--conservation-cases name:layers``, 1-2
   layers per checkpoint, vocabulary 1024, 32 random tokens, each in a fresh process): in float64 the token
   relevances, what the biases and softmaxes absorbed and the residual ``logit - (sum + absorbed)``
-  (:func:`core.lrp.flow.relevance_flow`); the largest difference of float32 ``explain`` from float64, relative to
-  the largest relevance; peak RSS.
+  (:func:`core.lrp.flow.relevance_flow`); the share of |R| off the explained (last) token and the effective number
+  of tokens (:func:`core.lrp.metrics.concentration`: a map on the last token mostly checks the residual path); the
+  largest difference of float32 ``explain`` from float64, relative to the largest relevance; peak RSS.
 - ``decoder_size``: the same protocol for the transformer decoders at their published configs
   (tests/core/decoder_models.py): ``--decoder-cases name:layers:tokens`` (default SmolLM2-135M, all 30 layers, at
   512 tokens), random weights, float32; ``explain`` (AttnLRP) against transformers' own no-grad forward (its sdpa
@@ -261,6 +262,7 @@ def conservation_cost(name: str, layers: int, length: int, threads: int = 2, voc
 
     from core.lrp import explain
     from core.lrp.flow import relevance_flow
+    from core.lrp.metrics import concentration
 
     torch.set_num_threads(threads)
     model = real_model(name, layers, vocab, getattr(torch, dtype))
@@ -273,6 +275,8 @@ def conservation_cost(name: str, layers: int, length: int, threads: int = 2, voc
            "logit": flow.logit, "sum_of_relevances": flow.total, "absorbed": flow.absorbed,
            "residual_over_logit": abs(flow.residual) / abs(flow.logit),
            "absorbed_over_logit": {k: v / flow.logit for k, v in flow.absorbed.items()}}
+    off, effective = concentration(flow.relevance, ids.shape[1] - 1)  # the last token is the explained position
+    out.update(share_off_explained_token=off, effective_tokens=effective)
     if dtype == "float64":
         e32 = explain(model.float(), input_ids=ids)
         out["float32_vs_float64_max_over_max_relevance"] = float(
@@ -434,6 +438,8 @@ def evaluation_tables() -> dict:
         r = json.loads(path.read_text())
         out[r["model"]] = {"dataset": f"{r['dataset']} {r['split']}", "n": r["n_done"], "steps": r["steps"],
                            "delta_af": {m: round(r["faithfulness"][m]["delta_af"], 3) for m in r["methods"]},
+                           **{k: {m: round(r["faithfulness"][m][k], 3) for m in r["methods"]}
+                              for k in ("pi_soft_nc", "pi_soft_ns") if k in r["faithfulness"][r["methods"][0]]},
                            "conservation_mean_abs_error": {m: float(f"{r['conservation'][m]['mean_abs_error']:.3g}")
                                                            for m in r["methods"]}}
     return out

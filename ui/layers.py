@@ -1,7 +1,7 @@
 """The MambaLRP tab's sections for the hybrids and the transformers: how one text's relevance passes through the
 attention layers, the SSM layers and the MLPs (per layer and token, summed by kind: ``core.lrp.flow_result``), one
-text on a transformer beside an SSM (``core.lrp.compare_result``), and the key-token ground truth on the Mamba-2 and
-hybrid classifiers beside the paper's. Gradio wiring only."""
+text on a transformer beside an SSM (``core.lrp.compare_result``), the key-token ground truth on the Mamba-2 and
+hybrid classifiers beside the paper's, and the subject-verb agreement ground truth. Gradio wiring only."""
 from __future__ import annotations
 
 import gradio as gr
@@ -91,11 +91,29 @@ def build(target_box) -> list:
         build_compare()
 
 
-def key_token_variants() -> None:
-    """The key-token ground truth on a Mamba-2 and on a hybrid classifier (committed), below the paper's."""
+AGREEMENT_ITEMS = (  # committed item, model, why it may be missing
+    ("agreement", "mamba-lm", ""),
+    ("agreement-smollm2", "smollm2-135m",
+     " (SmolLM2-135M: 135 M parameters, 300 sentences x every method; not computed on this 2-core machine yet)"))
+
+
+def ground_truths() -> None:
+    """The key-token ground truth on a Mamba-2 and on a hybrid classifier (committed), below the paper's; then the
+    subject-verb agreement ground truth on a language model (committed, core.lrp.agreement)."""
     for family in ("mamba2", "hybrid"):
         res = lrp.committed_result(f"key-token-{family}")
         if res:
             gr.Markdown(res.status)
             gr.Dataframe(frame(res.views["hits"]), interactive=False, elem_id=f"lrp-key-token-{family}",
                          label=f"Key-token hit rate, {family} classifier, over seeds")
+    gr.Markdown("#### Subject-verb agreement (a language model)")
+    for item, model, note in AGREEMENT_ITEMS:
+        res = lrp.committed_result(item)
+        if not res:
+            gr.Markdown(f"Not computed yet on `{model}`{note}: `python -m core lrp precompute-evaluation --only {item}` "
+                        "computes it.", elem_id=f"lrp-{item}-status")
+            continue
+        gr.Markdown(res.status, elem_id=f"lrp-{item}-status")
+        gr.Dataframe(frame(res.tables["methods"]), interactive=False, elem_id=f"lrp-{item}",
+                     label=f"{model}: where each method ranks the subject the verb agrees with (± standard error; "
+                           "MambaLRP minus each method paired over the sentences)")

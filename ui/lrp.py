@@ -17,13 +17,14 @@ TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
          "× input of the rewired network) add up to the explained logit. Red speaks **for** the explained output, "
-         "blue **against**. Compare with gradient × input, SmoothGrad, IG, rollout and MambaAttr below. Models: "
-         "mamba-sentiment, mamba-lm, vision-mamba-mnist, mamba2-sentiment, hybrid-sentiment (AttnLRP on its "
-         "attention), the transformers smollm2-135m and mathneuro-tiny (AttnLRP throughout), or a folder.")
-EVAL_NOTE = ("Flip the most relevant units first (**MoRF**, solid: the logit should drop fast) or the least relevant "
-             "first (**LeRF**, dashed: it should stay high), replacing their embeddings with zeros. **ΔA^F = A_LeRF − "
-             "A_MoRF**: higher is more faithful. Conservation: on the dashed identity line the relevances add up to "
-             "the logit (Integrated Gradients adds up to logit − baseline logit).")
+         "blue **against**. Compare it with gradient × input, SmoothGrad, Integrated Gradients, attention rollout and "
+         "MambaAttr; check conservation and faithfulness below. Models: the embedded mamba-sentiment, mamba-lm, "
+         "vision-mamba-mnist, mamba2-sentiment and hybrid-sentiment (Mamba-2 + attention: AttnLRP there), the "
+         "transformers smollm2-135m and mathneuro-tiny (AttnLRP throughout), or a folder.")
+EVAL_NOTE = ("**MoRF** (solid) flips the most relevant units first, **LeRF** (dashed) the least; **ΔA^F = A_LeRF − "
+             "A_MoRF**, higher is more faithful; **π-Soft-NC / NS** ask the same with every method keeping the same "
+             "expected share of the input. The table compares each method with MambaLRP **paired over the same "
+             "samples** (± se, t, df, p) with the verdict rule's word. A conserving method sits at float error.")
 
 
 def _rules(*values) -> dict:
@@ -129,7 +130,7 @@ def build_evaluation() -> list:
             btn = gr.Button("Evaluate", variant="primary", elem_id="lrp-eval-btn")
         status, cons, faith, delta = eval_outputs(first) if first else show_committed(None)[:4]
         status = gr.Markdown(status, elem_id="lrp-eval-status")
-        table = gr.Dataframe(delta, interactive=False, label="ΔA^F per method (best first)", elem_id="lrp-delta-table")
+        table = gr.Dataframe(delta, interactive=False, label="ΔA^F and π-Soft, paired", elem_id="lrp-delta-table")
         faith_plot = gr.Plot(faith, label="Faithfulness", elem_id="lrp-faithfulness")
         cons_plot = gr.Plot(cons, label="Conservation", elem_id="lrp-conservation")
         files = downloads_box(first, "Downloads: results (JSON), table (CSV), figures (HTML)", "lrp-eval-downloads")
@@ -142,7 +143,7 @@ def build_evaluation() -> list:
                 gr.Dataframe(frame(key_token.views["hits"]), interactive=False, elem_id="lrp-key-token",
                              label="Key-token hit rate over seeds (mean, ± std, min, max)", scale=3)
                 gr.Markdown(key_token.views["last-token"], elem_id="lrp-key-token-last")
-        layers.key_token_variants()
+        layers.ground_truths()
     outputs = [status, cons_plot, faith_plot, table, files]
     show = model.change(show_committed, model, outputs, api_name="lrp_eval_show")
     return [btn.click(evaluate, [model, n, steps, methods], outputs, api_name="lrp_evaluate"), show]

@@ -60,6 +60,24 @@ class TokenTask:
     key_positions: tuple[int, ...] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class AgreementSentence:
+    """A sentence prefix that ends where its verb would come, with the verb's number decided by one subject noun.
+
+    ``text`` starts with the subject's noun phrase; ``subject`` and ``attractor`` are the character spans ``(start,
+    end)`` of the subject noun and of a noun of the other number between it and the verb; ``verb`` and ``wrong``
+    are the agreeing and the non-agreeing form (with their leading space, as the next token), ``plural`` the
+    subject's number and ``template`` the construction (``pp``, ``src``, ``orc``)."""
+
+    text: str
+    subject: tuple[int, int]
+    attractor: tuple[int, int]
+    verb: str
+    wrong: str
+    plural: bool
+    template: str
+
+
 def canonical_number(text: str) -> str:
     """A number as a plain string: ``"1,000"`` -> ``"1000"``, ``"168.0"`` -> ``"168"``, ``"2.50"`` -> ``"2.5"``.
 
@@ -75,7 +93,8 @@ def canonical_number(text: str) -> str:
     return repr(value)
 
 
-RECORD_TYPES = {cls.__name__: cls for cls in (TextLabel, MathProblem, MultipleChoice, ImageLabel, Passage, TokenTask)}
+RECORD_TYPES = {cls.__name__: cls for cls in (TextLabel, MathProblem, MultipleChoice, ImageLabel, Passage, TokenTask,
+                                              AgreementSentence)}
 
 
 def record_to_row(record) -> dict:

@@ -57,3 +57,59 @@ def key_token_task(n: int = 2000, seed: int = 0, length: int = 32, vocab_size: i
         tokens[pos] = KEY_POSITIVE if label else KEY_NEGATIVE
         out.append(TokenTask(tokens=tuple(tokens), label=label, key_positions=(pos,)))
     return out
+
+
+# ---- subject-verb agreement (a ground truth for attributions on language models) ----------------------------------
+AGREEMENT_NOUNS = (("author", "authors"), ("pilot", "pilots"), ("doctor", "doctors"), ("teacher", "teachers"),
+                   ("farmer", "farmers"), ("senator", "senators"), ("student", "students"), ("manager", "managers"),
+                   ("officer", "officers"), ("singer", "singers"), ("driver", "drivers"), ("painter", "painters"),
+                   ("lawyer", "lawyers"), ("player", "players"), ("neighbor", "neighbors"), ("customer", "customers"),
+                   ("guard", "guards"), ("nurse", "nurses"), ("worker", "workers"), ("friend", "friends"),
+                   ("child", "children"), ("woman", "women"), ("man", "men"), ("dog", "dogs"))
+AGREEMENT_VERBS = ((" is", " are"), (" was", " were"), (" has", " have"))  # singular, plural: the next token
+AGREEMENT_PREPOSITIONS = ("next to", "behind", "near", "with", "beside", "in front of")
+AGREEMENT_TRANSITIVE = ("liked", "saw", "met", "hated", "helped", "called", "followed", "knew")
+AGREEMENT_TEMPLATES = ("pp", "src", "orc")  # prepositional phrase, subject relative clause, object relative clause
+AGREEMENT_LEADS = ("", "I think that ", "Yesterday ", "We heard that ", "In the end ", "Everyone knows that ")
+# the lead-ins move the subject away from a fixed position (a ranking by position alone must not find it)
+
+
+def agreement_sentences(n: int = 300, seed: int = 0, verbs=AGREEMENT_VERBS) -> list:
+    """``n`` sentence prefixes whose next word is a verb that must agree with the subject, not with the attractor
+    (a noun of the other number in between), cycling through the templates and the two numbers:
+
+    - ``pp``:  "The author next to the senators" -> " is"
+    - ``src``: "The authors that liked the senator" -> " are"
+    - ``orc``: "The author that the senators liked" -> " is"
+
+    each after a lead-in (:data:`AGREEMENT_LEADS`: "", "I think that the author ...", ...). Nouns, prepositions,
+    verbs, lead-ins and the verb pair (``verbs``: (singular, plural) forms) are drawn with a seeded generator; the
+    subject and attractor nouns differ. Returns :class:`core.data.records.AgreementSentence`."""
+    from core.data.records import AgreementSentence
+
+    rng = random.Random(seed)
+    out = []
+    for i in range(n):
+        template = AGREEMENT_TEMPLATES[i % len(AGREEMENT_TEMPLATES)]
+        plural = bool((i // len(AGREEMENT_TEMPLATES)) % 2)
+        subject, attractor = rng.sample(AGREEMENT_NOUNS, 2)
+        s, a = subject[int(plural)], attractor[int(not plural)]
+        verb_pair = verbs[rng.randrange(len(verbs))]
+        lead = rng.choice(AGREEMENT_LEADS)
+        head = f"{lead}the " if lead else "The "
+        if template == "pp":
+            middle = f" {rng.choice(AGREEMENT_PREPOSITIONS)} the "
+            text = f"{head}{s}{middle}{a}"
+        elif template == "src":
+            middle = f" that {rng.choice(AGREEMENT_TRANSITIVE)} the "
+            text = f"{head}{s}{middle}{a}"
+        else:
+            middle = " that the "
+            text = f"{head}{s}{middle}{a} {rng.choice(AGREEMENT_TRANSITIVE)}"
+        start = len(head)
+        subject_span = (start, start + len(s))
+        attractor_start = subject_span[1] + len(middle)
+        out.append(AgreementSentence(text=text, subject=subject_span, attractor=(attractor_start,
+                                     attractor_start + len(a)), verb=verb_pair[int(plural)],
+                                     wrong=verb_pair[int(not plural)], plural=plural, template=template))
+    return out

@@ -20,7 +20,8 @@ from core.lrp.models import MambaSequenceClassifier, SequenceClassifier, VisionM
 # the analyses (core.analyses.Analysis entries) and the service: one function per user action (any of it over a file
 # of texts: python -m core lrp batch, core.lrp.batch; the bias audit swaps identity terms, core.lrp.bias)
 from core.lrp.views import ANALYSES, MEASURED_COST, cost_note
-from core.lrp.service import (analysis_result, bias_audit_result, committed_result, compare_result, default_requests,
+from core.lrp.service import (agreement_result, analysis_result, bias_audit_result, committed_result, compare_result,
+                              default_requests,
                               evaluation_result, example_result, flow_result, image_result, key_token_result,
                               long_range_result, precompute_bias, precompute_evaluation, precompute_examples,
                               target_choices, text_result, train_result)
@@ -28,8 +29,9 @@ from core.lrp.service import (analysis_result, bias_audit_result, committed_resu
 # the training recipes' names and the committed evaluations' items)
 from core.lrp.batch import MAX_TOP_K as BATCH_MAX_TOP_K, TOP_K as BATCH_TOP_K
 from core.lrp.committed import EVALUATION_ITEMS
-from core.lrp.requests import (COMPARE_EXAMPLES, COMPARE_MODELS, DEFAULT_METHODS, EVAL_MODELS, EVAL_N, EVAL_STEPS,
-                               FLOW_EXAMPLES, FLOW_MODELS, IMAGE_MODELS, MAX_EVAL_SAMPLES, MAX_FLIP_STEPS, MAX_TEXT_CHARS, MAX_TOKENS,
+from core.lrp.requests import (AGREEMENT_N, COMPARE_EXAMPLES, COMPARE_MODELS, DEFAULT_METHODS, EVAL_MODELS, EVAL_N,
+                               EVAL_STEPS, FLOW_EXAMPLES, FLOW_MODELS, IMAGE_MODELS, MAX_EVAL_SAMPLES, MAX_FLIP_STEPS,
+                               MAX_TEXT_CHARS, MAX_TOKENS,
                                RULE_SWITCHES, TEXT_EXAMPLES, TEXT_MODELS, TOGGLES, TOP, method_choices, recipe_names)
 # the views a speaker shows (core.examples; after the service they show)
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402

@@ -9,7 +9,9 @@
     python -m core lrp conservation --model NAME [--split test] [-n 100] [--methods a,b] [--out DIR]
     python -m core lrp long-range [--model mamba-lm] [-n 50] [--k 10] [--max-tokens 128] [--out DIR]
     python -m core lrp key-token [-n 100] [--k 1] [--family mamba|mamba2|hybrid] [--out DIR]
+    python -m core lrp agreement [--model mamba-lm] [-n 300] [--methods a,b] [--out DIR]   # subject-verb agreement
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token,...] [--out assets/lrp/evaluation]
+                                             [--docs]     # then rewrite the docs' generated tables (lrp docs)
     python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
     python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
     python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
@@ -186,6 +188,7 @@ def _precompute_args(p) -> None:
     p.set_defaults(out_adds=True)  # a store it adds its own files to: no --overwrite needed
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
+    p.add_argument("--docs", action="store_true", help="then rewrite the generated tables of docs/mambalrp*.md")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -246,6 +249,30 @@ def run_key_token(args) -> dict:
     return _report(args, res, ["hit_rate", "hit_rate_std"])
 
 
+def _agreement_args(p) -> None:
+    p.add_argument("--model", default="mamba-lm", help="a causal language model explain() accepts (default mamba-lm)")
+    p.add_argument("-n", type=int, default=lrp.AGREEMENT_N, help="generated sentences (default 300)")
+    p.add_argument("--methods", default=None, help="comma-separated registry names (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="which sentences")
+    p.add_argument("--ig-steps", type=int, default=None)
+    p.add_argument("--smoothgrad-samples", type=int, default=None)
+    p.add_argument("--out", default=None, help="a folder (writes agreement-MODEL.json, .csv, .html) or one FILE")
+    p.add_argument("--no-cache", action="store_true")
+    p.add_argument("--threads", type=int, default=2)
+
+
+def run_agreement(args) -> dict:
+    """Subject-verb agreement ground truth (core.lrp.agreement_result): MRR and pointing accuracy of the subject."""
+    options = _method_options(args)
+    res = lrp.agreement_result(args.model, args.n, args.methods, ProgressBar(), seed=args.seed, options=options,
+                               cache=not args.no_cache)
+    rows = res.tables["methods"]
+    shown = ("method", "MRR", "pointing accuracy (%)", "MambaLRP − it, MRR", "MRR: MambaLRP ahead?")
+    lines = [res.status.replace("**", ""), table([{k: r.get(k, "") for k in shown} for r in rows])]
+    emit(args, res.data, "\n".join(lines), res)
+    return res.data
+
+
 def _bias_args(p) -> None:
     p.add_argument("--model", default="mamba-sentiment", help="a Mamba classifier (default mamba-sentiment)")
     p.add_argument("--method", default="mambalrp", help="the method whose relevance is audited")
@@ -291,13 +318,32 @@ def run_precompute_bias(args) -> dict:
 
 
 def run_precompute_evaluation(args) -> dict:
-    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable."""
+    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable. ``--docs``
+    then rewrites the docs' generated tables from the committed files (``lrp docs``)."""
     _threads(args.threads)
+    if args.docs and args.out is not None:
+        raise BadInputError("--docs writes the docs from the committed files: it goes without --out.")
     summary = lrp.precompute_evaluation(args.only, args.n, args.out, progress=ProgressBar(), log=_log)
     text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
                      for k, v in summary.items())
+    if args.docs:
+        pages = _write_docs()
+        text += "\nrewrote the generated tables of " + ", ".join(pages)
     emit(args, summary, text)
     return summary
+
+
+def _write_docs() -> list[str]:
+    from core.lrp import report
+
+    return [str(p) for p in report.update_docs()]
+
+
+def run_docs(args) -> dict:
+    """Rewrite the generated tables of docs/mambalrp.md and docs/mambalrp-ssm2.md from the committed evaluations."""
+    pages = _write_docs()
+    emit(args, {"written": pages}, "rewrote the generated tables of " + ", ".join(pages))
+    return {"written": pages}
 
 
 def register(groups) -> None:
@@ -316,10 +362,14 @@ def register(groups) -> None:
                    _long_range_args)(run_long_range)
     groups.command("lrp", "key-token", "ground truth: how often each method finds the planted key token",
                    _key_token_args)(run_key_token)
+    groups.command("lrp", "agreement", "ground truth on a language model: where each method ranks the subject a verb "
+                   "agrees with (MRR, pointing accuracy)", _agreement_args)(run_agreement)
     groups.command("lrp", "precompute-examples", "recompute the tab's text and image examples (assets/lrp/examples.json)",
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
                    "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
+    groups.command("lrp", "docs", "rewrite the generated tables of docs/mambalrp.md and docs/mambalrp-ssm2.md from "
+                   "the committed evaluations")(run_docs)
     groups.command("lrp", "bias-audit", "identity terms swapped in templated reviews: the relevance each receives and "
                    "how the class logit moves (assets/lrp/bias.json)", _bias_args)(run_bias)
     groups.command("lrp", "precompute-bias", "recompute the committed bias audit (assets/lrp/bias.json)",

@@ -33,6 +33,10 @@ EVALUATION_ITEMS = {  # item -> (file stem, analysis, model, the request's raw i
                          {"n": 100, "methods": None, "k": 1, "family": "mamba2"}),
     "key-token-hybrid": ("key-token-hybrid", "lrp-key-token", "key-token-hybrid",
                          {"n": 100, "methods": None, "k": 1, "family": "hybrid"}),
+    "agreement": ("agreement-mamba-lm", "lrp-agreement", "mamba-lm", {"model": "mamba-lm", "n": 300, "methods": None}),
+    # SmolLM2-135M (a Llama transformer): explained once transformer families have rules (issue 45)
+    "agreement-smollm2": ("agreement-smollm2-135m", "lrp-agreement", "smollm2-135m",
+                          {"model": "smollm2-135m", "n": 300, "methods": None}),
 }
 ANALYSES = frozenset(analysis for _, analysis, _, _ in EVALUATION_ITEMS.values())
 IN_BAND = ("cached", "source")  # provenance the files carry; a Found says it instead
@@ -42,11 +46,17 @@ def _params(res: dict) -> dict:
     """The lookup parameters of a committed result: what its request's ``key()`` gives."""
     common = {"n": res["n"], "seed": res["seed"], "methods": res["methods"], "options": res["method_options"]}
     if res["analysis"] == "lrp-evaluation":
-        return {"dataset": res["dataset"], "split": res["split"], **common, "target": res["target"],
-                "steps": res["steps"], "baseline": res["baseline"], "faithfulness": "faithfulness" in res}
+        params = {"dataset": res["dataset"], "split": res["split"], **common, "target": res["target"],
+                  "steps": res["steps"], "baseline": res["baseline"], "faithfulness": "faithfulness" in res}
+        if "retention" in res:
+            params["retention"] = res["retention"]["version"]
+        return params
     if res["analysis"] == "lrp-long-range":
         return {"dataset": res["dataset"], "split": res["split"], **common, "target": res["target"],
                 "k": res["k"], "max_tokens": res["length"]}
+    if res["analysis"] == "lrp-agreement":
+        return {"n": res["n"], "seed": res["seed"], "methods": res["methods"], "options": res["method_options"],
+                "version": res["version"]}
     params = {"n": res["n"], "k": res["k"], "seed": res["seed"], "methods": res["methods"],  # over seeds, versions 2-3
               "options": res["method_options"], "model": KEY_TOKEN_MODEL, "version": res.get("version", 2),
               "seeds": res["n_seeds"]}

@@ -14,8 +14,11 @@ import time
 import numpy as np
 
 from core.errors import Cancelled
+from core.lrp.adapters import adapter_for
 from core.lrp.methods import METHODS
-from core.lrp.metrics import flip_curves, mean, sem
+from core.lrp.metrics import concentration, flip_curves, mean, sem
+from core.lrp.retention import DRAWS, MIN_DROP, RETENTION_GRID, SOFTNESS, VERSION as RETENTION_VERSION, \
+    retention_scores
 from core.lrp.samples import explain_each, task_kind
 from core.progress import Progress
 
@@ -31,18 +34,27 @@ def evaluate(request, progress: Progress | None = None) -> dict:
     ``method_options``, ``accuracy`` (prediction vs gold on the samples), ``mean_length`` (tokens/patches),
     ``fractions`` (K+1 nominal shares flipped, k/K), ``faithfulness`` (method -> ``mean_area_morf``,
     ``mean_area_lerf``, ``delta_af`` (mean of A_LeRF - A_MoRF, higher is better), ``delta_af_sem``,
-    ``morf`` and ``lerf`` (K+1 mean target logits), ``delta`` (per sample); absent when
-    ``faithfulness=False``), ``conservation`` (method -> ``sums``, ``logits`` (per sample),
-    ``mean_abs_error``, ``mean_rel_error``, ``max_abs_error``, ``conservative`` (registry flag)),
-    ``timing`` (``total_s``, ``explain_s`` and ``flip_s``: method -> mean seconds per sample).
+    ``morf`` and ``lerf`` (K+1 mean target logits), ``delta`` (per sample); with ``request.retention`` also
+    ``pi_soft_nc`` / ``pi_soft_ns`` with their ``_sem``, ``_per_input`` (None where the input has no normalised
+    score) and ``nc_curve`` / ``ns_curve`` over the retention grid, :mod:`core.lrp.retention`; absent when
+    ``faithfulness=False``), ``retention`` (the protocol's settings, ``n_defined``, and per input ``p_full`` and
+    ``p_empty``: the probability of the explained output with the whole input and with every unit replaced),
+    ``conservation`` (method
+    -> ``sums``, ``logits`` (per sample), ``mean_abs_error``, ``mean_rel_error``, ``max_abs_error``,
+    ``conservative`` (registry flag), ``share_off_explained`` and ``effective_units`` per sample and their means,
+    :func:`core.lrp.metrics.concentration`), ``timing`` (``total_s``, ``explain_s``, ``flip_s`` and
+    ``retention_s``: method -> mean seconds per sample).
     """
     names, samples, steps, baseline = request.methods, request.samples, request.steps, request.baseline
     faithfulness, opts = request.faithfulness, request.options
     t_start = time.perf_counter()
     model = request.loaded.model
     rows = {m: {"sums": [], "logits": [], "targets": [], "area_morf": [], "area_lerf": [], "delta": [],
-                "morf": [], "lerf": [], "explain_s": [], "flip_s": []} for m in names}
-    lengths = []
+                "morf": [], "lerf": [], "explain_s": [], "flip_s": [], "off": [], "effective": [], "nc": [],
+                "ns": [], "retention_s": []} for m in names}
+    retention = request_retention(request)
+    position = adapter_for(model).explained_position  # the unit whose state the explained output is read from
+    lengths, reference = [], []
 
     def each(i, method, e, seconds):
         row = rows[method]
@@ -50,11 +62,22 @@ def evaluate(request, progress: Progress | None = None) -> dict:
         row["logits"].append(e.logit)
         row["targets"].append(e.target)
         row["explain_s"].append(seconds)
+        off, effective = concentration(e.sequence_relevance, position(e.sequence_relevance.numel()))
+        row["off"].append(off)
+        row["effective"].append(effective)
         if i == len(lengths):
             lengths.append(int(e.relevance.numel()))
+        inputs = {k: v for k, v in samples[i].items() if k in ("input_ids", "pixel_values")}
+        if retention:
+            t0 = time.perf_counter()
+            r = retention_scores(model, e, seed=i, baseline=baseline, **inputs)  # seed: the input's, every method's
+            row["nc"].append(r.nc)
+            row["ns"].append(r.ns)
+            if i == len(reference):  # q(x) and q(x0) depend on the input only
+                reference.append((r.p_full, r.p_empty))
+            row["retention_s"].append(time.perf_counter() - t0)
         if faithfulness:
             t0 = time.perf_counter()
-            inputs = {k: v for k, v in samples[i].items() if k in ("input_ids", "pixel_values")}
             c = flip_curves(model, e, steps=steps, baseline=baseline, **inputs)
             row["flip_s"].append(time.perf_counter() - t0)
             row["area_morf"].append(c.area_morf)
@@ -66,6 +89,9 @@ def evaluate(request, progress: Progress | None = None) -> dict:
     complete = explain_each(model, samples, names, opts, progress, each)
     n_done = min(len(r["sums"]) for r in rows.values())
     result = _summary(request, n_done, complete, rows, lengths)
+    if "retention" in result:
+        result["retention"]["p_full"] = [p for p, _ in reference[:n_done]]
+        result["retention"]["p_empty"] = [q for _, q in reference[:n_done]]
     result["timing"]["total_s"] = round(time.perf_counter() - t_start, 3)
     if not complete:
         raise Cancelled("Stopped.", partial=result)
@@ -97,7 +123,14 @@ def _summary(request, n_done: int, complete: bool, rows: dict, lengths: list[int
                         "morf": np.mean(r["morf"][:n_done], axis=0).tolist() if n_done else [],
                         "lerf": np.mean(r["lerf"][:n_done], axis=0).tolist() if n_done else [],
                         "delta": [float(x) for x in d]}
+            if request_retention(request):
+                faith[m].update(_retention_summary(r["nc"][:n_done], r["ns"][:n_done]))
         out["faithfulness"] = faith
+        if request_retention(request):
+            defined = [x is not None for x in rows[names[0]]["nc"][:n_done]]
+            out["retention"] = {"version": RETENTION_VERSION, "grid": list(RETENTION_GRID), "softness": SOFTNESS,
+                                "draws": DRAWS, "min_drop": MIN_DROP, "n_defined": int(sum(defined)),
+                                "score": "probability of the explained class / token"}
     cons = {}
     for m in names:
         sums, logits = np.array(rows[m]["sums"][:n_done]), np.array(rows[m]["logits"][:n_done])
@@ -105,9 +138,33 @@ def _summary(request, n_done: int, complete: bool, rows: dict, lengths: list[int
         cons[m] = {"sums": sums.tolist(), "logits": logits.tolist(),
                    "mean_abs_error": mean(err), "max_abs_error": float(err.max()) if n_done else None,
                    "mean_rel_error": mean(err / np.maximum(np.abs(logits), 1e-12)),
-                   "conservative": METHODS[m].conservative}
+                   "conservative": METHODS[m].conservative,
+                   "share_off_explained": rows[m]["off"][:n_done], "effective_units": rows[m]["effective"][:n_done],
+                   "mean_share_off_explained": mean(rows[m]["off"][:n_done]),
+                   "mean_effective_units": mean(rows[m]["effective"][:n_done])}
     out["conservation"] = cons
     out["timing"] = {"explain_s": {m: mean(rows[m]["explain_s"]) for m in names}}
     if faithfulness:
         out["timing"]["flip_s"] = {m: mean(rows[m]["flip_s"]) for m in names}
+    if request_retention(request):
+        out["timing"]["retention_s"] = {m: mean(rows[m]["retention_s"]) for m in names}
+    return out
+
+
+def request_retention(request) -> bool:
+    """Whether the request scores faithfulness at equal retention (it needs the faithfulness part)."""
+    return bool(request.faithfulness and getattr(request, "retention", False))
+
+
+def _retention_summary(nc: list, ns: list) -> dict:
+    """pi-Soft-NC / NS of one method: per input (None where the input has no normalised score), their mean and
+    standard error over the inputs that have one, and the mean curve over the retention grid."""
+    out = {}
+    for name, values in (("nc", nc), ("ns", ns)):
+        per_input = [None if v is None else float(np.mean(v)) for v in values]
+        scored = [x for x in per_input if x is not None]
+        curves = [v for v in values if v is not None]
+        out.update({f"pi_soft_{name}": mean(scored), f"pi_soft_{name}_sem": sem(scored),
+                    f"pi_soft_{name}_per_input": per_input,
+                    f"{name}_curve": np.mean(curves, axis=0).tolist() if curves else []})
     return out

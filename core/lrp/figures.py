@@ -240,6 +240,29 @@ def key_token_figure(result: dict) -> go.Figure:
 
 
 
+def agreement_figure(result: dict) -> go.Figure:
+    """Per method, the MRR of the agreeing subject and the pointing accuracy (± standard error over the sentences),
+    against exact chance."""
+    names = [m for m in result["methods"] if m in result["scores"]]
+    labels = [method_label(m) for m in names]
+    fig = make_subplots(rows=1, cols=2, subplot_titles=["MRR of the subject", "pointing accuracy (top token)"])
+    rates = result["chance"]
+    for col, (key, scale, chance) in enumerate((("mrr", 1.0, rates["mrr"]), ("pointing_accuracy", 100.0, None if
+                                                rates["pointing_accuracy"] is None else 100 * rates["pointing_accuracy"])),
+                                               start=1):
+        s = [result["scores"][m] for m in names]
+        fig.add_trace(go.Bar(x=labels, y=[scale * (x[key] or 0) for x in s], showlegend=False,
+                             error_y={"type": "data", "array": [scale * (x[f"{key}_sem"] or 0) for x in s]},
+                             marker_color=[method_colour(m, i) for i, m in enumerate(names)]), row=1, col=col)
+        if chance is not None:
+            fig.add_hline(y=chance, line_dash="dot", line_color="#475569", annotation_text="chance", row=1, col=col)
+    fig.update_yaxes(title_text="mean 1 / rank of the subject", row=1, col=1)
+    fig.update_yaxes(title_text="subject ranked first (%)", row=1, col=2)
+    fig.update_xaxes(title_text="method", tickangle=-30)
+    return style(fig, f"Subject-verb agreement on {result['model']}: where each method ranks the subject "
+                      f"(n = {result['n_done']} sentences; bars ± standard error)", height=460)
+
+
 # ---- where the relevance passes (the layer-type view) -----------------------------------------------------------
 def flow_kind_rows(result: dict) -> dict[str, list[float]]:
     """Per block kind, the relevance its blocks hand back to each token (their input relevance, summed over depth)."""

@@ -79,6 +79,11 @@ class Method:
 # ------------------------------------------------------------------------------------------------
 # helpers
 # ------------------------------------------------------------------------------------------------
+def _wide(t: torch.Tensor) -> torch.dtype:
+    """The dtype relevances are returned in for inputs ``t``: float64 for a float64 model, float32 otherwise."""
+    return torch.promote_types(t.dtype, torch.float32)
+
+
 def _check_target(adapter: ModelAdapter, logits: torch.Tensor, target) -> int:
     if target is None:
         return int(logits.argmax())
@@ -163,7 +168,7 @@ def _gradient_x_input(adapter, embeds, target, rules):
         target = _check_target(adapter, logits, target)
         logit = logits[target]
         (grad,) = torch.autograd.grad(logit, x)
-    return (x.detach() * grad).sum(-1)[0].float(), float(logit.detach()), target
+    return (x.detach() * grad).sum(-1)[0], float(logit.detach()), target
 
 
 def _plain_logits(adapter, embeds, target):
@@ -214,7 +219,7 @@ def smoothgrad(adapter, embeds, target, n_samples: int = 16, noise: float = 0.1,
     with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, x), progress=adapter.progress):
         out = adapter.logits(x)[:, target].sum()
         (grad,) = torch.autograd.grad(out, x)
-    return (embeds[0] * grad.mean(0)).sum(-1).float(), logit, target
+    return (embeds[0] * grad.mean(0)).sum(-1), logit, target
 
 
 def integrated_gradients(adapter, embeds, target, n_steps: int = 32, baseline: str = "zero", **options):
@@ -228,7 +233,7 @@ def integrated_gradients(adapter, embeds, target, n_steps: int = 32, baseline: s
     with lrp_rules(adapter.model, None, recompute=recompute_mixers(adapter, batch), progress=adapter.progress):
         ig = IntegratedGradients(lambda e: adapter.logits(e)[:, target])
         attr = ig.attribute(embeds, baselines=base, n_steps=int(n_steps), internal_batch_size=int(n_steps))
-    return attr.sum(-1)[0].float().detach(), logit, target
+    return attr.sum(-1)[0].detach(), logit, target
 
 
 def random_relevance(adapter, embeds, target, seed: int = 0, **options):
@@ -236,7 +241,7 @@ def random_relevance(adapter, embeds, target, seed: int = 0, **options):
     _reject_unknown("random", options)
     logit, target = _plain_logits(adapter, embeds, target)
     gen = torch.Generator().manual_seed(int(seed))
-    return torch.rand(embeds.shape[1], generator=gen), logit, target
+    return torch.rand(embeds.shape[1], generator=gen).to(_wide(embeds)), logit, target
 
 
 def _attention(adapter, embeds, target, weighted: bool):
@@ -254,7 +259,7 @@ def _attention(adapter, embeds, target, weighted: bool):
     roll = rollout(layer_attention(record, scan_grads, progress=scaled(adapter.progress, 0.2, 1.0),
                                    attention=attention, attention_grads=attention_grads))
     row = roll[adapter.explained_position(x.shape[1])]
-    return row.detach().float().cpu(), float(logit.detach()), target
+    return row.detach().float().cpu().to(_wide(embeds)), float(logit.detach()), target
 
 
 def attention_rollout_method(adapter, embeds, target, **options):
@@ -343,7 +348,9 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
 
     Returns
     -------
-    Explanation with ``relevance`` (L,) or (h, w), ``logit`` and ``target``.
+    Explanation with ``relevance`` (L,) or (h, w), ``logit`` and ``target``; the relevances are float64 for a
+    float64 model (the gradient methods and MambaLRP compute in it end to end; the rollouts and Random are float32
+    values widened), float32 otherwise.
     """
     if method not in METHODS:
         raise BadInputError(f"Unknown method {method!r}.", fix=f"Use one of: {', '.join(METHODS)}.")
@@ -352,6 +359,7 @@ def explain(model, input_ids=None, pixel_values=None, target=None, method: str =
     embeds = adapter.embed(input_ids, pixel_values)
     warm(embeds.device, ("selective_scan_lrp", "add_rmsnorm"))  # on CUDA: the kernels' checks before the model runs
     relevance, logit, target = METHODS[method](adapter, embeds, target, **dict(options))
-    relevance = relevance.detach().float().cpu()
+    # float32, or float64 where the model computes in float64 (half precisions widen to float32)
+    relevance = relevance.detach().to(_wide(relevance)).cpu()
     return Explanation(relevance=adapter.to_map(relevance), logit=float(logit), target=int(target),
                        method=method, sequence_relevance=relevance)

@@ -168,6 +168,23 @@ def faithfulness(model, samples: Sequence, methods: Iterable[str] | None = None,
 
 
 # ------------------------------------------------------------------------------------------------
+# How concentrated a relevance map is
+# ------------------------------------------------------------------------------------------------
+def concentration(sequence_relevance: torch.Tensor, explained: int) -> tuple[float | None, float | None]:
+    """``(share of |R| off the explained position, effective number of positions)`` of ``sequence_relevance: (L,)``.
+
+    The explained position is the one whose state the output is read from (the last token of a language model or
+    classifier, the class token of a Vision Mamba): a map whose |R| sits there mostly checks the residual path, not
+    the mixing. The effective number is ``(sum |R|)^2 / sum R^2`` (1 when one position holds everything, L when all
+    hold the same |R|). Both None for an all-zero map."""
+    r = sequence_relevance.reshape(-1).double().abs()
+    total = float(r.sum())
+    if total == 0.0:
+        return None, None
+    return 1.0 - float(r[explained]) / total, total ** 2 / float((r ** 2).sum())
+
+
+# ------------------------------------------------------------------------------------------------
 # Long-range view and ground truth
 # ------------------------------------------------------------------------------------------------
 def top_k_distances(relevance: torch.Tensor, k: int = 10) -> np.ndarray:

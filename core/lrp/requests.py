@@ -7,6 +7,7 @@ tab offers live here too.
     CompareRequest                         one text on two models side by side (a transformer beside an SSM)
     EvaluationRequest, LongRangeRequest    faithfulness + conservation / long range over a dataset split
     KeyTokenRequest                        the key-token ground truth over seeds
+    AgreementRequest                       the subject-verb agreement ground truth on a language model
     TrainRequest                           training an embedded model with its recipe
 
 Each has ``parse(**raw) -> request``, ``key() -> (model name, fingerprint, params)`` (what the result is looked up and
@@ -26,6 +27,7 @@ from core.errors import BadInputError
 from core.lrp import inputs
 from core.lrp.key_token import KEY_TOKEN_FAMILIES, KEY_TOKEN_MODEL, KEY_TOKEN_SEEDS, KEY_TOKEN_VERSION
 from core.lrp.methods import METHODS, method_names
+from core.lrp.retention import VERSION as RETENTION_VERSION
 from core.lrp.rules import GAMMA_LAYERS, LRPRules
 from core.lrp.samples import DEFAULT_DATASETS, LONG_RANGE_TOKENS, TARGETS, capped_note, samples_and_gold, task_kind
 
@@ -62,6 +64,7 @@ COMPARE_VERSION = 1  # of a side-by-side result's key
 FLOW_VERSION = 3  # of a layer-flow result's key (2: each block its own input alias; 3: its short name)
 IMAGE_SAMPLES = (0, 1, 2, 3)  # indices into the mnist-5k test split
 EVAL_N, EVAL_STEPS = 100, 10  # an evaluation's samples and flip steps unless asked otherwise
+AGREEMENT_N = 300  # generated sentences of the agreement ground truth unless asked otherwise
 MAX_EVAL_SAMPLES, MAX_FLIP_STEPS = 1000, 100  # the app's evaluation bounds (the test splits hold <= 1,057 samples)
 
 
@@ -338,19 +341,24 @@ class EvaluationRequest(DatasetRequest):
     steps: int
     baseline: str  # "zero" or "mean"
     faithfulness: bool  # False: conservation only (faster)
+    retention: bool = True  # with faithfulness: also pi-Soft-NC / NS at equal retention (core.lrp.retention)
 
     @classmethod
     def parse(cls, model, n, steps, methods, *, faithfulness: bool = True, dataset=None, split="test", seed=0,
-              target="predicted", baseline="zero", options=None, cache=True) -> "EvaluationRequest":
+              target="predicted", baseline="zero", options=None, cache=True, retention: bool = True
+              ) -> "EvaluationRequest":
         steps = whole(steps, "K (flip steps)", "Enter e.g. K = 10 (--steps 10).")
         if baseline not in ("zero", "mean"):
             raise BadInputError(f"Unknown baseline {baseline!r}.", fix="Use zero or mean.")
         common = cls._common(model, n, methods, dataset, split, seed, target, options, cache)
-        return cls(**common, steps=steps, baseline=baseline, faithfulness=bool(faithfulness))
+        return cls(**common, steps=steps, baseline=baseline, faithfulness=bool(faithfulness),
+                   retention=bool(faithfulness) and bool(retention))
 
     def key(self):
-        return self.model, self.loaded.fingerprint, {**self._params(), "steps": self.steps, "baseline": self.baseline,
-                                                     "faithfulness": self.faithfulness}
+        params = {**self._params(), "steps": self.steps, "baseline": self.baseline, "faithfulness": self.faithfulness}
+        if self.retention:  # the protocol's version: a result without it (or of another version) is not reused
+            params["retention"] = RETENTION_VERSION
+        return self.model, self.loaded.fingerprint, params
 
     def _passes(self) -> int:
         return 3 + (2 * (self.steps + 1) if self.faithfulness else 0)  # MoRF and LeRF: a forward per flip step
@@ -429,6 +437,39 @@ class KeyTokenRequest:
         if self.family != "mamba":
             params["family"] = self.family
         return self.model_name, f"{self.model_name}-{self.seed}", params
+
+
+@dataclass(frozen=True)
+class AgreementRequest:
+    """The subject-verb agreement ground truth on a language model (:mod:`core.lrp.agreement`): ``n`` generated
+    sentences (seeded), the ones the model gets right explained by each method for the agreeing verb."""
+
+    model: str
+    n: int
+    seed: int
+    methods: list[str]
+    options: dict
+    cache: bool = True
+    loaded: Any = field(default=None, compare=False, repr=False)
+    notice = ""
+
+    @classmethod
+    def parse(cls, model, n=AGREEMENT_N, methods=None, *, seed=0, options=None, cache=True) -> "AgreementRequest":
+        n = whole(n, "n (sentences)", "Use e.g. -n 300.", high=MAX_EVAL_SAMPLES * 10)
+        seed = whole(seed, "seed", "Use e.g. --seed 0.", low=0)
+        names = method_names(methods, empty_means_all=methods is None)
+        name = _model(model)
+        loaded = inputs.load(name)
+        if task_kind(loaded) != "causal-lm":
+            raise BadInputError(f"The agreement ground truth explains a language model's next token; {name} is not "
+                                "a language model.", fix="Use --model mamba-lm (or another causal LM).")
+        return cls(name, n, seed, names, _method_options(names, options), bool(cache), loaded)
+
+    def key(self):
+        from core.lrp.agreement import AGREEMENT_VERSION
+
+        return self.model, self.loaded.fingerprint, {"n": self.n, "seed": self.seed, "methods": self.methods,
+                                                     "options": self.options, "version": AGREEMENT_VERSION}
 
 
 # ---- training ---------------------------------------------------------------------------------------------------

@@ -7,6 +7,7 @@
     compare_result(models, text, method="mambalrp")                one text on two models, side by side
     evaluation_result(model, n, steps, methods, ...)               faithfulness (Delta A^F) and conservation
     long_range_result(model, ...), key_token_result(...)           where relevance lies; ground truth
+    agreement_result(model, n, methods)                            ground truth on an LM: subject-verb agreement
     bias_audit_result(model, method, target)                       identity terms swapped (core.lrp.bias)
     analysis_result(name, progress=None, **inputs)                 any analysis of :data:`core.lrp.views.ANALYSES`
     committed_result(item), example_result(kind)                   the committed evaluations and examples
@@ -29,8 +30,8 @@ from core.errors import BadInputError
 from core.lrp import batch as lrp_batch
 from core.lrp import bias, committed, inputs
 from core.lrp.committed import EVALUATION_ITEMS
-from core.lrp.requests import (COMPARE_EXAMPLES, DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES, IMAGE_MODELS,
-                               IMAGE_SAMPLES, TEXT_EXAMPLES, TrainRequest, whole)
+from core.lrp.requests import (AGREEMENT_N, COMPARE_EXAMPLES, DEFAULT_METHODS, EVAL_N, EVAL_STEPS, FLOW_EXAMPLES,
+                               IMAGE_MODELS, IMAGE_SAMPLES, TEXT_EXAMPLES, TrainRequest, whole)
 from core.lrp.views import ANALYSES, train_view, view
 from core.paths import ASSETS_DIR
 from core.results import Result
@@ -105,6 +106,13 @@ def key_token_result(n=100, methods=None, k: int = 1, progress=None, **options) 
     """How often each method finds the planted key token, over seeds. ``options``: ``seed``, ``seeds``,
     ``options``, ``cache``."""
     return analysis_result("lrp-key-token", progress, n=n, methods=methods, k=k, **options)
+
+
+def agreement_result(model: str = "mamba-lm", n=AGREEMENT_N, methods=None, progress=None, **options) -> Result:
+    """The subject-verb agreement ground truth (:mod:`core.lrp.agreement`) on a language model: ``n`` generated
+    sentences, each method's rank of the agreeing subject (MRR, pointing accuracy) where the model agrees.
+    ``options``: ``seed``, ``options`` (per method), ``cache``."""
+    return analysis_result("lrp-agreement", progress, model=model, n=n, methods=methods, **options)
 
 
 def bias_audit_result(model: str = "mamba-sentiment", method: str = "mambalrp", target: int = 1,

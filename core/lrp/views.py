@@ -12,13 +12,14 @@ from typing import Callable
 
 from core.analyses import Analysis, Shown
 from core.analyses import view as show
-from core.lrp import bias, compare, figures, inputs
+from core.lrp import bias, compare, figures, inputs, verdicts
 from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
-from core.lrp.requests import (CompareRequest, EvaluationRequest, FlowRequest, ImageRequest, KeyTokenRequest,
-                               LongRangeRequest, TextRequest)
+from core.lrp.agreement import caveat as agreement_caveat, evaluate_agreement
+from core.lrp.requests import (AgreementRequest, CompareRequest, EvaluationRequest, FlowRequest, ImageRequest,
+                               KeyTokenRequest, LongRangeRequest, TextRequest)
 from core.results import Result, source_text
 from core.runner import Found
 
@@ -143,32 +144,20 @@ def evaluation_rows(res: dict) -> list[dict]:
             f = res["faithfulness"][m]
             row.update(delta_af=f["delta_af"], delta_af_sem=f["delta_af_sem"], area_morf=f["mean_area_morf"],
                        area_lerf=f["mean_area_lerf"])
+            for metric in verdicts.metrics_of(res):
+                if metric != "delta_af":
+                    row.update({metric: f[metric], f"{metric}_sem": f[f"{metric}_sem"]})
+                c = comparisons[metric].get(m)  # MambaLRP minus this method, paired over the inputs (empty on its own row)
+                row.update({f"mambalrp_minus_it_{metric}": c and c.delta, f"mambalrp_minus_it_{metric}_se": c and c.se,
+                            f"mambalrp_minus_it_{metric}_p": c and c.p,
+                            f"mambalrp_ahead_{metric}": verdicts.verdict(c) if c is not None else None})
         c = res["conservation"][m]
         return {**row, "conservation_mean_abs_error": c["mean_abs_error"],
-                "conservation_mean_rel_error": c["mean_rel_error"], "explain_s": res["timing"]["explain_s"][m]}
+                "conservation_mean_rel_error": c["mean_rel_error"],
+                "share_off_explained": c.get("mean_share_off_explained"),
+                "effective_units": c.get("mean_effective_units"), "explain_s": res["timing"]["explain_s"][m]}
+    comparisons = {metric: verdicts.paired_against(res, metric) for metric in verdicts.metrics_of(res)}
     return _method_rows(res, cells)
-
-
-def _af_text(f: dict) -> str:
-    sem = f.get("delta_af_sem")
-    return f"{f['delta_af']:.3f}" + (f" ± {sem:.3f}" if sem is not None else "")
-
-
-def delta_af_leader_text(faith: dict, scored: list[str], best: str) -> str:
-    """Who has the highest ΔA^F, said as measured: the methods whose ΔA^F is within one standard error of the best
-    (the larger of the two standard errors of the mean over samples) are named as tied with it, not behind it."""
-    f0 = faith[best]
-    tied = [n for n in scored if n != best and faith[n].get("delta_af_sem") is not None
-            and f0.get("delta_af_sem") is not None
-            and f0["delta_af"] - faith[n]["delta_af"] <= max(f0["delta_af_sem"], faith[n]["delta_af_sem"])]
-    head = f"Highest ΔA^F (± standard error over samples): **{figures.method_label(best)}** ({_af_text(f0)})"
-    others = [n for n in scored if n != best]
-    if not others or f0.get("delta_af_sem") is None or any(faith[n].get("delta_af_sem") is None for n in others):
-        return head + "."  # one method, or one sample: no standard error to compare with
-    if not tied:
-        return head + ", ahead of the others by more than one standard error."
-    return (head + ", **tied within one standard error** with "
-            + ", ".join(f"{figures.method_label(n)} ({_af_text(faith[n])})" for n in tied) + ".")
 
 
 def evaluation_status(res: dict, source: str) -> str:
@@ -182,9 +171,17 @@ def evaluation_status(res: dict, source: str) -> str:
     if not res.get("complete", True):
         parts.append(f"Stopped early: {res['n_done']} of {res['n']} samples.")
     if best:
-        parts.append(delta_af_leader_text(faith, scored, best))
+        parts.append(verdicts.headline(res, {m: figures.method_label(m) for m in res["methods"]}))
     if cons:
         parts.append(f"MambaLRP conservation: mean |sum − logit| = **{cons['mean_abs_error']:.2g}**.")
+    if res.get("retention"):
+        r = res["retention"]
+        parts.append(f"π-Soft-NC / NS: every method keeps the same expected share of the input (π = "
+                     f"{r['grid'][0]:g}-{r['grid'][-1]:g}, {r['draws']} masks each; {r['n_defined']} of "
+                     f"{res['n_done']} inputs have a normalised score).")
+    elif res.get("faithfulness"):
+        redo = f": `{res['command']}` recomputes it with them" if res.get("command") else ""
+        parts.append(f"π-Soft-NC / NS (equal retention) are not computed in this result{redo}.")
     return " ".join(parts)
 
 
@@ -240,6 +237,8 @@ def key_token_rows(res: dict) -> list[dict]:
     """One row per method, best first: the hit rate (mean over seeds), its std (ddof 1), min and max over the
     seeds and the n behind it (results of one seed give the rate alone)."""
     col = f"key in top-{res['k']} (%)"
+    per_seed = res.get("hit_rate_per_seed") or {}
+    comparisons = verdicts.against(per_seed, exact=True) if len(next(iter(per_seed.values()), [])) > 1 else {}
     rows = []
     for m, v in sorted(res["hit_rate"].items(), key=lambda kv: -kv[1]):
         row = {"method": res["labels"].get(m, m), col: round(100 * v, 1)}
@@ -247,6 +246,10 @@ def key_token_rows(res: dict) -> list[dict]:
             row.update({"± std": round(100 * res["hit_rate_std"][m], 1), "min": round(100 * res["hit_rate_min"][m], 1),
                         "max": round(100 * res["hit_rate_max"][m], 1), "seeds": res["n_seeds"],
                         "n per seed": res["n"]})
+        if comparisons:  # MambaLRP minus the method, paired over the seeds (same model and sequences per seed)
+            c = comparisons.get(m)
+            row["MambaLRP − it (share, paired over seeds)"] = c.text() if c is not None else ""
+            row["MambaLRP ahead?"] = verdicts.verdict(c) if c is not None else ""
         rows.append(row)
     return rows
 
@@ -296,6 +299,58 @@ def key_token_status(res: dict, source: str) -> str:
                f"sequences per seed)." if "n_seeds" in res else ""))
 
 
+# ---- subject-verb agreement ground truth -----------------------------------------------------------------------
+def agreement_rows(res: dict) -> list[dict]:
+    """One row per method (then exact chance): MRR, mean and median rank of the subject, pointing accuracy, the share
+    where the subject outranks the attractor, each ± its standard error over the sentences, and MambaLRP minus the
+    method paired over the same sentences with the verdict word and p; a method that does not apply says so."""
+    scores = res["scores"]
+    rr = verdicts.against({m: s["reciprocal_rank"] for m, s in scores.items()})
+    hits = verdicts.against({m: s["pointing"] for m, s in scores.items()})
+
+    def pm(value, se, scale=1.0, nd=3):
+        return "-" if value is None else f"{scale * value:.{nd}f}" + ("" if se is None else f" ± {scale * se:.{nd}f}")
+
+    rows = []
+    for m in res["methods"]:
+        label = res["labels"].get(m, m)
+        if m in res["refused"]:
+            rows.append({"method": label, "MRR": f"does not apply: {res['refused'][m]}"})
+            continue
+        s = scores[m]
+        row = {"method": label, "MRR": pm(s["mrr"], s["mrr_sem"]),
+               "rank of the subject (mean)": pm(s["mean_rank"], s["mean_rank_sem"], nd=2),
+               "median rank": s["median_rank"], "pointing accuracy (%)": pm(s["pointing_accuracy"],
+                                                                            s["pointing_accuracy_sem"], 100, 1),
+               "subject above attractor (%)": pm(s["subject_above_attractor_share"], None, 100, 1)}
+        for what, comparisons in (("MRR", rr), ("pointing", hits)):
+            c = comparisons.get(m)
+            row[f"MambaLRP − it, {what}"] = c.text() if c is not None else ""
+            row[f"{what}: MambaLRP ahead?"] = verdicts.verdict(c) if c is not None else ""
+        rows.append(row)
+    chance = res["chance"]
+    rows.append({"method": "chance (uniform random ranking, exact)", "MRR": pm(chance["mrr"], None),
+                 "pointing accuracy (%)": pm(chance["pointing_accuracy"], None, 100, 1)})
+    return rows
+
+
+def agreement_status(res: dict, source: str) -> str:
+    scores = {m: s for m, s in res["scores"].items() if s["mrr"] is not None}
+    best = max(scores, key=lambda m: scores[m]["mrr"]) if scores else None
+    by = ", ".join(f"{k} {100 * v['accuracy']:.0f}%" for k, v in res["agreement_by_template"].items())
+    parts = [f"**{res['model']}**, subject-verb agreement: it prefers the agreeing verb on "
+             f"**{100 * res['agreement_accuracy']:.1f}%** of {res['n_explainable']} generated sentences ({by}); the "
+             f"{res['n_done']} it gets right are explained for that verb ({100 * (res['agreeing_plural_share'] or 0):.0f}%"
+             f" with a plural subject) ({source_text(source)})."]
+    if best:
+        parts.append(f"Highest MRR of the subject: **{res['labels'][best]}** {scores[best]['mrr']:.3f}, pointing "
+                     f"accuracy {100 * scores[best]['pointing_accuracy']:.1f}% (chance {res['chance']['mrr']:.3f} and "
+                     f"{100 * res['chance']['pointing_accuracy']:.1f}%).")
+    if agreement_caveat(res):
+        parts.append("⚠️ " + agreement_caveat(res))
+    return " ".join(parts)
+
+
 # ---- the registry -----------------------------------------------------------------------------------------------
 def _status(text: Callable[[dict, str], str]) -> Callable[[dict, Shown], str]:
     return lambda data, shown: text(data, shown.source)
@@ -323,7 +378,7 @@ ANALYSES: dict[str, Analysis] = {
         EvaluationRequest, _status(evaluation_status), evaluate, stored_as="lrp-evaluation", named=True,
         stem=_evaluation_stem, tables=lambda res, shown: {"methods": evaluation_rows(res)},
         figures=_evaluation_figures,
-        views=lambda res, shown: {"delta": figures.delta_rows(res["faithfulness"])}
+        views=lambda res, shown: {"delta": verdicts.comparison_rows(res)}
         if res.get("faithfulness") and res["n_done"] else {}),
     "lrp-long-range": Analysis(
         LongRangeRequest, _status(long_range_status), evaluate_long_range, stored_as="lrp-long-range", named=True,
@@ -335,6 +390,11 @@ ANALYSES: dict[str, Analysis] = {
         tables=lambda res, shown: {"methods": key_token_method_rows(res)},
         figures=lambda res, shown: {"hit-rate": figures.key_token_figure(res)},
         views=lambda res, shown: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),
+    "lrp-agreement": Analysis(
+        AgreementRequest, _status(agreement_status), evaluate_agreement, stored_as="lrp-agreement", named=True,
+        stem=lambda res, shown: f"agreement-{_model_stem(res['model'])}",
+        tables=lambda res, shown: {"methods": agreement_rows(res)},
+        figures=lambda res, shown: {"agreement": figures.agreement_figure(res)}),
     "lrp-bias": Analysis(
         bias.BiasRequest, _status(bias.status), bias.audit, stored_as="lrp-bias", named=True,
         stem=lambda res, shown: f"bias-audit-{_model_stem(res['model'])}",

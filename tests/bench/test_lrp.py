@@ -41,4 +41,6 @@ def test_smoke_runs_every_part(tmp_path):
     dec = report["decoder_size"]["smollm2-135m-random_1_layers_16_tokens_cpu"]
     assert dec["config"]["layer_kinds"] == ["attention"] and dec["mambalrp_over_forward"] > 0
     assert report["decoder_conservation"]["smollm2-135m_float64"]["residual_over_logit"] < 1e-10
+    assert all(0 <= cons[n]["share_off_explained_token"] <= 1 and 1 <= cons[n]["effective_tokens"] <= 8
+               for n in ("mamba2-130m", "falcon-h1-0.5b")), cons
     assert report["evaluation"]

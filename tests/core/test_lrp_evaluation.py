@@ -42,7 +42,8 @@ def test_samples_for_formats_and_seeding():
 
 
 def test_vision_mambalrp_is_faithful_and_conservative():
-    r = lrp.evaluation_result("vision-mamba-mnist", n=3, methods="mambalrp,random", steps=4, cache=False).data
+    r = lrp.evaluation_result("vision-mamba-mnist", n=3, methods="mambalrp,random", steps=4, cache=False,
+                              retention=False).data  # the equal-retention pair: test_cli_writes_a_folder
     json.dumps(r)  # JSON-serialisable as it is
     assert r["complete"] and r["n_done"] == 3 and r["dataset"] == "mnist-5k" and r["methods"] == ["mambalrp", "random"]
     f = r["faithfulness"]
@@ -130,17 +131,33 @@ def test_cli_writes_a_folder(tmp_path, capsys):
     assert data["faithfulness"]["mambalrp"]["delta_af"] == printed["faithfulness"]["mambalrp"]["delta_af"]
     csv = (tmp_path / "faithfulness-mamba-sentiment.csv").read_text().splitlines()
     assert csv[0].startswith("method,label,delta_af") and len(csv) == 3
+    assert "pi_soft_nc" in csv[0] and "mambalrp_minus_it_delta_af" in csv[0]
+    f, ret = data["faithfulness"], data["retention"]  # equal retention beside ΔA^F, the same inputs scored for all
+    assert ret["n_defined"] <= 2 and len(ret["grid"]) == len(f["random"]["nc_curve"]) == 9
+    assert ret["n_defined"] == sum(p - q >= ret["min_drop"] for p, q in zip(ret["p_full"], ret["p_empty"]))
+    for m in ("mambalrp", "random"):
+        scored = [x for x in f[m]["pi_soft_nc_per_input"] if x is not None]
+        assert len(scored) == ret["n_defined"] and f[m]["pi_soft_ns"] is None or 0 <= f[m]["pi_soft_ns"] <= 1
+    assert [x is None for x in f["mambalrp"]["pi_soft_ns_per_input"]] == [
+        x is None for x in f["random"]["pi_soft_ns_per_input"]]
+    c = data["conservation"]["mambalrp"]
+    assert all(0 <= x <= 1 for x in c["share_off_explained"]) and all(x >= 1 for x in c["effective_units"])
     assert "<html" in (tmp_path / "faithfulness-mamba-sentiment.html").read_text()[:200].lower()
 
 
 def test_committed_evaluations_answer_their_requests_and_precompute_writes_their_layout(tmp_path):
-    from core.lrp import committed
+    from core.lrp import committed, report
     from core.lrp.requests import EvaluationRequest
     from core.runner import result_key
     store = committed.evaluation_store()
     for item in ("mnist", "sentiment"):  # the tab's requests are answered by the committed files, keyed alike
-        _, analysis, model, raw = committed.EVALUATION_ITEMS[item]
-        _, fp, params = EvaluationRequest.parse(**raw).key()
+        stem, analysis, model, raw = committed.EVALUATION_ITEMS[item]
+        request = EvaluationRequest.parse(**raw)
+        if "retention" not in json.loads((committed.EVALUATION_DIR / f"{stem}.json").read_text()):
+            # made before the equal-retention protocol: keyed as a request without it, and the page names the command
+            request = EvaluationRequest.parse(**raw, retention=False)
+            assert f"precompute-evaluation --only {item} --docs` adds it" in report.blocks()[f"faithfulness-{model}"]
+        _, fp, params = request.key()
         assert store.get(fp, analysis, params)["n_done"] == raw["n"]
     res = lrp.committed_result("sentiment")
     assert res.source == "precomputed" and res.key == result_key(fp, "lrp-evaluation", params)

@@ -149,6 +149,22 @@ def test_falcon_h1_splits_a_layer_between_its_parallel_attention_and_ssm(models)
     assert all(abs(sum(b["out"])) > 0 for b in both)  # the sum rule gives each branch its share
 
 
+@pytest.mark.parametrize("family", ["mamba2", "granite-moe"])
+def test_explain_returns_float64_relevance_for_a_float64_model(models, family):
+    """``explain`` keeps a float64 model's relevances in float64 (it used to round them to float32): they equal the
+    ledger's float64 relevances exactly, and the gradient methods stay float64 too."""
+    model = models[family][0]
+    ids = _ids()
+    e, flow = explain(model, input_ids=ids), relevance_flow(model, input_ids=ids)
+    assert e.relevance.dtype == torch.float64 and e.sequence_relevance.dtype == torch.float64
+    torch.testing.assert_close(e.sequence_relevance, flow.relevance, rtol=0, atol=1e-13 * float(
+        flow.relevance.abs().max()))
+    for method in ("gradient_x_input", "smoothgrad", "integrated_gradients"):
+        assert explain(model, input_ids=ids, method=method, **({"n_samples": 2} if method == "smoothgrad" else
+                       {"n_steps": 2} if method == "integrated_gradients" else {})).relevance.dtype == torch.float64
+    assert explain(model, input_ids=ids, method="random").relevance.dtype == torch.float64
+
+
 def test_explain_conserves_in_float32_within_the_measured_bound():
     model = build(tiny_config("granite-moe"), dtype=torch.float32)
     wide = build(tiny_config("granite-moe"), dtype=torch.float64)

@@ -23,7 +23,9 @@ _every_paper()  # every paper's package imported: each registers its schemas wit
 MAPS = {"lrp/text": ["methods"], "lrp/image": ["methods"],
         "lrp-evaluation": ["conservation", "faithfulness", "labels", "timing.explain_s"],
         "lrp-long-range": ["labels", "methods_stats", "timing.explain_s"],
-        "lrp-key-token": ["hit_rate", "hit_rate_max", "hit_rate_min", "hit_rate_std", "labels", "last_token.methods"],
+        "lrp-key-token": ["hit_rate", "hit_rate_max", "hit_rate_min", "hit_rate_std", "hit_rate_per_seed", "labels",
+                          "last_token.methods"],
+        "lrp-agreement": ["agreement_by_template", "labels", "refused", "scores"],
         "mathneuro-layers": ["by_nonmath"], "mathneuro-effect": ["before", "levels", "metrics"],
         "mathneuro-proportion-sweep": ["levels", "metrics"], "mathneuro-scale-sweep": ["levels", "metrics"],
         "neuzip/throughput": ["skipped"]}

@@ -97,6 +97,8 @@ def test_precomputed_evaluation_is_labelled_and_mambalrp_conserves():
         assert not {"cached", "source"} & set(res.data)  # where it came from is the Result's, not the data's
         text, cons, faith, table = lrp.eval_outputs(res)
         assert "precomputed" in text and "ΔA^F" in text
+        # a file made before the equal-retention protocol says so and names the command that adds it
+        assert (f"not computed in this result: `{res.data['command']}`" in text) == ("retention" not in res.data)
         for fig in (cons, faith):
             assert fig.layout.title.text and _axis_titles(fig) and any(t.showlegend for t in fig.data)
         assert table.iloc[0]["method"] == "MambaLRP"  # best first, on both committed models
@@ -219,3 +221,16 @@ def test_the_side_by_side_section_compares_two_models_and_refuses_one():
     assert any(str(f).endswith("lrp-compare.json") for f in files["value"])
     with pytest.raises(gr.Error, match="two different models"):
         layers.compare_models("mamba-lm", "mamba-lm", "A film.", "mambalrp")
+
+
+def test_ground_truths_name_the_command_of_a_missing_result(monkeypatch):
+    """A committed ground truth that is not there is said so, with the command that computes it, and no table."""
+    from ui import layers
+    monkeypatch.setattr(layers.lrp, "committed_result", lambda item: None)
+    with gr.Blocks() as demo:
+        layers.ground_truths()
+    texts = [b.value for b in demo.blocks.values() if isinstance(b, gr.Markdown)]
+    for item, model, _ in layers.AGREEMENT_ITEMS:
+        line = next(t for t in texts if f"`{model}`" in t)
+        assert line.startswith("Not computed yet") and f"precompute-evaluation --only {item}`" in line
+    assert not any(isinstance(b, gr.Dataframe) for b in demo.blocks.values())
