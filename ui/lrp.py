@@ -17,10 +17,9 @@ TOP = lrp.TOP  # the target dropdown's "top prediction"
 INTRO = ("**MambaLRP** makes Layer-wise Relevance Propagation conserve relevance through Mamba: SiLU, the selective "
          "SSM's input-dependent A, B, C, the multiplicative gate and RMSNorm get rules, and the relevances (gradient "
          "× input of the rewired network) add up to the explained logit. Red speaks **for** the explained output, "
-         "blue **against**. Compare it with gradient × input, SmoothGrad, Integrated Gradients, attention rollout and "
-         "MambaAttr; check conservation and faithfulness below. Models: the embedded mamba-sentiment, mamba-lm, "
-         "vision-mamba-mnist, mamba2-sentiment and hybrid-sentiment (Mamba-2 + attention: AttnLRP there), the "
-         "transformers smollm2-135m and mathneuro-tiny (AttnLRP throughout), or a folder.")
+         "blue **against**. Compare gradient × input, SmoothGrad, IG, rollout and MambaAttr; conservation and "
+         "faithfulness below. Models: mamba-sentiment, mamba-lm, vision-mamba-mnist, mamba2-sentiment, hybrid-"
+         "sentiment (AttnLRP on its attention), the transformers smollm2-135m, mathneuro-tiny, or a folder.")
 EVAL_NOTE = ("**MoRF** (solid) flips the most relevant units first, **LeRF** (dashed) the least; **ΔA^F = A_LeRF − "
              "A_MoRF**, higher is more faithful; **π-Soft-NC / NS** ask the same with every method keeping the same "
              "expected share of the input. The table compares each method with MambaLRP **paired over the same "
