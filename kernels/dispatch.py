@@ -45,9 +45,10 @@ MODES = ("auto", "ref", "triton")
 @functools.lru_cache(maxsize=1)
 def triton_available() -> bool:
     """True when ``triton`` imports and its kernels can run here: a CUDA device torch can use, or the interpreter
-    (``TRITON_INTERPRET=1``, the tests). On a host with neither, triton is not even imported (it is optional there):
-    importing it costs a process about 67 MiB of RSS (libtriton) for kernels that cannot run."""
-    if not (interpreting() or torch.cuda.is_available()):
+    (``TRITON_INTERPRET=1``, the tests), or ``LAYERWISE_TRITON_AOT=1`` (``bench/aot_sm90.py``: the kernels compiled
+    ahead of time for a GPU this host does not have). On a host with none of these, triton is not even imported (it is
+    optional there): importing it costs a process about 67 MiB of RSS (libtriton) for kernels that cannot run."""
+    if not (interpreting() or torch.cuda.is_available() or os.environ.get("LAYERWISE_TRITON_AOT") == "1"):
         return False
     try:
         import triton  # noqa: F401

@@ -465,6 +465,16 @@ class AgreementRequest:
                                 "a language model.", fix="Use --model mamba-lm (or another causal LM).")
         return cls(name, n, seed, names, _method_options(names, options), bool(cache), loaded)
 
+    def price(self):
+        """What it costs (:mod:`core.budget`): each of ``n`` short sentences (about 24 tokens) read once, and each
+        explained by every method, a method costing up to 16 forward and backward passes (SmoothGrad, IG)."""
+        from core.budget import Price, model_flops
+
+        params = sum(p.numel() for p in self.loaded.model.parameters())
+        tokens = self.n * 24 * (1 + 16 * len(self.methods))
+        return Price(model_flops(params, tokens, backward=True), f"{self.n:,} sentences x {len(self.methods)} methods "
+                     f"of {self.model} ({params / 1e6:.1f} M parameters)", fix="fewer sentences (n) or methods.")
+
     def key(self):
         from core.lrp.agreement import AGREEMENT_VERSION
 

@@ -132,17 +132,19 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
     return view("training", Found(run, "precomputed", result_key(run["model"], "neuzip/training", run["settings"])))
 
 
-# the committed training runs: (model, modes, settings); SmolLM2-135M trains 80 steps (25 minutes for the seven
-# modes on one shared core of the AVX-512 machine that recorded it; a mode still running after 500 s stops there and
-# says so); the 1 B run, recorded again with each mode in fresh processes (issue 41) on an AVX2-only CPU, where
-# torch's bf16 matrix products run ~30x slower, keeps the three modes of the comparison (vanilla, LOMO, LOMO + NeuZip)
-# and 2 steps of 1 x 16 tokens: memory, not a curve (its activations were 1 MiB at 2 x 128 tokens: the peaks hardly
-# depend on the tokens); AdamW is left out (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine)
+# the committed training runs: (model, modes, settings), as assets/neuzip/training.json holds them (recorded in one
+# process, the modes in turn, on the AVX-512 machine before issue 41): SmolLM2-135M trains 80 steps (25 minutes for
+# the seven modes on one shared core; a mode still running after 500 s stops there and says so; the -single QLoRA
+# modes are listed for the next recording); the 1 B run trains 4 steps of 2 x 128 tokens (memory and speed, not a
+# curve) and leaves out AdamW (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine). Recording
+# it again with each mode in fresh processes on this AVX2-only CPU (bf16 matrix products ~30x slower) took 34
+# minutes for vanilla's first step at 1 x 16 tokens on the loaded machine: not done in issue 41's session.
 TRAINING_EXAMPLES = (
     ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-fp4-single", "qlora-fp4",
                       "qlora-nf4-single", "qlora-nf4"),
      {"steps": 80, "batch": 2, "seq": 128, "budget_s": 4500}),
-    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip"), {"steps": 2, "batch": 1, "seq": 16}),
+    ("llama-1b", ("vanilla", "lomo", "lomo+neuzip", "qlora-int8", "qlora-nf4", "qlora-fp4"),
+     {"steps": 4, "batch": 2, "seq": 128}),
 )
 TRAINING_EXAMPLE_COMMAND = "python -m core neuzip train-example --threads 1"
 
