@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import torch
 
-from kernels.dispatch import KernelCheck, register_check, use_triton
+from kernels.dispatch import KernelCheck, register_check, triton_available, use_triton
 
-try:  # optional at run time: CPU-only hosts use the reference
+triton = tl = None
+if triton_available():  # imported only where its kernels can run (CPU-only hosts use the reference: no libtriton)
     import triton
     import triton.language as tl
-except Exception:  # pragma: no cover - exercised only where triton is missing
-    triton = None
-    tl = None
 
 
 # ---- reference -------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ from core.neuzip import pairs
 from core.neuzip.codec import CompressedTensor, compress
 from core.neuzip.modules import SKIP, linear_layers
 from core.neuzip.resident import ResidentStream, check_streams
-from kernels.checks import warm
+from kernels.dispatch import warm
 
 __all__ = ["fused_sgd_", "attach_lomo", "ZipLinear", "ZipState", "UpdateScratch", "zip_linears", "weights_digest",
            "UPDATE_SLICE", "RESIDENT"]

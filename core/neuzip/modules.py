@@ -41,7 +41,7 @@ from core.neuzip.buffer import DecompressionBuffer
 from core.neuzip import pairs
 from core.neuzip.codec import CompressedTensor, DeviceArrays, bf16_exact, check_params, compress, compress_reusing
 from core.progress import Progress, item_progress
-from kernels.checks import warm
+from kernels.dispatch import warm
 
 __all__ = ["CompressedLinear", "compress_model", "apply_compressed", "decompress_model", "compressed_tensors",
            "set_decode_ahead", "linear_layers", "load_compressed_model", "hf_folder", "empty_causal_lm",
