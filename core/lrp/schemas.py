@@ -87,7 +87,7 @@ SCHEMAS = {
         optional={"hit_rate_std": DictOf(Num), "n_seeds": Opt(Int), "family": Str,
                   "hit_rate_per_seed": DictOf(ListOf(Num))}),
     "lrp-agreement": Rec(
-        {"model": Opt(Str), "n_explainable": Int, "n_done": Int, "agreement_accuracy": Opt(Num),
+        {"model": Opt(Str), "n_explainable": Int, "n_done": Int, "agreement_accuracy": Num,
          "agreeing_plural_share": Opt(Num), "methods": ListOf(Str, 1), "labels": _LABELS, "refused": DictOf(Str),
          "agreement_by_template": DictOf(Rec({"accuracy": Num})),
          "chance": Rec({"mrr": Opt(Num), "pointing_accuracy": Opt(Num)}),

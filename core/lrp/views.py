@@ -150,7 +150,7 @@ def evaluation_rows(res: dict) -> list[dict]:
                 c = comparisons[metric].get(m)  # MambaLRP minus this method, paired over the inputs (empty on its own row)
                 row.update({f"mambalrp_minus_it_{metric}": c and c.delta, f"mambalrp_minus_it_{metric}_se": c and c.se,
                             f"mambalrp_minus_it_{metric}_p": c and c.p,
-                            f"mambalrp_ahead_{metric}": verdicts.verdict(c) if c is not None else None})
+                            f"mambalrp_ahead_{metric}": verdicts.verdict(c) if c is not None else ""})  # "": itself
         c = res["conservation"][m]
         return {**row, "conservation_mean_abs_error": c["mean_abs_error"],
                 "conservation_mean_rel_error": c["mean_rel_error"],
@@ -343,9 +343,11 @@ def agreement_status(res: dict, source: str) -> str:
              f"{res['n_done']} it gets right are explained for that verb ({100 * (res['agreeing_plural_share'] or 0):.0f}%"
              f" with a plural subject) ({source_text(source)})."]
     if best:
-        parts.append(f"Highest MRR of the subject: **{res['labels'][best]}** {scores[best]['mrr']:.3f}, pointing "
-                     f"accuracy {100 * scores[best]['pointing_accuracy']:.1f}% (chance {res['chance']['mrr']:.3f} and "
-                     f"{100 * res['chance']['pointing_accuracy']:.1f}%).")
+        chance, pointing = res["chance"]["mrr"], scores[best]["pointing_accuracy"]
+        parts.append(f"Highest MRR of the subject: **{res['labels'][best]}** {scores[best]['mrr']:.3f}"
+                     + (f", pointing accuracy {100 * pointing:.1f}%" if pointing is not None else "")
+                     + (f" (chance {chance:.3f} and {100 * res['chance']['pointing_accuracy']:.1f}%)."
+                        if chance is not None and res["chance"]["pointing_accuracy"] is not None else "."))
     if agreement_caveat(res):
         parts.append("⚠️ " + agreement_caveat(res))
     return " ".join(parts)

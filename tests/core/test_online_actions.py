@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tests.core.test_online import cli, one_clear_line
+from tests.core.test_online import cli
 from tests.hub_repos import LLAMA_ID, MAMBA_ID, PADDING
 
 pytestmark = pytest.mark.slow
@@ -67,5 +67,11 @@ def test_neuzip_tradeoff_of_a_hub_llama_on_hub_wikitext(hub_stand_in, tmp_path):
     assert 8 < lossless["bits_per_weight"] < 16
 
 
-def test_a_non_mamba_hub_model_is_refused_by_mambalrp(hub_stand_in, tmp_path):
-    one_clear_line(cli(hub_stand_in, tmp_path, "lrp", "explain", "--model", LLAMA_ID, "--text", "hi"), "Mamba")
+def test_mambalrp_explains_the_hub_transformer_and_conserves(hub_stand_in, tmp_path):
+    """Issue 45: a transformer from the hub (the stand-in's Llama) is explained too (AttnLRP on its attention), the
+    relevances plus what the softmaxes and biases absorbed adding up to the logit; it was refused before."""
+    proc = cli(hub_stand_in, tmp_path, "lrp", "explain", "--model", LLAMA_ID, "--text", "The quick brown fox jumps",
+               "--method", "mambalrp", "--json")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    m = json.loads(proc.stdout)["methods"]["mambalrp"]
+    assert abs(m["total"] + m["absorbed"] - m["logit"]) < 1e-3 * max(1.0, abs(m["logit"]))
