@@ -120,7 +120,6 @@ RUN_SETS = {
 # leaves it.
 PENDING = frozenset({
     "depth-24/deepnorm-deepnet/seed-0/lr-0.001",
-    "init-0.02/pre-ln/seed-4/lr-0.001",
 })
 LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
 
