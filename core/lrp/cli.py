@@ -20,6 +20,8 @@
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import sys
 
 import core.lrp as lrp
@@ -185,7 +187,9 @@ def _key_token_args(p) -> None:
 def _precompute_args(p) -> None:
     p.add_argument("--only", default=None, help=f"comma-separated subset of {','.join(lrp.EVALUATION_ITEMS)}")
     p.add_argument("--out", default=None, help="folder (default assets/lrp/evaluation)")
-    p.set_defaults(out_adds=True)  # a store it adds its own files to: no --overwrite needed
+    # a store it adds its own files to (its index.json says so): no --overwrite needed there; any other folder that
+    # holds something is the user's and is refused
+    p.set_defaults(out_adds=lambda out: (Path(out) / "index.json").is_file())
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
     p.add_argument("--docs", action="store_true", help="then rewrite the generated tables of docs/mambalrp*.md")

@@ -200,7 +200,10 @@ def _run_train(args, progress=None, show: bool = True) -> None:
 
 def _reproduce_args(p):
     p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
-    p.set_defaults(out_adds=True)  # a store it adds its own files to: no --overwrite needed
+    # a store it adds its own runs to (a run folder <placement>/seed-N/run.json, or <set>/<placement>/...): no
+    # --overwrite needed there; any other folder that holds something is the user's and is refused
+    p.set_defaults(out_adds=lambda out: any(Path(out).glob("*/seed-*/run.json"))
+                   or any(Path(out).glob("*/*/seed-*/run.json")))
     p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
                    help="retrain only these run sets (default: all)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these placements (e.g. pre-ln post-ln)")
