@@ -92,13 +92,15 @@ def training_rows(run: dict) -> list[dict]:
 
 def _paper(rows: list[dict], score: str) -> list[dict]:
     return [{"model": r["model"], "mode": MODES[r["project_mode"]].label, "paper_row": r["mode"],
-             score: r[score], "peak_GiB": r["memory_GiB"], "memory_vs_vanilla": r["memory_vs_vanilla"],
-             "memory_vs_lomo": r["memory_vs_lomo"], "it_per_s": r["it_per_s"], "speed_vs_vanilla": r["speed_vs_vanilla"]}
+             score: r[score], "peak_GiB": None if r["memory_GiB"] == "OOM" else r["memory_GiB"],
+             "memory_vs_vanilla": r["memory_vs_vanilla"], "memory_vs_lomo": r["memory_vs_lomo"], "it_per_s": r["it_per_s"],
+             "speed_vs_vanilla": r["speed_vs_vanilla"], "note": "out of memory (OOM)" if r["memory_GiB"] == "OOM" else ""}
             for r in rows]
 
 
 def paper_rows() -> list[dict]:
-    """The paper's Table 1, whole (pre-training on one GPU: loss, memory in GiB or "OOM", iterations per second),
+    """The paper's Table 1, whole (pre-training on one GPU: loss, memory in GiB, iterations per second; ``note`` says
+    which run ran out of memory, its memory None: one type per column),
     with the same ratios as the measured table: peak over vanilla's and over LOMO's, speed over vanilla's, within
     each model (:mod:`core.neuzip.published`)."""
     return _paper(published.table1_rows(), "loss")

@@ -40,7 +40,7 @@ def test_the_section_opens_on_the_committed_runs():
     status, memory, loss, table, paper, paper2 = section.show_example("smollm2-135m")
     assert status.startswith("Precomputed example")
     # the paper's Tables 1 and 2 whole: every model, the run that did not fit, QLoRA's double-quantized rows
-    assert len(paper) == 9 and list(paper["peak GiB"]).count("OOM") == 1 and len(paper2) == 24
+    assert len(paper) == 9 and list(paper["note"]).count("out of memory (OOM)") == 1 and len(paper2) == 24
     assert {"QLoRA FP4²", "QLoRA NF4²", "QLoRA NF4"} <= set(paper2["the paper's row"])
     assert [t.name for t in memory.data[:4]] == ["weights", "gradients", "optimizer", "activations"]
     assert "LOMO + NeuZip" in list(table["mode"])
