@@ -126,8 +126,9 @@ def compare_figure(data: dict) -> go.Figure:
     against). Bottom: the share of each model's |relevance| within d words of the end of the text."""
     sides, words = data["models"], data["words"]
     x = [f"{i}:{_visible(w)}" for i, w in enumerate(words)]
-    fig = make_subplots(rows=2, cols=1, row_heights=[0.42, 0.58], vertical_spacing=0.3,
-                        subplot_titles=["relevance per word, each row over its own largest |relevance|",
+    fig = make_subplots(rows=2, cols=1, row_heights=[0.42, 0.58], vertical_spacing=0.38,
+                        subplot_titles=["relevance per word (x: position:word), each row over its own largest "
+                                        "|relevance|",
                                         "share of |relevance| within d words of the end"])
     z = [list(np.asarray(s["words"], float) / _scale(s["words"])) for s in sides]
     y = [f"{_name(s)}: {s['target_name']!r}" for s in sides]
@@ -145,11 +146,12 @@ def compare_figure(data: dict) -> go.Figure:
                       row=2, col=1)
     style(fig, f"One text, two models: where the relevance of each model's prediction lies ({data['method_label']})",
           height=640)
-    fig.update_xaxes(tickangle=-45, title_text="word (position:text)", row=1, col=1)
+    fig.update_xaxes(tickangle=-45, row=1, col=1)  # the words' axis is named in the subplot's title (a title below
+    # the slanted words of a long text would cover the second subplot's title at talk size)
     fig.update_yaxes(title_text="model: its prediction", autorange="reversed", row=1, col=1)  # model A on top
     fig.update_xaxes(title_text="d, words counted from the end of the text", dtick=1, row=2, col=1)
     fig.update_yaxes(title_text="|relevance| within d words (%)", range=[0, 102], row=2, col=1)
-    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.16, "yanchor": "top"}, margin={"b": 110})
+    fig.update_layout(legend={"orientation": "h", "x": 0, "y": -0.24, "yanchor": "top"}, margin={"b": 140})
     return fig
 
 
