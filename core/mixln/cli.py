@@ -200,10 +200,11 @@ def _run_train(args, progress=None, show: bool = True) -> None:
 
 def _reproduce_args(p):
     p.add_argument("--out", default=None, help="folder for the runs (default assets/mixln)")
-    # a store it adds its own runs to (a run folder <placement>/seed-N/run.json, or <set>/<placement>/...): no
-    # --overwrite needed there; any other folder that holds something is the user's and is refused
-    p.set_defaults(out_adds=lambda out: any(Path(out).glob("*/seed-*/run.json"))
-                   or any(Path(out).glob("*/*/seed-*/run.json")))
+    # a store it adds its own runs to (a run folder <placement>/seed-N/run.json, or <set>/<placement>/..., or the
+    # runs' shared tokenizer.json at its root): no --overwrite needed there; any other folder that holds something is
+    # the user's and is refused
+    p.set_defaults(out_adds=lambda out: (Path(out) / "tokenizer.json").is_file()
+                   or any(Path(out).glob("*/seed-*/run.json")) or any(Path(out).glob("*/*/seed-*/run.json")))
     p.add_argument("--set", dest="sets", nargs="+", choices=list(mixln.RUN_SETS), default=None,
                    help="retrain only these run sets (default: all)")
     p.add_argument("--only", nargs="+", metavar="RUN", help="retrain only these placements (e.g. pre-ln post-ln)")

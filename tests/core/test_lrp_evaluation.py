@@ -162,13 +162,14 @@ def test_committed_evaluations_answer_their_requests_and_precompute_writes_their
     res = lrp.committed_result("sentiment")
     assert res.source == "precomputed" and res.key == result_key(fp, "lrp-evaluation", params)
     assert "cached" not in res.data and res.data["command"].endswith("--only sentiment")
-    assert main(["lrp", "precompute-evaluation", "--only", "sentiment", "-n", "1", "--out", str(tmp_path)]) == 0
-    assert json.loads((tmp_path / "index.json").read_text())["items"] == {
+    out = tmp_path / "evaluation"  # a new folder (tmp_path holds this test's results cache)
+    assert main(["lrp", "precompute-evaluation", "--only", "sentiment", "-n", "1", "--out", str(out)]) == 0
+    assert json.loads((out / "index.json").read_text())["items"] == {
         "sentiment": "faithfulness-mamba-sentiment.json"}
-    written = json.loads((tmp_path / "faithfulness-mamba-sentiment.json").read_text())
+    written = json.loads((out / "faithfulness-mamba-sentiment.json").read_text())
     assert list(written)[-2:] == ["cached", "command"] and written["cached"] is False and written["n_done"] == 1
     assert written["command"] == "python -m core lrp precompute-evaluation --only sentiment -n 1"
-    entry, = committed.evaluation_store(tmp_path).entries()
+    entry, = committed.evaluation_store(out).entries()
     assert entry["params"] == EvaluationRequest.parse(**{**raw, "n": 1}).key()[2]
     assert entry["data"] == {k: v for k, v in written.items() if k != "cached"}
 
