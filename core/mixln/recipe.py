@@ -114,13 +114,10 @@ RUN_SETS = {
                         diagnostics=False, weights_for_seed=None, title="12 layers, width 64, embedding init std 0.02",
                         choice="12 layers, embedding init std 0.02"),
 }
-# Recipe runs not committed yet (Job.key): issue 35's runs take 15-40 minutes each at 12 layers and about twice that
-# at 24 on the shared 2-core machine, and these did not fit its time. `python -m core mixln reproduce --skip-done`
-# trains them (and nothing already committed); a test holds this list to what is missing, so a run that is committed
-# leaves it.
-PENDING = frozenset({
-    "depth-24/deepnorm-deepnet/seed-0/lr-0.001",
-})
+# Recipe runs not committed yet (Job.key): none now (the last, the 24-layer DeepNet run, was trained 2026-11-29).
+# `python -m core mixln reproduce --skip-done` trains any that a new recipe entry adds (and nothing already
+# committed); a test holds this set to what is missing, so a run that is committed leaves it.
+PENDING: frozenset[str] = frozenset()
 LR_SWEEP = (3e-4, RECIPE_TRAIN["lr"], 3e-3)  # the rates of the sweep chart (1e-3 is the main set's seed 0)
 
 
