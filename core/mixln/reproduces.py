@@ -412,6 +412,29 @@ def readme_markdown(rows: list[dict]) -> str:
     return _table(out, [("claim", "claim (paper)"), ("here", "here (the rule: docs/statistics.md)")])
 
 
+def readme_summary(root: str | os.PathLike = ASSETS) -> str:
+    """The README's sentences with numbers in them (so they cannot drift from the committed runs either): the
+    12-layer placements the README names, ordered by final held-out loss, and Mix-LN 0.25 against Pre-LN at embedding
+    std 0.02, each with its n."""
+    runs = _Runs(root)
+    named = [r for r in (runs.row("main", n) for n in ("peri-ln", "pre-ln", "mix-ln-0.25", "lns")) if r]
+    if len(named) < 2:
+        return "Not enough committed 12-layer runs to order the placements yet."
+    named.sort(key=lambda r: r["eval_loss_mean"])
+    n = sorted({r["n"] for r in named})
+    loss = [f"{r['label']} ({r['eval_loss_mean']:.3f} ± {r['eval_loss_std']:.3f})" for r in named]
+    text = (f"At 12 layers (final held-out loss, n = {' / '.join(map(str, n))} seeds) {loss[0]} leads, then "
+            f"{', '.join(loss[1:-1])}{' and ' if len(loss) > 2 else ''}{loss[-1]}.")
+    a, b = runs.row("init-0.02", "mix-ln-0.25"), runs.row("init-0.02", "pre-ln")
+    c = difference(a, b) if a and b else None
+    if c is not None:
+        text += (" These runs use the Mix-LN code's embedding init std sqrt(2/5); with 0.02 (which the LNS authors "
+                 f"used) Mix-LN 0.25 ends {abs(c.delta):.3f} ± {c.se:.3f} nats "
+                 f"{'below' if c.delta < 0 else 'above'} Pre-LN (n = {c.n_a} / {c.n_b} seeds; "
+                 f"{word(c, 'lower')} by the rule, {_p_text(c.as_dict())}).")
+    return text
+
+
 def init_markdown(rows: list[dict]) -> str:
     if not rows:
         return "No run of the init set (embedding std 0.02) is committed yet: see the runs not committed yet."
@@ -441,17 +464,18 @@ def markdown_sources() -> str:
 
 
 def markdown(root: str | os.PathLike = ASSETS) -> dict[str, str]:
-    """{claims, init, followups, sources, pending, readme}: the tables as Markdown (what ``docs/mixln-reproduces.md``
+    """{claims, init, followups, sources, pending, readme, readme-summary}: the tables as Markdown (what ``docs/mixln-reproduces.md``
     holds between its generated markers, what the tab shows, and the README's table)."""
     rows = claims(root)
     return {"claims": claims_markdown(rows), "init": init_markdown(init_rows(root)),
             "followups": followup_markdown(followup_rows(root)),
-            "sources": markdown_sources(), "pending": pending_markdown(pending_rows()), "readme": readme_markdown(rows)}
+            "sources": markdown_sources(), "pending": pending_markdown(pending_rows()), "readme": readme_markdown(rows),
+            "readme-summary": readme_summary(root)}
 
 
 DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "mixln-reproduces.md"
-README = Path(__file__).resolve().parents[2] / "README.md"  # holds the "readme" block
-BLOCKS = ("claims", "init", "followups", "sources", "pending", "readme")
+README = Path(__file__).resolve().parents[2] / "README.md"  # holds the "readme" and "readme-summary" blocks
+BLOCKS = ("claims", "init", "followups", "sources", "pending", "readme", "readme-summary")
 
 
 def _marker(name: str, end: bool = False) -> str:
