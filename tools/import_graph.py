@@ -23,7 +23,7 @@ own submodules. What it reports:
   those of a project file), and which of those of a project file keep no heavy third-party package (:data:`HEAVY`)
   out of the importer's import time, so could stand at the top of the file.
 - **hand lists of the papers**: the string literals naming a paper (its package name, its title, or a dotted name or
-  link with it as one part, e.g. ``core.lrp``, ``ui.mixln``, ``?tab=neuzip``) in the shared modules, the CLI, the UI's
+  link with it as one part, e.g. ``core.lrp``, ``ui.tabs.mixln``, ``?tab=neuzip``) in the shared modules, the CLI, the UI's
   shared modules and ``tools/`` (the registry aside: it is the one list), grouped by the tuple, list, set, dict or
   comparison that holds them.
 - **dynamic imports**: ``importlib.import_module(...)`` of a name that is not a literal (the graph cannot follow it).
