@@ -18,7 +18,7 @@ from core.neuzip import views as V
 from core.neuzip.measure import bitfield_histograms, compression_table
 from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
-from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
+from tests.core.neuzip.test_tradeoff import TEXT, CharTokenizer, tiny_llama
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
