@@ -125,9 +125,9 @@ class Timer:
         return sum(e.count for e in prof.key_averages() if "HtoD" in e.key)
 
     def host_syncs(self, fn) -> dict:
-        """The host syncs one call of ``fn`` makes, by op and line (:class:`core.syncs.HostSyncs`; off CUDA the
+        """The host syncs one call of ``fn`` makes, by op and line (:class:`tests.syncs.HostSyncs`; off CUDA the
         ops on CPU tensors wait for nothing and are not counted)."""
-        from core.syncs import HostSyncs
+        from tests.syncs import HostSyncs
 
         fn()
         with HostSyncs() as syncs:

@@ -48,7 +48,7 @@ PATHS = {
     "avx": {"env": {"ATEN_CPU_CAPABILITY": "default", "MKL_ENABLE_INSTRUCTIONS": "AVX", "ONEDNN_MAX_CPU_ISA": "AVX"}},
     "mkl-compat": {"env": {"MKL_CBWR": "COMPATIBLE"}},
 }
-# the runs the tests train again (tests/core/test_mixln_runs.py), each with the steps it is trained for there
+# the runs the tests train again (tests/core/mixln/test_runs.py), each with the steps it is trained for there
 # (``@N``; default the recorded 50): DeepNorm (its constants amplify rounding the most) for the whole prefix, Pre-LN
 # and Post-LN layers at 12 layers (Mix-LN 0.25) and 24 layers for 10 steps
 JOBS = ("main:deepnorm:1", "main:mix-ln-0.25:0@10", "depth-24:pre-ln:1@10")

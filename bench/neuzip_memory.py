@@ -227,7 +227,7 @@ def main(argv=None) -> dict:
     unknown = set(parts) - set(PARTS)
     if unknown:
         raise SystemExit(f"unknown part(s) {', '.join(sorted(unknown))}; choose from {', '.join(PARTS)}")
-    if args.smoke:  # the training part's fresh processes are tests/core/test_neuzip_training.py's
+    if args.smoke:  # the training part's fresh processes are tests/core/neuzip/test_training.py's
         parts = [p for p in parts if p not in ("cap", "training")]
         args.model, args.tokens, args.steps, args.seq, args.long_steps = "tiny-llama", 16, 2, 16, 3
     import torch

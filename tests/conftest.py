@@ -14,6 +14,12 @@ os.environ.setdefault("LAYERWISE_ONLINE", "0")
 # NeuZip training runs every mode in this process (fresh processes cost each mode two interpreter starts); the tests of
 # the fresh-process path ask for it explicitly (fresh=True)
 os.environ.setdefault("LAYERWISE_NEUZIP_FRESH", "0")
+# pytest-xdist (pytest.ini: -n auto) runs the tests in one worker process per core: each worker and what it starts
+# (apps, CLI subprocesses) computes on its share of the cores, so two workers do not fight over every core
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
+    os.environ.setdefault("MKL_NUM_THREADS", str(_share))
 
 import socket  # noqa: E402
 import subprocess  # noqa: E402
@@ -53,6 +59,7 @@ def pytest_configure(config):
     ARTIFACTS = ARTIFACTS or base / "artifacts"
 
 
+WORKER = f"-{os.environ['PYTEST_XDIST_WORKER']}" if os.environ.get("PYTEST_XDIST_WORKER") else ""  # xdist's gw0, ...
 TMP_ROOT = pytest.StashKey[Path]()
 TMP_BEFORE = pytest.StashKey[set]()
 # names in /tmp that Layerwise's own code or tests would create (result files, downloads, recompute folders); other
@@ -131,29 +138,40 @@ def linked_home(home: Path) -> Path:
 # ---- the two tiers ---------------------------------------------------------------------------------------------
 FULL_COMMAND = 'python -m pytest -m "slow or not slow"'  # every test (what CI runs, README "Set up")
 QUICK_SLOW_S = 5.0  # a quick-tier test past this on this machine is named at the end (mark it slow if it always is)
-QUICK = pytest.StashKey[bool]()
 QUICK_LEFT_OUT = pytest.StashKey[int]()
 
 
-def pytest_collection_modifyitems(config, items):
+def _quick(config) -> bool:
     """The quick tier: ``python -m pytest`` with no test paths and no ``-m`` runs the tests not marked slow. Naming
     files or tests (``python -m pytest tests/core/test_x.py``) or giving any ``-m`` (the full command:
-    ``-m "slow or not slow"``) selects as pytest always does."""
-    quick = config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
-    config.stash[QUICK] = quick
-    if not quick:
+    ``-m "slow or not slow"``) selects as pytest always does. (xdist's workers get the same arguments.)"""
+    return config.args_source == pytest.Config.ArgsSource.TESTPATHS and not config.option.markexpr
+
+
+def pytest_collection_modifyitems(config, items):
+    if not _quick(config):
         return
     slow = [item for item in items if item.get_closest_marker("slow") is not None]
     if slow:
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item.get_closest_marker("slow") is None]
     config.stash[QUICK_LEFT_OUT] = len(slow)
+    if hasattr(config, "workeroutput"):  # an xdist worker: the controller prints the summary
+        config.workeroutput["quick_left_out"] = len(slow)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist's controller: what a worker counted (it collected the tests; the controller did not)."""
+    out = getattr(node, "workeroutput", None) or {}
+    if "quick_left_out" in out:
+        node.config.stash[QUICK_LEFT_OUT] = out["quick_left_out"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Say which tier ran; in the quick tier, name the tests that took over QUICK_SLOW_S here (a hint, not a
     failure: a loaded machine is slow)."""
-    if not config.stash.get(QUICK, False):
+    if not _quick(config):
         return
     long = sorted(((r.duration, r.nodeid) for rs in terminalreporter.stats.values() for r in rs
                    if getattr(r, "when", None) == "call" and getattr(r, "duration", 0) > QUICK_SLOW_S), reverse=True)
@@ -170,7 +188,7 @@ def app_url(tmp_path_factory):
     """The real app, launched once per test session as a user would (`python app.py`), on a private home."""
     port = free_port()
     home = linked_home(tmp_path_factory.mktemp("app") / "layerwise")
-    log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / "app.log", "w")
+    log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / f"app{WORKER}.log", "w")
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "LAYERWISE_HOME": str(home)})

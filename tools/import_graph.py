@@ -23,7 +23,7 @@ own submodules. What it reports:
   those of a project file), and which of those of a project file keep no heavy third-party package (:data:`HEAVY`)
   out of the importer's import time, so could stand at the top of the file.
 - **hand lists of the papers**: the string literals naming a paper (its package name, its title, or a dotted name or
-  link with it as one part, e.g. ``core.lrp``, ``ui.mixln``, ``?tab=neuzip``) in the shared modules, the CLI, the UI's
+  link with it as one part, e.g. ``core.lrp``, ``ui.tabs.mixln``, ``?tab=neuzip``) in the shared modules, the CLI, the UI's
   shared modules and ``tools/`` (the registry aside: it is the one list), grouped by the tuple, list, set, dict or
   comparison that holds them.
 - **dynamic imports**: ``importlib.import_module(...)`` of a name that is not a literal (the graph cannot follow it).
@@ -42,6 +42,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))  # run as a script (python tools/import_graph.py): the repository's packages
+
+from tools.import_report import text_report  # noqa: E402
+
 ROOTS = ("core", "ui", "kernels", "app.py")  # the files of the graph
 # The four papers (package name -> title). The one list of the app is the paper registry; this tool reads files
 # without importing them, so it keeps its own default, and --papers overrides it.
@@ -476,76 +480,6 @@ def paper_literals(path: Path, rel: str, papers: dict[str, str]) -> list[dict]:
     return sorted(groups.values(), key=lambda g: (g["file"], g["line"]))
 
 
-# ---- the report in words ------------------------------------------------------------------------------------------
-def _where(s: dict) -> str:
-    listed = f"  [-> {s['to'] or s['target']}]" if s.get("how") == "import_module (listed)" else ""
-    return f"{s['file']}:{s['line']}{' (in ' + s['scope'] + ')' if s['local'] else ''}: {s['text']}{listed}"
-
-
-def text_report(r: dict) -> str:
-    s = r["summary"]
-    lines = [f"Import graph of {r['files']} files ({', '.join(ROOTS)}) counting every import "
-             f"({r['imports']['names']} imported names, {r['imports']['project']} of them project files).",
-             f"  circles between files: {s['circles']} ({s['files_in_circles']} files); at import time "
-             f"(module-level imports only): {len(r['circles_module_level'])}",
-             f"  upward arrows: {s['upward']} imports, {s['upward_pairs']} (file, package) pairs"
-             + (f" ({', '.join(f'{k}: {v}' for k, v in s['upward_by_rule'].items())})" if s["upward"] else ""),
-             f"  function-local import statements: {s['function_local_imports']} "
-             f"({', '.join(f'{k}: {v}' for k, v in r['function_local']['by_root'].items())}), "
-             f"{s['function_local_project_imports']} of them of a project file "
-             f"({', '.join(f'{k}: {v}' for k, v in r['function_local']['project_by_root'].items())}); "
-             f"module-level statements: {r['function_local']['module_level_statements']}",
-             f"  function-local imports of project files that keep no heavy package out of import time: "
-             f"{s['function_local_without_reason']}",
-             f"  imports between paper packages (sideways): {len(r['sideways'])}",
-             f"  string literals naming the papers outside their packages: {len(r['hand_lists'])} places in "
-             f"{len({h['file'] for h in r['hand_lists']})} files",
-             f"  import_module of a name that is not a literal: {len(r['dynamic'])}", ""]
-    for i, c in enumerate(r["circles"], 1):
-        lines.append(f"Circle {i}: {len(c['files'])} files: {', '.join(c['files'])}")
-        lines += [f"    {_where(x)}" for x in c["imports"]]
-        lines.append("")
-    if r["circles_module_level"]:
-        lines.append("Circles of the module-level imports alone:")
-        lines += [f"    {', '.join(c['files'])}" for c in r["circles_module_level"]]
-        lines.append("")
-    if r["upward"]:
-        lines.append("Upward arrows:")
-        lines += [f"    [{u['rule']}] {_where(u)}" for u in r["upward"]]
-        lines.append("")
-    if r["sideways"]:
-        lines.append("Sideways (one paper package importing another):")
-        lines += [f"    {_where(u)}" for u in r["sideways"]]
-        lines.append("")
-    lines.append("Function-local import statements by file (most first; of project files in brackets):")
-    lines += [f"    {n['statements']:4d} ({n['project']:3d})  {f}" for f, n in r["function_local"]["by_file"].items()]
-    lines.append("")
-    if r["lazy_without_reason"]:
-        lines.append("Function-local imports that keep no heavy package out of import time (they could stand at the "
-                     "top):")
-        lines += [f"    {_where(x)}" for x in r["lazy_without_reason"]]
-        lines.append("")
-    if r["hand_lists"]:
-        lines.append("Papers named by hand outside their packages (string literals):")
-        strings = Counter(h["file"] for h in r["hand_lists"] if h["kind"] == "string")
-        folded = set()
-        for h in r["hand_lists"]:
-            if h["kind"] != "string" or strings[h["file"]] <= 3:
-                lines.append(f"    {h['file']}:{h['line']} [{h['kind']}; {', '.join(h['papers'])}] "
-                             f"{h['excerpt'].splitlines()[0]}")
-            elif h["file"] not in folded:  # many single names in one file (e.g. element ids): one line for them
-                folded.add(h["file"])
-                same = [g for g in r["hand_lists"] if g["file"] == h["file"] and g["kind"] == "string"]
-                lines.append(f"    {h['file']}:{same[0]['line']}-{same[-1]['line']} [{len(same)} strings; "
-                             f"{', '.join(sorted({p for g in same for p in g['papers']}))}] "
-                             f"{', '.join(sorted({g['excerpt'][:30] for g in same})[:4])}, ...")
-        lines.append("")
-    if r["dynamic"]:
-        lines.append("import_module of a computed name (not followed):")
-        lines += [f"    {d['file']}:{d['line']}: {d['text']}" for d in r["dynamic"]]
-    return "\n".join(lines).rstrip() + "\n"
-
-
 def build(root: Path = REPO, papers: dict[str, str] | None = None, registry: str = REGISTRY,
           roots=ROOTS) -> Graph:
     return Graph(Path(root), dict(PAPERS if papers is None else papers), registry).scan(roots)
@@ -567,7 +501,7 @@ def main(argv=None) -> int:
         print(f"error: {args.root} has no core/ folder (give the repository with --root).", file=sys.stderr)
         return 2
     r = build(args.root, papers, args.registry).report()
-    print(json.dumps(r, indent=1) if args.json else text_report(r), end="\n" if args.json else "")
+    print(json.dumps(r, indent=1) if args.json else text_report(r, ROOTS), end="\n" if args.json else "")
     return 0
 
 

@@ -1,7 +1,7 @@
 """The Gradio UI: one module per tab (``TITLE`` + ``build(ctx)``), a shared header, theme and error handling.
 
 Only this package imports gradio. :func:`tab_modules` lists the tabs, in display order: the models and data tab,
-then one per paper of :mod:`core.papers` (its module ``ui/<paper>.py``), titled as the registry titles it. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
+then one per paper of :mod:`core.papers` (its module ``ui/tabs/<paper>.py``), titled as the registry titles it. A paper's tab opens with its stage (:mod:`ui.stage`: the precomputed examples of
 :mod:`core.examples`, one chart, the link to it); a link ``?tab=...&example=...`` opens that tab on that view
 (:mod:`ui.links`), and ``view=talk`` (:mod:`ui.talk`) is the presenter view.
 """
@@ -25,7 +25,7 @@ from ui.theme import projector_theme
 
 def tab_modules() -> tuple[str, ...]:
     """The tabs' modules in display order: the models and data, then each paper's (:mod:`core.papers`)."""
-    return ("ui.models_data", *(f"ui.{name}" for name in papers.names()))
+    return ("ui.tabs.models_data", *(f"ui.tabs.{name}" for name in papers.names()))
 
 
 TABS = tab_modules()

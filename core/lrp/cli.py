@@ -25,7 +25,7 @@ from pathlib import Path
 import sys
 
 import core.lrp as lrp
-from core.batch import register as register_batch
+from core.batch_cli import register as register_batch
 from core.lrp import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError

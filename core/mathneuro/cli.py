@@ -13,7 +13,7 @@ import json
 import sys
 
 import core.mathneuro as mn
-from core.batch import register as register_batch
+from core.batch_cli import register as register_batch
 from core.mathneuro import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads
 from core.zoo import add_placement_args

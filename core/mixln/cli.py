@@ -8,7 +8,7 @@ Data-parallel training: the same ``train`` command runs under ``torchrun --nproc
 train ...`` or ``accelerate launch -m core mixln train ...``; with ``WORLD_SIZE > 1`` the model is wrapped in
 DistributedDataParallel (NCCL on GPUs, gloo on CPUs), ``--batch`` is the global batch (each of the N processes
 trains on its batch / N rows of it), and rank 0 writes the run folder and prints the result. Tested with 2 gloo
-processes on a CPU against the single-process run (tests/core/test_mixln_ddp.py).
+processes on a CPU against the single-process run (tests/core/mixln/test_ddp.py).
 """
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ the graph holds), but the host replays the whole forward with one call.
   so the tokens stay on the device until the end.
 
 Nothing in a captured step may read a value back to the host, allocate a shape that depends on values, or copy from
-host memory: the step functions are held to that on the ``meta`` device by :class:`core.syncs.CaptureCheck`
-(``tests/core/test_neuzip_capture.py``). The NeuZip corruption flag is checked once after the replays (the model's
+host memory: the step functions are held to that on the ``meta`` device by :class:`tests.syncs.CaptureCheck`
+(``tests/core/neuzip/test_capture.py``). The NeuZip corruption flag is checked once after the replays (the model's
 per-forward check is deferred while capturing and replaying). Off CUDA (the CPU, the meta stand-in) there is no graph:
 the same step functions run eagerly, which is how the tests hold them to the bf16 model's tokens.
 """

@@ -21,7 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import core.neuzip as nz
-from core.batch import register as register_batch
+from core.batch_cli import register as register_batch
 from core.neuzip import BATCH as BATCH_KIND
 from core.cli_common import ProgressBar, emit, set_threads, table
 from core.errors import BadInputError

@@ -3,7 +3,7 @@ MambaLRP ``explain``.
 
 The ``meta`` device stands in for the GPU: its tensors have shapes but no data, so any op that would read a value
 back to the host (``.item()``, ``bool(t)``, ``.tolist()``, ``.cpu()``, ``nonzero``, ...) cannot run there.
-:class:`core.syncs.HostSyncs` records each such op and answers it with a placeholder, so a whole forward runs and
+:class:`tests.syncs.HostSyncs` records each such op and answers it with a placeholder, so a whole forward runs and
 every sync is counted. Each path runs twice, as dispatched to the PyTorch twins (what a GPU runs with
 ``LAYERWISE_KERNELS=ref``) and down the Triton path (its launches replaced by stubs that count them: the host code
 around the kernels is what is under test), on models of 1 and 2 layers: the syncs must not grow with the layers.
@@ -15,7 +15,7 @@ from torch import nn
 
 from core.neuzip import apply_compressed
 from core.neuzip.codec import compress
-from core.syncs import HostSyncs
+from tests.syncs import HostSyncs
 
 LLAMA = dict(vocab_size=64, hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2)
 MAMBA = dict(vocab_size=64, hidden_size=16, state_size=4, expand=2, conv_kernel=4)

@@ -75,7 +75,7 @@ def test_a_fifth_paper_is_one_entry(toy):
     assert paper_titles()["toy"] == "Toy Paper"
 
     ui = pytest.importorskip("ui")
-    assert ui.tab_modules()[-1] == "ui.toy"
+    assert ui.tab_modules()[-1] == "ui.tabs.toy"
 
 
 def test_model_cards_name_the_papers_classes_through_the_registry():

@@ -44,7 +44,7 @@ def test_a_deep_link_and_a_click_draw_their_chart(browser, app_url, tab):
     plot = f"#{tab}-stage-plot"
     page = open_page(browser, f"{app_url}?tab={tab}&example={name}", {plot: title(tab, name)})
     drawn(page, plot)  # the linked example's chart arrives (within WAIT_MS)
-    expect(page.get_by_role("tab", selected=True)).to_have_text(importlib.import_module(f"ui.{tab}").TITLE)
+    expect(page.get_by_role("tab", selected=True)).to_have_text(importlib.import_module(f"ui.tabs.{tab}").TITLE)
     assert picked(page, tab) == name
     expect(page.locator("#lw-notice")).to_be_hidden()
     click_and_time(page, plot, title(tab, other), example_label(page, tab, other))  # the clicked one's chart arrives

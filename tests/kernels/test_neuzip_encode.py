@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from core.neuzip import pairs
-from core.syncs import HostSyncs
+from tests.syncs import HostSyncs
 from kernels.dispatch import triton_available
 from kernels.neuzip_encode import encode_stream, pair_rans_encode_ref, pair_rans_encode_triton
 from kernels.neuzip_rans import pair_rans_decode_ref

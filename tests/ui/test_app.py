@@ -60,7 +60,7 @@ def test_api_bad_input_is_a_message_and_the_app_keeps_serving(client):
 
 def test_fresh_machine_page_says_what_to_run(tmp_path, monkeypatch):
     from core.data import registry
-    from ui import models_data
+    from ui.tabs import models_data
 
     monkeypatch.setenv("LAYERWISE_HOME", str(tmp_path))
     registry._load_all.cache_clear()

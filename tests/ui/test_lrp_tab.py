@@ -10,7 +10,7 @@ import pytest
 import core.lrp as core_lrp
 from core.lrp import LRPRules
 from core.zoo import fingerprint, registered_names
-from ui import lrp
+from ui.tabs import lrp
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 needs = pytest.mark.skipif(not {"mamba-sentiment", "vision-mamba-mnist"} <= set(registered_names()),
@@ -212,7 +212,7 @@ def test_stop_cancels_every_explanation_and_the_text_cap_says_what_it_costs():
 
 
 def test_the_side_by_side_section_compares_two_models_and_refuses_one():
-    from ui import layers
+    from ui.tabs import layers
 
     status, plot, table, files = layers.compare_models("mamba-lm", "mamba-sentiment", "A gorgeous, witty film.",
                                                        "mambalrp")
@@ -225,7 +225,7 @@ def test_the_side_by_side_section_compares_two_models_and_refuses_one():
 
 def test_ground_truths_name_the_command_of_a_missing_result(monkeypatch):
     """A committed ground truth that is not there is said so, with the command that computes it, and no table."""
-    from ui import layers
+    from ui.tabs import layers
     monkeypatch.setattr(layers.lrp, "committed_result", lambda item: None)
     with gr.Blocks() as demo:
         layers.ground_truths()

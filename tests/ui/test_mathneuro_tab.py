@@ -6,7 +6,7 @@ import pytest
 import core.mathneuro as demo
 from core.mathneuro.recipe import DEMO_NAME
 from core.zoo import registered_names
-from ui import mathneuro
+from ui.tabs import mathneuro
 from ui.header import AppContext
 
 pytestmark = pytest.mark.usefixtures("single_thread")

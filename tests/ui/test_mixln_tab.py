@@ -4,7 +4,7 @@ import gradio as gr
 import pytest
 
 from core.mixln import runs
-from ui import mixln
+from ui.tabs import mixln
 from ui.header import AppContext
 
 needs_runs = pytest.mark.skipif(not runs.list_runs(), reason="no committed runs in assets/mixln")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import core.neuzip as nz
-import ui.neuzip as tab
+import ui.tabs.neuzip as tab
 from core.neuzip import CODECS, codec_comparison
 from core.neuzip import compute as C
 from core.neuzip import service as S
@@ -18,7 +18,7 @@ from core.neuzip import views as V
 from core.neuzip.measure import bitfield_histograms, compression_table
 from core.runner import ExampleStore
 from core.neuzip.tradeoff import default_settings, tradeoff_for_model
-from tests.core.test_neuzip_tradeoff import TEXT, CharTokenizer, tiny_llama
+from tests.core.neuzip.test_tradeoff import TEXT, CharTokenizer, tiny_llama
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -172,7 +172,7 @@ def test_the_committed_example_matches_the_live_defaults():
     assert labels[:2] == ["bf16", "NeuZip k=7 (lossless)"]
     by = {p["label"]: p for p in ex["tradeoff"]["points"]}
     assert by["bf16"]["perplexity"] == by["NeuZip k=7 (lossless)"]["perplexity"]
-    assert Path(tab.__file__).parent.parent.joinpath("assets", "neuzip", "examples.json").stat().st_size < 1_000_000
+    assert Path(tab.__file__).parents[2].joinpath("assets", "neuzip", "examples.json").stat().st_size < 1_000_000
 
 
 def _api_names(demo) -> set:

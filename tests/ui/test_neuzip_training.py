@@ -6,7 +6,7 @@ import gradio as gr
 import pytest
 
 import core.neuzip as nz
-import ui.neuzip_training as section
+import ui.tabs.neuzip_training as section
 from core.cli import main
 
 pytestmark = pytest.mark.usefixtures("single_thread")

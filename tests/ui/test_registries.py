@@ -41,7 +41,7 @@ def saliency(adapter, embeds, target, **options):
 @pytest.mark.skipif("mamba-sentiment" not in registered_names(), reason="embedded Mamba models not committed")
 def test_a_new_attribution_method_reaches_the_cli_and_the_tab(monkeypatch, capsys, fresh_cache):
     import core.lrp as lrp
-    from ui import lrp as tab
+    from ui.tabs import lrp as tab
 
     monkeypatch.setitem(lrp.METHODS, "saliency", lrp.Method("Saliency", saliency, "|gradient| of the input",
                                                             colour="#117733"))
@@ -59,7 +59,7 @@ def test_a_new_attribution_method_reaches_the_cli_and_the_tab(monkeypatch, capsy
 # ---- a norm placement ---------------------------------------------------------------------------------------------
 def test_a_new_norm_placement_reaches_the_cli_and_the_tab(monkeypatch):
     import core.mixln as mixln
-    from ui import mixln as tab
+    from ui.tabs import mixln as tab
 
     monkeypatch.setitem(mixln.PLACEMENTS, "rescale", mixln.Placement("Rescale-LN", "#AA3377", "x + F(N(x)) / 2",
                                                                      "a made-up placement"))
@@ -85,7 +85,7 @@ def test_a_new_neuzip_baseline_reaches_the_cli_and_the_tab(monkeypatch, capsys, 
     import importlib
 
     import core.neuzip as nz
-    from ui import neuzip as tab
+    from ui.tabs import neuzip as tab
 
     T = importlib.import_module("core.neuzip.tradeoff")  # the module (core.neuzip.tradeoff is also a function)
 

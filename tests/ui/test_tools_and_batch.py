@@ -13,7 +13,7 @@ import pytest
 from core.results import Result
 from core.zoo import registered_names
 from ui import answers, tool_endpoints, tools
-from ui import batch as tab_batch
+from ui.tabs import batch as tab_batch
 
 
 def test_an_answer_is_one_json_text_with_tables_long_columns_and_links(tmp_path, monkeypatch):

@@ -16,7 +16,7 @@ from torch.utils._pytree import tree_flatten
 
 from core.mixln import TrainConfig, runs, train
 from core.mixln.rng import normal_float64, round_to_float32
-from tests.core.test_mixln_runs import float64_tolerance
+from tests.core.mixln.test_runs import float64_tolerance
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 

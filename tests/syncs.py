@@ -66,7 +66,7 @@ def _caller() -> str:
     """The innermost stack frame outside torch and this module: the line that asked for the value."""
     for frame in reversed(traceback.extract_stack()[:-3]):
         path = frame.filename.replace("\\", "/")
-        if "/torch/" in path or path.endswith("core/syncs.py"):
+        if "/torch/" in path or path.endswith("tests/syncs.py"):
             continue
         return f"{path.rsplit('/', 2)[-2]}/{path.rsplit('/', 1)[-1]}:{frame.lineno} {frame.name}"
     return "?"

@@ -6,7 +6,7 @@ import gradio as gr
 
 import core.lrp as lrp
 from core.zoo import hub_choices
-from ui import batch, layers
+from ui.tabs import batch, layers
 from ui.errors import user_errors
 from ui.header import AppContext
 from ui.stopping import job, stop

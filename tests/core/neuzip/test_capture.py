@@ -12,7 +12,7 @@ from torch import nn
 from core.neuzip import apply_compressed
 from core.neuzip.capture import StaticForward, StaticGenerator, checks_deferred
 from core.neuzip.codec import compress
-from core.syncs import CaptureCheck, HostSyncs
+from tests.syncs import CaptureCheck, HostSyncs
 from tests.core.test_host_syncs import LLAMA, _llama
 
 pytestmark = pytest.mark.usefixtures("single_thread")

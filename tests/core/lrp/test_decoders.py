@@ -175,7 +175,7 @@ def test_batch_the_agent_tool_and_the_long_table_take_a_transformer_folder(folde
     assert set(long["measure"]) >= {"mambalrp"} and len(long) >= len(rows.loc[0, "tokens"])
 
 
-# ---- at the published size (the hub stand-in serves a transformer too: tests/core/test_lrp_ssm2.py) -------------------
+# ---- at the published size (the hub stand-in serves a transformer too: tests/core/lrp/test_ssm2.py) -------------------
 @pytest.mark.slow
 def test_smollm2_at_its_real_layer_shapes_conserves():
     """Two of SmolLM2-135M's layers at its real width (576, 9 / 3 heads of 64, MLP 1536; vocabulary cut to 1024), 32

@@ -17,7 +17,7 @@ import torch
 from core.errors import BadInputError
 from core.mixln.train import TrainConfig, check_world, train_batch
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 TOKENIZER = REPO / "assets" / "mixln" / "tokenizer.json"
 # a tiny model, a few steps: per-layer gradient norms at steps 1, 2, 4, 6; held-out loss at 3 and 6; a checkpoint at 3
 ARGS = ["--norm", "pre", "--layers", "2", "--hidden", "32", "--heads", "2", "--batch", "4", "--seq", "32",

@@ -234,7 +234,7 @@ def test_the_papers_tables_are_whole_and_read_as_printed():
     assert "| Vanilla | 8.81 | 11.22 | 0.96 | 8.61 | 30.97 | 0.77 | - | OOM | - |" in md
     # the docs print both tables as the code holds them
     from pathlib import Path
-    docs = (Path(__file__).resolve().parents[2] / "docs" / "neuzip-training.md").read_text()
+    docs = (Path(__file__).resolve().parents[3] / "docs" / "neuzip-training.md").read_text()
     assert md in docs and pub.markdown(pub.table2_rows(), "BLEU") in docs
 
 

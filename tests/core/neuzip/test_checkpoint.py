@@ -168,7 +168,7 @@ def test_version_1_files_are_converted_on_load(tmp_path):
     assert torch.equal(again["a"].decompress().view(torch.int16), w.view(torch.int16))
 
 
-DATA = Path(__file__).resolve().parent.parent / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 
 def test_version_2_files_are_converted_on_load(tmp_path):

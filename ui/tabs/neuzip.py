@@ -9,7 +9,7 @@ import core.neuzip as nz
 from core.figures import message_figure
 from ui.errors import user_errors
 from ui.header import AppContext
-from ui import neuzip_training
+from ui.tabs import neuzip_training
 from ui.stopping import job, stop
 from ui.widgets import downloads_box, downloads_update, figure_or, finite_number, frame
 

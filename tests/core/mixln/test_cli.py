@@ -12,7 +12,7 @@ from core.cli import main
 import core.mixln as mixln
 from core.mixln import MixLNForCausalLM, launch, retrain, runs
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 needs_runs = pytest.mark.skipif(not runs.list_runs(), reason="no committed runs in assets/mixln")
 
 

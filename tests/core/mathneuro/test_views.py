@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import core.mathneuro as mn
-from tests.core.test_mathneuro import assert_same, samples, snapshot, tiny_llama
+from tests.core.mathneuro.test_core import assert_same, samples, snapshot, tiny_llama
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
@@ -130,7 +130,7 @@ def test_every_intervened_block_uses_the_view():
     import re
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     pattern = re.compile(r"(?:with\s+|,\s*)(?:mn\.)?intervened\((?:[^()]|\([^()]*\))*\)\s*:")  # no "as view"
     offenders = [f"{path.relative_to(root)}:{text[:m.start()].count(chr(10)) + 1}"
                  for folder in ("core", "ui", "bench", "tests") for path in (root / folder).rglob("*.py")

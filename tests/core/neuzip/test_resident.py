@@ -13,7 +13,7 @@ from core.neuzip import training
 from core.neuzip.codec import compress
 from core.neuzip.lomo import ZipLinear, ZipState, fused_sgd_, zip_linears
 from core.neuzip.resident import ResidentStream, check_streams
-from core.syncs import HostSyncs
+from tests.syncs import HostSyncs
 
 pytestmark = pytest.mark.usefixtures("single_thread")
 
