@@ -15,22 +15,8 @@ from tests.conftest import REPO, free_port, gradio_client, linked_home, stop_pro
 from tests.fuzz.common import summary_lines
 
 
-def pytest_sessionfinish(session):
-    """An xdist worker hands its tallies to the controller, which prints them."""
-    if hasattr(session.config, "workeroutput"):
-        session.config.workeroutput["fuzz_lines"] = summary_lines()
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_testnodedown(node, error):
-    WORKER_LINES.extend((getattr(node, "workeroutput", None) or {}).get("fuzz_lines", []))
-
-
-WORKER_LINES: list[str] = []
-
-
 def pytest_terminal_summary(terminalreporter):
-    lines = summary_lines() + WORKER_LINES
+    lines = summary_lines()
     if lines:
         terminalreporter.section("fuzz")
         for line in lines:
