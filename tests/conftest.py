@@ -14,8 +14,8 @@ os.environ.setdefault("LAYERWISE_ONLINE", "0")
 # NeuZip training runs every mode in this process (fresh processes cost each mode two interpreter starts); the tests of
 # the fresh-process path ask for it explicitly (fresh=True)
 os.environ.setdefault("LAYERWISE_NEUZIP_FRESH", "0")
-# pytest-xdist (opt-in: python -m pytest -n auto --dist loadfile) runs the tests in one worker process per core: each worker and what it starts
-# (apps, CLI subprocesses) computes on its share of the cores, so two workers do not fight over every core
+# pytest-xdist (opt-in: python -m pytest -n auto --dist loadfile) runs the tests in one worker process per core: each
+# worker and what it starts (apps, CLI subprocesses) computes on its share of the cores, so two workers do not fight
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
     _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
