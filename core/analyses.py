@@ -30,6 +30,7 @@ from core.figures import fit
 from core.progress import report, scaled
 from core.results import Result, source_text
 from core.runner import ExampleStore, Found, digest, lookup, result_key
+from core.schema import Schema
 
 KINDS = ("choice", "multi", "number", "text", "flag")
 
@@ -184,7 +185,12 @@ class Analysis:
             None: computed on every request, never stored.
         cached : False: looked up in neither (measured each time, e.g. timings; the result has no key, so its files
             are written afresh) but still recorded by ``precompute``. A result not stored is keyed by its content.
-        fields : the fields its view reads; a stored result without them is computed again.
+        schema : what a stored result must hold before its view reads it (:mod:`core.schema`: every field the
+            view reads, with its type): checked on a committed example as on a cached or computed result, which is
+            computed again (or refused) when it does not fit. Set with ``stored_as``.
+        assembled : its compute looks up one stored result per subject itself (under ``stored_as``, checked with
+            ``schema``) and returns the :class:`core.runner.Found` it assembled (e.g. Mix-LN's layer removal, one
+            result per run); ``find`` then calls it directly.
         parts : an analysis made of other analyses of the same registry (``request.parts() -> {part: request}``),
             each found on its own; its data is ``{part: data}``.
         named : the result names the model it was asked for (results are stored by the weights' fingerprint, so
@@ -207,7 +213,8 @@ class Analysis:
     compute: Callable[[Any, Any], Any] | None = None
     stored_as: str | None = None
     cached: bool = True
-    fields: tuple[str, ...] = ()
+    schema: Schema | None = None
+    assembled: bool = False
     parts: tuple[str, ...] = ()
     named: bool = False
     tables: Callable[[Any, Shown], dict] = _nothing
@@ -251,13 +258,10 @@ def view(a: Analysis, found: Found, request=None, options: Mapping | None = None
 
 
 def _check(a: Analysis, request, options, model: str | None = None) -> Callable[[Any], None]:
-    """What :func:`core.runner.lookup` checks before it caches or serves a result: its fields are there and its view
-    is built (of the result named ``model``, as it will be shown, for an analysis whose result names its model: some
-    are stored without the name, e.g. NeuZip's bit fields)."""
+    """What :func:`core.runner.lookup` checks before it caches or serves a result, beside the analysis' schema: its
+    view is built (of the result named ``model``, as it will be shown, for an analysis whose result names its model:
+    some are stored without the name, e.g. NeuZip's bit fields)."""
     def check(data) -> None:
-        missing = [k for k in a.fields if k not in data]
-        if missing:
-            raise KeyError(f"no {', '.join(missing)}")
         view(a, named(Found(data, "cache", None), model), request, options)
     return check
 
@@ -310,7 +314,7 @@ def find(analyses: Registry, name: str, request, *, examples: Examples = None, p
         charge_request(request)  # priced before it runs, against the one budget (public mode; core.budget)
         return a.compute(request, progress)
     try:
-        if a.stored_as is None:
+        if a.stored_as is None or a.assembled:
             data = compute()
             if isinstance(data, Found):
                 return data
@@ -318,7 +322,8 @@ def find(analyses: Registry, name: str, request, *, examples: Examples = None, p
         model, fingerprint, params = request.key()
         found = lookup(fingerprint, a.stored_as, params, compute,
                        examples=_store(examples, name, request) if use_cache else None, cache=use_cache,
-                       check=check or _check(a, request, options, model if a.named else None), model=model)
+                       check=check or _check(a, request, options, model if a.named else None), model=model,
+                       schema=a.schema)
     except Cancelled as stop:
         if stop.partial is None:
             raise

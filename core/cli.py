@@ -131,8 +131,8 @@ def _register_builtin(reg: CommandGroups) -> None:
     def cache_seal(args):
         from core.paths import REPO_ROOT
         from core.runner import ExampleStore, committed_stores
-        papers.analyses()  # every paper imported: their schemas registered, so every entry is checked
-        rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check)}
+        schemas = papers.stored_schemas()  # every paper's analyses: each committed entry is checked against its own
+        rows = [{"store": str(p.relative_to(REPO_ROOT)), **ExampleStore.seal(p, check_only=args.check, schemas=schemas)}
                 for p in committed_stores()]
         emit_text(args, rows, lambda r: "\n".join(
             f"{x['store']}: {x['entries']} entries, {x['unsealed']} " + ("unsealed" if args.check else "sealed now")

@@ -149,6 +149,19 @@ def analyses() -> dict[str, tuple[dict, Callable]]:
     return out
 
 
+def stored_schemas() -> dict:
+    """``{stored name: schema}`` of every paper's stored analyses (their :attr:`core.analyses.Analysis.schema`): what
+    ``python -m core cache seal`` checks each committed entry against (imports every package)."""
+    out = {}
+    for p in PAPERS:
+        for a in p.package().ANALYSES.values():
+            if a.stored_as and a.schema is not None:
+                if out.get(a.stored_as, a.schema) is not a.schema:
+                    raise ValueError(f"two schemas for the stored analysis {a.stored_as!r}")
+                out[a.stored_as] = a.schema
+    return out
+
+
 def batch_kinds() -> dict:
     """Every paper's batch kind (its package's ``BATCH``), by the paper's name; papers without one are left out."""
     out = {}
@@ -167,4 +180,4 @@ def batch_kind(name: str):
     return kind
 
 
-__all__ = ["Paper", "PAPERS", "names", "paper", "titles", "analyses", "batch_kinds", "batch_kind"]
+__all__ = ["Paper", "PAPERS", "names", "paper", "titles", "analyses", "stored_schemas", "batch_kinds", "batch_kind"]

@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from core.errors import BadInputError
 from core.files import atomic_write
@@ -132,11 +132,12 @@ class ExampleStore:
         return atomic_write(path, json.dumps(doc, separators=(",", ":"), default=str))
 
     @classmethod
-    def seal(cls, path: str | os.PathLike, check_only: bool = False) -> dict:
+    def seal(cls, path: str | os.PathLike, check_only: bool = False, schemas: Mapping[str, Any] | None = None) -> dict:
         """Write the checksum of every entry of the store at ``path`` from its content as it is (nothing is computed
-        again), or with ``check_only`` just count them: ``{"entries", "unsealed", "schema_problems"}`` (the schema
-        problems, :mod:`core.schema`, are listed, never fixed: such an entry needs its precompute command)."""
-        from core.schema import problem, schema_for
+        again), or with ``check_only`` just count them: ``{"entries", "unsealed", "schema_problems"}``. ``schemas``:
+        ``{stored name: schema}`` (:func:`core.papers.stored_schemas`); the entries that do not fit theirs are listed,
+        never fixed (such an entry needs its precompute command)."""
+        from core.schema import problem
 
         doc = json.loads(Path(path).read_text())
         if doc.get("format") != cls.FORMAT:
@@ -145,7 +146,7 @@ class ExampleStore:
         unsealed = sum(e.get("checksum") != example_checksum(e) for e in entries)
         schema_problems = []
         for e in entries:
-            schema = schema_for(e["analysis"])
+            schema = (schemas or {}).get(e["analysis"])
             found = problem(schema, e["data"]) if schema is not None else None
             if found:
                 schema_problems.append(f"{e['analysis']} ({e.get('model')}): {found}")
@@ -238,26 +239,28 @@ def has_fields(*keys: str) -> Callable[[Any], None]:
 
 def lookup(fingerprint: str, analysis: str, params: dict, compute: Callable[[], Any], *,
            examples: ExampleStore | None = None, cache: bool = True,
-           check: Callable[[Any], Any] | None = None, model: str | None = None, tensors: bool = False) -> Found:
+           check: Callable[[Any], Any] | None = None, model: str | None = None, tensors: bool = False,
+           schema=None) -> Found:
     """The result of ``analysis`` with ``params`` on the model with ``fingerprint``: a committed example, else the
     results cache, else ``compute()`` (stored in the cache; computed once under concurrent requests).
 
     ``compute`` may raise :class:`Cancelled`; nothing is cached then. ``check(data)`` is what the caller does with
-    the result next (e.g. build its view); it must not raise. The analysis' schema (:func:`core.schema.schema_for`)
-    is checked too, on an example as on a cached result. A cached result that fails either, holds a NaN or
-    infinite number, or whose checksum or record does not match, is dropped and recomputed; a computed one that fails is neither returned nor cached
-    (:class:`core.cache.InvalidResultError`, one clear message). ``model`` names the model in an example entry
-    that :func:`precompute` writes (default: the fingerprint).
+    the result next (e.g. build its view); it must not raise. ``schema`` (:mod:`core.schema`; the analysis' own,
+    :attr:`core.analyses.Analysis.schema`) is checked too, on an example as on a cached result. A cached result
+    that fails either, holds a NaN or infinite number, or whose checksum or record does not match, is dropped and
+    recomputed; a computed one that fails is neither returned nor cached (:class:`core.cache.InvalidResultError`,
+    one clear message). ``model`` names the model in an example entry that :func:`precompute` writes (default: the
+    fingerprint).
 
     ``tensors=True``: a result that carries tensors (e.g. statistics a later step reuses): ``compute()`` returns a
     :class:`core.cache.CacheEntry`, ``check`` receives it and ``Found.data`` is it; such a result is never an example
     (neither answered from ``examples`` nor written by :func:`precompute`).
     """
     from core.cache import CacheEntry, check_entry
-    from core.schema import problem, schema_for
+    from core.schema import problem
 
     key = result_key(fingerprint, analysis, params)
-    schema = None if tensors else schema_for(analysis)
+    schema = None if tensors else schema
     why = None
     if examples is not None and not tensors and _recompute["cache"] is None:
         data = examples.get(fingerprint, analysis, params)

@@ -7,7 +7,8 @@ Types: :data:`Num` (a finite int or float, not a bool), :data:`Int`, :data:`Str`
 (those fields, others allowed), ``Holds(t, rule)`` (``t`` and a relation between its fields, e.g. a sum that must
 equal a logit). :func:`problem` says what is wrong with a value, or None; :func:`paths` lists the
 fields a schema names (``rows[].name``, ``methods.*.relevance``), which the tests compare with the fields a view
-really reads. :func:`schema_for` is the one registry: each paper's ``schemas.py`` lists its analyses.
+really reads. A schema lives on its analysis (:attr:`core.analyses.Analysis.schema`; the values in each paper's
+``schemas.py``): this module holds the types only, and knows no analysis.
 """
 from __future__ import annotations
 
@@ -171,29 +172,5 @@ def paths(schema: Schema) -> set[str]:
     return schema.paths("")
 
 
-_REGISTRY: dict[str, Schema] = {}
-
-
-def register(schemas: dict[str, Schema]) -> None:
-    """Add a paper's schemas (``{stored analysis name: schema}``): each paper's ``schemas.py`` calls it, and its
-    package imports that module, so a paper's schemas are known as soon as any of its modules is imported (this
-    module imports no paper). A name registered twice with another schema is an error."""
-    for name, schema in schemas.items():
-        if _REGISTRY.get(name, schema) is not schema:
-            raise ValueError(f"two schemas for the stored analysis {name!r}")
-        _REGISTRY[name] = schema
-
-
-def schema_for(analysis: str) -> Schema | None:
-    """The schema of a stored analysis (its name in the results cache and the example stores), or None."""
-    return _REGISTRY.get(analysis)
-
-
-def registry() -> dict[str, Schema]:
-    """The schemas registered so far: ``{stored analysis name: schema}`` (every paper's once its package is imported:
-    :func:`core.papers.analyses` imports them all)."""
-    return dict(_REGISTRY)
-
-
 __all__ = ["Schema", "Num", "Int", "Str", "Bool", "Anything", "Opt", "ListOf", "DictOf", "Rec", "problem", "paths",
-           "schema_for", "registry", "register"]
+           "Holds", "close"]

@@ -36,4 +36,3 @@ from core.lrp.requests import (AGREEMENT_N, COMPARE_EXAMPLES, COMPARE_MODELS, DE
 # the views a speaker shows (core.examples; after the service they show)
 from core.lrp.examples import EXAMPLE_VIEWS  # noqa: E402
 from core.lrp.batch import KIND as BATCH  # its batch kind (core.batch; python -m core lrp batch)
-from core.lrp.schemas import SCHEMAS  # noqa: F401 (its results' schemas, registered with core.schema)

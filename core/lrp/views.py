@@ -12,7 +12,7 @@ from typing import Callable
 
 from core.analyses import Analysis, Shown
 from core.analyses import view as show
-from core.lrp import bias, compare, figures, inputs, verdicts
+from core.lrp import bias, compare, figures, inputs, schemas, verdicts
 from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
@@ -360,45 +360,53 @@ def _status(text: Callable[[dict, str], str]) -> Callable[[dict, Shown], str]:
 
 ANALYSES: dict[str, Analysis] = {
     "lrp/text": Analysis(
-        TextRequest, _status(explanation_status), explain_text, stored_as="lrp/text", named=True, stem="lrp-text",
+        TextRequest, _status(explanation_status), explain_text, stored_as="lrp/text",
+        schema=schemas.TEXT, named=True, stem="lrp-text",
         tables=lambda res, shown: {"relevance": relevance_rows(res)},
         figures=lambda res, shown: {"heatmap": figures.token_figure(res)}, views=_explanation_views),
     "lrp/image": Analysis(
-        ImageRequest, _status(explanation_status), explain_image, stored_as="lrp/image", named=True,
+        ImageRequest, _status(explanation_status), explain_image, stored_as="lrp/image",
+        schema=schemas.IMAGE, named=True,
         stem="lrp-image", tables=lambda res, shown: {"relevance": relevance_rows(res)},
         figures=lambda res, shown: {"patches": figures.image_figure(res)}, views=_explanation_views),
     "lrp/flow": Analysis(
-        FlowRequest, _status(flow_status), explain_flow, stored_as="lrp/flow", named=True, stem="lrp-flow",
+        FlowRequest, _status(flow_status), explain_flow, stored_as="lrp/flow",
+        schema=schemas.FLOW, named=True, stem="lrp-flow",
         tables=lambda res, shown: {"blocks": flow_rows(res)},
         figures=lambda res, shown: {"layer-flow": figures.flow_figure(res)},
         views=lambda res, shown: {"shares": flow_shares(res)}),
     "lrp/compare": Analysis(
-        CompareRequest, _status(compare.compare_status), compare.compare, stored_as="lrp/compare", stem="lrp-compare",
+        CompareRequest, _status(compare.compare_status), compare.compare, stored_as="lrp/compare",
+        schema=schemas.COMPARE, stem="lrp-compare",
         tables=lambda res, shown: {"words": compare.word_rows(res), "models": compare.model_rows(res)},
         figures=lambda res, shown: {"compare": compare.compare_figure(res)}),
     "lrp-evaluation": Analysis(
-        EvaluationRequest, _status(evaluation_status), evaluate, stored_as="lrp-evaluation", named=True,
+        EvaluationRequest, _status(evaluation_status), evaluate, stored_as="lrp-evaluation",
+        schema=schemas.EVALUATION, named=True,
         stem=_evaluation_stem, tables=lambda res, shown: {"methods": evaluation_rows(res)},
         figures=_evaluation_figures,
         views=lambda res, shown: {"delta": verdicts.comparison_rows(res)}
         if res.get("faithfulness") and res["n_done"] else {}),
     "lrp-long-range": Analysis(
-        LongRangeRequest, _status(long_range_status), evaluate_long_range, stored_as="lrp-long-range", named=True,
+        LongRangeRequest, _status(long_range_status), evaluate_long_range, stored_as="lrp-long-range",
+        schema=schemas.LONG_RANGE, named=True,
         stem=lambda res, shown: f"long-range-{_model_stem(res['model'])}",
         tables=lambda res, shown: {"methods": long_range_rows(res)}, figures=_long_range_figure),
     "lrp-key-token": Analysis(
-        KeyTokenRequest, _status(key_token_status), evaluate_key_token, stored_as="lrp-key-token", named=True,
+        KeyTokenRequest, _status(key_token_status), evaluate_key_token, stored_as="lrp-key-token",
+        schema=schemas.KEY_TOKEN, named=True,
         stem=lambda res, shown: "key-token" + (f"-{res['family']}" if res.get("family", "mamba") != "mamba" else ""),
         tables=lambda res, shown: {"methods": key_token_method_rows(res)},
         figures=lambda res, shown: {"hit-rate": figures.key_token_figure(res)},
         views=lambda res, shown: {"hits": key_token_rows(res), "last-token": last_token_text(res)}),
     "lrp-agreement": Analysis(
-        AgreementRequest, _status(agreement_status), evaluate_agreement, stored_as="lrp-agreement", named=True,
+        AgreementRequest, _status(agreement_status), evaluate_agreement, stored_as="lrp-agreement",
+        schema=schemas.AGREEMENT, named=True,
         stem=lambda res, shown: f"agreement-{_model_stem(res['model'])}",
         tables=lambda res, shown: {"methods": agreement_rows(res)},
         figures=lambda res, shown: {"agreement": figures.agreement_figure(res)}),
     "lrp-bias": Analysis(
-        bias.BiasRequest, _status(bias.status), bias.audit, stored_as="lrp-bias", named=True,
+        bias.BiasRequest, _status(bias.status), bias.audit, stored_as="lrp-bias", schema=schemas.BIAS, named=True,
         stem=lambda res, shown: f"bias-audit-{_model_stem(res['model'])}",
         tables=lambda res, shown: bias.tables(res), figures=lambda res, shown: {"bias": bias.figure(res)}),
 }

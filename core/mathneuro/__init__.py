@@ -34,4 +34,3 @@ from core.mathneuro.recipe import DEMO_NAME
 # the views a speaker shows (core.examples)
 from core.mathneuro.examples import EXAMPLE_VIEWS
 from core.mathneuro.batch import KIND as BATCH  # its batch kind (core.batch; python -m core mathneuro batch)
-from core.mathneuro.schemas import SCHEMAS  # noqa: F401 (its results' schemas, registered with core.schema)

@@ -14,7 +14,7 @@ from typing import Any
 
 from core import analyses
 from core.analyses import Analysis, Shown
-from core.mathneuro import compute, figures
+from core.mathneuro import compute, figures, schemas
 from core.mathneuro.requests import (ConsistencyRequest, DrillRequest, EffectRequest, LayersRequest,
                                      ProportionSweepRequest, ScaleSweepRequest)
 from core.mathneuro.tasks import limitation, metric_label
@@ -34,7 +34,7 @@ def analysis(name: str, request: type, compute: Callable | None, figure: Callabl
     figure (``figure(result, **figure options)``) named ``name``, a status paragraph (``status(result, source text,
     **status options)``) and ``views(result)``; the view options (the request's ``options()``, e.g. ``show``) go to
     the figure and the status that take them (``figure_options``, ``status_options``). ``more``: other
-    :class:`core.analyses.Analysis` fields (e.g. ``inputs``, ``examples``)."""
+    :class:`core.analyses.Analysis` fields (``schema``: :mod:`core.mathneuro.schemas`)."""
     def pick(shown: Shown, names) -> dict:
         return {k: shown.options[k] for k in names if k in shown.options}
     return Analysis(
@@ -118,17 +118,17 @@ def drill_views(result: dict) -> dict:
 
 ANALYSES: dict[str, Analysis] = {
     "layers": analysis("layers", LayersRequest, compute.layers, figures.layers_figure, layers_status, layers_rows,
-                       figure_options=("show",)),
+                       figure_options=("show",), schema=schemas.LAYERS),
     "effect": analysis("effect", EffectRequest, compute.effect, figures.effect_figure, effect_status,
-                       views=effect_views),
+                       views=effect_views, schema=schemas.EFFECT),
     "proportion-sweep": analysis("proportion-sweep", ProportionSweepRequest, compute.proportion_sweep,
-                                 figures.proportion_figure, proportion_status),
+                                 figures.proportion_figure, proportion_status, schema=schemas.PROPORTION_SWEEP),
     "scale-sweep": analysis("scale-sweep", ScaleSweepRequest, compute.scale_sweep, figures.scale_figure,
-                            scale_status, status_options=("factor",)),
+                            scale_status, status_options=("factor",), schema=schemas.SCALE_SWEEP),
     "consistency": analysis("consistency", ConsistencyRequest, compute.consistency, figures.consistency_figure,
-                            consistency_status),
+                            consistency_status, schema=schemas.CONSISTENCY),
     "drill": analysis("drill", DrillRequest, compute.drill, figures.drill_figure, drill_status, drill_rows,
-                      views=drill_views),
+                      views=drill_views, schema=schemas.DRILL),
 }
 
 

@@ -36,4 +36,3 @@ from core.mixln.service import (analysis_result, angular_distance_result, compar
                                 reproduces_result, sweep_result, train_result, write_run_diagnostics)
 # the views a speaker shows (core.examples)
 from core.mixln.examples import EXAMPLE_VIEWS
-from core.mixln.schemas import SCHEMAS  # noqa: F401 (its results' schemas, registered with core.schema)

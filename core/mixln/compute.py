@@ -12,21 +12,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from core.errors import BadInputError
-from core.mixln import analysis, folders, reference, summary
+from core.mixln import analysis, folders, reference, schemas, summary
 from core.mixln.placements import placement_colour
 from core.mixln.recipe import RUN_SETS
 from core.progress import report
-from core.runner import Found, digest, has_fields, lookup, result_key
+from core.runner import Found, digest, lookup, result_key
 
-# the fields each diagnostic's view reads (a stored result without them is computed again)
-ANGULAR_FIELDS = ("subject", "block_sizes", "first_layers", "raw", "scaled", "num_layers", "adjacent_se",
-                  "adjacent_per_window")
-REMOVAL_FIELDS = ("subject", "baseline_loss", "baseline_perplexity", "layers", "losses", "loss_increase",
-                  "perplexities", "perplexity_increase", "loss_increase_se", "loss_increase_per_window")
-GRADNORM_FIELDS = ("subject", "layers", "param", "input", "loss")
 # the analyses assembled from one lookup per run or model: entry -> the name each subject's result is stored under (in
-# a run's diagnostics.json and the results cache; core.mixln.schemas checks what is read back)
+# a run's diagnostics.json and the results cache), and what each must hold (checked on what is read back)
 STORED = {"removal": "mixln/removal", "model-gradnorms": "mixln/gradnorms"}
+STORED_SCHEMA = {"removal": schemas.REMOVAL, "model-gradnorms": schemas.GRADNORMS}
 
 
 def colour(run, i: int = 0) -> str:
@@ -109,13 +104,13 @@ def reproduces(req, progress=None) -> dict:
 
 
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------
-def diagnostic(cached_as: str, fields: tuple[str, ...], ref: str, run: Path | None, params: dict, compute) -> Found:
+def diagnostic(name: str, ref: str, run: Path | None, params: dict, compute) -> Found:
     """The result of a diagnostic for a run or a zoo model, found by the weights' fingerprint without loading them (a
     run's precomputed diagnostics, then the results cache); ``compute(subject)`` runs only when neither has it, on
     the model and its held-out windows."""
     subject = lambda: analysis.load_subject(ref, run, params["samples"], params["seq_len"])  # noqa: E731
-    return lookup(analysis.fingerprint_of(ref, run), cached_as, params, lambda: compute(subject()),
-                  examples=folders.run_examples(run), check=has_fields(*fields),
+    return lookup(analysis.fingerprint_of(ref, run), STORED[name], params, lambda: compute(subject()),
+                  examples=folders.run_examples(run), schema=STORED_SCHEMA[name],
                   model=folders.run_name(run) if run is not None else ref)
 
 
@@ -132,7 +127,7 @@ def removal(req, progress=None) -> Found:
     for i, (ref, run) in enumerate(zip(req.refs, req.runs)):
         report(progress, 0.05, f"loading {ref}")
         params = req.params_of(run)  # a run's windows and a model's differ (core.mixln.requests.RUN_SAMPLES)
-        found = diagnostic(STORED["removal"], REMOVAL_FIELDS, ref, run, params,
+        found = diagnostic("removal", ref, run, params,
                            lambda subject: analysis.removal_data(subject, params, progress))
         r = found.data
         if run is not None:
@@ -146,7 +141,7 @@ def removal(req, progress=None) -> Found:
 
 def model_gradnorms(req, progress=None) -> Found:
     """Per-layer gradient norms of one batch of held-out text for any causal LM at its current weights."""
-    found = diagnostic(STORED["model-gradnorms"], GRADNORM_FIELDS, req.ref, req.run, req.params,
+    found = diagnostic("model-gradnorms", req.ref, req.run, req.params,
                        lambda subject: analysis.gradnorm_data(subject, req.params))
     return Found([found.data], found.source, found.key)
 

@@ -4,7 +4,7 @@ the angular-distance grid, which the heatmap leaves blank). ``tests/core/test_sc
 them."""
 from __future__ import annotations
 
-from core.schema import Int, ListOf, Num, Opt, Rec, Str, register
+from core.schema import Int, ListOf, Num, Opt, Rec, Str
 
 _LAYERS = ListOf(Num, 1)
 # the 64-window diagnostics of a run (issue 35): which windows, how many, and the per-window values (windows x layers)
@@ -12,21 +12,19 @@ _LAYERS = ListOf(Num, 1)
 _PER_WINDOW = ListOf(ListOf(Opt(Num), 1), 1)
 _WINDOWS = {"corpus": Str, "windows": Int}
 
-SCHEMAS = {
-    "mixln/angular": Rec({"subject": Opt(Str), "num_layers": Opt(Int), "samples": Opt(Int), "seq_len": Opt(Int),
-                          "block_sizes": ListOf(Int, 1), "first_layers": ListOf(Int, 1),
-                          "raw": ListOf(ListOf(Opt(Num), 1), 1), "scaled": ListOf(ListOf(Opt(Num), 1), 1)},
-                         optional=_WINDOWS | {"adjacent_se": ListOf(Opt(Num), 1), "adjacent_per_window": _PER_WINDOW},
-                         same_length=(("block_sizes", "raw", "scaled"),)),
-    "mixln/removal": Rec({"subject": Opt(Str), "baseline_loss": Opt(Num), "baseline_perplexity": Num,
-                          "layers": ListOf(Int, 1), "losses": _LAYERS, "loss_increase": _LAYERS,
-                          "perplexities": _LAYERS, "perplexity_increase": _LAYERS},
-                         optional=_WINDOWS | {"samples": Opt(Int), "seq_len": Opt(Int),
-                                              "loss_increase_se": ListOf(Opt(Num), 1),
-                                              "loss_increase_per_window": _PER_WINDOW},
-                         same_length=(("layers", "losses", "loss_increase", "perplexities", "perplexity_increase"),)),
-    "mixln/gradnorms": Rec({"subject": Str, "layers": ListOf(Int, 1), "param": _LAYERS, "input": _LAYERS,
-                            "loss": Opt(Num)}, same_length=(("layers", "param", "input"),)),
-}
+ANGULAR = Rec({"subject": Opt(Str), "num_layers": Opt(Int), "samples": Opt(Int), "seq_len": Opt(Int),
+               "block_sizes": ListOf(Int, 1), "first_layers": ListOf(Int, 1),
+               "raw": ListOf(ListOf(Opt(Num), 1), 1), "scaled": ListOf(ListOf(Opt(Num), 1), 1)},
+              optional=_WINDOWS | {"adjacent_se": ListOf(Opt(Num), 1), "adjacent_per_window": _PER_WINDOW},
+              same_length=(("block_sizes", "raw", "scaled"),))
 
-register(SCHEMAS)  # known to core.schema (the runner checks every result against its schema)
+REMOVAL = Rec({"subject": Opt(Str), "baseline_loss": Opt(Num), "baseline_perplexity": Num,
+               "layers": ListOf(Int, 1), "losses": _LAYERS, "loss_increase": _LAYERS,
+               "perplexities": _LAYERS, "perplexity_increase": _LAYERS},
+              optional=_WINDOWS | {"samples": Opt(Int), "seq_len": Opt(Int),
+                                   "loss_increase_se": ListOf(Opt(Num), 1),
+                                   "loss_increase_per_window": _PER_WINDOW},
+              same_length=(("layers", "losses", "loss_increase", "perplexities", "perplexity_increase"),))
+
+GRADNORMS = Rec({"subject": Str, "layers": ListOf(Int, 1), "param": _LAYERS, "input": _LAYERS,
+                 "loss": Opt(Num)}, same_length=(("layers", "param", "input"),))

@@ -13,7 +13,7 @@ from pathlib import Path
 from core import analyses
 from core.analyses import Analysis, Shown
 from core.figures import PALETTE
-from core.mixln import compute, figures
+from core.mixln import compute, figures, schemas
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
 from core.mixln.recipe import RECIPE_DEVIATIONS, RUN_SETS
 from core.mixln.reference import load_reference
@@ -360,17 +360,19 @@ ANALYSES: dict[str, Analysis] = {
         AngularRequest,
         lambda res, shown: f"Angular distance of **{res['subject']}**: {res['num_layers']} layers, "
                            f"{windows_text(res)} ({shown.source_text}).",
-        compute.angular, stored_as="mixln/angular", fields=compute.ANGULAR_FIELDS, tables=_angular_tables,
+        compute.angular, stored_as="mixln/angular", schema=schemas.ANGULAR, tables=_angular_tables,
         figures=_angular_figures, stem=lambda res, shown: f"mixln-angular-{Path(shown.request.ref).name}"),
     "removal": Analysis(
-        RemovalRequest, _removal_status, compute.removal,
+        RemovalRequest, _removal_status, compute.removal, stored_as=compute.STORED["removal"], schema=schemas.REMOVAL,
+        assembled=True,
         tables=lambda results, shown: {"removal": [row for r in results for row in
                                                    _rows_of({k: v for k, v in r.items() if k != "colour"})]},
         figures=_removal_figures, stem="mixln-removal"),
     "model-gradnorms": Analysis(
         ModelGradnormsRequest,
         lambda results, shown: f"Gradient norms of **{results[0]['subject']}** on {shown.request.samples} held-out "
-                               "sequences.", compute.model_gradnorms,
+                               "sequences.", compute.model_gradnorms, stored_as=compute.STORED["model-gradnorms"],
+        schema=schemas.GRADNORMS, assembled=True,
         tables=lambda results, shown: {"gradnorms": [{"subject": r["subject"], "layer": layer,
                                                        "param": r["param"][layer], "input": r["input"][layer]}
                                                       for r in results for layer in r["layers"]]},

@@ -46,4 +46,3 @@ from core.neuzip.requests import (DEFAULT_BLOCK, DEFAULT_WINDOW, DEFAULT_WORDS, 
 # the views a speaker shows (core.examples)
 from core.neuzip.examples import EXAMPLE_VIEWS
 from core.neuzip.batch import KIND as BATCH  # its batch kind (core.batch; python -m core neuzip batch)
-from core.neuzip.schemas import SCHEMAS  # noqa: F401 (its results' schemas, registered with core.schema)

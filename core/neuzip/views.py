@@ -15,7 +15,7 @@ from typing import Any
 from core import analyses
 from core.analyses import Analysis, Shown
 from core.figures import fit
-from core.neuzip import compute
+from core.neuzip import compute, schemas
 from core.neuzip.figures import histogram_figure, process_figure, table_figure, throughput_figure, tradeoff_figure
 from core.neuzip import training_views as training
 from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemoryRequest, HistogramsRequest,
@@ -215,25 +215,28 @@ def _figures(make) -> Any:
 
 ANALYSES: dict[str, Analysis] = {
     "histograms": Analysis(HistogramsRequest, _histograms_status, compute.histograms, "neuzip/histograms",
-                           named=True, stem="neuzip-histograms",
+                           schema=schemas.HISTOGRAMS, named=True, stem="neuzip-histograms",
                            tables=lambda h, shown: {"histograms": histogram_rows(h)},
                            figures=lambda h, shown: {"histograms": histogram_figure(h)}),
-    "table": Analysis(TableRequest, _table_status, compute.table, "neuzip/table", named=True, stem="neuzip-table",
+    "table": Analysis(TableRequest, _table_status, compute.table, "neuzip/table", schema=schemas.TABLE, named=True,
+                      stem="neuzip-table",
                       tables=lambda t, shown: {"table": table_rows(t)},
                       figures=lambda t, shown: {"table": table_figure(t)}),
     "weights": Analysis(WeightsRequest, _weights_status, parts=("histograms", "table"), stem="neuzip-weights",
                         tables=lambda d, shown: {"table": table_rows(d["table"])},
                         figures=lambda d, shown: {"histograms": histogram_figure(d["histograms"]),
                                                   "table": table_figure(d["table"])}),
-    "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, compute.tradeoff, "neuzip/tradeoff-result", named=True,
-                         stem="neuzip-tradeoff", tables=lambda r, shown: {"tradeoff": tradeoff_rows(r)},
+    "tradeoff": Analysis(TradeoffRequest, _tradeoff_status, compute.tradeoff, "neuzip/tradeoff-result",
+                         schema=schemas.TRADEOFF_RESULT, named=True, stem="neuzip-tradeoff",
+                         tables=lambda r, shown: {"tradeoff": tradeoff_rows(r)},
                          figures=_figures(lambda r, log_x=False, **_: {"tradeoff": tradeoff_figure(r, log_x)})),
     "process-memory": Analysis(ProcessMemoryRequest, _process_status, compute.process_memory,
-                               "neuzip/process-memory", named=True, stem="neuzip-process-memory",
+                               "neuzip/process-memory", schema=schemas.PROCESS_MEMORY, named=True,
+                               stem="neuzip-process-memory",
                                tables=lambda r, shown: {"process-memory": process_rows(r)},
                                figures=lambda r, shown: {"process-memory": process_figure(r)}),
     "throughput": Analysis(ThroughputRequest, _throughput_status, compute.throughput, "neuzip/throughput",
-                           cached=False, named=True, stem="neuzip-throughput",
+                           schema=schemas.THROUGHPUT, cached=False, named=True, stem="neuzip-throughput",
                            tables=lambda r, shown: {"throughput": throughput_rows(r)},
                            figures=lambda r, shown: {"throughput": throughput_figure(r)}),
     "device-memory": Analysis(DeviceMemoryRequest, _device_memory_status, compute.device_memory,

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from core.runner import ExampleStore, Found, committed_stores, example_checksum
-from core.schema import ListOf, Num, Opt, Rec, Str, paths, problem, registry, schema_for
-from core.papers import analyses as _every_paper
+from core.schema import ListOf, Num, Opt, Rec, Str, paths, problem
+from core.papers import stored_schemas
 
-_every_paper()  # every paper's package imported: each registers its schemas with core.schema
+SCHEMAS = stored_schemas()  # every paper's stored analyses: {stored name: its Analysis.schema}
 
 # the mappings (any keys: methods, datasets) among each analysis' fields, written * in the schema's paths
 MAPS = {"lrp/text": ["methods"], "lrp/image": ["methods"],
@@ -119,11 +119,11 @@ def examples():
 def test_every_committed_entry_fits_its_schema_and_is_sealed():
     seen = set()
     for path in committed_stores():
-        report = ExampleStore.seal(path, check_only=True)
+        report = ExampleStore.seal(path, check_only=True, schemas=SCHEMAS)
         assert report["unsealed"] == 0, f"{path}: run `python -m core cache seal`"
         assert report["schema_problems"] == [], report["schema_problems"][:3]
         seen |= {e["analysis"] for e in json.loads(path.read_text())["entries"]}
-    assert not seen - set(registry()), f"no schema for {seen - set(registry())}"
+    assert not seen - set(SCHEMAS), f"no schema for {seen - set(SCHEMAS)}"
     assert len(committed_stores()) >= 5
 
 
@@ -137,7 +137,7 @@ def test_every_cached_analysis_has_a_schema():
 
     stored = set(LRP) | {f"mathneuro-{n}" for n in MATHNEURO} | {a.stored_as for a in MIXLN.values() if a.stored_as}
     stored |= set(MIXLN_STORED.values()) | {a.stored_as for a in NEUZIP.values() if a.stored_as and a.cached}
-    missing = sorted(n for n in stored if schema_for(n) is None)
+    missing = sorted(n for n in stored if SCHEMAS.get(n) is None)
     assert not missing, missing
 
 
@@ -146,7 +146,7 @@ def test_a_schema_names_every_field_its_view_reads(examples):
     needs can never be missing or of the wrong type in a result that is served)."""
     unnamed = {}
     for analysis, data, show in examples:
-        declared = paths(schema_for(analysis))
+        declared = paths(SCHEMAS[analysis])
         maps = MAPS.get(analysis, [])
         for path in reads(show, copy.deepcopy(data)):
             generic = _generic(path, maps)
@@ -195,7 +195,7 @@ def test_a_none_the_view_cannot_show_is_refused_by_the_schema(examples):
     for analysis, data, show in examples:
         firsts.setdefault(analysis, (data, show))
     for analysis, (data, show) in firsts.items():
-        schema = schema_for(analysis)
+        schema = SCHEMAS[analysis]
         for path in sorted(paths(schema)):
             planted = _set_none(data, path)
             if planted is None:
@@ -225,6 +225,7 @@ def test_the_schema_language():
 
 
 def test_a_corrupted_example_is_computed_instead_of_served(tmp_path, caplog, fresh_cache):
+    from core.mixln.schemas import REMOVAL
     from core.runner import lookup
 
     data = {"subject": "m", "baseline_loss": 1.0, "baseline_perplexity": 2.7, "layers": [0], "losses": [1.5],
@@ -232,18 +233,52 @@ def test_a_corrupted_example_is_computed_instead_of_served(tmp_path, caplog, fre
     entry = {"model": "m", "fingerprint": "fp", "analysis": "mixln/removal", "params": {"n": 1}, "data": data}
     path = tmp_path / "examples.json"
     ExampleStore.write(path, [entry])
-    assert lookup("fp", "mixln/removal", {"n": 1}, lambda: 1 / 0, examples=ExampleStore(path)).source == "precomputed"
+    found = lookup("fp", "mixln/removal", {"n": 1}, lambda: 1 / 0, examples=ExampleStore(path), schema=REMOVAL)
+    assert found.source == "precomputed"
     doc = json.loads(path.read_text())
     doc["entries"][0]["data"]["baseline_perplexity"] = 561_864.6  # a wrong finite value, the checksum left stale
     path.write_text(json.dumps(doc))
     right = {**data, "baseline_perplexity": 49_813_310.3}
     with caplog.at_level("WARNING"):
-        found = lookup("fp", "mixln/removal", {"n": 1}, lambda: right, examples=ExampleStore(path))
+        found = lookup("fp", "mixln/removal", {"n": 1}, lambda: right, examples=ExampleStore(path), schema=REMOVAL)
     assert (found.source, found.data) == ("computed", right)
     assert [r for r in caplog.records if "not served" in r.getMessage()]
     doc["entries"][0]["data"]["baseline_perplexity"] = None  # a null field, sealed anew: the schema refuses it
     doc["entries"][0]["checksum"] = example_checksum(doc["entries"][0])
     path.write_text(json.dumps(doc))
     fresh_cache.clear()
-    found = lookup("fp", "mixln/removal", {"n": 1}, lambda: right, examples=ExampleStore(path))
+    found = lookup("fp", "mixln/removal", {"n": 1}, lambda: right, examples=ExampleStore(path), schema=REMOVAL)
     assert (found.source, found.data) == ("computed", right)
+
+
+def test_the_schema_travels_on_the_analysis(tmp_path, fresh_cache):
+    """``find`` checks what its :class:`Analysis` says a stored result holds (no registry keyed by another name): a
+    committed example that misses a field of the analysis' schema is computed instead; without the schema it is
+    served as it is."""
+    from dataclasses import dataclass
+
+    from core.analyses import Analysis, find
+    from core.schema import Int
+
+    @dataclass(frozen=True)
+    class Req:
+        n: int
+
+        @classmethod
+        def parse(cls, n):
+            return cls(n)
+
+        def key(self):
+            return "toy", "fp-toy", {"n": self.n}
+
+    entry = {"model": "toy", "fingerprint": "fp-toy", "analysis": "toy/count", "params": {"n": 1}, "data": {"m": 1}}
+    store = ExampleStore.write(tmp_path / "examples.json", [entry])
+    status = lambda d, shown: "a toy"  # noqa: E731
+    strict = {"count": Analysis(Req, status, lambda r, p: {"count": r.n}, stored_as="toy/count",
+                                schema=Rec({"count": Int}))}
+    loose = {"count": Analysis(Req, status, lambda r, p: {"count": r.n}, stored_as="toy/count")}
+    found = find(strict, "count", Req(1), examples=ExampleStore(store))
+    assert (found.source, found.data) == ("computed", {"count": 1})
+    fresh_cache.clear()
+    found = find(loose, "count", Req(1), examples=ExampleStore(store))
+    assert (found.source, found.data) == ("precomputed", {"m": 1})
