@@ -11,7 +11,7 @@
     python -m core lrp key-token [-n 100] [--k 1] [--family mamba|mamba2|hybrid] [--out DIR]
     python -m core lrp agreement [--model mamba-lm] [-n 300] [--methods a,b] [--out DIR]   # subject-verb agreement
     python -m core lrp precompute-evaluation [--only mnist,sentiment,lm,key-token,...] [--out assets/lrp/evaluation]
-                                             [--docs]     # then rewrite the docs' generated tables (lrp docs)
+                                             # then python tools/docs.py rewrites the docs' generated tables
     python -m core lrp bias-audit [--model mamba-sentiment] [--inputs FILE.jsonl] [--out DIR]
     python -m core lrp precompute-bias                 # the committed audit (assets/lrp/bias.json)
     python -m core lrp batch --model NAME --in texts.csv|.jsonl --out results.parquet [--method a,b] [--top-k 5]
@@ -192,7 +192,6 @@ def _precompute_args(p) -> None:
     p.set_defaults(out_adds=lambda out: (Path(out) / "index.json").is_file())
     p.add_argument("-n", type=int, default=None, help="override every item's sample count (smoke runs)")
     p.add_argument("--no-cache", action="store_true", help="(kept for old command lines: it always recomputes)")
-    p.add_argument("--docs", action="store_true", help="then rewrite the generated tables of docs/mambalrp*.md")
     p.add_argument("--threads", type=int, default=2)
 
 
@@ -322,32 +321,14 @@ def run_precompute_bias(args) -> dict:
 
 
 def run_precompute_evaluation(args) -> dict:
-    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable. ``--docs``
-    then rewrites the docs' generated tables from the committed files (``lrp docs``)."""
+    """Recompute every committed result the tab shows (assets/lrp/evaluation/); one step, re-runnable
+    (``python tools/docs.py`` then rewrites the docs' generated tables from the committed files)."""
     _threads(args.threads)
-    if args.docs and args.out is not None:
-        raise BadInputError("--docs writes the docs from the committed files: it goes without --out.")
     summary = lrp.precompute_evaluation(args.only, args.n, args.out, progress=ProgressBar(), log=_log)
     text = "\n".join(f"{k}: {v['n_done']} samples, {v['seconds']} s -> {', '.join(v['written'])}"
                      for k, v in summary.items())
-    if args.docs:
-        pages = _write_docs()
-        text += "\nrewrote the generated tables of " + ", ".join(pages)
     emit(args, summary, text)
     return summary
-
-
-def _write_docs() -> list[str]:
-    from core.lrp import report
-
-    return [str(p) for p in report.update_docs()]
-
-
-def run_docs(args) -> dict:
-    """Rewrite the generated tables of docs/mambalrp.md and docs/mambalrp-ssm2.md from the committed evaluations."""
-    pages = _write_docs()
-    emit(args, {"written": pages}, "rewrote the generated tables of " + ", ".join(pages))
-    return {"written": pages}
 
 
 def register(groups) -> None:
@@ -372,8 +353,6 @@ def register(groups) -> None:
                    _examples_args)(run_precompute_examples)
     groups.command("lrp", "precompute-evaluation", "recompute the evaluation results the tab shows "
                    "(assets/lrp/evaluation/)", _precompute_args)(run_precompute_evaluation)
-    groups.command("lrp", "docs", "rewrite the generated tables of docs/mambalrp.md and docs/mambalrp-ssm2.md from "
-                   "the committed evaluations")(run_docs)
     groups.command("lrp", "bias-audit", "identity terms swapped in templated reviews: the relevance each receives and "
                    "how the class logit moves (assets/lrp/bias.json)", _bias_args)(run_bias)
     groups.command("lrp", "precompute-bias", "recompute the committed bias audit (assets/lrp/bias.json)",

@@ -1,7 +1,7 @@
 """The MambaLRP docs' generated tables and sentences, written from the committed evaluations
-(``assets/lrp/evaluation/``, :mod:`core.lrp.committed`) between the markers of :mod:`core.docs_blocks`:
-``python -m core lrp docs`` rewrites them (``precompute-evaluation --docs`` after recomputing), and a test checks
-that the pages hold what the files say.
+(``assets/lrp/evaluation/``, :mod:`core.lrp.committed`), as Markdown by block name: ``python tools/docs.py``
+writes them between their markers in docs/mambalrp.md and docs/mambalrp-ssm2.md (this module knows no page), and a
+test checks that the pages hold what the files say.
 
 Blocks: ``faithfulness-<model>`` (ΔA^F and the equal-retention pair per method, MambaLRP minus each method paired
 over the same inputs with the verdict word and p), ``ablation`` (the paper's ablation: MambaLRP against the LN-rule
@@ -13,15 +13,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core import docs_blocks
 from core.lrp import verdicts
 from core.lrp.agreement import caveat
 from core.lrp.committed import EVALUATION_DIR, EVALUATION_ITEMS
 from core.stats import word
 
-COMMAND = "python -m core lrp docs"
-DOCS = Path(__file__).resolve().parents[2] / "docs"
-PAGES = ("mambalrp.md", "mambalrp-ssm2.md")
 
 
 def _load(item: str, folder=None) -> dict | None:
@@ -33,8 +29,8 @@ def _load(item: str, folder=None) -> dict | None:
 
 
 def _missing(item: str) -> str:
-    return (f"Not committed yet: `python -m core lrp precompute-evaluation --only {item} --docs` computes it and "
-            "writes this block.")
+    return (f"Not committed yet: `python -m core lrp precompute-evaluation --only {item}` computes it and "
+            "`python tools/docs.py` writes this block.")
 
 
 def _cell(c) -> str:
@@ -81,7 +77,7 @@ def faithfulness_block(res: dict, item: str | None = None) -> str:
     head += f" (`{res['command']}`)."
     if not r and item is not None:
         head += (f" Faithfulness at equal retention (π-Soft-NC / NS) is not computed for this file (made before the "
-                 f"protocol): `python -m core lrp precompute-evaluation --only {item} --docs` adds it.")
+                 f"protocol): `python -m core lrp precompute-evaluation --only {item}` adds it.")
     return head + "\n\n" + _table(rows, columns)
 
 
@@ -136,7 +132,7 @@ def key_token_block(items=("key-token", "key-token-mamba2", "key-token-hybrid"),
                          "MambaLRP − it, paired over seeds": c.text(),
                          "MambaLRP ahead?": f"**{word(c, verdicts.CLAIM)}**"})
     if not rows:
-        return "Not committed yet: `python -m core lrp precompute-evaluation --only key-token --docs`."
+        return "Not committed yet: `python -m core lrp precompute-evaluation --only key-token`."
     return _table(rows, list(rows[0]))
 
 
@@ -158,7 +154,7 @@ def conservation_block(items=("sentiment", "sentiment-mamba2", "sentiment-hybrid
                          "share of \\|R\\| off the explained token": f"{100 * c['mean_share_off_explained']:.0f}%",
                          "effective tokens (sum \\|R\\|)² / sum R²": f"{c['mean_effective_units']:.1f}"})
     if not rows:
-        return "Not committed yet: `python -m core lrp precompute-evaluation --docs`."
+        return "Not committed yet: `python -m core lrp precompute-evaluation`."
     return _table(rows, list(rows[0]))
 
 
@@ -213,17 +209,3 @@ def blocks(folder=None) -> dict[str, str]:
     out["key-token-paired"] = key_token_block(folder=folder)
     out["conservation-trained"] = conservation_block(folder=folder)
     return out
-
-
-def update_docs(folder=None, docs=DOCS) -> list[Path]:
-    """Rewrite the generated blocks of the MambaLRP pages from the committed evaluations (the prose is kept)."""
-    rendered = blocks(folder)
-    written = []
-    for page in PAGES:
-        path = Path(docs) / page
-        text = path.read_text()
-        new = docs_blocks.render(text, rendered, COMMAND)
-        if new != text:
-            path.write_text(new)
-        written.append(path)
-    return written

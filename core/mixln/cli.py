@@ -386,12 +386,11 @@ def run_depth(args) -> None:
 
 
 def _reproduces_args(p):
-    p.add_argument("--docs", action="store_true", help="also rewrite the generated tables of docs/mixln-reproduces.md")
     _table_out_args(p)
 
 
 def run_reproduces(args) -> None:
-    res = mixln.reproduces_result(docs=args.docs)
+    res = mixln.reproduces_result()
     claims = res.tables["claims"]
     lines = [f"- {r['claim']} [{r['source']}]\n    paper: {r['paper']}\n    ours:  {r['ours']}\n    => {r['verdict']}"
              for r in claims]

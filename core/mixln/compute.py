@@ -90,16 +90,14 @@ def depth(req, progress=None) -> list[dict]:
 def reproduces(req, progress=None) -> dict:
     """What reproduces (:mod:`core.mixln.reproduces`): one row per claim of the paper and its follow-ups (the paper's
     figure, the committed runs' with n and spread, a verdict), the embedding-init comparison, the follow-ups'
-    published table, the recipe runs not committed yet, and each as Markdown; ``req.docs`` also rewrites
-    docs/mixln-reproduces.md's tables."""
+    published table, the recipe runs not committed yet, and each as Markdown (``python tools/docs.py`` writes them
+    into docs/mixln-reproduces.md and the README)."""
     from core.mixln import reproduces as rep
     data = {"claims": rep.claims(), "init": rep.init_rows(), "followups": rep.followup_rows(),
             "pending": rep.pending_rows(), "sources": rep.markdown_sources()}
     data["markdown"] = {"claims": rep.claims_markdown(data["claims"]), "init": rep.init_markdown(data["init"]),
                         "followups": rep.followup_markdown(data["followups"]),
                         "pending": rep.pending_markdown(data["pending"])}
-    if req.docs:
-        data["docs"] = str(rep.update_docs())
     return data
 
 

@@ -21,7 +21,9 @@ Layers are split in halves: early ``l < L/2`` and deep ``l >= L/2``.
 - :func:`claims`           the rows
 - :func:`init_rows`        the embedding-init comparison (std 0.02 against the recipe's sqrt(2/5))
 - :func:`followup_rows`    the follow-ups' published table beside the project's runs
-- :func:`markdown`         the tables as Markdown (the docs page and the tab); :func:`readme_markdown` the README's
+- :func:`markdown`         the tables as Markdown, by block name (``python tools/docs.py`` writes them into
+                           docs/mixln-reproduces.md and the README; this module knows no page); :func:`readme_markdown`
+                           the README's table, :func:`readme_summary` its sentences with numbers
 """
 from __future__ import annotations
 
@@ -471,34 +473,3 @@ def markdown(root: str | os.PathLike = ASSETS) -> dict[str, str]:
             "followups": followup_markdown(followup_rows(root)),
             "sources": markdown_sources(), "pending": pending_markdown(pending_rows()), "readme": readme_markdown(rows),
             "readme-summary": readme_summary(root)}
-
-
-DOCS_PAGE = Path(__file__).resolve().parents[2] / "docs" / "mixln-reproduces.md"
-README = Path(__file__).resolve().parents[2] / "README.md"  # holds the "readme" and "readme-summary" blocks
-BLOCKS = ("claims", "init", "followups", "sources", "pending", "readme", "readme-summary")
-
-
-def _marker(name: str, end: bool = False) -> str:
-    return f"<!-- {'/' if end else ''}generated:{name} (python -m core mixln reproduces --docs) -->"
-
-
-def render_docs(text: str, tables: dict[str, str]) -> str:
-    """``text`` (a docs page) with each generated block (between its markers) replaced by ``tables[name]``."""
-    for name in BLOCKS:
-        start, end = _marker(name), _marker(name, end=True)
-        if start not in text or end not in text:
-            continue
-        head, rest = text.split(start, 1)
-        _, tail = rest.split(end, 1)
-        text = f"{head}{start}\n{tables[name]}\n{end}{tail}"
-    return text
-
-
-def update_docs(path: str | os.PathLike = DOCS_PAGE, root: str | os.PathLike = ASSETS,
-                readme: str | os.PathLike | None = README) -> Path:
-    """Rewrite the generated tables of the docs page (and the README's table) from the committed runs (the prose
-    around them is kept)."""
-    path, tables = Path(path), markdown(root)
-    for page in (path, *([Path(readme)] if readme is not None else [])):
-        page.write_text(render_docs(page.read_text(), tables))
-    return path

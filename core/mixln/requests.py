@@ -318,13 +318,12 @@ class LiveRequest:
 
 @dataclass(frozen=True)
 class ReproducesRequest:
-    """The "what reproduces" tables; ``docs`` also rewrites the generated tables of docs/mixln-reproduces.md."""
-
-    docs: bool = False
+    """The "what reproduces" tables (no inputs: they read the committed runs; ``python tools/docs.py`` writes them into
+    docs/mixln-reproduces.md and the README)."""
 
     @classmethod
-    def parse(cls, docs: bool = False) -> "ReproducesRequest":
-        return cls(bool(docs))
+    def parse(cls) -> "ReproducesRequest":
+        return cls()
 
 
 @dataclass(frozen=True)

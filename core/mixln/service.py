@@ -89,12 +89,12 @@ def depth_result(names=None) -> Result:
     return analysis_result("depth", names)
 
 
-def reproduces_result(docs: bool = False) -> Result:
+def reproduces_result() -> Result:
     """What reproduces: one row per claim of the paper (and its follow-ups) with the paper's figure, the project's
     figure from the committed runs (n, spread) and a verdict; the embedding-init comparison; the follow-ups'
-    published table beside the runs (:mod:`core.mixln.reproduces`). ``docs``: also rewrite the generated tables of
-    ``docs/mixln-reproduces.md``."""
-    return analysis_result("reproduces", docs)
+    published table beside the runs (:mod:`core.mixln.reproduces`; ``python tools/docs.py`` writes them into the
+    docs)."""
+    return analysis_result("reproduces")
 
 
 # ---- diagnostics of a run or any causal LM ------------------------------------------------------------------------

@@ -301,8 +301,7 @@ def _reproduces_status(data: dict, shown: Shown) -> str:
             + ". Each word follows one rule (docs/statistics.md): reproduced / opposite at p < 0.05 with 3 seeds a "
             "side (Welch over seeds for losses, each seed's ratio for gradient norms), suggestive at p < 0.10 or "
             "|t| > 2, not resolved with one seed, one model for angular distance and layer removal (seed 0, paired "
-            "over 64 held-out windows)."
-            + (f" Wrote {data['docs']}." if data.get("docs") else ""))
+            "over 64 held-out windows).")
 
 
 def _reproduces_tables(data: dict, shown: Shown) -> dict:

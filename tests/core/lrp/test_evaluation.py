@@ -156,7 +156,7 @@ def test_committed_evaluations_answer_their_requests_and_precompute_writes_their
         if "retention" not in json.loads((committed.EVALUATION_DIR / f"{stem}.json").read_text()):
             # made before the equal-retention protocol: keyed as a request without it, and the page names the command
             request = EvaluationRequest.parse(**raw, retention=False)
-            assert f"precompute-evaluation --only {item} --docs` adds it" in report.blocks()[f"faithfulness-{model}"]
+            assert f"precompute-evaluation --only {item}` adds it" in report.blocks()[f"faithfulness-{model}"]
         _, fp, params = request.key()
         assert store.get(fp, analysis, params)["n_done"] == raw["n"]
     res = lrp.committed_result("sentiment")
