@@ -342,6 +342,31 @@ def answer(analyses: Registry, name: str, request, *, examples: Examples = None,
     return view(entry(analyses, name), found, request, options)
 
 
+def result_function(analyses: Registry, examples: Examples = None) -> Callable[..., Result]:
+    """The one function a paper answers its analyses with (its package's ``analysis_result``), made once for every
+    paper: ``analysis_result(name, *raw, progress=None, use_cache=True, options=None, request=None, **raw)`` parses
+    the raw inputs with the analysis' request type (or takes ``request``, already parsed), then finds (``examples``:
+    the paper's committed store, or ``(name, request) -> store``; the results cache; compute) and shows it
+    (``options``: view options, e.g. ``log_x``)."""
+    def analysis_result(name: str, *raw, progress=None, use_cache: bool = True, options: Mapping | None = None,
+                        request=None, **named) -> Result:
+        if request is None:
+            request = request_for(analyses, name, *raw, **named)
+        elif raw or named:
+            raise TypeError("analysis_result takes raw inputs or a parsed request, not both")
+        return answer(analyses, name, request, examples=examples, progress=progress, use_cache=use_cache,
+                      options=options)
+    return analysis_result
+
+
+def view_function(analyses: Registry) -> Callable[..., Result]:
+    """The one view wrapper of a paper (its ``views.view``): ``view(name, found, request=None, **options)`` shows what
+    was ``found`` for analysis ``name`` (:func:`view`)."""
+    def view_of(name: str, found: Found, request=None, **options) -> Result:
+        return view(entry(analyses, name), found, request, options)
+    return view_of
+
+
 def inputs_of(a: Analysis, name: str, pairs: list[str]) -> dict:
     """The values of ``INPUT=VALUE`` pairs (the command line's ``--set``), parsed by the analysis' :attr:`inputs`
     over the values of its first example; one clear message for a pair without ``=``, an unknown input, a bad value,
@@ -380,4 +405,4 @@ def linked(analyses: Registry, answer_name: Callable[..., Result]) -> tuple[Exam
 
 
 __all__ = ["Analysis", "Shown", "Param", "Example", "Registry", "entry", "request_for", "find", "answer", "view",
-           "linked", "named", "together", "inputs_of"]
+           "result_function", "view_function", "linked", "named", "together", "inputs_of"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import time
 
-from core.analyses import answer, find, request_for
+from core.analyses import find, request_for, result_function
 from core.errors import BadInputError
 from core.lrp import batch as lrp_batch
 from core.lrp import bias, committed, inputs
@@ -46,11 +46,9 @@ def _store(name: str, request) -> ExampleStore:
         EXAMPLES
 
 
-def analysis_result(name: str, progress=None, **raw) -> Result:
-    """Analysis ``name`` of :data:`core.lrp.views.ANALYSES` asked with the raw inputs ``raw`` (its request type's
-    ``parse`` arguments): committed, cached or computed (with ``progress(fraction, message)``, which may stop it; a
-    stopped evaluation shows the samples it finished)."""
-    return answer(ANALYSES, name, request_for(ANALYSES, name, **raw), examples=_store, progress=progress)
+# analysis_result(name, *raw, progress=None, **raw): analysis ``name`` of ANALYSES, committed, cached or computed
+# (progress(fraction, message) may stop it: a stopped evaluation shows the samples it finished)
+analysis_result = result_function(ANALYSES, _store)
 
 
 def analysis_found(name: str, progress=None, check=None, **raw) -> Found:
@@ -67,59 +65,61 @@ def text_result(model: str, text: str, methods=DEFAULT_METHODS, target=None, rul
                 progress=None) -> Result:
     """Relevance of every token of ``text`` for the model's prediction (or ``target``), per method; ``rules`` switch
     MambaLRP's rules (:data:`core.lrp.requests.TOGGLES`)."""
-    return analysis_result("lrp/text", progress, model=model, text=text, methods=methods, target=target, rules=rules)
+    return analysis_result("lrp/text", progress=progress, model=model, text=text, methods=methods, target=target,
+                           rules=rules)
 
 
 def image_result(model: str = IMAGE_MODELS[0], image=None, sample: int | None = None, methods=DEFAULT_METHODS,
                  target=None, rules: dict | None = None, progress=None) -> Result:
     """Relevance of every patch for the model's prediction (or ``target``), per method; ``image`` (an upload)
     wins over ``sample`` (an mnist-5k test index)."""
-    return analysis_result("lrp/image", progress, model=model, image=image, sample=sample, methods=methods,
+    return analysis_result("lrp/image", progress=progress, model=model, image=image, sample=sample, methods=methods,
                            target=target, rules=rules)
 
 
 def flow_result(model: str, text: str, target=None, progress=None) -> Result:
     """Where the MambaLRP relevance of ``text`` passes: per layer (SSM mixer, attention, MLP) and token, and by kind."""
-    return analysis_result("lrp/flow", progress, model=model, text=text, target=target)
+    return analysis_result("lrp/flow", progress=progress, model=model, text=text, target=target)
 
 
 def compare_result(models, text: str, method: str = "mambalrp", progress=None) -> Result:
     """``text`` explained on two models (``models``: a pair, or ``"a,b"``), each its own top prediction, with one
     method, side by side: per word, and how close to the end each one's relevance lies."""
-    return analysis_result("lrp/compare", progress, models=models, text=text, method=method)
+    return analysis_result("lrp/compare", progress=progress, models=models, text=text, method=method)
 
 
 def evaluation_result(model: str, n=EVAL_N, steps=EVAL_STEPS, methods=None, progress=None, **options) -> Result:
     """Conservation and (unless ``faithfulness=False``) MoRF / LeRF faithfulness of the methods (default all) over
     ``n`` samples of the model's test split. ``options``: ``faithfulness``, ``dataset``, ``split``, ``seed``,
     ``target``, ``baseline``, ``options`` (per method), ``cache``."""
-    return analysis_result("lrp-evaluation", progress, model=model, n=n, steps=steps, methods=methods, **options)
+    return analysis_result("lrp-evaluation", progress=progress, model=model, n=n, steps=steps, methods=methods,
+                           **options)
 
 
 def long_range_result(model: str = "mamba-lm", n=50, methods=None, k: int = 10, progress=None, **options) -> Result:
     """Where a language model's next-token relevance lies: each method's top-``k`` tokens over ``n`` contexts.
     ``options``: ``max_tokens``, ``dataset``, ``split``, ``seed``, ``target``, ``options``, ``cache``."""
-    return analysis_result("lrp-long-range", progress, model=model, n=n, methods=methods, k=k, **options)
+    return analysis_result("lrp-long-range", progress=progress, model=model, n=n, methods=methods, k=k, **options)
 
 
 def key_token_result(n=100, methods=None, k: int = 1, progress=None, **options) -> Result:
     """How often each method finds the planted key token, over seeds. ``options``: ``seed``, ``seeds``,
     ``options``, ``cache``."""
-    return analysis_result("lrp-key-token", progress, n=n, methods=methods, k=k, **options)
+    return analysis_result("lrp-key-token", progress=progress, n=n, methods=methods, k=k, **options)
 
 
 def agreement_result(model: str = "mamba-lm", n=AGREEMENT_N, methods=None, progress=None, **options) -> Result:
     """The subject-verb agreement ground truth (:mod:`core.lrp.agreement`) on a language model: ``n`` generated
     sentences, each method's rank of the agreeing subject (MRR, pointing accuracy) where the model agrees.
     ``options``: ``seed``, ``options`` (per method), ``cache``."""
-    return analysis_result("lrp-agreement", progress, model=model, n=n, methods=methods, **options)
+    return analysis_result("lrp-agreement", progress=progress, model=model, n=n, methods=methods, **options)
 
 
 def bias_audit_result(model: str = "mamba-sentiment", method: str = "mambalrp", target: int = 1,
                       progress=None) -> Result:
     """The bias audit (:mod:`core.lrp.bias`): ``method``'s relevance for class ``target`` on the templated sentences
     (identity terms swapped), per term and per female / male swap, with the spread over the templates."""
-    return analysis_result("lrp-bias", progress, model=model, method=method, target=target)
+    return analysis_result("lrp-bias", progress=progress, model=model, method=method, target=target)
 
 
 def precompute_bias(path=None, log=print):
@@ -213,7 +213,7 @@ def precompute_evaluation(only=None, n: int | None = None, out=None, progress=No
         t0 = time.perf_counter()
         log(f"{item}: {analysis} {raw | size}")
         with recomputing():
-            data = analysis_result(analysis, progress, **{**raw, **size}).data
+            data = analysis_result(analysis, progress=progress, **{**raw, **size}).data
         written = committed.write_item(folder, item, data, n)
         summary[item] = {"written": [str(written)], "seconds": round(time.perf_counter() - t0, 1),
                          "n_done": data["n_done"]}

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from core.analyses import Analysis, Shown
-from core.analyses import view as show
+from core.analyses import Analysis, Shown, view_function
 from core.lrp import bias, compare, figures, inputs, schemas, verdicts
 from core.lrp.evaluation import evaluate
 from core.lrp.explanations import explain_flow, explain_image, explain_text
@@ -21,7 +20,6 @@ from core.lrp.agreement import caveat as agreement_caveat, evaluate_agreement
 from core.lrp.requests import (AgreementRequest, CompareRequest, EvaluationRequest, FlowRequest, ImageRequest,
                                KeyTokenRequest, LongRangeRequest, TextRequest)
 from core.results import Result, source_text
-from core.runner import Found
 
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the
 # published configs, the quiet 2-core development CPU, 2 torch threads; medians, see docs/mambalrp.md):
@@ -39,11 +37,6 @@ def cost_note() -> str:
             f"{sizes} (several times longer on a busy one); the embedded models well under a second. Integrated "
             "Gradients and SmoothGrad repeat a gradient per step (32, 16); MambaAttr and Attention Rollout grow with "
             "the square of the length.")
-
-
-def view(name: str, found: Found) -> Result:
-    """The result ``found`` of analysis ``name`` as a :class:`Result` (its source and key are ``found``'s)."""
-    return show(ANALYSES[name], found)
 
 
 def _model_stem(model) -> str:
@@ -410,6 +403,7 @@ ANALYSES: dict[str, Analysis] = {
         stem=lambda res, shown: f"bias-audit-{_model_stem(res['model'])}",
         tables=lambda res, shown: bias.tables(res), figures=lambda res, shown: {"bias": bias.figure(res)}),
 }
+view = view_function(ANALYSES)  # view(name, found, request=None, **options): what a found result shows
 
 
 def train_view(data: dict) -> Result:

@@ -3,7 +3,7 @@
 
     identify_result, layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result,
     consistency_result, drill_result          the analyses, by model reference and dataset names
-    analysis_result(name, progress, **raw)    any analysis of :data:`core.mathneuro.views.ANALYSES`
+    analysis_result(name, progress=, **raw)   any analysis of :data:`core.mathneuro.views.ANALYSES`
     matrix_choices, example_results, precompute_examples, train_demo_result
 
 An action parses its raw inputs once into a request (:mod:`core.mathneuro.requests`: every rule, for the tab and the
@@ -29,7 +29,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from core.analyses import answer, request_for
+from core.analyses import result_function
 from core.errors import BadInputError
 from core.mathneuro.analysis import selection_summary
 from core.mathneuro.compute import load, masks_for, matrix_names, statistics  # noqa: F401  (the service's helpers)
@@ -46,14 +46,9 @@ EXAMPLES = ExampleStore(ASSETS_DIR / "mathneuro" / "examples.json")
 
 
 # ---- the one way an analysis is answered ----------------------------------------------------------------------------
-def analysis_result(name: str, progress=None, **raw) -> Result:
-    """Analysis ``name`` of :data:`core.mathneuro.views.ANALYSES` for the raw inputs (its request type's ``parse``
-    keywords): a committed example, the results cache or its compute function (:func:`core.analyses.answer`)."""
-    return answer(ANALYSES, name, request_for(ANALYSES, name, **raw), examples=EXAMPLES, progress=progress)
-
-
-def _answer(name: str, req, progress=None) -> Result:
-    return answer(ANALYSES, name, req, examples=EXAMPLES, progress=progress)
+# analysis_result(name, *raw, progress=None, request=None, **raw): analysis ``name`` of ANALYSES, a committed example,
+# the results cache or its compute function
+analysis_result = result_function(ANALYSES, lambda name, request: EXAMPLES)  # the store read at call time
 
 
 # ---- the analyses: parse, compute, answer -------------------------------------------------------------------------
@@ -84,7 +79,7 @@ def layer_distribution_result(ref: str, math: str, nonmath, n: int, proportion: 
     """Selected parameters per (layer, module) for one or two non-math datasets; ``show``: count or share."""
     req = LayersRequest.parse(ref, math, nonmath, n, proportion, method, show)
 
-    return _answer("layers", req, progress)
+    return analysis_result("layers", request=req, progress=progress)
 
 
 def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, methods=None, eval_n: int = 100,
@@ -92,7 +87,7 @@ def effect_result(ref: str, math: str, nonmath, n: int, proportion: float, metho
     """Math and non-math metric before and after the intervention, per method and non-math dataset."""
     req = EffectRequest.parse(ref, math, nonmath, n, proportion, methods, eval_n, metric, mode, factor)
 
-    return _answer("effect", req, progress)
+    return analysis_result("effect", request=req, progress=progress)
 
 
 def proportion_sweep_result(ref: str, math: str, nonmath, n: int, proportions=None, method: str = "mathneuro",
@@ -100,7 +95,7 @@ def proportion_sweep_result(ref: str, math: str, nonmath, n: int, proportions=No
     """Selected count and math / non-math metric after pruning, per K (against the first non-math dataset)."""
     req = ProportionSweepRequest.parse(ref, math, nonmath, n, proportions, method, eval_n, metric)
 
-    return _answer("proportion-sweep", req, progress)
+    return analysis_result("proportion-sweep", request=req, progress=progress)
 
 
 def scale_sweep_result(ref: str, math: str, nonmath, n: int, proportion: float, method: str = "mathneuro",
@@ -110,7 +105,7 @@ def scale_sweep_result(ref: str, math: str, nonmath, n: int, proportion: float, 
     adds one chosen factor to ``factors`` (the default factors when None) and is reported in the status."""
     req = ScaleSweepRequest.parse(ref, math, nonmath, n, proportion, method, factors, eval_n, metric, factor)
 
-    return _answer("scale-sweep", req, progress)
+    return analysis_result("scale-sweep", request=req, progress=progress)
 
 
 def consistency_result(ref: str, math: str, nonmath, n: int, proportions=None, method: str = "mathneuro",
@@ -118,7 +113,7 @@ def consistency_result(ref: str, math: str, nonmath, n: int, proportions=None, m
     """Overlap of sets found from 1..N random samples with the set found from all N, per K."""
     req = ConsistencyRequest.parse(ref, math, nonmath, n, proportions, method, repeats, seed)
 
-    return _answer("consistency", req, progress)
+    return analysis_result("consistency", request=req, progress=progress)
 
 
 def matrix_choices(ref: str) -> tuple[list[str], str]:
@@ -133,7 +128,7 @@ def drill_result(ref: str, math: str, nonmath, n: int, proportion: float, method
     the model's matrices: the choices of the next drill-down)."""
     req = DrillRequest.parse(ref, math, nonmath, n, proportion, method, matrix, max_cells, matrices=matrix_names)
 
-    return _answer("drill", req, progress)
+    return analysis_result("drill", request=req, progress=progress)
 
 
 # ---- precomputed examples, the embedded model ---------------------------------------------------------------

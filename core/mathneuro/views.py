@@ -18,8 +18,6 @@ from core.mathneuro import compute, figures, schemas
 from core.mathneuro.requests import (ConsistencyRequest, DrillRequest, EffectRequest, LayersRequest,
                                      ProportionSweepRequest, ScaleSweepRequest)
 from core.mathneuro.tasks import limitation, metric_label
-from core.results import Result
-from core.runner import Found
 
 
 def _rows(result: dict) -> list[dict]:
@@ -132,6 +130,4 @@ ANALYSES: dict[str, Analysis] = {
 }
 
 
-def view(name: str, found: Found, **options) -> Result:
-    """The analysis ``name`` of what was ``found`` as a Result (``options``: view options, e.g. ``show="share"``)."""
-    return analyses.view(ANALYSES[name], found, options=options)
+view = analyses.view_function(ANALYSES)  # view(name, found, request=None, **options), e.g. show="share"

@@ -28,12 +28,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Iterator
 
-from core.analyses import answer
+from core.analyses import request_for, result_function
 from core.budget import charge_request
 from core.mixln import folders, launch, reference, retrain
 from core.mixln.recipe import LIVE_MODEL, LIVE_TRAIN, recipe_command
 from core.mixln.requests import DEFAULT_RUNS
-from core.mixln.views import ANALYSES, request, view
+from core.mixln.views import ANALYSES, view
 from core.progress import Progress
 from core.results import Result
 from core.runner import Found, precompute
@@ -44,10 +44,9 @@ def _run_examples(name: str, req):
     return folders.run_examples(getattr(req, "run", None))
 
 
-def analysis_result(name: str, *raw, progress: Progress | None = None, **named) -> Result:
-    """Analysis ``name`` of :data:`core.mixln.views.ANALYSES` for the raw inputs (its request type's ``parse``
-    arguments): read, found or computed, and shown."""
-    return answer(ANALYSES, name, request(name, *raw, **named), examples=_run_examples, progress=progress)
+# analysis_result(name, *raw, progress=None, **raw): analysis ``name`` of ANALYSES for the raw inputs (its request
+# type's parse arguments): read, found or computed, and shown
+analysis_result = result_function(ANALYSES, _run_examples)
 
 
 # ---- committed runs -----------------------------------------------------------------------------------------------
@@ -131,7 +130,7 @@ def live_run(placement: str, alpha: float, layers: int, steps: int, progress: Pr
              ) -> Iterator[Result]:
     """Train a small model now (nothing is written) and yield a Result (status, loss and gradient-norm figures) at
     every evaluation and gradient-norm log; a ``progress`` that raises ``Cancelled`` ends it, keeping the curves."""
-    req = request("live", placement, alpha, layers, steps)
+    req = request_for(ANALYSES, "live", placement, alpha, layers, steps)
     charge_request(req)  # priced before it trains, against the one budget (public mode; core.budget)
     sizes = {**LIVE_MODEL, "num_layers": req.layers}
     tcfg = {**LIVE_TRAIN, "steps": req.steps, "eval_every": max(5, req.steps // 6)}
@@ -155,7 +154,8 @@ def train_result(out, placement: str = "mix", alpha: float = 0.25, model_sizes: 
                  train_config: dict | None = None, tokenizer=None, resume=None, checkpoint_every: int = 0,
                  progress: Progress | None = None) -> Result:
     """Train one run into the folder ``out`` (:func:`core.mixln.launch.train_run`); ``progress`` hears its steps."""
-    req = request("train", out, placement, alpha, model_sizes, train_config, tokenizer, resume, checkpoint_every)
+    req = request_for(ANALYSES, "train", out, placement, alpha, model_sizes, train_config, tokenizer, resume,
+                      checkpoint_every)
     meta = launch.train_run(req.out, req.placement, req.alpha, req.model_sizes, req.train_config, req.tokenizer,
                             req.resume, checkpoint_every=req.checkpoint_every, progress=progress)
     return view("train", Found({**meta, "folder": str(req.folder)}, "computed", None), req)
@@ -165,7 +165,7 @@ def reproduce_result(root=None, names=None, progress: Progress | None = None, se
                      skip_done: bool = False) -> Result:
     """Retrain the committed runs with the recipe (all run sets, or the chosen sets / placements / seeds) and
     precompute each run's diagnostics while its weights are there (what the tab opens on)."""
-    req = request("reproduce", root, names, sets, seeds, skip_done)
+    req = request_for(ANALYSES, "reproduce", root, names, sets, seeds, skip_done)
     done = retrain.reproduce(req.root, progress=progress, skip_done=req.skip_done, jobs=list(req.jobs),
                              diagnostics=write_run_diagnostics)
     reference.write_reference(req.root)  # the unigram / bigram levels the charts draw, on the same held-out windows

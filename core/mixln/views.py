@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core import analyses
-from core.analyses import Analysis, Shown
+from core.analyses import Analysis, Shown, view_function
 from core.figures import PALETTE
 from core.mixln import compute, figures, schemas
 from core.mixln.placements import PLACEMENTS, placement_colour, placement_label
@@ -23,18 +22,6 @@ from core.mixln.requests import (RUN_SAMPLES, RUN_WINDOWS, AngularRequest, Compa
                                  DepthRequest, GradnormsRequest, LiveRequest, ModelGradnormsRequest, NoInput,
                                  ReferenceRequest, RemovalRequest, ReproduceRequest, ReproducesRequest, RunsRequest,
                                  TrainRequest)
-from core.results import Result
-from core.runner import Found
-
-
-def request(name: str, *raw, **named):
-    """The request of analysis ``name`` parsed from the raw inputs (one :class:`BadInputError` per bad input)."""
-    return analyses.request_for(ANALYSES, name, *raw, **named)
-
-
-def view(name: str, found: Found, req=None) -> Result:
-    """What analysis ``name`` shows of ``found`` (asked for by ``req``): status, JSON data, tables, figures, files."""
-    return analyses.view(ANALYSES[name], found, req)
 
 
 def settings_text() -> str:
@@ -390,3 +377,4 @@ ANALYSES: dict[str, Analysis] = {
     "train": Analysis(TrainRequest, _train_status, stem="mixln-train"),
     "reproduce": Analysis(ReproduceRequest, _reproduce_status, stem="mixln-reproduce"),
 }
+view = view_function(ANALYSES)  # view(name, found, request=None, **options): what a found result shows

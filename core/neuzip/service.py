@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.analyses import answer, named, request_for, together
+from core.analyses import named, result_function, together
 from core.errors import BadInputError, LayerwiseError
 from core.neuzip.compute import EXAMPLES, first_weights, linear_weights, point_lookup  # noqa: F401  (re-exported)
 from core.neuzip.perplexity import DEFAULT_WINDOW, DEFAULT_WORDS
@@ -39,13 +39,9 @@ OPTIONAL_PARTS = ("process-memory",)  # parts a store made before them may lack:
 
 
 # ---- the one way an analysis is answered ----------------------------------------------------------------------------
-def analysis_result(name: str, *, use_cache: bool = True, progress=None, options: dict | None = None,
-                    **inputs) -> Result:
-    """Analysis ``name`` of :data:`core.neuzip.views.ANALYSES` for the raw ``inputs`` (parsed by its request type,
-    before anything loads): found (the example store, the results cache) or computed, then viewed (``options``:
-    e.g. ``log_x``)."""
-    return answer(ANALYSES, name, request_for(ANALYSES, name, **inputs), examples=EXAMPLES, progress=progress,
-                  use_cache=use_cache, options=options)
+# analysis_result(name, use_cache=True, progress=None, options=None, **inputs): analysis ``name`` of ANALYSES for the
+# raw inputs (parsed by its request type, before anything loads), found or computed, then viewed (options: log_x)
+analysis_result = result_function(ANALYSES, lambda name, request: EXAMPLES)  # the store read at call time
 
 
 def _fingerprint(ref: str) -> str:

@@ -12,8 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from core import analyses
-from core.analyses import Analysis, Shown
+from core.analyses import Analysis, Shown, view_function
 from core.figures import fit
 from core.neuzip import compute, schemas
 from core.neuzip.figures import histogram_figure, process_figure, table_figure, throughput_figure, tradeoff_figure
@@ -22,17 +21,12 @@ from core.neuzip.requests import (CompressRequest, DecompressRequest, DeviceMemo
                                   ProcessMemoryRequest, TableRequest, ThroughputRequest, TradeoffRequest,
                                   TrainingRequest, WeightsRequest)
 from core.results import Result
-from core.runner import Found, digest
+from core.runner import digest
 
 __all__ = ["ANALYSES", "PAGE", "FIGURE_ONLY", "view", "page"]
 
 PAGE = ("weights", "tradeoff", "throughput")  # the sections of the tab's page
 FIGURE_ONLY = ("histograms",)  # on the page's downloads, its figure only
-
-
-def view(name: str, found: Found, **options) -> Result:
-    """The :class:`Result` of analysis ``name`` for what :func:`core.runner.lookup` (or the service) found."""
-    return analyses.view(ANALYSES[name], found, options=options)
 
 
 def page(parts: dict[str, dict], **options) -> Result:
@@ -252,3 +246,4 @@ ANALYSES: dict[str, Analysis] = {
     "decompress": Analysis(DecompressRequest, _decompress_status, compute.decompress_checkpoint,
                            stem="neuzip-decompress"),
 }
+view = view_function(ANALYSES)  # view(name, found, request=None, **options): what a found result shows

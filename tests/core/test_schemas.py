@@ -73,7 +73,8 @@ def cases() -> list[tuple[str, dict, object]]:
     from core.mathneuro import views as mathneuro_views
     from core.mathneuro.service import EXAMPLES as MATHNEURO
     from core.mixln.compute import STORED as MIXLN_STORED
-    from core.mixln.views import ANALYSES as MIXLN, request as mixln_request, view as mixln_view
+    from core.analyses import request_for
+    from core.mixln.views import ANALYSES as MIXLN, view as mixln_view
     from core.neuzip import views as neuzip_views
     from core.neuzip.service import EXAMPLES as NEUZIP
     from core.paths import ASSETS_DIR
@@ -96,9 +97,9 @@ def cases() -> list[tuple[str, dict, object]]:
 
             def show(d, name=name, p=p, run=run):
                 if name == "removal":
-                    return mixln_view(name, Found([d], "cache", ""), mixln_request(name, [run], p["samples"],
-                                                                                   p["seq_len"]))
-                return mixln_view(name, Found(d, "cache", ""), mixln_request(name, run, p["samples"], p["seq_len"]))
+                    return mixln_view(name, Found([d], "cache", ""),
+                                      request_for(MIXLN, name, [run], p["samples"], p["seq_len"]))
+                return mixln_view(name, Found(d, "cache", ""), request_for(MIXLN, name, run, p["samples"], p["seq_len"]))
             out.append((e["analysis"], e["data"], show))
     return out
 

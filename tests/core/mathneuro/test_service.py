@@ -176,7 +176,7 @@ def test_an_analysis_is_its_registry_entry_and_its_compute_function(monkeypatch,
                               f"({src})."))
 
     def matrix_shares_result(ref, math, nonmath, n, proportion, method="mathneuro", progress=None):
-        return service.analysis_result("matrix-shares", progress, ref=ref, math=math, nonmath=nonmath, n=n,
+        return service.analysis_result("matrix-shares", progress=progress, ref=ref, math=math, nonmath=nonmath, n=n,
                                        proportion=proportion, method=method)
 
     args = (mn.DEMO_NAME, "arithmetic-words", "review-sentiment", 6, 0.05)

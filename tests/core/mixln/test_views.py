@@ -6,6 +6,7 @@ committed runs) and gets a whole Result (status, JSON, table, figure, files) wit
 import plotly.graph_objects as go
 import pytest
 
+from core.analyses import request_for
 from core.errors import BadInputError
 from core.mixln import folders, views
 from core.mixln.requests import RunsRequest
@@ -15,10 +16,10 @@ def test_every_registered_analysis_parses_its_request_and_names_its_files():
     for name, a in views.ANALYSES.items():
         assert hasattr(a.request, "parse"), name
         assert a.stored_as is None or a.schema is not None, f"{name}: a stored analysis says what its view reads"
-    req = views.request("loss", ["pre-ln"])
+    req = request_for(views.ANALYSES, "loss", ["pre-ln"])
     assert isinstance(req, RunsRequest) and req.runs == ("pre-ln",)
     with pytest.raises(BadInputError, match="no run chosen"):
-        views.request("loss", [])
+        request_for(views.ANALYSES, "loss", [])
 
 
 def test_a_new_analysis_is_one_registry_entry_and_its_compute_function(monkeypatch, tmp_path):
