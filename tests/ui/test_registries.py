@@ -145,12 +145,14 @@ def test_a_new_analysis_is_one_entry_and_reaches_the_service_the_cli_a_link_and_
     import core.examples as ex
     import core.mathneuro as mn
     from core.analyses import Analysis, Example, Param
+    from core.schema import ListOf, Num, Rec, Str
     from core.zoo import load_model
     from ui.stage import build_stage
 
     monkeypatch.setitem(mn.ANALYSES, "weight-norms", Analysis(
         NormsRequest, lambda d, shown: f"{len(d['rows'])} matrices of **{d['model']}** ({shown.source_text}).",
-        weight_norms, stored_as="toy/weight-norms", fields=("rows",), stem="weight-norms",
+        weight_norms, stored_as="toy/weight-norms", stem="weight-norms",
+        schema=Rec({"model": Str, "rows": ListOf(Rec({"matrix": Str, "norm": Num}), 1)}),
         tables=lambda d, shown: {"norms": d["rows"]},
         figures=lambda d, shown: {"norms": go.Figure(go.Bar(x=[r["matrix"] for r in d["rows"]],
                                                             y=[r["norm"] for r in d["rows"]], name="Frobenius norm"),
