@@ -344,18 +344,19 @@ def answer(analyses: Registry, name: str, request, *, examples: Examples = None,
 
 def result_function(analyses: Registry, examples: Examples = None) -> Callable[..., Result]:
     """The one function a paper answers its analyses with (its package's ``analysis_result``), made once for every
-    paper: ``analysis_result(name, *raw, progress=None, use_cache=True, options=None, request=None, **raw)`` parses
-    the raw inputs with the analysis' request type (or takes ``request``, already parsed), then finds (``examples``:
-    the paper's committed store, or ``(name, request) -> store``; the results cache; compute) and shows it
-    (``options``: view options, e.g. ``log_x``)."""
-    def analysis_result(name: str, *raw, progress=None, use_cache: bool = True, options: Mapping | None = None,
+    paper: ``analysis_result(name, *raw, progress=None, use_cache=True, view_options=None, request=None, **raw)``
+    parses the raw inputs with the analysis' request type (or takes ``request``, already parsed), then finds
+    (``examples``: the paper's committed store, or ``(name, request) -> store``; the results cache; compute) and shows
+    it (``view_options``: e.g. ``log_x``; named so that a request's own ``options`` input, e.g. MambaLRP's per-method
+    options, is an input like any other)."""
+    def analysis_result(name: str, *raw, progress=None, use_cache: bool = True, view_options: Mapping | None = None,
                         request=None, **named) -> Result:
         if request is None:
             request = request_for(analyses, name, *raw, **named)
         elif raw or named:
             raise TypeError("analysis_result takes raw inputs or a parsed request, not both")
         return answer(analyses, name, request, examples=examples, progress=progress, use_cache=use_cache,
-                      options=options)
+                      options=view_options)
     return analysis_result
 
 

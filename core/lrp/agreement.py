@@ -129,8 +129,8 @@ def _scores(sentences: list[dict], relevances: list[torch.Tensor]) -> dict:
 
 
 def evaluate_agreement(request, progress: Progress | None = None) -> dict:
-    """Subject-verb agreement ground truth for :class:`core.lrp.requests.AgreementRequest`: ``n`` generated sentences,
-    the model's agreement on them, and per method (on the sentences the model gets right) the subject's rank, MRR,
+    """Subject-verb agreement ground truth for :class:`core.lrp.eval_requests.AgreementRequest`: ``n`` generated
+    sentences, the model's agreement on them, and per method (on the sentences the model gets right) the subject's rank, MRR,
     pointing accuracy and the share where the subject outranks the attractor, per sentence and summarised; exact
     chance beside them. A stop raises :class:`Cancelled` with the sentences finished so far as ``partial``."""
     from core.data.synthetic import agreement_sentences

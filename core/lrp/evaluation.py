@@ -2,7 +2,7 @@
 experiments): each sample is explained once per method, and the same explanation gives the flip curves (MoRF / LeRF)
 and the sum of relevances (conservation).
 
-    evaluate(request, progress=None) -> the result (JSON-able), for a :class:`core.lrp.requests.EvaluationRequest`
+    evaluate(request, progress=None) -> the result (JSON-able), for a :class:`core.lrp.eval_requests.EvaluationRequest`
 
 A stop (``progress`` raising :class:`core.errors.Cancelled`) raises it again with the samples finished so far as
 ``partial`` (``"complete": false``).

@@ -211,8 +211,8 @@ def _last_token_summary(per_seed: list[dict], names: list[str], last: int) -> di
 
 
 def evaluate_key_token(request, progress: Progress | None = None) -> dict:
-    """Ground-truth hit rate over ``request.seeds`` seeds (:class:`core.lrp.requests.KeyTokenRequest`): how often each
-    method ranks the planted key token in its top-``k``, with its spread over seeds, and the last-token observation.
+    """Ground-truth hit rate over ``request.seeds`` seeds (:class:`core.lrp.eval_requests.KeyTokenRequest`): how often
+    each method ranks the planted key token in its top-``k``, with its spread over seeds, and the last-token observation.
 
     Per seed, trains :func:`train_key_token_model` (seconds) and explains the gold label of ``n`` fresh key-token
     sequences. Returns ``analysis`` ("lrp-key-token"), ``version``, ``model`` (config, mean test ``accuracy`` and

@@ -1,7 +1,7 @@
 """The long-range view of a language model: where each method's most relevant tokens for the next token lie.
 
     evaluate_long_range(request, progress=None) -> the result (JSON-able), for a
-                                                   :class:`core.lrp.requests.LongRangeRequest`
+                                                   :class:`core.lrp.eval_requests.LongRangeRequest`
 
 Every context is exactly ``max_tokens`` tokens (passages with fewer are skipped), so the distances are comparable;
 distance 0 is the last context token, ``max_tokens - 1`` the first. A stop raises :class:`core.errors.Cancelled` with

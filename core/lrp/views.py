@@ -17,8 +17,8 @@ from core.lrp.explanations import explain_flow, explain_image, explain_text
 from core.lrp.key_token import evaluate_key_token
 from core.lrp.long_range import evaluate_long_range
 from core.lrp.agreement import caveat as agreement_caveat, evaluate_agreement
-from core.lrp.requests import (AgreementRequest, CompareRequest, EvaluationRequest, FlowRequest, ImageRequest,
-                               KeyTokenRequest, LongRangeRequest, TextRequest)
+from core.lrp.eval_requests import AgreementRequest, EvaluationRequest, KeyTokenRequest, LongRangeRequest
+from core.lrp.requests import CompareRequest, FlowRequest, ImageRequest, TextRequest
 from core.results import Result, source_text
 
 # MambaLRP at the papers' sizes, measured by ``python bench/lrp.py --parts real_size`` (random weights of the

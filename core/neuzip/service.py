@@ -39,8 +39,8 @@ OPTIONAL_PARTS = ("process-memory",)  # parts a store made before them may lack:
 
 
 # ---- the one way an analysis is answered ----------------------------------------------------------------------------
-# analysis_result(name, use_cache=True, progress=None, options=None, **inputs): analysis ``name`` of ANALYSES for the
-# raw inputs (parsed by its request type, before anything loads), found or computed, then viewed (options: log_x)
+# analysis_result(name, use_cache=True, progress=None, view_options=None, **inputs): analysis ``name`` of ANALYSES for
+# the raw inputs (parsed by its request type, before anything loads), found or computed, then viewed (options: log_x)
 analysis_result = result_function(ANALYSES, lambda name, request: EXAMPLES)  # the store read at call time
 
 
@@ -76,7 +76,7 @@ def tradeoff_result(ref: str, ks=K_CHOICES, block_size: int | None = DEFAULT_BLO
     up on its own, so a stopped run keeps the points it finished)."""
     return analysis_result("tradeoff", ref=ref, ks=ks, block_size=block_size, words=words, window=window,
                            baselines=baselines, dataset=dataset, cache=use_cache, progress=progress,
-                           options={"log_x": bool(log_x)})
+                           view_options={"log_x": bool(log_x)})
 
 
 def throughput_result(ref: str, k: int = 7, block_size: int | None = None, numel: int = THROUGHPUT_NUMEL,

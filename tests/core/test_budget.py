@@ -83,7 +83,7 @@ def test_every_request_that_says_how_much_work_it_asks_has_a_price():
 
 def default_requests() -> dict:
     """The heavy requests each tab starts with (its default numbers), on the largest registered model it offers."""
-    from core.lrp.requests import EvaluationRequest, KeyTokenRequest
+    from core.lrp.eval_requests import EvaluationRequest, KeyTokenRequest
     from core.mathneuro.requests import DEFAULTS, ConsistencyRequest, EffectRequest, ScaleSweepRequest
     from core.mixln.requests import AngularRequest, LiveRequest, ModelGradnormsRequest, RemovalRequest
     from core.neuzip.requests import ThroughputRequest, TradeoffRequest, TrainingRequest

@@ -61,7 +61,7 @@ def _tiny_lm(family: str, vocab: int):
 
 def _request(model, tokenizer, methods, n=12):
     loaded = SimpleNamespace(model=model, tokenizer=tokenizer, fingerprint="tiny")
-    from core.lrp.requests import _method_options
+    from core.lrp.requests import method_options as _method_options
     return SimpleNamespace(model="tiny", n=n, seed=1, methods=methods, options=_method_options(methods, None),
                            loaded=loaded)
 
@@ -114,7 +114,7 @@ def test_an_oracle_finds_every_subject_and_a_method_that_does_not_apply_says_so(
 
 
 def test_a_model_that_is_not_a_language_model_is_refused(word_tokenizer):
-    from core.lrp.requests import AgreementRequest
+    from core.lrp.eval_requests import AgreementRequest
 
     with pytest.raises(BadInputError, match="language model"):
         AgreementRequest.parse("mamba-sentiment", 3)

@@ -147,7 +147,7 @@ def test_cli_writes_a_folder(tmp_path, capsys):
 
 def test_committed_evaluations_answer_their_requests_and_precompute_writes_their_layout(tmp_path):
     from core.lrp import committed, report
-    from core.lrp.requests import EvaluationRequest
+    from core.lrp.eval_requests import EvaluationRequest
     from core.runner import result_key
     store = committed.evaluation_store()
     for item in ("mnist", "sentiment"):  # the tab's requests are answered by the committed files, keyed alike

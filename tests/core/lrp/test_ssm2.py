@@ -329,7 +329,7 @@ def test_a_hybrid_rollout_takes_its_attention_layers_in_layer_order(models, monk
 
 
 def test_key_token_requests_name_their_family_and_refuse_others():
-    from core.lrp.requests import KeyTokenRequest
+    from core.lrp.eval_requests import KeyTokenRequest
 
     paper = KeyTokenRequest.parse(10, None, 1)
     assert paper.key()[0] == "key-token" and "family" not in paper.key()[2]  # the committed Mamba-1 key unchanged
