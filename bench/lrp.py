@@ -193,7 +193,8 @@ def main() -> None:
     ap.add_argument("--ssm2-vocab", type=int, default=None, help="override the configs' vocabulary (smoke runs)")
     ap.add_argument("--device", default="cpu", help="ssm2_size: cpu or cuda (a GPU row)")
     ap.add_argument("--ssm2-keep", action="store_true",
-                    help="ssm2_size: also each case with every mixer's activations kept (no recomputation)")
+                    help="ssm2_size and decoder_size: also each case with every mixer's activations kept (no "
+                         "recomputation)")
     ap.add_argument("--conservation-cases",
                     default="mamba2-130m:2,falcon-mamba-7b:1,granite-4.0-h-tiny:2,falcon-h1-0.5b:1,bamba-9b:2",
                     help="name:layers at real width (tests/core/ssm2_models.REAL), float64")
@@ -290,10 +291,11 @@ def main() -> None:
         dec = {}
         for case in [c for c in args.decoder_cases.split(",") if c]:
             name, layers, length = case.split(":")
-            key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}"
-            dec[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads, args.real_timeout,
-                                 args.device, args.decoder_vocab)
-            print(f"... {key}: {json.dumps(dec[key])}", file=sys.stderr, flush=True)
+            for keep in ((False, True) if args.ssm2_keep else (False,)):
+                key = f"{name}-random_{layers}_layers_{length}_tokens_{args.device}" + ("_kept" if keep else "")
+                dec[key] = ssm2_size(name, int(layers), int(length), args.real_repeats, args.threads,
+                                     args.real_timeout, args.device, args.decoder_vocab, keep)
+                print(f"... {key}: {json.dumps(dec[key])}", file=sys.stderr, flush=True)
         report["decoder_size"] = {"targets": {"attnlrp_over_forward": 3.0},
                                   "forward": "no-grad, transformers' own forward (sdpa), last-position logits", **dec}
 
