@@ -123,9 +123,11 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
     """One Mamba-2 / hybrid / transformer case in this process: a random-weight model of ``name``'s published config
     (:func:`real_model`) cut to ``layers`` layers, ``length`` random token ids; the peak memory of the
     first ``explain(method="mambalrp")`` (RSS on the CPU, ``max_memory_allocated`` on CUDA), then ``repeats`` rounds
-    of one no-grad forward (transformers' own forward, last-position logits) and one ``explain``, alternating;
-    medians and the ratio. ``keep``: keep every mixer's activations for the backward instead of recomputing them
-    (``explain`` recomputes them when they would take over 64 MB: one more forward's time for far less memory)."""
+    of one no-grad forward (transformers' own forward, last-position logits), one ``explain`` and one plain gradient
+    of the top logit (forward and backward through the same adapter: what any backward-based explanation costs at
+    least), alternating; medians and the ratios. ``keep``: keep every mixer's activations for the backward instead of
+    recomputing them (``explain`` recomputes them when they would take over 64 MB: one more forward's time for far
+    less memory)."""
     import resource
     import statistics
 
@@ -153,6 +155,11 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
         with torch.no_grad():
             return adapter.logits(adapter.embed(ids))
 
+    def gradient():  # one plain gradient of the top logit (the floor of any backward-based explanation)
+        embeds = adapter.embed(ids).detach().requires_grad_(True)
+        logits = adapter.logits(embeds)
+        logits[0, logits[0].argmax()].backward()
+
     forward()  # warm (lazy imports, kernels' checks) before anything is timed
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -169,11 +176,12 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
         peak = {"rss_before_explain_gib": round(probe.base / 2**30, 3),
                 "peak_rss_explain_gib": round(probe.peak / 2**30, 3),
                 "explain_peak_above_start_gib": round((probe.peak - probe.base) / 2**30, 3)}
-    t_fwd, t_lrp = [], []
+    t_fwd, t_lrp, t_grad = [], [], []
     for _ in range(repeats):
         t0 = time.perf_counter(); forward(); sync(); t_fwd.append(time.perf_counter() - t0)  # noqa: E702
         t0 = time.perf_counter(); explain(model, ids, method="mambalrp"); sync()  # noqa: E702
         t_lrp.append(time.perf_counter() - t0)
+        t0 = time.perf_counter(); gradient(); sync(); t_grad.append(time.perf_counter() - t0)  # noqa: E702
     out = {"config": {"name": name, "layers": layers, "tokens": length, "device": device, "dtype": "float32",
                       "mixers_recomputed": not keep,
                       "parameters": sum(p.numel() for p in model.parameters()),
@@ -183,6 +191,9 @@ def ssm2_cost(name: str, layers: int, length: int, repeats: int = 3, threads: in
            "first_explain_s": round(first, 2), **peak, "absorbed": e.absorbed, "logit": e.logit}
     if repeats:
         f, m = statistics.median(t_fwd), statistics.median(t_lrp)
+        g = statistics.median(t_grad)
+        out.update(gradient_s=round(g, 3), gradient_over_forward=round(g / f, 2),
+                   mambalrp_over_gradient=round(m / g, 2))
         out.update(forward_s=round(f, 3), mambalrp_s=round(m, 3), mambalrp_over_forward=round(m / f, 2),
                    mambalrp_over_forward_per_round=[round(b / a, 2) for a, b in zip(t_fwd, t_lrp)],
                    forward_s_all=[round(t, 3) for t in t_fwd], mambalrp_s_all=[round(t, 3) for t in t_lrp])
