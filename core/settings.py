@@ -50,6 +50,18 @@ DEFAULT_HUB_TIMEOUT = 20.0
 _bounded = False
 
 
+def lrp_activation_mib() -> float | None:
+    """MiB of kept activations an explanation on the CPU may hold before it recomputes its mixers
+    (``LAYERWISE_LRP_ACTIVATION_MB``; unset, empty or not a positive number: None, the default budget of
+    :func:`core.lrp.methods.activation_budget`). More memory for less time: SmolLM2-135M at 512 tokens needs about
+    700 MiB to keep every attention layer's activations and then explains in about 3 forwards instead of 4.5."""
+    try:
+        value = float(os.environ.get("LAYERWISE_LRP_ACTIVATION_MB", ""))
+    except ValueError:
+        return None
+    return value if value > 0 else None
+
+
 def hub_timeout() -> float:
     """Seconds a hub connection may stay silent (``LAYERWISE_HUB_TIMEOUT``, default 20)."""
     try:

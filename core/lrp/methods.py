@@ -17,6 +17,7 @@ from core.lrp.attention import layer_attention, rollout
 from core.lrp.context import lrp_rules, mixers
 from core.lrp.rules import LRPRules
 from core.progress import scaled
+from core.settings import lrp_activation_mib
 from kernels.checks import warm
 
 VISION_GAMMA = 0.25
@@ -142,12 +143,15 @@ def activation_budget(device: torch.device) -> int:
     """The kept activations an explanation may hold on ``device`` before it recomputes its mixers instead: on a
     CUDA device :data:`RECOMPUTE_FREE_SHARE` of its free memory now (``torch.cuda.mem_get_info``: 80 GB cards
     keep everything up to long sequences), elsewhere :data:`RECOMPUTE_ABOVE_BYTES` (sized for the peak resident
-    memory of a laptop CPU)."""
+    memory of a laptop CPU: mamba-130m at 512 tokens within 1.5 GiB), or what ``LAYERWISE_LRP_ACTIVATION_MB`` asks
+    (:func:`core.settings.lrp_activation_mib`: memory traded for time, e.g. SmolLM2-135M at 512 tokens in about 3
+    forwards with 1 GiB more at its peak)."""
     device = torch.device(device)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free * RECOMPUTE_FREE_SHARE)
-    return RECOMPUTE_ABOVE_BYTES
+    chosen = lrp_activation_mib()
+    return RECOMPUTE_ABOVE_BYTES if chosen is None else int(chosen * 2**20)
 
 
 def recompute_mixers(adapter: ModelAdapter, embeds: torch.Tensor) -> bool:

@@ -265,3 +265,30 @@ def test_no_malloc_trim_off_the_cpu(monkeypatch):
         out = model(inputs_embeds=x, use_cache=False).logits[0, -1, 0]
         torch.autograd.grad(out, x)
     assert calls == []
+
+
+def test_the_cpu_budget_can_trade_memory_for_time(monkeypatch):
+    """``LAYERWISE_LRP_ACTIVATION_MB`` sets the CPU's budget: SmolLM2-135M's shape at 512 tokens (about 700 MiB of
+    attention activations) is recomputed under the default 64 MB and kept under 1,024 MB; a value that is not a
+    positive number leaves the default."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from core.lrp.adapters import adapter_for
+    from core.settings import lrp_activation_mib
+
+    with torch.device("meta"):  # SmolLM2-135M's shape, no weights
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                                             num_hidden_layers=30, num_attention_heads=9, num_key_value_heads=3))
+    adapter = adapter_for(model)
+    embeds = torch.empty(1, 512, 576, device="meta")
+    kept = methods.kept_activation_bytes(adapter, embeds)
+    assert 600 * 2**20 < kept < 800 * 2**20
+    monkeypatch.delenv("LAYERWISE_LRP_ACTIVATION_MB", raising=False)
+    assert methods.recompute_mixers(adapter, embeds)
+    monkeypatch.setenv("LAYERWISE_LRP_ACTIVATION_MB", "1024")
+    assert methods.activation_budget(torch.device("cpu")) == 1024 * 2**20
+    assert not methods.recompute_mixers(adapter, embeds)
+    for bad in ("", "lots", "-5", "0"):
+        monkeypatch.setenv("LAYERWISE_LRP_ACTIVATION_MB", bad)
+        assert lrp_activation_mib() is None
+        assert methods.activation_budget(torch.device("cpu")) == methods.RECOMPUTE_ABOVE_BYTES
