@@ -251,35 +251,3 @@ def test_a_corrupted_example_is_computed_instead_of_served(tmp_path, caplog, fre
     found = lookup("fp", "mixln/removal", {"n": 1}, lambda: right, examples=ExampleStore(path), schema=REMOVAL)
     assert (found.source, found.data) == ("computed", right)
 
-
-def test_the_schema_travels_on_the_analysis(tmp_path, fresh_cache):
-    """``find`` checks what its :class:`Analysis` says a stored result holds (no registry keyed by another name): a
-    committed example that misses a field of the analysis' schema is computed instead; without the schema it is
-    served as it is."""
-    from dataclasses import dataclass
-
-    from core.analyses import Analysis, find
-    from core.schema import Int
-
-    @dataclass(frozen=True)
-    class Req:
-        n: int
-
-        @classmethod
-        def parse(cls, n):
-            return cls(n)
-
-        def key(self):
-            return "toy", "fp-toy", {"n": self.n}
-
-    entry = {"model": "toy", "fingerprint": "fp-toy", "analysis": "toy/count", "params": {"n": 1}, "data": {"m": 1}}
-    store = ExampleStore.write(tmp_path / "examples.json", [entry])
-    status = lambda d, shown: "a toy"  # noqa: E731
-    strict = {"count": Analysis(Req, status, lambda r, p: {"count": r.n}, stored_as="toy/count",
-                                schema=Rec({"count": Int}))}
-    loose = {"count": Analysis(Req, status, lambda r, p: {"count": r.n}, stored_as="toy/count")}
-    found = find(strict, "count", Req(1), examples=ExampleStore(store))
-    assert (found.source, found.data) == ("computed", {"count": 1})
-    fresh_cache.clear()
-    found = find(loose, "count", Req(1), examples=ExampleStore(store))
-    assert (found.source, found.data) == ("precomputed", {"m": 1})
