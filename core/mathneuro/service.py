@@ -3,7 +3,7 @@
 
     identify_result, layer_distribution_result, effect_result, proportion_sweep_result, scale_sweep_result,
     consistency_result, drill_result          the analyses, by model reference and dataset names
-    analysis_result(name, progress=, **raw)   any analysis of :data:`core.mathneuro.views.ANALYSES`
+    analysis_result(name, **raw)              any analysis of :data:`core.mathneuro.views.ANALYSES`
     matrix_choices, example_results, precompute_examples, train_demo_result
 
 An action parses its raw inputs once into a request (:mod:`core.mathneuro.requests`: every rule, for the tab and the

@@ -349,8 +349,8 @@ ANALYSES: dict[str, Analysis] = {
         compute.angular, stored_as="mixln/angular", schema=schemas.ANGULAR, tables=_angular_tables,
         figures=_angular_figures, stem=lambda res, shown: f"mixln-angular-{Path(shown.request.ref).name}"),
     "removal": Analysis(
-        RemovalRequest, _removal_status, compute.removal, stored_as=compute.STORED["removal"], schema=schemas.REMOVAL,
-        assembled=True,
+        RemovalRequest, _removal_status, compute.removal, stored_as=compute.STORED["removal"],
+        schema=compute.STORED_SCHEMA["removal"], assembled=True,
         tables=lambda results, shown: {"removal": [row for r in results for row in
                                                    _rows_of({k: v for k, v in r.items() if k != "colour"})]},
         figures=_removal_figures, stem="mixln-removal"),
@@ -358,7 +358,7 @@ ANALYSES: dict[str, Analysis] = {
         ModelGradnormsRequest,
         lambda results, shown: f"Gradient norms of **{results[0]['subject']}** on {shown.request.samples} held-out "
                                "sequences.", compute.model_gradnorms, stored_as=compute.STORED["model-gradnorms"],
-        schema=schemas.GRADNORMS, assembled=True,
+        schema=compute.STORED_SCHEMA["model-gradnorms"], assembled=True,
         tables=lambda results, shown: {"gradnorms": [{"subject": r["subject"], "layer": layer,
                                                        "param": r["param"][layer], "input": r["input"][layer]}
                                                       for r in results for layer in r["layers"]]},
