@@ -10,6 +10,7 @@
     python -m core neuzip precompute [--model smollm2-135m] [--words 2000] [--only throughput]  # the tab's example
     python -m core neuzip train --model tiny-llama --mode vanilla lomo lomo+neuzip --steps 8 --json  # memory, speed
     python -m core neuzip train-example                          # the committed training runs (about 40 min)
+    python -m core neuzip build [--force]                        # the C codec ahead of time (a read-only install)
 
 ``--out`` writes data as ``.json`` / ``.csv`` or the figure as a self-contained ``.html`` (plotly.js
 included, works offline). Every parameter is checked by the service's request (the same rules as the tab) before a
@@ -304,6 +305,33 @@ def run_recipe_effects(args):
     emit(args, doc, f"wrote {path}\n" + fx.markdown(fx.peak_rows(doc)) + "\n\n" + fx.markdown(fx.order_rows(doc)))
 
 
+def _build_args(p):
+    p.add_argument("--force", action="store_true", help="compile again even where the library is already built")
+
+
+def run_build(args):
+    """Build (or find) the C codec and load it once; exit 1 naming why where it cannot be built (then the numba twin
+    runs, at about 200 MiB more RSS a process)."""
+    import sys
+    import time
+
+    from core.neuzip.pairs import native
+
+    t0 = time.perf_counter()
+    try:
+        path = native.build(force=args.force)
+        native.library()
+    except native.NativeUnavailable as exc:
+        emit(args, {"built": False, "reason": str(exc)},
+             f"the C codec cannot be built here: {exc}\nNeuZip falls back to its numba twin (about 200 MiB more RSS "
+             "a process); install a C compiler (gcc or clang) or set CC to use the C codec.")
+        sys.exit(1)
+    seconds = time.perf_counter() - t0
+    data = {"built": True, "library": str(path), "bytes": path.stat().st_size, "compiler": native.compiler(),
+            "flags": list(native.FLAGS), "seconds": round(seconds, 3)}
+    emit(args, data, f"the C codec: {path} ({data['bytes'] / 1024:.0f} KB, {data['compiler']}, {seconds:.2f} s)")
+
+
 def register(groups) -> None:
     """Add the ``neuzip`` commands to the CLI registry (:class:`core.cli_common.CommandGroups`)."""
     cmd = lambda name, help, add: groups.command("neuzip", name, help, add)  # noqa: E731
@@ -329,4 +357,6 @@ def register(groups) -> None:
         _train_example_args)(run_train_example)
     cmd("recipe-effects", "each mode's peak with and without activation checkpointing and the chunked loss (why "
         "QLoRA's order against LOMO + NeuZip differs from the paper's)", _recipe_effects_args)(run_recipe_effects)
+    cmd("build", "build the C codec ahead of time (it is otherwise built on first use; exit 1 where it cannot be)",
+        _build_args)(run_build)
     register_batch(groups, BATCH_KIND)  # python -m core neuzip batch: the analysis over a file of inputs

@@ -1,5 +1,6 @@
 """The CPU codec in C (core/neuzip/pairs/native.c, loaded with ctypes) and its numba twin: the same streams and the
 same decoded values, bit for bit; the codec costs a process neither numba nor triton; a bad choice is one message."""
+import json
 import subprocess
 import sys
 
@@ -51,3 +52,21 @@ def test_the_codec_imports_neither_numba_nor_triton_on_a_cpu_host(tmp_path):
                           timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip() == "[]"
+
+
+def test_the_build_command_names_the_library_the_codec_loads(capsys, monkeypatch):
+    """``python -m core neuzip build`` (the C codec ahead of time) finds or builds the very library the codec loads;
+    where it cannot be built it exits 1 and says why and what runs instead."""
+    from core.cli import main
+    from core.neuzip.pairs import native
+
+    assert main(["neuzip", "build", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["built"] and doc["library"] == str(native.library_path()) and doc["bytes"] > 1000
+    assert native.library()._name == doc["library"]
+    monkeypatch.setenv("CC", "/no/such/compiler")
+    with pytest.raises(SystemExit) as exit_:
+        main(["neuzip", "build"])
+    assert exit_.value.code == 1
+    out = capsys.readouterr().out
+    assert "cannot be built here" in out and "/no/such/compiler" in out and "numba twin" in out
