@@ -11,6 +11,7 @@ lives in the submodules). :func:`compress` returns a :class:`CompressedTensor` (
 """
 # the codec, and its checksummed safetensors checkpoints
 from core.neuzip.codec import BLOCK_SIZES, CompressedTensor, compress
+from core.neuzip.pairs.native import build_report as build_codec  # python -m core neuzip build
 from core.neuzip.checkpoint import load_compressed, save_compressed, stream_compressed
 # compressed models: linear layers decoded per forward (decode ahead in a background thread), their memory, the
 # compressed weights put into a freshly built model, and back to plain layers

@@ -313,23 +313,14 @@ def run_build(args):
     """Build (or find) the C codec and load it once; exit 1 naming why where it cannot be built (then the numba twin
     runs, at about 200 MiB more RSS a process)."""
     import sys
-    import time
 
-    from core.neuzip.pairs import native
-
-    t0 = time.perf_counter()
-    try:
-        path = native.build(force=args.force)
-        native.library()
-    except native.NativeUnavailable as exc:
-        emit(args, {"built": False, "reason": str(exc)},
-             f"the C codec cannot be built here: {exc}\nNeuZip falls back to its numba twin (about 200 MiB more RSS "
-             "a process); install a C compiler (gcc or clang) or set CC to use the C codec.")
+    data = nz.build_codec(force=args.force)
+    if not data["built"]:
+        emit(args, data, f"the C codec cannot be built here: {data['reason']}\nNeuZip falls back to its numba twin "
+             "(about 200 MiB more RSS a process); install a C compiler (gcc or clang) or set CC to use the C codec.")
         sys.exit(1)
-    seconds = time.perf_counter() - t0
-    data = {"built": True, "library": str(path), "bytes": path.stat().st_size, "compiler": native.compiler(),
-            "flags": list(native.FLAGS), "seconds": round(seconds, 3)}
-    emit(args, data, f"the C codec: {path} ({data['bytes'] / 1024:.0f} KB, {data['compiler']}, {seconds:.2f} s)")
+    emit(args, data, f"the C codec: {data['library']} ({data['bytes'] / 1024:.0f} KB, {data['compiler']}, "
+         f"{data['seconds']:.2f} s)")
 
 
 def register(groups) -> None:

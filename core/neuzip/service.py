@@ -132,9 +132,10 @@ def training_example_result(model: str = "smollm2-135m") -> Result:
 # process, the modes in turn, on the AVX-512 machine before issue 41): SmolLM2-135M trains 80 steps (25 minutes for
 # the seven modes on one shared core; a mode still running after 500 s stops there and says so; the -single QLoRA
 # modes are listed for the next recording); the 1 B run trains 4 steps of 2 x 128 tokens (memory and speed, not a
-# curve) and leaves out AdamW (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine). Recording
-# it again with each mode in fresh processes on this AVX2-only CPU (bf16 matrix products ~30x slower) took 34
-# minutes for vanilla's first step at 1 x 16 tokens on the loaded machine: not done in issue 41's session.
+# curve) and leaves out AdamW (two more bf16 copies of 1.24 B weights, 5 GB, on a shared 23 GB machine). Not
+# recorded again with each mode in fresh processes: on the AVX2-only CPU that followed, torch's bf16 matrix products
+# run at 0.2-4 GFLOP/s (one 1 x 32-token step of llama-1b: 8 CPU minutes), so issue 41's fresh-process figures of
+# vanilla, LOMO and LOMO + NeuZip at 1 B are 2 steps of 1 x 32, in docs/neuzip-training.md.
 TRAINING_EXAMPLES = (
     ("smollm2-135m", ("vanilla", "vanilla-adamw", "lomo", "lomo+neuzip", "qlora-int8", "qlora-fp4-single", "qlora-fp4",
                       "qlora-nf4-single", "qlora-nf4"),

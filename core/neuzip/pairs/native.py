@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["SOURCE", "FLAGS", "NativeUnavailable", "library", "library_path", "build", "compiler"]
+__all__ = ["SOURCE", "FLAGS", "NativeUnavailable", "library", "library_path", "build", "build_report", "compiler"]
 
 SOURCE = Path(__file__).with_name("native.c")
 FLAGS = ("-O3", "-march=native", "-fno-tree-slp-vectorize", "-fPIC", "-shared", "-ffp-contract=off", "-fno-strict-aliasing")
@@ -115,6 +115,21 @@ def build(force: bool = False) -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def build_report(force: bool = False) -> dict:
+    """Build (or find) the library and load it once: ``{"built": True, "library", "bytes", "compiler", "flags",
+    "seconds"}``, or ``{"built": False, "reason"}`` where it cannot be built (the numba twin then runs)."""
+    import time
+
+    t0 = time.perf_counter()
+    try:
+        path = build(force=force)
+        library()
+    except NativeUnavailable as exc:
+        return {"built": False, "reason": str(exc)}
+    return {"built": True, "library": str(path), "bytes": path.stat().st_size, "compiler": compiler(),
+            "flags": list(FLAGS), "seconds": round(time.perf_counter() - t0, 3)}
 
 
 _P, _I = ctypes.c_void_p, ctypes.c_int64
