@@ -7,7 +7,8 @@ as fast as the others. The build takes about a second, on the first use after an
 ``native.c``: the library is named after a hash of the source, the flags, the compiler and the CPU's instruction
 sets (``-march=native``), kept in this package's ``__pycache__`` (or, where that cannot be written, in
 ``$LAYERWISE_HOME/native``), written under a temporary name and renamed into place (two processes building at once
-both succeed). ``python -m core neuzip build`` builds it ahead of time (for an install whose package folder becomes read-only).
+both succeed). ``python -m core neuzip build`` builds it ahead of time (for an install whose package folder becomes
+read-only).
 
 :func:`library` returns the loaded library, or raises :class:`NativeUnavailable` with the reason (no C compiler, a
 failed build); :mod:`core.neuzip.pairs.backend` then falls back to the numba twin.
