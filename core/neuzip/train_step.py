@@ -72,10 +72,11 @@ class LinearCrossEntropy(torch.autograd.Function):
     """``sum_i CE(h_i W^T + b, t_i)`` over the rows of ``h`` (N, D), ``chunk`` rows at a time: the logits of one
     chunk exist at once (float32), and the gradients of ``h``, ``W`` and ``b`` are made in the same pass (softmax
     minus one-hot, times ``W`` and ``h``), kept until the backward scales them by the upstream gradient. One
-    contiguous weight gradient, summed over the chunks in place (a tied embedding then adds its own in place too)."""
+    contiguous weight gradient, summed over the chunks in place; with ``tied`` (a :class:`TiedGradient`) it is
+    handed to the tied input embedding's lookup, which adds its rows in place and passes the sum on."""
 
     @staticmethod
-    def forward(ctx, h, weight, bias, targets, chunk):
+    def forward(ctx, h, weight, bias, targets, chunk, tied=None):
         grad_h = torch.empty_like(h) if ctx.needs_input_grad[0] else None
         grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
         grad_b = torch.zeros_like(bias) if bias is not None and ctx.needs_input_grad[2] else None
@@ -96,7 +97,7 @@ class LinearCrossEntropy(torch.autograd.Function):
                 _add_weight_gradient(grad_w, g, hc)
             if grad_b is not None:
                 grad_b += g.sum(0)
-        ctx.grads = [grad_h, grad_w, grad_b]
+        ctx.grads, ctx.tied = [grad_h, grad_w, grad_b], tied
         return total
 
     @staticmethod
@@ -105,7 +106,60 @@ class LinearCrossEntropy(torch.autograd.Function):
         for g in grads:
             if g is not None:
                 g.mul_(upstream)
-        return grads[0], grads[1], grads[2], None, None
+        if ctx.tied is not None and grads[1] is not None:  # the tied lookup adds its rows and hands the sum over
+            ctx.tied.grad_w, grads[1] = grads[1], None
+        ctx.tied = None
+        return grads[0], grads[1], grads[2], None, None, None
+
+
+class TiedGradient:
+    """The slot through which a tied input embedding's lookup (:class:`TiedLookup`) receives the LM head's weight
+    gradient from :class:`LinearCrossEntropy`'s backward (which runs first), to add its own rows into it in place."""
+
+    def __init__(self):
+        self.used = False
+        self.grad_w: torch.Tensor | None = None
+
+
+class TiedLookup(torch.autograd.Function):
+    """``F.embedding(ids, weight)`` whose weight gradient, when the same weight is the LM head's, is summed into the
+    head's gradient in place instead of a second dense one of the table's size (Llama-3.2-1B: 501 MiB, which autograd
+    would hold beside the head's while it adds them). The bits are autograd's: the rows of the lookup's gradient are
+    summed by PyTorch's own embedding backward over the distinct tokens only (each row the same sequence of
+    additions), then each is added once to the head's row, as autograd adds the two partial gradients."""
+
+    @staticmethod
+    def forward(ctx, ids, weight, padding_idx, slot):
+        slot.used = True
+        ctx.save_for_backward(ids)
+        ctx.rows, ctx.padding_idx, ctx.slot = weight.shape[0], padding_idx, slot
+        return F.embedding(ids, weight, padding_idx)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (ids,), slot = ctx.saved_tensors, ctx.slot
+        grad_w, slot.grad_w, ctx.slot = slot.grad_w, None, None
+        pad = -1 if ctx.padding_idx is None else ctx.padding_idx
+        if grad_w is None:  # the head's gradient did not come this way: autograd's own dense gradient
+            return None, torch.ops.aten.embedding_dense_backward(grad_out, ids, ctx.rows, pad, False), None, None
+        rows, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+        if pad >= 0:
+            hit = (rows == pad).nonzero()
+            pad = int(hit[0, 0]) if hit.numel() else -1
+        part = torch.ops.aten.embedding_dense_backward(grad_out.reshape(-1, grad_out.shape[-1]), inverse,
+                                                       rows.numel(), pad, False)
+        grad_w.index_add_(0, rows, part.to(grad_w.dtype))
+        return None, grad_w, None, None
+
+
+def _tied_embedding(model: nn.Module, head: nn.Module) -> nn.Module | None:
+    """The model's input embedding when it shares the head's weight and :class:`TiedLookup` can stand in for it."""
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    if type(emb) is not nn.Embedding or emb.weight is not getattr(head, "weight", None):
+        return None
+    if emb.sparse or emb.scale_grad_by_freq or emb.max_norm is not None:
+        return None
+    return emb
 
 
 WEIGHT_GRAD_BLOCK_BYTES = 32 << 20  # on the CPU: the weight gradient is summed this many float32 bytes of rows at a time
@@ -130,16 +184,22 @@ def lm_loss(model: nn.Module, ids: torch.Tensor, chunk: int = 0) -> torch.Tensor
     name, head = _head(model)
     if not isinstance(getattr(head, "weight", None), torch.Tensor):
         raise BadInputError("the model's LM head has no weight matrix.", fix="pick a causal LM with a linear head")
+    emb, slot = _tied_embedding(model, head), TiedGradient()
     setattr(model, name, nn.Identity())  # the model's forward returns the last hidden states
+    if emb is not None:
+        emb.forward = lambda x: TiedLookup.apply(x, emb.weight, emb.padding_idx, slot)
     try:
         out = model(input_ids=ids, use_cache=False) if hasattr(model, "generation_config") else model(ids)
     finally:
         setattr(model, name, head)
+        if emb is not None:
+            del emb.forward
     hidden = (out.logits if hasattr(out, "logits") else out[0])[:, :-1]
     hidden = hidden.reshape(-1, hidden.shape[-1])
     targets = ids[:, 1:].reshape(-1)
     n = targets.numel()
-    return LinearCrossEntropy.apply(hidden, head.weight, getattr(head, "bias", None), targets, chunk or n) / n
+    return LinearCrossEntropy.apply(hidden, head.weight, getattr(head, "bias", None), targets, chunk or n,
+                                    slot if slot.used and torch.is_grad_enabled() else None) / n
 
 
 # ---- one mode -----------------------------------------------------------------------------------------------------

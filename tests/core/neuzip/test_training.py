@@ -122,6 +122,49 @@ def test_the_heads_weight_gradient_is_summed_in_row_blocks_on_the_cpu(monkeypatc
     assert float(grad.float().abs().sum()) > 0
 
 
+@pytest.mark.parametrize("pad", [None, 7])
+def test_a_tied_embeddings_gradient_is_added_into_the_heads_in_place_with_autograds_bits(monkeypatch, pad):
+    """A tied input embedding (transformers' Llama, bf16, tokens repeated, the padding token among them): its lookup's
+    gradient summed into the head's in place gives autograd's weight gradient bit for bit, and the backward never
+    holds a second gradient of the table's size (the tensor ledger: one table of gradient bytes, against two when
+    autograd adds the two partial gradients)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from core.neuzip import train_step
+
+    torch.manual_seed(4)
+    config = LlamaConfig(vocab_size=2048, hidden_size=256, intermediate_size=48, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True, pad_token_id=pad)
+    model = LlamaForCausalLM(config).bfloat16()
+    table = model.get_input_embeddings().weight
+    assert model.lm_head.weight is table
+    for p in model.parameters():
+        p.requires_grad_(p is table)
+    ids = torch.randint(0, 24, (2, 40), generator=torch.Generator().manual_seed(1))
+    ids[0, ::5] = 7
+
+    def gradient():
+        table.grad = None
+        tracker = MemoryTracker()
+        with tracker:
+            tracker.begin()
+            loss = train_step.lm_loss(model, ids, 4)
+            training.tag_parameter_gradients(loss, tracker, [table])
+            loss.backward()
+            tracker.end()
+        return table.grad.view(torch.int16).clone(), tracker.peak_split["gradients"]
+
+    got, got_bytes = gradient()
+    assert "forward" not in vars(model.get_input_embeddings())  # the lookup is the module's own again
+    monkeypatch.setattr(train_step, "_tied_embedding", lambda model, head: None)
+    want, want_bytes = gradient()
+    assert torch.equal(got, want)
+    if pad is not None:
+        assert int(got[pad].abs().sum()) != 0  # the head's part of the padding row stays
+    size = table.numel() * table.element_size()
+    assert got_bytes == size and want_bytes == 2 * size
+
+
 def test_tracker_on_a_hand_made_case():
     """Known answer: 4,000 bytes at rest, then 8,000 of activations, 2,000 of optimizer state and 1,000 of gradient
     alive together; a later 400-byte block comes after the first is freed, so the peak is 15,000 bytes."""
