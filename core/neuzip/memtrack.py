@@ -14,8 +14,8 @@ Each byte belongs to one of :data:`CATEGORIES`:
 - ``weights``: the model at rest (parameters, buffers, compressed or quantized weights, the decode buffer), and what
   is allocated inside :meth:`MemoryTracker.category` ``("weights")`` (decoding and compressing a layer);
 - ``gradients``: blocks named as a gradient while alive (:meth:`MemoryTracker.mark_gradient`): the ``.grad`` of
-  parameters, the gradients on their way to it (the engine's partial sums of a weight used twice, e.g. tied
-  embeddings, see :func:`tag_parameter_gradients`) and the weight gradient of a compressed layer while it is applied;
+  parameters, the gradients on their way to it (the engine's partial sums of a weight used twice, see
+  :func:`tag_parameter_gradients`) and the weight gradient of a compressed layer while it is applied;
 - ``optimizer``: what is allocated inside ``category("optimizer")``: the optimizer's state and step temporaries, the
   float32 slices of LOMO's fused update;
 - ``activations``: everything else (activations saved for the backward, their gradients, logits, temporaries).
