@@ -7,6 +7,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ORIGINAL_TMP, OWN_TMP_NAMES, TMP_ROOT
 
 
@@ -30,6 +32,7 @@ def test_the_session_check_knows_layerwise_names():
         assert not OWN_TMP_NAMES.match(name)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_the_app_deletes_its_gradio_temp_files():
     from ui import build_app
     assert build_app().delete_cache == (3600, 3600)

@@ -67,6 +67,7 @@ def test_bad_input_json_error(tmp_path):
     assert out.returncode == 2 and json.loads(out.stdout)["fix"].startswith("choose one of")
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_cache_info_and_clear(tmp_path):
     from core.cache import CacheEntry, ResultsCache
 
@@ -77,6 +78,7 @@ def test_cache_info_and_clear(tmp_path):
     assert cleared["entries"] == 1 and not list((tmp_path / "results").glob("*.safetensors"))
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_cache_clear_of_one_analysis_and_one_model(tmp_path):
     """``cache clear --analysis A --model M`` removes only the entries computed for A on M (M by name, folder or
     fingerprint); an unknown model is a clear error (exit 2) that removes nothing."""

@@ -9,6 +9,7 @@ from kernels import dispatch
 
 
 @pytest.mark.skipif(not dispatch.interpreting(), reason="needs TRITON_INTERPRET=1 (tests/conftest.py sets it)")
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_check_runs_every_kernel_and_reports_json(capsys):
     try:
         assert main(["kernels", "check", "--device", "cpu", "--json"]) == 0

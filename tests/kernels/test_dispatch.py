@@ -80,6 +80,7 @@ def test_private_helper_modules_serve_a_registered_kernel_module():
 
 
 @needs_interpreter
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_every_real_kernel_passes_its_self_check_on_the_interpreter():
     rows = checks.check_all("cpu")
     assert {r["kernel"] for r in rows} == set(dispatch.CHECKS)
@@ -125,6 +126,7 @@ def test_a_passing_kernel_is_used_and_checked_once_per_device_and_dtype(fake_gpu
 
 
 @needs_interpreter
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_a_kernel_slower_than_its_library_call_is_checked_but_not_chosen(fake_gpu, monkeypatch):
     """The top-K mask lost to torch.topk + scatter on an H100 (5.6-7.3x): auto mode keeps the twin on every device,
     the check still runs it (``kernels check``), and LAYERWISE_KERNELS=triton still forces it."""

@@ -47,7 +47,9 @@ def test_kernel_matches_reference_forward_and_gradient(with_d, with_bias, softpl
 
 
 @needs_interpreter
-@pytest.mark.parametrize("block_d,chunk", [(2, 4), (4, 8), (8, 2), (2, 64), (None, None)])
+@pytest.mark.parametrize("block_d,chunk", [(2, 4), pytest.param(4, 8, marks=pytest.mark.slow),
+                                           pytest.param(8, 2, marks=pytest.mark.slow),
+                                           pytest.param(2, 64, marks=pytest.mark.slow), (None, None)])
 def test_kernel_carries_the_state_across_chunks_and_channel_blocks(block_d, chunk):
     # 37 steps: several chunks and a ragged last one (from the start in the forward, from the end in the
     # backward); 11 channels: several channel blocks and a masked last one; state 5: masked state lanes
@@ -342,7 +344,7 @@ def test_the_tile_is_tuned_once_per_device_and_shape_class(monkeypatch):
 
 
 @needs_interpreter
-@pytest.mark.parametrize("stages", [1, 3])
+@pytest.mark.parametrize("stages", [1, pytest.param(3, marks=pytest.mark.slow)])
 def test_every_pipelining_depth_computes_the_same(stages):
     """The software pipelining changes when a chunk's loads are issued, not what is computed."""
     u, delta, A, B, C, D, bias = _inputs(1, 6, 37, 16)

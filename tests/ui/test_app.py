@@ -7,6 +7,7 @@ from tests.conftest import gradio_client
 from ui import TABS, build_app
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_every_event_has_an_api_name():
     demo = build_app()
     user_events = [d for d in demo.config["dependencies"] if d["targets"][0][1] != "load"]

@@ -54,6 +54,7 @@ def test_precomputed_default_view_is_labelled():
 
 
 @needs_model
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_handlers_return_labelled_figures():
     model, math, nonmath = DEMO_NAME, "arithmetic-words", ["review-sentiment"]
     text, fig, files = mathneuro.layers(model, math, nonmath, 0.05, "mathneuro", 6, "share")

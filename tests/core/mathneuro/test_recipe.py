@@ -63,6 +63,7 @@ def tiny():
 
 
 @needs_model
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_committed_model_reaches_its_recorded_accuracies(tiny):
     q = card_of(recipe.DEMO_NAME).quality
     # sentiment reaches the 90% target; math does not (about 60%: multiplication is exact, sums and differences

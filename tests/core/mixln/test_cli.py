@@ -136,6 +136,7 @@ def test_each_pending_command_trains_exactly_its_pending_runs(monkeypatch, tmp_p
         assert [str(j.seed) for j in done] == row["seeds"].split(", ")
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_exit_code_2_from_the_real_command():
     out = subprocess.run([sys.executable, "-m", "core", "mixln", "train", "--alpha", "2", "--out", "x"], cwd=REPO,
                          capture_output=True, text=True, timeout=120)

@@ -102,6 +102,7 @@ print(hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parame
 """
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine (docs/testing.md)
 def test_float64_initial_weights_are_the_same_on_every_cpu_path():
     """torch's kernels for an AVX-only CPU (``ATEN_CPU_CAPABILITY=default``: libm, no vectorised float32 draw, in a
     fresh process) give the float64 initial weights bit for bit as this CPU's kernels do."""
