@@ -72,7 +72,9 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
-    """Fail the run if it left a Layerwise temp file or folder in /tmp itself (outside pytest's base temp)."""
+    """Stop the app if no test asked for it after all; fail the run if it left a Layerwise temp file or folder in
+    /tmp itself (outside pytest's base temp)."""
+    _stop_app(session.config)
     before = session.config.stash.get(TMP_BEFORE, None)
     if before is None:
         return
@@ -183,22 +185,45 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
                                     + ", ".join(f"{n} {d:.1f} s" for d, n in long[:10]))
 
 
-@pytest.fixture(scope="session")
-def app_url(tmp_path_factory):
-    """The real app, launched once per test session as a user would (`python app.py`), on a private home."""
+APP = pytest.StashKey[dict]()
+
+
+def _launch_app(config) -> dict:
+    """Start the real app as a user would (`python app.py`) on a free port and a private home; do not wait for it."""
     port = free_port()
-    home = linked_home(tmp_path_factory.mktemp("app") / "layerwise")
+    home = linked_home(config._tmp_path_factory.mktemp("app") / "layerwise")
     log = open(ARTIFACTS.mkdir(parents=True, exist_ok=True) or ARTIFACTS / f"app{WORKER}.log", "w")
     proc = subprocess.Popen([sys.executable, "app.py", "--port", str(port)], cwd=REPO, stdout=log,
                             stderr=subprocess.STDOUT,
                             env={**os.environ, "PYTHONUNBUFFERED": "1", "LAYERWISE_HOME": str(home)})
-    url = f"http://127.0.0.1:{port}/"
+    app = {"proc": proc, "log": log, "url": f"http://127.0.0.1:{port}/"}
+    config.stash[APP] = app
+    return app
+
+
+def _stop_app(config) -> None:
+    app = config.stash.get(APP, None)
+    if app is not None and not app["log"].closed:
+        stop_process(app["proc"])
+        app["log"].close()
+
+
+def pytest_collection_finish(session):
+    """When a selected test uses the app (``app_url``), start it as soon as the tests are known, so its start (about
+    20 s) overlaps the tests before the first one that waits for it; an xdist worker starts it when a test asks."""
+    if not WORKER and any("app_url" in getattr(item, "fixturenames", ()) for item in session.items):
+        _launch_app(session.config)
+
+
+@pytest.fixture(scope="session")
+def app_url(request):
+    """The real app, launched once per test session as a user would (`python app.py`), on a private home."""
+    app = request.config.stash.get(APP, None) or _launch_app(request.config)
     try:
-        wait_http(url, 120)
-        yield url
+        wait_http(app["url"], 120)
+        yield app["url"]
     finally:
-        stop_process(proc)
-        log.close()
+        _stop_app(request.config)
 
 
 @pytest.fixture(scope="module")

@@ -33,6 +33,7 @@ def client(app_url):
     return gradio_client(app_url)
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine with the app it builds (docs/testing.md)
 def test_api_lists_and_samples(client):
     card = client.predict("smollm2-135m", api_name="/registered_model_card")
     assert "134.52 M" in card and "ready" in card

@@ -75,6 +75,7 @@ def app_on_gpu():
     return demo, on_gpu(demo, FakeSpaces())
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine with the app it builds (docs/testing.md)
 def test_each_call_asks_for_a_gpu_time_sized_from_its_inputs(app_on_gpu, monkeypatch):
     """ZeroGPU's duration callable gets the handler's own arguments: more methods, samples or steps ask for more
     seconds, a bigger model for more, nothing past the cap, and a call with nothing to size it by for the cap."""
@@ -98,6 +99,7 @@ def test_each_call_asks_for_a_gpu_time_sized_from_its_inputs(app_on_gpu, monkeyp
     assert capped("mamba-lm", 10_000) == 30 and capped("mamba-lm", 1) == gpu.FLOOR_SECONDS + 1
 
 
+@pytest.mark.slow  # over 5 s on the 2-core machine with the app it builds (docs/testing.md)
 def test_the_apps_heavy_handlers_are_the_long_work(app_on_gpu):
     demo, names = app_on_gpu
     for expected in ("lrp_explain_text", "lrp_evaluate", "mathneuro_effect", "mixln_live_train", "neuzip_tradeoff",
