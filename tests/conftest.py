@@ -211,7 +211,9 @@ def _stop_app(config) -> None:
 def pytest_collection_finish(session):
     """When a selected test uses the app (``app_url``), start it as soon as the tests are known, so its start (about
     20 s) overlaps the tests before the first one that waits for it; an xdist worker starts it when a test asks."""
-    if not WORKER and any("app_url" in getattr(item, "fixturenames", ()) for item in session.items):
+    if session.config.option.collectonly or WORKER:
+        return
+    if any("app_url" in getattr(item, "fixturenames", ()) for item in session.items):
         _launch_app(session.config)
 
 
